@@ -1,0 +1,230 @@
+"""host_bound: the GPU idles while the host does other work.
+
+Question 1 of the diagnostic order, its second half. gpu_time marks a gap host_bound
+when the next kernel's launch came long after the GPU drained. Here we ask what the
+launching thread was doing during those gaps: which top-level ops (data loading,
+collation, CPU tensor work, pageable copies) or plain Python, and name the code.
+Pageable host-to-device copies get their own evidence: the host stages the data
+through a bounce buffer and cannot run ahead while it does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.model.schema import Kind
+from tracelens.model.sources import PySource, user_source
+from tracelens.model.trace import TraceModel
+
+MAX_SITES = 8
+#: Name of the part of a gap not covered by any recorded op on the launching thread.
+UNTRACED = "(Python or other host work outside any op)"
+
+_DATALOADER_MARKERS = ("DataLoader", "dataloader", "_MultiProcessingDataLoaderIter", "__next__")
+
+
+#: A range at least this many times longer than its overlap with a gap is context (a
+#: `## forward ##` annotation around a whole pass), not what the host did in the gap: we
+#: look inside it at the child ranges instead.
+CONTAINER_FACTOR = 2.0
+#: How deep to look inside containers.
+MAX_DESCENT = 8
+
+
+class _RangeTree:
+    """Ops and annotations (ProfilerStep excluded) as a per-thread tree of time ranges,
+    for charging host-bound gaps to what the host was actually doing."""
+
+    def __init__(self, model: TraceModel) -> None:
+        host = model.host
+        rows = np.arange(len(host))
+        inner = host["range_inner"].to_numpy()
+        parent = host["parent"].to_numpy()
+        is_range = inner == rows
+        rparent = np.where(parent >= 0, inner[np.clip(parent, 0, None)], -1)
+        self.ts = host["ts"].to_numpy()
+        self.end = host["end"].to_numpy()
+        ranges = host[is_range]
+        self.top: dict[tuple[int, int], np.ndarray] = {}
+        top = ranges[rparent[is_range] < 0].sort_values("ts", kind="stable")
+        for key, grp in top.groupby(["pid", "tid"], sort=False):
+            self.top[(int(key[0]), int(key[1]))] = grp.index.to_numpy()
+        child = ranges[rparent[is_range] >= 0]
+        child_parent = rparent[child.index.to_numpy()]
+        order = np.lexsort((child["ts"].to_numpy(), child_parent))
+        c_rows = child.index.to_numpy()[order]
+        c_par = child_parent[order]
+        self.children: dict[int, np.ndarray] = {}
+        if len(c_rows):
+            cuts = np.flatnonzero(np.diff(c_par)) + 1
+            for seg in np.split(np.arange(len(c_rows)), cuts):
+                self.children[int(c_par[seg[0]])] = c_rows[seg]
+
+    def charge(self, rows: np.ndarray, start: float, end: float, out: dict[int | None, float], depth: int = 0) -> float:
+        """Add each range's overlap with [start, end) to `out`; returns the time covered."""
+        if not len(rows) or end <= start:
+            return 0.0
+        ts, te = self.ts[rows], self.end[rows]
+        hi = int(np.searchsorted(ts, end, side="left"))
+        lo = max(int(np.searchsorted(ts, start, side="left")) - 64, 0)
+        covered = 0.0
+        for j in range(lo, hi):
+            s0, e0 = max(ts[j], start), min(te[j], end)
+            ov = e0 - s0
+            if ov <= 0:
+                continue
+            row = int(rows[j])
+            kids = self.children.get(row)
+            if kids is not None and depth < MAX_DESCENT and (te[j] - ts[j]) > CONTAINER_FACTOR * ov:
+                inside = self.charge(kids, s0, e0, out, depth + 1)
+                if ov - inside > 0:
+                    out[row] += ov - inside
+            else:
+                out[row] += ov
+            covered += ov
+        return covered
+
+
+def _pageable_copies(model: TraceModel, w0: float, w1: float) -> tuple[int, float, float, int]:
+    gpu = model.gpu
+    copies = gpu[(gpu["kind"] == Kind.MEMCPY) & gpu["name"].astype(str).str.contains("Pageable").to_numpy()]
+    copies = copies[(copies["ts"] >= w0) & (copies["ts"] <= w1)]
+    launch = copies["launch"].to_numpy()
+    host_dur = model.host["dur"].to_numpy()
+    host_us = float(host_dur[launch[launch >= 0]].sum()) if len(launch) else 0.0
+    nbytes = int(copies["bytes"].clip(lower=0).sum())
+    return len(copies), float(copies["dur"].sum()), host_us, nbytes
+
+
+def analyze(ctx: AnalysisContext) -> list[Finding]:
+    dev = ctx.gpu_time.primary
+    if dev is None:
+        return []
+    model = ctx.model
+    gaps = dev.gaps
+    hb = gaps[gaps["cause"] == "host_bound"]
+    total = float(hb["dur"].sum())
+    if total <= 0:
+        return []
+    after_sync = float(hb.loc[hb["sync_row"] >= 0, "dur"].sum())
+
+    host = model.host
+    pid = host["pid"].to_numpy()
+    tid = host["tid"].to_numpy()
+    tree = _RangeTree(model)
+    main_thread = _main_thread(model)
+    empty = np.empty(0, dtype=np.int64)
+
+    charged: dict[int | None, float] = defaultdict(float)  # range row -> µs of idle
+    for start, end, lrow in zip(hb["start"].to_numpy(), hb["end"].to_numpy(), hb["launch_row"].to_numpy(), strict=True):
+        thread = (int(pid[lrow]), int(tid[lrow])) if lrow >= 0 else main_thread
+        covered = tree.charge(tree.top.get(thread, empty), float(start), float(end), charged)
+        rest = (end - start) - covered
+        if rest > 0:
+            charged[None] += rest
+
+    # Group the charged ranges by op name + source.
+    names = host["name"]
+    grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    src_of: dict[tuple[str, str], PySource | None] = {}
+    for row, us in charged.items():
+        if row is None:
+            key = (UNTRACED, "")
+            src = None
+        else:
+            src = user_source(model, row)
+            key = (str(names.iat[row]), src.label if src else "")
+        grouped[key][0] += us
+        grouped[key][1] += 1
+        src_of.setdefault(key, src)
+    ranked = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)
+    sites = tuple(
+        Site(
+            description=("host work in " + op) if op != UNTRACED else op,
+            count=int(n),  # distinct op calls (or gaps, for untraced time) charged
+            time_us=us,
+            ops=(op,) if op != UNTRACED else (),
+            source=src_of[(op, label)],
+        )
+        for (op, label), (us, n) in ranked[:MAX_SITES]
+    )
+
+    n_copies, copy_gpu_us, copy_host_us, copy_bytes = _pageable_copies(model, dev.window_start, dev.window_end)
+    loader_us = sum(us for (op, _), (us, _) in grouped.items() if any(m in op for m in _DATALOADER_MARKERS))
+    untraced_us = grouped.get((UNTRACED, ""), [0.0, 0.0])[0]
+
+    advice_parts = []
+    if loader_us > 0.2 * total:
+        advice_parts.append(
+            f"Data loading runs on the training thread ({fmt_us(loader_us)} of the idle): use "
+            "DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor>=2) so "
+            "batches are ready before the GPU needs them."
+        )
+    if n_copies:
+        advice_parts.append(
+            f"{n_copies} host-to-device copies come from pageable memory ({copy_bytes / 1e6:.1f} MB, "
+            f"{fmt_us(copy_host_us)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
+            "and copy with non_blocking=True so the host can run ahead."
+        )
+    if after_sync > 0.2 * total:
+        advice_parts.append(
+            f"{fmt_us(after_sync)} of it follows a sync: the host waits for a result, then works on it while "
+            "the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
+            "processing this one's results on the host (or process them on the GPU)."
+        )
+    advice_parts.append(
+        "Move per-step host work off the critical path: precompute, vectorise Python loops, do "
+        "preprocessing in DataLoader workers or on the GPU, and keep the GPU's queue full by "
+        "launching the next step's work before host-side bookkeeping."
+    )
+    share = ctx.share(total)
+    main_site = sites[0] if sites else None
+    what = main_site.description if main_site else "host work"
+    where = f" at {main_site.source.label}" if main_site and main_site.source else ""
+    return [
+        Finding(
+            category=Category.HOST_BOUND,
+            severity=severity_for(share),
+            title=(
+                f"GPU idles {fmt_us(total)} ({share:.0%} of the profiled time) while the host works; "
+                f"most in {what}{where}"
+            ),
+            time_us=total,
+            share=share,
+            advice=" ".join(advice_parts),
+            expected_gain_us=total,
+            gain_note=(
+                "at best all of it, if the host work overlaps GPU work instead of alternating with it; "
+                "the step then takes max(host, GPU) instead of their sum"
+            ),
+            evidence=(
+                Metric("host-bound idle", total, "us"),
+                Metric("gaps", len(hb), "count"),
+                Metric("longest gap", float(hb["dur"].max()), "us"),
+                Metric("of it after a sync returned", after_sync, "us"),
+                Metric("of it in data loading ops", loader_us, "us"),
+                Metric("of it outside any recorded op", untraced_us, "us"),
+                Metric("pageable host-to-device copies", n_copies, "count"),
+                Metric("pageable copy bytes", copy_bytes, "bytes"),
+                Metric("host time in pageable copy calls", copy_host_us, "us"),
+                Metric("GPU time of pageable copies", copy_gpu_us, "us"),
+            ),
+            sites=sites,
+            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
+            device=dev.device,
+        )
+    ]
+
+
+def _main_thread(model: TraceModel) -> tuple[int, int]:
+    """The thread that issued most launches (charged for gaps whose launch is unknown)."""
+    host = model.host
+    calls = host[host["kind"] == Kind.RUNTIME]
+    if calls.empty:
+        return (-1, -1)
+    key = calls.groupby(["pid", "tid"]).size().idxmax()
+    return (int(key[0]), int(key[1]))

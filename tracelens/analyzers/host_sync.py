@@ -1,0 +1,318 @@
+"""host_sync: the host waits on a device result.
+
+Question 1 of the diagnostic order. A blocking call (cudaStreamSynchronize behind
+`.item()`, `x[mask]`'s nonzero, `.cpu()`, an explicit synchronize...) empties the GPU's
+queue: the host cannot enqueue the next kernel until the device result arrives.
+
+Cost model: the GPU idle that follows each sync until the queue refills (the gaps that
+gpu_time attributes to it). The host time blocked inside the call is reported as
+evidence but is not the cost: while the host waits the GPU is working, and a sync that
+returns while plenty of work is still queued costs almost nothing - we say so instead
+of flagging it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.gpu_time import SYNC_APIS
+from tracelens.model.schema import Kind
+from tracelens.model.sources import PySource, in_profiler, op_chain, python_stack, user_source, user_stack
+from tracelens.model.trace import TraceModel
+
+#: A sync whose GPU idle is under this share of the host time it blocked is "while the
+#: GPU was busy anyway": the device had queued work to do and barely noticed.
+BUSY_ANYWAY_IDLE_RATIO = 0.05
+
+#: At most this many sites per finding (the rest are summed into the finding's totals).
+MAX_SITES = 8
+
+
+@dataclass(frozen=True)
+class SyncConstruct:
+    """A kind of Python code that syncs, recognised from the ops around the sync."""
+
+    id: str
+    description: str
+    advice: str
+
+
+_DATA_DEPENDENT = SyncConstruct(
+    "data_dependent_shape",
+    "an op whose output size depends on tensor values (x[mask], nonzero, unique, masked_select)",
+    "Keep shapes static: compute on every element and mask (torch.where(mask, x, 0), x * mask) "
+    "instead of compacting with x[mask]; where compaction is needed, build destination indices "
+    "on the device with a cumsum over the mask and scatter, or give the size up front "
+    "(torch.nonzero_static, repeat_interleave(output_size=...)).",
+)
+_ITEM = SyncConstruct(
+    "item",
+    "a scalar read of a device tensor (.item(), float(t), int(t), a Python branch on a tensor value)",
+    "Keep scalars on the device: accumulate (total += loss.detach()) and read once every N steps "
+    "or after the loop; replace Python branches on tensor values with torch.where, masking, or "
+    "torch.cond under torch.compile.",
+)
+_BRANCH = SyncConstruct(
+    "branch",
+    "a Python truth test of a tensor (if t:, while t, bool(t), t.any() in a condition)",
+    "Replace the Python branch with tensor ops (torch.where, masking) or torch.cond, or move the "
+    "check off the hot path (every N steps).",
+)
+_D2H = SyncConstruct(
+    "device_to_host_copy",
+    "a blocking device-to-host copy (.cpu(), .tolist(), .numpy(), .to('cpu'), print(t))",
+    "Copy asynchronously into pinned memory (x.to('cpu', non_blocking=True) into a pinned "
+    "buffer, then wait on a CUDA event only when the values are needed), batch small copies "
+    "into one, or keep the computation on the GPU.",
+)
+_H2D = SyncConstruct(
+    "host_to_device_copy",
+    "a blocking host-to-device copy (.to('cuda') or torch.tensor(..., device='cuda') from pageable memory)",
+    "Pin the source (DataLoader(pin_memory=True) or t.pin_memory()) and copy with "
+    "non_blocking=True so the host does not wait for the copy.",
+)
+_EXPLICIT = SyncConstruct(
+    "explicit_synchronize",
+    "an explicit synchronize (torch.cuda.synchronize(), stream/event synchronize)",
+    "Remove synchronize calls from the hot loop; keep them at measurement boundaries only, and "
+    "time with CUDA events (torch.cuda.Event(enable_timing=True)).",
+)
+_OTHER = SyncConstruct(
+    "other",
+    "a blocking call inside a library op",
+    "Find why the op needs a device result on the host (the sources below) and keep that value "
+    "on the device, or move the call off the hot path.",
+)
+
+_DATA_DEPENDENT_OPS = (
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::unique",
+    "aten::_unique",
+    "aten::_unique2",
+    "aten::unique_consecutive",
+    "aten::unique_dim",
+    "aten::repeat_interleave",
+    "aten::bincount",
+    "aten::histc",
+    "aten::masked_scatter",
+)
+_COPY_OPS = ("aten::copy_", "aten::_to_copy", "aten::to", "aten::cpu", "aten::tolist", "aten::numpy")
+
+
+def classify(ops: list[str], memcpy_names: list[str], api: str) -> SyncConstruct:
+    """Which construct caused a sync, from the enclosing ops (innermost first)."""
+    if any(op.startswith(_DATA_DEPENDENT_OPS) for op in ops):
+        return _DATA_DEPENDENT
+    if "aten::is_nonzero" in ops:
+        return _BRANCH
+    if "aten::item" in ops or "aten::_local_scalar_dense" in ops:
+        return _ITEM
+    if any(op in _COPY_OPS for op in ops):
+        if any("HtoD" in m for m in memcpy_names) and not any("DtoH" in m for m in memcpy_names):
+            return _H2D
+        return _D2H
+    if not ops or api in ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cudaEventSynchronize"):
+        return _EXPLICIT
+    return _OTHER
+
+
+def _is_profiler_sync(model: TraceModel, row: int, last_launch_ts: float) -> bool:
+    """The profiler's own synchronize at the end of the window is not user code."""
+    if python_stack(model, row):
+        return in_profiler(model, row)
+    host = model.host
+    return (
+        str(host["name"].iat[row]) in ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+        and int(host["op"].iat[row]) < 0
+        and float(host["ts"].iat[row]) >= last_launch_ts
+    )
+
+
+def _memcpys_by_op(model: TraceModel) -> dict[int, list[str]]:
+    gpu = model.gpu
+    copies = gpu[(gpu["kind"] == Kind.MEMCPY) & (gpu["launch"] >= 0)]
+    ops = model.host["op"].to_numpy()
+    out: dict[int, list[str]] = defaultdict(list)
+    for launch, name in zip(copies["launch"].to_numpy(), copies["name"].astype(str), strict=True):
+        op = int(ops[launch])
+        if op >= 0:
+            out[op].append(name)
+    return out
+
+
+def analyze(ctx: AnalysisContext) -> list[Finding]:
+    model = ctx.model
+    host = model.host
+    is_call = (host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)
+    calls = host[is_call]
+    sync_rows = calls.index[calls["name"].astype(str).isin(SYNC_APIS).to_numpy()].to_numpy()
+    if not len(sync_rows):
+        return []
+    launches = model.gpu["launch"].to_numpy()
+    launched = launches[launches >= 0]
+    last_launch_ts = float(host["ts"].to_numpy()[launched].max()) if len(launched) else np.inf
+
+    # GPU idle attributed to each sync, over all devices.
+    # and the host-bound idle that followed it (the host did other work after the sync
+    # returned; counted under host_bound, reported here as context).
+    idle_by_sync: dict[int, float] = defaultdict(float)
+    tail_by_sync: dict[int, float] = defaultdict(float)
+    for dev in ctx.gpu_time.devices:
+        g = dev.gaps[dev.gaps["sync_row"] >= 0]
+        is_sync = (g["cause"] == "host_sync").to_numpy()
+        for row, dur, own in zip(g["sync_row"].to_numpy(), g["dur"].to_numpy(), is_sync, strict=True):
+            (idle_by_sync if own else tail_by_sync)[int(row)] += float(dur)
+
+    window = ctx.gpu_time.primary
+    w0 = window.window_start if window else -np.inf
+    w1 = window.window_end if window else np.inf
+    memcpys = _memcpys_by_op(model)
+    ts = host["ts"].to_numpy()
+    dur = host["dur"].to_numpy()
+    steps = host["step"].to_numpy()
+    op_col = host["op"].to_numpy()
+
+    @dataclass
+    class _Group:
+        construct: SyncConstruct
+        api: str
+        ops: tuple[str, ...]
+        source: PySource | None
+        stack: tuple[PySource, ...]
+        count: int = 0
+        host_us: float = 0.0
+        idle_us: float = 0.0
+        tail_us: float = 0.0
+        steps: set[int] | None = None
+
+    groups: dict[tuple[str, str, tuple[str, ...], str], _Group] = {}
+    profiler_syncs = 0
+    for row in sync_rows:
+        row = int(row)
+        if not (w0 - 1 <= ts[row] <= w1 + 1) and idle_by_sync.get(row, 0.0) == 0.0:
+            continue
+        if _is_profiler_sync(model, row, last_launch_ts):
+            profiler_syncs += 1
+            continue
+        api = str(host["name"].iat[row])
+        ops = op_chain(model, row)
+        construct = classify(ops, memcpys.get(int(op_col[row]), []), api)
+        src = user_source(model, row)
+        key = (construct.id, api, tuple(ops[:3]), src.label if src else "")
+        grp = groups.get(key)
+        if grp is None:
+            grp = _Group(construct, api, tuple(ops[:4]), src, tuple(user_stack(model, row)), steps=set())
+            groups[key] = grp
+        grp.count += 1
+        grp.host_us += float(dur[row])
+        grp.idle_us += idle_by_sync.get(row, 0.0)
+        grp.tail_us += tail_by_sync.get(row, 0.0)
+        if steps[row] >= 0 and grp.steps is not None:
+            grp.steps.add(int(steps[row]))
+
+    by_construct: dict[str, list[_Group]] = defaultdict(list)
+    for grp in groups.values():
+        by_construct[grp.construct.id].append(grp)
+
+    findings: list[Finding] = []
+    for groups_of in by_construct.values():
+        construct = groups_of[0].construct
+        groups_of.sort(key=lambda g: (g.idle_us, g.host_us), reverse=True)
+        count = sum(g.count for g in groups_of)
+        host_us = sum(g.host_us for g in groups_of)
+        idle_us = sum(g.idle_us for g in groups_of)
+        tail_us = sum(g.tail_us for g in groups_of)
+        share = ctx.share(idle_us)
+        busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us
+        sites = tuple(
+            Site(
+                description=_site_description(g),
+                count=g.count,
+                time_us=g.idle_us,
+                host_us=g.host_us,
+                ops=g.ops,
+                api=g.api,
+                source=g.source,
+                stack=g.stack,
+                steps=tuple(sorted(g.steps or ())),
+            )
+            for g in groups_of[:MAX_SITES]
+        )
+        sources = tuple(dict.fromkeys(g.source for g in groups_of if g.source is not None))[:MAX_SITES]
+        where = f" at {sources[0].label}" if sources else ""
+        inside = f" in {groups_of[0].ops[0]}" if groups_of[0].ops else ""
+        if busy_anyway:
+            title = (
+                f"{count}× {groups_of[0].api}{inside} ({construct.id.replace('_', ' ')}){where}: "
+                f"the host waits {fmt_us(host_us)} while the GPU stays busy ({fmt_us(idle_us)} idle after)"
+            )
+            advice = (
+                "These syncs return while the GPU still has queued work, so they cost little now. "
+                "They become expensive as soon as the GPU gets faster than the host: "
+                + construct.advice
+            )
+        else:
+            title = (
+                f"{count}× {groups_of[0].api}{inside} ({construct.id.replace('_', ' ')}){where} "
+                f"leaves the GPU idle {fmt_us(idle_us)}; the host waits {fmt_us(host_us)}"
+            )
+            advice = construct.advice
+        findings.append(
+            Finding(
+                category=Category.HOST_SYNC,
+                severity=severity_for(share),
+                title=title,
+                time_us=idle_us,
+                share=share,
+                advice=advice,
+                expected_gain_us=idle_us,
+                gain_note=(
+                    "up to the GPU idle that follows these syncs; the host time blocked inside them "
+                    "overlaps GPU work and is not saved"
+                ),
+                evidence=(
+                    Metric("what syncs", construct.description),
+                    Metric("sync calls", count, "count"),
+                    Metric("host blocked in the calls", host_us, "us"),
+                    Metric("GPU idle after them (sync return + queue refill)", idle_us, "us"),
+                    Metric("GPU idle while the host worked after them (counted under host_bound)", tail_us, "us"),
+                    Metric("runtime calls", ", ".join(sorted({g.api for g in groups_of}))),
+                    Metric("profiler's own syncs ignored", profiler_syncs, "count"),
+                ),
+                sites=sites,
+                sources=sources,
+                tags=(construct.id,),
+            )
+        )
+    findings.sort(key=lambda f: f.time_us, reverse=True)
+    return findings
+
+
+def _site_description(g: object) -> str:
+    ops = getattr(g, "ops", ())
+    api = getattr(g, "api", "")
+    chain = " > ".join(reversed(ops[:3])) if ops else "(no enclosing op)"
+    return f"{chain} > {api}"
+
+
+def sync_table(model: TraceModel) -> pd.DataFrame:
+    """All blocking calls with their op chain (used by tests and the JSON's evidence)."""
+    host = model.host
+    names = host["name"].astype(str)
+    rows = host.index[names.isin(SYNC_APIS).to_numpy()]
+    return pd.DataFrame(
+        {
+            "row": rows,
+            "api": names.to_numpy()[rows],
+            "ts": host["ts"].to_numpy()[rows],
+            "dur": host["dur"].to_numpy()[rows],
+            "op": [", ".join(op_chain(model, int(r))[:3]) for r in rows],
+        }
+    )

@@ -1,0 +1,200 @@
+"""launch_overhead: the GPU idles between tiny kernels because the host can't launch
+them fast enough.
+
+Question 2 of the diagnostic order. In eager mode every op costs the host 5-30 µs
+(Python, aten dispatch, cudaLaunchKernel); a kernel that runs for 2 µs leaves the GPU
+waiting for the next one. gpu_time marks a gap "launch" when the next launch call began
+after the GPU drained and the gap is short; this analyzer adds up those gaps, finds the
+stretches where they dominate, and names the code that issues them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+
+import numpy as np
+import pandas as pd
+
+from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.model.schema import Kind
+from tracelens.model.sources import PySource, user_source
+
+#: Kernels shorter than this cannot hide the host's per-launch cost (launch API median
+#: is 3-12 µs in the real traces), so a stream of them is launch-bound by construction.
+TINY_KERNEL_US = 10.0
+
+#: A launch-bound region: at least this many kernels in a row...
+REGION_MIN_KERNELS = 20
+#: ...where launch gaps are at least this share of the region's span.
+REGION_MIN_LAUNCH_SHARE = 0.3
+
+#: Replayed from a CUDA graph, kernels start back to back with about this gap (the
+#: device's own kernel-to-kernel latency on recent GPUs), which bounds the gain.
+GRAPH_REPLAY_GAP_US = 1.0
+
+#: Host calls that launch GPU work.
+LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "cudaGraphLaunch",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipGraphLaunch",
+    }
+)
+
+MAX_SITES = 8
+
+
+def analyze(ctx: AnalysisContext) -> list[Finding]:
+    dev = ctx.gpu_time.primary
+    if dev is None:
+        return []
+    model = ctx.model
+    gaps = dev.gaps
+    launch_gaps = gaps[gaps["cause"] == "launch"]
+    launch_idle = float(launch_gaps["dur"].sum())
+    if launch_idle <= 0:
+        return []
+
+    gpu = model.gpu
+    act = gpu[
+        (gpu["device"] == dev.device)
+        & gpu["kind"].isin([int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)])
+        & (gpu["end"] > dev.window_start)
+        & (gpu["ts"] < dev.window_end)
+    ]
+    kernels = act[act["kind"] == Kind.KERNEL]
+    n_kernels = len(kernels)
+    kdur = kernels["dur"].to_numpy()
+    tiny_share = float((kdur < TINY_KERNEL_US).mean()) if n_kernels else 0.0
+    median_kernel = float(np.median(kdur)) if n_kernels else 0.0
+
+    host = model.host
+    calls = host[(host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)]
+    launch_calls = calls[calls["name"].astype(str).isin(LAUNCH_APIS).to_numpy()]
+    in_window = launch_calls[(launch_calls["ts"] >= dev.window_start) & (launch_calls["ts"] <= dev.window_end)]
+    launches_per_s = len(in_window) / (dev.window_us / 1e6) if dev.window_us > 0 else 0.0
+    median_launch_api = float(in_window["dur"].median()) if len(in_window) else float("nan")
+
+    regions = _regions(gaps, act)
+    region_launch_idle = sum(r["launch_idle"] for r in regions)
+
+    # Where the launch gaps come from: the code that launched the kernel after each gap.
+    sites = _sites(ctx, launch_gaps)
+    gain = max(launch_idle - len(launch_gaps) * GRAPH_REPLAY_GAP_US, 0.0)
+    share = ctx.share(launch_idle)
+    title = (
+        f"GPU waits on kernel launches for {fmt_us(launch_idle)}: {len(launch_gaps):,} gaps between "
+        f"kernels (median kernel {median_kernel:.1f} µs, {tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs)"
+    )
+    advice = (
+        "Issue fewer, larger kernels: capture the steady-state step in a CUDA graph "
+        "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), let torch.compile fuse chains "
+        "of small elementwise ops, use the foreach/fused optimizer implementations, or batch more work "
+        "per op (bigger batch, vectorise Python loops over tensors)."
+    )
+    return [
+        Finding(
+            category=Category.LAUNCH_OVERHEAD,
+            severity=severity_for(share),
+            title=title,
+            time_us=launch_idle,
+            share=share,
+            advice=advice,
+            expected_gain_us=gain,
+            gain_note=(
+                f"the launch gaps, less about {GRAPH_REPLAY_GAP_US:.0f} µs per kernel that graph replay still "
+                "costs; fusion gains more where it also removes memory round trips"
+            ),
+            evidence=(
+                Metric("launch-gap idle", launch_idle, "us"),
+                Metric("launch gaps", len(launch_gaps), "count"),
+                Metric("kernels in window", n_kernels, "count"),
+                Metric("median kernel duration", median_kernel, "us"),
+                Metric(f"kernels under {TINY_KERNEL_US:.0f} µs", tiny_share, "share"),
+                Metric("kernel launches per second (host)", launches_per_s, "per_s"),
+                Metric("median launch call on the host", median_launch_api, "us"),
+                Metric("launch-bound regions", len(regions), "count"),
+                Metric("launch idle inside those regions", region_launch_idle, "us"),
+            ),
+            sites=sites,
+            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
+            device=dev.device,
+        )
+    ]
+
+
+def _regions(gaps: pd.DataFrame, act: pd.DataFrame) -> list[dict[str, float]]:
+    """Maximal runs of GPU activity separated only by launch or short gaps, kept when
+    they hold enough kernels and launch gaps dominate their span."""
+    inner = gaps[gaps["next_row"] >= 0]
+    breaks = inner[inner["cause"].isin(["host_sync", "host_bound"])]
+    if act.empty:
+        return []
+    cuts = np.sort(breaks["end"].to_numpy())
+    starts = act["ts"].to_numpy()
+    region_of = np.searchsorted(cuts, starts, side="right")
+    out: list[dict[str, float]] = []
+    gap_region = np.searchsorted(cuts, inner["end"].to_numpy(), side="right")
+    is_launch = (inner["cause"] == "launch").to_numpy()
+    gdur = inner["dur"].to_numpy()
+    for r in np.unique(region_of):
+        mask = region_of == r
+        n = int(mask.sum())
+        if n < REGION_MIN_KERNELS:
+            continue
+        t0, t1 = float(starts[mask].min()), float(act["end"].to_numpy()[mask].max())
+        sel = (gap_region == r) & is_launch
+        li = float(gdur[sel].sum())
+        if t1 > t0 and li / (t1 - t0) >= REGION_MIN_LAUNCH_SHARE:
+            out.append({"start": t0, "end": t1, "kernels": n, "launch_idle": li})
+    return out
+
+
+def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
+    model = ctx.model
+    host = model.host
+    op_root = host["op_root"].to_numpy()
+    names = host["name"]
+    by_key: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    src_of: dict[tuple[str, str], PySource | None] = {}
+    kernels_of: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
+    src_cache: dict[int, PySource | None] = {}
+    gpu_names = model.gpu["name"]
+    for lrow, nrow, dur in zip(
+        launch_gaps["launch_row"].to_numpy(), launch_gaps["next_row"].to_numpy(), launch_gaps["dur"].to_numpy(),
+        strict=True,
+    ):
+        if lrow < 0:
+            continue
+        root = int(op_root[lrow])
+        op_name = str(names.iat[root]) if root >= 0 else "(no enclosing op)"
+        anchor = root if root >= 0 else int(lrow)
+        if anchor not in src_cache:
+            src_cache[anchor] = user_source(model, anchor)
+        src = src_cache[anchor]
+        key = (op_name, src.label if src else "")
+        by_key[key][0] += float(dur)
+        by_key[key][1] += 1
+        src_of[key] = src
+        if nrow >= 0:
+            kernels_of[key][str(gpu_names.iat[int(nrow)])] += 1
+    ranked = sorted(by_key.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_SITES]
+    return tuple(
+        Site(
+            description=f"kernels launched by {op}",
+            count=int(cnt),
+            time_us=idle,
+            ops=(op,),
+            source=src_of[(op, label)],
+            kernels=tuple(k for k, _ in kernels_of[(op, label)].most_common(3)),
+        )
+        for (op, label), (idle, cnt) in ranked
+    )

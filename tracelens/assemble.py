@@ -1,0 +1,267 @@
+"""Assemble a Report from a TraceModel: run the analyzers, rank, and build the tables.
+
+This is the one place that sees both the model and the report; renderers get only the
+Report.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import time
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+
+from tracelens import __version__
+from tracelens.analyzers import run_all
+from tracelens.analyzers.context import AnalysisContext
+from tracelens.analyzers.gpu_time import CAUSES, SYNC_APIS, DeviceTime
+from tracelens.model.schema import Kind
+from tracelens.model.sources import PySource, has_python_stacks, user_source
+from tracelens.model.trace import TraceModel
+from tracelens.ranking import questions, rank, summary
+from tracelens.report import (
+    SCHEMA_VERSION,
+    GpuTimeSummary,
+    KernelRow,
+    OpRow,
+    Report,
+    SourceRow,
+    StepRow,
+    Timeline,
+    TimeSplit,
+    TraceInfo,
+)
+
+MAX_KERNEL_ROWS = 25
+MAX_OP_ROWS = 25
+MAX_SOURCE_ROWS = 20
+MAX_SYNC_MARKS = 400
+_KIND_NAMES = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
+
+
+def build_report(model: TraceModel, load_seconds: float = 0.0) -> Report:
+    t0 = time.perf_counter()
+    ctx = AnalysisContext(model)
+    ranked = rank(run_all(ctx))
+    report = Report(
+        schema_version=SCHEMA_VERSION,
+        tool="tracelens",
+        tool_version=__version__,
+        generated_at=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        trace=_trace_info(model),
+        summary=summary(ctx, ranked),
+        gpu_time=_gpu_time_summary(ctx),
+        timeline=_timeline(ctx),
+        questions=questions(ctx, ranked),
+        findings=tuple(ranked),
+        kernels=_kernel_rows(ctx),
+        ops=_op_rows(ctx),
+        sources=_source_rows(ctx, ranked),
+        load_seconds=round(load_seconds, 3),
+        analysis_seconds=0.0,
+    )
+    from dataclasses import replace
+
+    return replace(report, analysis_seconds=round(time.perf_counter() - t0, 3))
+
+
+def _trace_info(model: TraceModel) -> TraceInfo:
+    meta = model.meta
+    dev = meta.primary_device
+    cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}" if dev and dev.compute_capability else ""
+    shapes = model.host["shapes"].to_numpy()
+    return TraceInfo(
+        path=meta.path,
+        file_name=os.path.basename(meta.path),
+        file_bytes=meta.file_bytes,
+        json_bytes=meta.json_bytes,
+        n_events=meta.n_events,
+        vintage=meta.vintage,
+        vendor=meta.vendor,
+        gpu_name=dev.name if dev else "unknown GPU (no deviceProperties in the trace)",
+        gpu_count=len(meta.active_devices),
+        compute_capability=cc,
+        num_sms=dev.num_sms if dev else None,
+        versions=dict(meta.versions),
+        rank=meta.rank,
+        world_size=meta.world_size,
+        span_us=model.span_us,
+        steps=tuple(int(s) for s in model.steps["step"]),
+        has_shapes=any(s is not None for s in shapes[: min(len(shapes), 20000)]),
+        has_python_stacks=has_python_stacks(model),
+        has_memory_events=len(model.memory) > 0,
+        has_clock_samples=len(model.counters) > 0,
+        notes=meta.notes,
+    )
+
+
+def _split(window: float, busy: float, idle_by_cause: dict[str, float]) -> TimeSplit:
+    return TimeSplit(
+        window_us=window,
+        busy_us=busy,
+        idle_us=max(window - busy, 0.0),
+        host_sync_us=idle_by_cause.get("host_sync", 0.0),
+        launch_us=idle_by_cause.get("launch", 0.0),
+        host_bound_us=idle_by_cause.get("host_bound", 0.0),
+        other_us=idle_by_cause.get("other", 0.0),
+    )
+
+
+def _dev_split(dev: DeviceTime) -> TimeSplit:
+    return _split(dev.window_us, dev.busy_us, dev.idle_by_cause)
+
+
+def _gpu_time_summary(ctx: AnalysisContext) -> GpuTimeSummary:
+    gt = ctx.gpu_time
+    dev = gt.primary
+    if dev is None:
+        empty = _split(0.0, 0.0, {})
+        return GpuTimeSummary(None, False, 0.0, 0.0, empty, ())
+    steps = tuple(
+        StepRow(step=s.step, start_us=s.start, split=_split(s.span_us, s.busy_us, s.idle_by_cause)) for s in gt.steps
+    )
+    others = tuple((d.device, _dev_split(d)) for d in gt.devices[1:])
+    return GpuTimeSummary(
+        device=dev.device,
+        windowed_by_steps=gt.windowed_by_steps,
+        window_start_us=dev.window_start,
+        window_end_us=dev.window_end,
+        total=_dev_split(dev),
+        steps=steps,
+        other_devices=others,
+    )
+
+
+def _timeline(ctx: AnalysisContext) -> Timeline | None:
+    tl = ctx.gpu_time.timeline
+    dev = ctx.gpu_time.primary
+    if tl is None or dev is None:
+        return None
+    host = ctx.model.host
+    names = host["name"].astype(str)
+    syncs = host[names.isin(SYNC_APIS).to_numpy()]
+    syncs = syncs[(syncs["ts"] >= tl.start) & (syncs["ts"] <= tl.end)]
+    marks = syncs["end"].to_numpy()
+    if len(marks) > MAX_SYNC_MARKS:
+        marks = np.sort(marks)[np.linspace(0, len(marks) - 1, MAX_SYNC_MARKS).astype(int)]
+    steps = tuple(
+        (int(s.step), float(s.start), float(s.end)) for s in ctx.gpu_time.steps
+    )
+    return Timeline(
+        start_us=tl.start,
+        end_us=tl.end,
+        busy=tuple(np.round(tl.busy, 4).tolist()),
+        idle={c: tuple(np.round(tl.idle[c], 4).tolist()) for c in CAUSES},
+        syncs=tuple(float(m) for m in np.sort(marks)),
+        steps=steps,
+    )
+
+
+def _window_activity(ctx: AnalysisContext) -> pd.DataFrame:
+    dev = ctx.gpu_time.primary
+    act = ctx.model.gpu_activity()
+    if dev is None:
+        return act.iloc[0:0]
+    return act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
+
+
+def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
+    act = _window_activity(ctx)
+    if act.empty:
+        return ()
+    busy = ctx.gpu_time.primary.busy_us if ctx.gpu_time.primary else 1.0
+    g = act.groupby("name", observed=True).agg(count=("dur", "size"), total=("dur", "sum"), kind=("kind", "first"))
+    g = g.sort_values("total", ascending=False).head(MAX_KERNEL_ROWS)
+    return tuple(
+        KernelRow(
+            name=str(name),
+            count=int(row["count"]),
+            total_us=float(row["total"]),
+            mean_us=float(row["total"]) / max(int(row["count"]), 1),
+            share=float(row["total"]) / busy if busy else 0.0,
+            kind=_KIND_NAMES.get(int(row["kind"]), "other"),
+        )
+        for name, row in g.iterrows()
+    )
+
+
+class _SourceCache:
+    def __init__(self, model: TraceModel) -> None:
+        self.model = model
+        self.cache: dict[int, PySource | None] = {}
+
+    def __call__(self, row: int) -> PySource | None:
+        if row not in self.cache:
+            self.cache[row] = user_source(self.model, row)
+        return self.cache[row]
+
+
+def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
+    model = ctx.model
+    act = _window_activity(ctx)
+    host = model.host
+    launch = act["launch"].to_numpy()
+    ok = launch >= 0
+    if not ok.any():
+        return ()
+    root = host["op_root"].to_numpy()[launch[ok]]
+    frame = pd.DataFrame({"root": root, "dur": act["dur"].to_numpy()[ok], "kernel": act["name"].astype(str).to_numpy()[ok]})
+    frame = frame[frame["root"] >= 0]
+    if frame.empty:
+        return ()
+    frame["op"] = host["name"].astype(str).to_numpy()[frame["root"].to_numpy()]
+    per_op = frame.groupby("op").agg(gpu=("dur", "sum"), kernels=("dur", "size"), calls=("root", "nunique"))
+    top_kernel = frame.groupby(["op", "kernel"])["dur"].sum().reset_index().sort_values("dur", ascending=False)
+    top_kernel = top_kernel.drop_duplicates("op").set_index("op")["kernel"]
+    first_row = frame.groupby("op")["root"].first()
+    dur = host["dur"].to_numpy()
+    host_by_op = frame.drop_duplicates("root").groupby("op")["root"].apply(lambda r: float(dur[r.to_numpy()].sum()))
+    sources = _SourceCache(model)
+    per_op = per_op.sort_values("gpu", ascending=False).head(MAX_OP_ROWS)
+    return tuple(
+        OpRow(
+            name=str(op),
+            count=int(row["calls"]),
+            gpu_us=float(row["gpu"]),
+            host_us=float(host_by_op.get(op, 0.0)),
+            kernels=int(row["kernels"]),
+            top_kernel=str(top_kernel.get(op, "")),
+            source=sources(int(first_row[op])),
+        )
+        for op, row in per_op.iterrows()
+    )
+
+
+def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:  # type: ignore[type-arg]
+    model = ctx.model
+    act = _window_activity(ctx)
+    launch = act["launch"].to_numpy()
+    ok = launch >= 0
+    gpu_by: dict[PySource, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    if ok.any():
+        root = model.host["range_root"].to_numpy()[launch[ok]]
+        anchor = np.where(root >= 0, root, launch[ok])
+        durs = act["dur"].to_numpy()[ok]
+        frame = pd.DataFrame({"anchor": anchor, "dur": durs}).groupby("anchor")["dur"].agg(["sum", "size"])
+        sources = _SourceCache(model)
+        for anchor_row, (total, n) in zip(frame.index.to_numpy(), frame.to_numpy(), strict=True):
+            src = sources(int(anchor_row))
+            if src is not None:
+                gpu_by[src][0] += float(total)
+                gpu_by[src][1] += float(n)
+    cost_by: dict[PySource, float] = defaultdict(float)
+    for f in findings:
+        for site in f.sites:
+            if site.source is not None:
+                cost_by[site.source] += site.time_us
+    keys = set(gpu_by) | set(cost_by)
+    rows = [
+        SourceRow(source=k, gpu_us=gpu_by[k][0] if k in gpu_by else 0.0, kernels=int(gpu_by[k][1]) if k in gpu_by else 0,
+                  cost_us=cost_by.get(k, 0.0))
+        for k in keys
+    ]
+    rows.sort(key=lambda r: (r.cost_us, r.gpu_us), reverse=True)
+    return tuple(rows[:MAX_SOURCE_ROWS])

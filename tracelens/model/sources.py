@@ -1,0 +1,148 @@
+"""Python source attribution: which line of the user's program caused a host event.
+
+Two vintages carry Python stacks:
+- 2024+ `python_function` events (with_stack=True), named `path.py(LINE): func`, nested
+  around the ops they called. LINE is the line of the function's `def`, not the call
+  (gpu-trace-facts.md), so it points at the function to change.
+- 2021-2022 `Call stack` string args on ops: `path.py(LINE): func;...`, innermost first,
+  with LINE the calling line.
+
+The frame we blame is the innermost one that is not PyTorch's own machinery, the
+standard library or a C builtin: for a Hugging Face model that is the modeling file, for a
+script the script.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracelens.model.schema import Kind
+from tracelens.model.trace import TraceModel
+
+_FRAME_RE = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
+
+#: Frames that are machinery rather than the program being profiled: PyTorch itself (its
+#: nn.Module call wrappers, profiler, overrides), stdlib entry points and wrappers, and C
+#: builtins (`<built-in method ...>`). The frame we blame is the first one not listed.
+_MACHINERY_PREFIXES = ("torch/", "tracelens/", "<")
+_MACHINERY_FILES = frozenset({"threading.py", "runpy.py", "contextlib.py", "functools.py", "__init__.py<string>"})
+_MACHINERY_DIRS = ("/multiprocessing/", "/concurrent/futures/", "/importlib/")
+_STDLIB_RE = re.compile(r"/lib/python3\.\d+/(?!site-packages|dist-packages)")
+#: Frames inside the profiler itself: a sync issued from here is the profiler's own.
+PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autograd/profiler_util.py")
+
+
+@dataclass(frozen=True)
+class PySource:
+    """One Python frame: where a finding comes from."""
+
+    file: str
+    line: int | None
+    function: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+
+def parse_frame(text: str) -> PySource | None:
+    m = _FRAME_RE.match(text.strip())
+    if not m:
+        return None
+    return PySource(file=_short_path(m.group("file")), line=int(m.group("line")), function=m.group("func"))
+
+
+def _short_path(path: str) -> str:
+    """Drop the site-packages/venv prefix: `.../site-packages/transformers/x.py` ->
+    `transformers/x.py`; keep user paths as written."""
+    for marker in ("site-packages/", "dist-packages/"):
+        i = path.rfind(marker)
+        if i >= 0:
+            return path[i + len(marker) :]
+    return path
+
+
+def is_machinery(file: str) -> bool:
+    f = file.replace("\\", "/")
+    if f.startswith(_MACHINERY_PREFIXES):
+        return True
+    if f.rsplit("/", 1)[-1] in _MACHINERY_FILES:
+        return True
+    slashed = "/" + f
+    return any(d in slashed for d in _MACHINERY_DIRS) or bool(_STDLIB_RE.search(f))
+
+
+def python_stack(model: TraceModel, row: int, limit: int = 64) -> list[str]:
+    """Python frame names around a host row, innermost first (2024+ traces, else the
+    2021-2022 `Call stack` of the nearest op that has one)."""
+    host = model.host
+    kinds = host["kind"].to_numpy()
+    names = host["name"]
+    frames: list[str] = []
+    for r in model.host_chain(row):
+        if kinds[r] == Kind.PYTHON:
+            frames.append(str(names.iat[r]))
+            if len(frames) >= limit:
+                break
+    if frames:
+        return frames
+    stacks = host["call_stack"].to_numpy()
+    for r in model.host_chain(row):
+        cs = stacks[r]
+        if isinstance(cs, str) and cs:
+            return [f for f in cs.split(";") if f][:limit]
+    return []
+
+
+def user_source(model: TraceModel, row: int) -> PySource | None:
+    """The innermost non-machinery frame that led to host row `row`, or None."""
+    for frame in python_stack(model, row):
+        src = parse_frame(frame)
+        if src is not None and not is_machinery(src.file):
+            return src
+    return None
+
+
+def user_stack(model: TraceModel, row: int, depth: int = 4) -> list[PySource]:
+    """Up to `depth` non-machinery frames, innermost first, for evidence."""
+    out: list[PySource] = []
+    for frame in python_stack(model, row):
+        src = parse_frame(frame)
+        if src is not None and not is_machinery(src.file):
+            out.append(src)
+            if len(out) >= depth:
+                break
+    return out
+
+
+def in_profiler(model: TraceModel, row: int) -> bool:
+    """True when the host row was issued by torch.profiler itself (its start/stop sync)."""
+    return any(any(p in f for p in PROFILER_FRAMES) for f in python_stack(model, row))
+
+
+def op_chain(model: TraceModel, row: int, limit: int = 6) -> list[str]:
+    """Names of the CPU ops enclosing a host row, innermost first (annotations skipped,
+    ProfilerStep included only if nothing else encloses it)."""
+    host = model.host
+    kinds = host["kind"].to_numpy()
+    names = host["name"]
+    out: list[str] = []
+    for r in model.host_chain(row)[1:] if kinds[row] != Kind.CPU_OP else model.host_chain(row):
+        if kinds[r] == Kind.CPU_OP:
+            name = str(names.iat[r])
+            if not name.startswith("ProfilerStep#"):
+                out.append(name)
+        if len(out) >= limit:
+            break
+    return out
+
+
+def has_python_stacks(model: TraceModel) -> bool:
+    kinds = model.host["kind"].to_numpy()
+    if bool(np.any(kinds == Kind.PYTHON)):
+        return True
+    stacks = model.host["call_stack"].to_numpy()
+    return any(isinstance(s, str) and s for s in stacks[: min(len(stacks), 50_000)])

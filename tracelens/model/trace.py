@@ -1,0 +1,138 @@
+"""The typed, columnar trace model every analyzer reads.
+
+One `TraceModel` per trace file. Times are float microseconds from the trace's first
+event (`origin_us` converts back to absolute epoch time). Row references between
+tables are integer positions (-1 = none), so joins are numpy indexing, not merges.
+
+host (one row per host-side X event: ops, annotations, runtime/driver calls, Python
+frames), columns:
+    kind            int8  `Kind`
+    name            category (interned)
+    pid, tid        int64 (string tids such as "25738" are parsed; others get codes)
+    ts, dur, end    float64 µs
+    external_id     int64  links an op to the runtime calls and kernels it caused
+    correlation     int64  links a runtime call to its GPU activity
+    parent          int64  the enclosing host event on the same thread
+    op              int64  innermost CPU_OP at or above this row (self for an op)
+    op_root         int64  outermost CPU_OP at or above this row
+    range_root      int64  outermost CPU_OP or annotation (not ProfilerStep) at or above
+    range_inner     int64  innermost CPU_OP or annotation (not ProfilerStep) at or above
+    py_frame        int64  innermost PYTHON frame at or above this row
+    step            int64  ProfilerStep number containing this row, -1 if none
+    call_stack      object the 2021-2022 `Call stack` string where present, else None
+    shapes          object raw JSON of `Input Dims`/`Input type`/`Input Strides`/
+                           `Concrete Inputs` for ops (decoded on demand by `op_shapes`)
+
+gpu (one row per kernel, memcpy, memset, GPU sync record, GPU annotation), columns:
+    kind, name, device, stream, ts, dur, end, correlation, external_id,
+    launch          int64  host row of the runtime/driver call that launched it
+    step            int64  step of the launch (or -1)
+    grid_x/y/z, block_x/y/z, registers, shared_memory, bytes   (-1 where absent)
+    sync_kind       category, for GPU_SYNC rows
+
+steps: step, cpu_ts, cpu_end, gpu_ts, gpu_end (NaN where the step launched nothing)
+memory: ts, bytes, total_allocated, total_reserved, device_type, device_id, addr
+counters: name, series, ts, value (long format: one row per sample per series)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+import pandas as pd
+
+from tracelens.model.schema import Kind
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    """One GPU as described by the trace's `deviceProperties` (or inferred)."""
+
+    index: int
+    name: str
+    vendor: str  # "nvidia", "amd" or "unknown"
+    compute_capability: tuple[int, int] | None = None
+    num_sms: int | None = None
+    total_memory_bytes: int | None = None
+    properties: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    """What the trace says about itself and how it was read."""
+
+    path: str
+    file_bytes: int
+    json_bytes: int
+    n_events: int
+    vintage: str
+    origin_us: float  # absolute epoch µs of t=0
+    base_time_ns: int | None
+    vendor: str
+    devices: tuple[DeviceInfo, ...]
+    active_devices: tuple[int, ...]
+    rank: int | None
+    world_size: int | None
+    versions: dict[str, str]
+    metadata: dict[str, Any]
+    notes: tuple[str, ...]
+
+    def device(self, index: int) -> DeviceInfo | None:
+        for dev in self.devices:
+            if dev.index == index:
+                return dev
+        return None
+
+    @property
+    def primary_device(self) -> DeviceInfo | None:
+        """The busiest GPU that has properties, for headers and peak tables."""
+        for idx in self.active_devices:
+            dev = self.device(idx)
+            if dev is not None:
+                return dev
+        return self.devices[0] if self.devices else None
+
+
+@dataclass(frozen=True)
+class TraceModel:
+    meta: TraceMeta
+    host: pd.DataFrame
+    gpu: pd.DataFrame
+    steps: pd.DataFrame
+    memory: pd.DataFrame
+    counters: pd.DataFrame
+    thread_names: dict[tuple[int, int], str]
+
+    # -- convenience views -------------------------------------------------------------
+    @property
+    def span_us(self) -> float:
+        """Wall time covered by host and GPU events."""
+        ends = [df["end"].max() for df in (self.host, self.gpu) if len(df)]
+        return float(max(ends)) if ends else 0.0
+
+    def kernels(self) -> pd.DataFrame:
+        return self.gpu[self.gpu["kind"] == Kind.KERNEL]
+
+    def gpu_activity(self) -> pd.DataFrame:
+        """Kernels, copies and memsets: what makes a GPU busy."""
+        k = self.gpu["kind"]
+        return self.gpu[(k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET)]
+
+    def op_shapes(self, row: int) -> dict[str, Any]:
+        """Decoded shape args of one host row (`Input Dims`, `Input type`, ...)."""
+        raw = self.host["shapes"].iat[row]
+        if raw is None:
+            return {}
+        out: dict[str, Any] = msgspec.json.decode(raw)
+        return out
+
+    def host_chain(self, row: int) -> list[int]:
+        """Host rows from `row` up to its outermost ancestor, innermost first."""
+        parent = self.host["parent"].to_numpy()
+        chain: list[int] = []
+        while row >= 0 and len(chain) < 512:
+            chain.append(row)
+            row = int(parent[row])
+        return chain

@@ -1,0 +1,111 @@
+"""HTML: one self-contained file (inline CSS, inline SVG, a few lines of inline JS; no
+network requests), readable on a laptop and a phone.
+
+All text from the trace (kernel and op names, file paths) goes through Jinja's
+autoescaping; the SVG is built here from numbers only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+from markupsafe import Markup
+
+from tracelens.render import format as fmt
+from tracelens.report import Report, Timeline
+
+#: Colours of the busy/idle causes, shared by the bar, the timeline and the legend.
+CAUSE_COLOURS = {
+    "busy": "#2e9e5b",
+    "host_sync": "#d6453d",
+    "launch": "#f08c2e",
+    "host_bound": "#e8c53a",
+    "other": "#9aa3ad",
+}
+CAUSE_LABELS = {
+    "busy": "GPU busy",
+    "host_sync": "idle: host sync",
+    "launch": "idle: launch overhead",
+    "host_bound": "idle: host-bound",
+    "other": "idle: other",
+}
+
+
+def template_dir() -> Path:
+    """templates/ inside the installed package (wheel), else the repository's top-level
+    templates/ (editable install, source checkout)."""
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[1] / "templates", here.parents[2] / "templates"):
+        if (candidate / "report.html.j2").is_file():
+            return candidate
+    raise FileNotFoundError("tracelens templates not found (expected templates/report.html.j2)")
+
+
+def environment(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(template_dir())),
+        autoescape=autoescape,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["us"] = fmt.us
+    env.filters["pct"] = fmt.pct
+    env.filters["nbytes"] = fmt.nbytes
+    env.filters["metric"] = fmt.metric
+    env.filters["short"] = fmt.short
+    return env
+
+
+def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
+    """Stacked columns per time bin: busy at the bottom, idle causes above; host sync
+    returns as ticks on top; steps as labelled boundaries."""
+    n = len(tl.busy)
+    if n == 0 or tl.end_us <= tl.start_us:
+        return Markup("")
+    top_pad, axis = 18, 18
+    plot_h = height - top_pad - axis
+    bw = width / n
+    parts: list[str] = [
+        f'<svg class="timeline" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        f'aria-label="GPU busy and idle over time">'
+    ]
+    order = ["busy", "host_sync", "launch", "host_bound", "other"]
+    series = {"busy": tl.busy, **tl.idle}
+    for i in range(n):
+        y = top_pad + plot_h
+        x = i * bw
+        for key in order:
+            frac = float(series[key][i]) if i < len(series[key]) else 0.0
+            if frac <= 0:
+                continue
+            h = frac * plot_h
+            y -= h
+            parts.append(
+                f'<rect x="{x:.2f}" y="{y:.2f}" width="{bw + 0.3:.2f}" height="{h:.2f}" fill="{CAUSE_COLOURS[key]}"/>'
+            )
+    span = tl.end_us - tl.start_us
+    for t in tl.syncs:
+        x = (t - tl.start_us) / span * width
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="2" y2="{top_pad - 4}" class="sync"/>')
+    for step, s0, _s1 in tl.steps:
+        x = (s0 - tl.start_us) / span * width
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" class="step"/>')
+        parts.append(f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">#{int(step)}</text>')
+    if not tl.steps:
+        for frac in (0.0, 0.25, 0.5, 0.75):
+            x = frac * width
+            parts.append(
+                f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">{fmt.us(frac * span)}</text>'
+            )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def render_html(report: Report) -> str:
+    env = environment(autoescape=True)
+    template = env.get_template("report.html.j2")
+    svg = timeline_svg(report.timeline) if report.timeline else Markup("")
+    return template.render(r=report, timeline_svg=svg, colours=CAUSE_COLOURS, labels=CAUSE_LABELS)

@@ -1,0 +1,27 @@
+"""JSON: the Report as-is, for machines. Field names are the documented contract."""
+
+from __future__ import annotations
+
+import msgspec
+
+from tracelens.report import Report
+
+
+def _enc_hook(obj: object) -> object:
+    """numpy scalars that slipped into the report encode as plain numbers."""
+    item = getattr(obj, "item", None)
+    if callable(item):
+        return item()
+    raise NotImplementedError(f"cannot encode {type(obj).__name__}")
+
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+
+
+def to_builtins(report: Report) -> object:
+    """The report as plain dicts/lists (enums as their values, NaN as null)."""
+    return msgspec.json.decode(_encoder.encode(report))
+
+
+def render_json(report: Report) -> str:
+    return msgspec.json.format(_encoder.encode(report), indent=2).decode() + "\n"

@@ -1,0 +1,28 @@
+"""Markdown: a compact summary to paste into a GitHub issue, details folded away.
+
+Trace text is untrusted: `md` escapes Markdown and HTML metacharacters so a kernel name
+cannot inject links, images, HTML or break a table.
+"""
+
+from __future__ import annotations
+
+import re
+
+from tracelens.render.html import environment
+from tracelens.report import Report
+
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+
+
+def md(text: object) -> str:
+    """Escape untrusted text for GitHub-flavoured Markdown (tables included)."""
+    s = str(text)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = s.replace("\r", " ").replace("\n", " ")
+    return _MD_SPECIAL.sub(r"\\\1", s)
+
+
+def render_markdown(report: Report) -> str:
+    env = environment(autoescape=False)
+    env.filters["md"] = md
+    return env.get_template("report.md.j2").render(r=report)

@@ -1,0 +1,160 @@
+"""The finished report: everything a renderer may show, as plain serializable data.
+
+Renderers (tracelens.render) see only a `Report`; they never read the trace. The JSON
+output is this structure encoded as-is, so its field names are a contract (see
+README.md, "JSON output").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tracelens.analyzers.base import Finding
+from tracelens.model.sources import PySource
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TraceInfo:
+    path: str
+    file_name: str
+    file_bytes: int
+    json_bytes: int
+    n_events: int
+    vintage: str
+    vendor: str
+    gpu_name: str
+    gpu_count: int
+    compute_capability: str
+    num_sms: int | None
+    versions: dict[str, str]
+    rank: int | None
+    world_size: int | None
+    span_us: float
+    steps: tuple[int, ...]
+    has_shapes: bool
+    has_python_stacks: bool
+    has_memory_events: bool
+    has_clock_samples: bool
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TimeSplit:
+    """Busy/idle accounting over one window."""
+
+    window_us: float
+    busy_us: float
+    idle_us: float
+    host_sync_us: float
+    launch_us: float
+    host_bound_us: float
+    other_us: float
+
+
+@dataclass(frozen=True)
+class StepRow:
+    step: int
+    start_us: float
+    split: TimeSplit
+
+
+@dataclass(frozen=True)
+class GpuTimeSummary:
+    device: int | None
+    windowed_by_steps: bool
+    window_start_us: float
+    window_end_us: float
+    total: TimeSplit
+    steps: tuple[StepRow, ...]
+    other_devices: tuple[tuple[int, TimeSplit], ...] = ()
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """The timeline picture's data: per-bin fractions and host sync marks (µs from the
+    trace start)."""
+
+    start_us: float
+    end_us: float
+    busy: tuple[float, ...]
+    idle: dict[str, tuple[float, ...]]
+    syncs: tuple[float, ...]
+    steps: tuple[tuple[int, float, float], ...]
+
+
+@dataclass(frozen=True)
+class KernelRow:
+    name: str
+    count: int
+    total_us: float
+    mean_us: float
+    share: float  # of the device's busy time
+    kind: str  # kernel, memcpy, memset
+    # memory, compute, latency or unknown; unknown until the roofline analyzer exists.
+    bound: str = "unknown"
+
+
+@dataclass(frozen=True)
+class OpRow:
+    name: str
+    count: int
+    gpu_us: float  # GPU time of the kernels this top-level op launched
+    host_us: float  # host time inside this op
+    kernels: int
+    top_kernel: str
+    source: PySource | None = None
+
+
+@dataclass(frozen=True)
+class SourceRow:
+    source: PySource
+    gpu_us: float  # GPU time of kernels launched from here
+    kernels: int
+    cost_us: float  # time findings attribute to this source
+
+
+@dataclass(frozen=True)
+class Question:
+    """One step of the diagnostic order and its answer for this trace."""
+
+    number: int
+    id: str
+    question: str
+    categories: tuple[str, ...]
+    status: str  # yes, minor, no, not_measurable, not_built
+    time_us: float
+    share: float
+    answer: str
+    finding_indexes: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Summary:
+    primary: str | None
+    headline: str
+    primary_time_us: float
+    primary_share: float
+    primary_advice: str
+    primary_gain_us: float
+
+
+@dataclass(frozen=True)
+class Report:
+    schema_version: int
+    tool: str
+    tool_version: str
+    generated_at: str
+    trace: TraceInfo
+    summary: Summary
+    gpu_time: GpuTimeSummary
+    timeline: Timeline | None
+    questions: tuple[Question, ...]
+    findings: tuple[Finding, ...]
+    kernels: tuple[KernelRow, ...]
+    ops: tuple[OpRow, ...]
+    sources: tuple[SourceRow, ...]
+    load_seconds: float = 0.0
+    analysis_seconds: float = 0.0
+    extra: dict[str, str] = field(default_factory=dict)
