@@ -106,6 +106,7 @@ def _split(window: float, busy: float, idle_by_cause: dict[str, float]) -> TimeS
         host_sync_us=idle_by_cause.get("host_sync", 0.0),
         launch_us=idle_by_cause.get("launch", 0.0),
         host_bound_us=idle_by_cause.get("host_bound", 0.0),
+        profiler_us=idle_by_cause.get("profiler", 0.0),
         other_us=idle_by_cause.get("other", 0.0),
     )
 

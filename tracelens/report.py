@@ -50,6 +50,7 @@ class TimeSplit:
     host_sync_us: float
     launch_us: float
     host_bound_us: float
+    profiler_us: float  # the host was inside torch.profiler itself (prof.step())
     other_us: float
 
 

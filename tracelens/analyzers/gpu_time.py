@@ -16,6 +16,7 @@ Every other host-side analyzer reads this. For each active device:
      each kernel finishes before the next arrives.
    - host_bound: the launch came late by more than that: the host was doing something
      else (Python, data preparation, pageable copies).
+   - profiler: the host was mostly inside torch.profiler's own Python (prof.step()).
    - other: the next kernel was already queued (dependencies between streams,
      collectives waiting for peers, the device's own kernel-to-kernel latency), or its
      launch is not in the trace.
@@ -63,7 +64,12 @@ SYNC_RETURN_SLACK_US = 10.0
 #: Number of columns in the timeline picture.
 TIMELINE_BINS = 480
 
-CAUSES = ("host_sync", "launch", "host_bound", "other")
+CAUSES = ("host_sync", "launch", "host_bound", "profiler", "other")
+
+#: Python frames of torch.profiler itself (prof.step(), start/stop). A gap the host spent
+#: mostly inside them is the profiler's cost, not the program's: it would not be there
+#: without the profiler.
+PROFILER_FRAME_MARKERS = ("torch/profiler/", "torch/autograd/profiler.py")
 
 
 @dataclass(frozen=True)
@@ -186,6 +192,7 @@ def compute_gpu_time(model: TraceModel) -> GpuTime:
     sync_ts_sorted = syncs["ts"].to_numpy()[order]
     sync_row_sorted = syncs.index.to_numpy()[order]
     host_ts = model.host["ts"].to_numpy()
+    profiler_iv = _profiler_intervals(model)
 
     for dev in model.meta.active_devices:
         act = act_all[act_all["device"] == dev]
@@ -228,6 +235,9 @@ def compute_gpu_time(model: TraceModel) -> GpuTime:
         cause[late & (dur > LAUNCH_GAP_MAX_US)] = "host_bound"
         cause[late & (dur <= LAUNCH_GAP_MAX_US)] = "launch"
         cause[sync_row >= 0] = "host_sync"
+        if len(profiler_iv):
+            in_prof = _overlap(profiler_iv, g_start, g_end)
+            cause[(cause != "host_sync") & (cause != "other") & (in_prof > 0.5 * dur)] = "profiler"
         gaps = pd.DataFrame(
             {
                 "start": g_start,
@@ -257,6 +267,32 @@ def compute_gpu_time(model: TraceModel) -> GpuTime:
     steps = _step_times(model, devices[0]) if devices and windowed else ()
     timeline = _timeline(devices[0]) if devices else None
     return GpuTime(devices=tuple(devices), steps=steps, timeline=timeline, windowed_by_steps=windowed)
+
+
+def _profiler_intervals(model: TraceModel) -> np.ndarray:
+    host = model.host
+    py = host[host["kind"] == Kind.PYTHON]
+    if py.empty:
+        return np.empty((0, 2))
+    names = py["name"].astype(str)
+    mask = np.zeros(len(py), dtype=bool)
+    for marker in PROFILER_FRAME_MARKERS:
+        mask |= names.str.contains(marker, regex=False).to_numpy()
+    sel = py[mask]
+    return merge_intervals(sel["ts"].to_numpy(), sel["end"].to_numpy())
+
+
+def _overlap(intervals: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of the (sorted, disjoint) intervals inside each [starts[i], ends[i])."""
+    s, e = intervals[:, 0], intervals[:, 1]
+    cum = np.concatenate([[0.0], np.cumsum(e - s)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, t, side="right")
+        last = np.clip(k - 1, 0, None)
+        return cum[k] - np.where(k > 0, np.clip(e[last] - t, 0, None), 0.0)
+
+    return upto(ends) - upto(starts)
 
 
 def _split_after_sync(gaps: pd.DataFrame, launch_ts: np.ndarray, host_end: np.ndarray) -> pd.DataFrame:

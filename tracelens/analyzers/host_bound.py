@@ -17,7 +17,7 @@ import numpy as np
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, user_source
+from tracelens.model.sources import PySource, is_machinery, parse_frame, user_source
 from tracelens.model.trace import TraceModel
 
 MAX_SITES = 8
@@ -116,6 +116,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     pid = host["pid"].to_numpy()
     tid = host["tid"].to_numpy()
     tree = _RangeTree(model)
+    frames = _UserFrames(model)
     main_thread = _main_thread(model)
     empty = np.empty(0, dtype=np.int64)
 
@@ -125,16 +126,21 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         covered = tree.charge(tree.top.get(thread, empty), float(start), float(end), charged)
         rest = (end - start) - covered
         if rest > 0:
-            charged[None] += rest
+            frame = frames.enclosing(thread, float(start), float(end))
+            charged[frame] += rest
 
     # Group the charged ranges by op name + source.
     names = host["name"]
     grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     src_of: dict[tuple[str, str], PySource | None] = {}
+    kinds = host["kind"].to_numpy()
     for row, us in charged.items():
         if row is None:
             key = (UNTRACED, "")
             src = None
+        elif kinds[row] == Kind.PYTHON:
+            src = parse_frame(str(names.iat[row]))
+            key = (f"Python code in {src.function}()" if src else UNTRACED, src.label if src else "")
         else:
             src = user_source(model, row)
             key = (str(names.iat[row]), src.label if src else "")
@@ -144,10 +150,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     ranked = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)
     sites = tuple(
         Site(
-            description=("host work in " + op) if op != UNTRACED else op,
+            description=op if op == UNTRACED or op.startswith("Python code") else "host work in " + op,
             count=int(n),  # distinct op calls (or gaps, for untraced time) charged
             time_us=us,
-            ops=(op,) if op != UNTRACED else (),
+            ops=(op,) if op != UNTRACED and not op.startswith("Python code") else (),
             source=src_of[(op, label)],
         )
         for (op, label), (us, n) in ranked[:MAX_SITES]
@@ -218,6 +224,40 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             device=dev.device,
         )
     ]
+
+
+class _UserFrames:
+    """The program's own Python frames (not torch, stdlib or builtins) per thread, to
+    name the code the host ran in a gap that no op covers."""
+
+    def __init__(self, model: TraceModel) -> None:
+        host = model.host
+        py = host[host["kind"] == Kind.PYTHON]
+        self.by_thread: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        if py.empty:
+            return
+        files = py["name"].astype(str).str.extract(r"^(.*?)\(\d+\): ", expand=False).fillna("<")
+        user = ~files.map(lambda f: is_machinery(str(f))).to_numpy(dtype=bool)
+        py = py[user]
+        for key, grp in py.groupby(["pid", "tid"], sort=False):
+            self.by_thread[(int(key[0]), int(key[1]))] = (
+                grp.index.to_numpy(),
+                grp["ts"].to_numpy(),
+                grp["end"].to_numpy(),
+            )
+
+    def enclosing(self, thread: tuple[int, int], start: float, end: float) -> int | None:
+        """The shortest user frame covering at least half of [start, end)."""
+        entry = self.by_thread.get(thread)
+        if entry is None:
+            return None
+        rows, ts, te = entry
+        ov = np.minimum(te, end) - np.maximum(ts, start)
+        ok = ov >= 0.5 * (end - start)
+        if not ok.any():
+            return None
+        dur = np.where(ok, te - ts, np.inf)
+        return int(rows[int(np.argmin(dur))])
 
 
 def _main_thread(model: TraceModel) -> tuple[int, int]:

@@ -23,7 +23,15 @@ from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_f
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.analyzers.gpu_time import SYNC_APIS
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, in_profiler, op_chain, python_stack, user_source, user_stack
+from tracelens.model.sources import (
+    PySource,
+    in_profiler,
+    op_chain,
+    python_call,
+    python_stack,
+    user_source,
+    user_stack,
+)
 from tracelens.model.trace import TraceModel
 
 #: A sync whose GPU idle is under this share of the host time it blocked is "while the
@@ -186,6 +194,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         ops: tuple[str, ...]
         source: PySource | None
         stack: tuple[PySource, ...]
+        call: str = ""
         count: int = 0
         host_us: float = 0.0
         idle_us: float = 0.0
@@ -205,10 +214,13 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         ops = op_chain(model, row)
         construct = classify(ops, memcpys.get(int(op_col[row]), []), api)
         src = user_source(model, row)
-        key = (construct.id, api, tuple(ops[:3]), src.label if src else "")
+        call = python_call(model, row)
+        if not call and "aten::index" in ops and construct is _DATA_DEPENDENT:
+            call = "tensor[bool_mask]"
+        key = (construct.id, api, tuple(ops[:3]), (src.label if src else "") + call)
         grp = groups.get(key)
         if grp is None:
-            grp = _Group(construct, api, tuple(ops[:4]), src, tuple(user_stack(model, row)), steps=set())
+            grp = _Group(construct, api, tuple(ops[:4]), src, tuple(user_stack(model, row)), call=call, steps=set())
             groups[key] = grp
         grp.count += 1
         grp.host_us += float(dur[row])
@@ -247,7 +259,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         )
         sources = tuple(dict.fromkeys(g.source for g in groups_of if g.source is not None))[:MAX_SITES]
         where = f" at {sources[0].label}" if sources else ""
+        calls = list(dict.fromkeys(g.call for g in groups_of if g.call))
         inside = f" in {groups_of[0].ops[0]}" if groups_of[0].ops else ""
+        if calls:
+            inside += " from " + ", ".join(calls[:2])
         if busy_anyway:
             title = (
                 f"{count}× {groups_of[0].api}{inside} ({construct.id.replace('_', ' ')}){where}: "
@@ -298,8 +313,9 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
 def _site_description(g: object) -> str:
     ops = getattr(g, "ops", ())
     api = getattr(g, "api", "")
+    call = getattr(g, "call", "")
     chain = " > ".join(reversed(ops[:3])) if ops else "(no enclosing op)"
-    return f"{chain} > {api}"
+    return f"{call}: {chain} > {api}" if call else f"{chain} > {api}"
 
 
 def sync_table(model: TraceModel) -> pd.DataFrame:

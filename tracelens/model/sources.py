@@ -97,6 +97,38 @@ def python_stack(model: TraceModel, row: int, limit: int = 64) -> list[str]:
     return []
 
 
+_BUILTIN_RES = (
+    (re.compile(r"^<built-in method (\w+) of Tensor object"), "Tensor.{}()"),
+    (re.compile(r"^<built-in method (\w+) of type object"), "torch.{}()"),
+    (re.compile(r"^<built-in method (\w+) of PyCapsule object"), "torch._C.{}()"),
+    (re.compile(r"^<built-in function (\w+)>"), "{}()"),
+    (re.compile(r"^<built-in method (\w+) of "), "{}()"),
+)
+_DUNDER_CALLS = {
+    "Tensor.__getitem__()": "tensor[index]",
+    "Tensor.__setitem__()": "tensor[index] = value",
+    "Tensor.__bool__()": "bool(tensor) / if tensor:",
+    "Tensor.__float__()": "float(tensor)",
+    "Tensor.__int__()": "int(tensor)",
+    "Tensor.__format__()": "f-string of a tensor",
+    "Tensor.__repr__()": "repr/print of a tensor",
+}
+
+
+def python_call(model: TraceModel, row: int) -> str:
+    """The Python-level call that issued a host row, from the innermost `<built-in ...>`
+    frame (2024+ traces): e.g. "Tensor.item()", "tensor[index]", "torch.nonzero()"."""
+    for frame in python_stack(model, row, limit=4):
+        if not frame.startswith("<built-in"):
+            continue
+        for pattern, template in _BUILTIN_RES:
+            m = pattern.match(frame)
+            if m:
+                call = template.format(m.group(1))
+                return _DUNDER_CALLS.get(call, call)
+    return ""
+
+
 def user_source(model: TraceModel, row: int) -> PySource | None:
     """The innermost non-machinery frame that led to host row `row`, or None."""
     for frame in python_stack(model, row):

@@ -21,6 +21,7 @@ CAUSE_COLOURS = {
     "host_sync": "#d6453d",
     "launch": "#f08c2e",
     "host_bound": "#e8c53a",
+    "profiler": "#b48ead",
     "other": "#9aa3ad",
 }
 CAUSE_LABELS = {
@@ -28,6 +29,7 @@ CAUSE_LABELS = {
     "host_sync": "idle: host sync",
     "launch": "idle: launch overhead",
     "host_bound": "idle: host-bound",
+    "profiler": "idle: profiler overhead",
     "other": "idle: other",
 }
 
@@ -72,7 +74,7 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
         f'<svg class="timeline" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
         f'aria-label="GPU busy and idle over time">'
     ]
-    order = ["busy", "host_sync", "launch", "host_bound", "other"]
+    order = ["busy", "host_sync", "launch", "host_bound", "profiler", "other"]
     series = {"busy": tl.busy, **tl.idle}
     for i in range(n):
         y = top_pad + plot_h

@@ -39,7 +39,8 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
         lines.append(
             f"GPU busy {pct(gt.busy_us / gt.window_us)}, idle {pct(gt.idle_us / gt.window_us)}: "
             f"host sync {pct(gt.host_sync_us / gt.window_us)} · launch {pct(gt.launch_us / gt.window_us)} · "
-            f"host-bound {pct(gt.host_bound_us / gt.window_us)} · other {pct(gt.other_us / gt.window_us)}"
+            f"host-bound {pct(gt.host_bound_us / gt.window_us)} · profiler {pct(gt.profiler_us / gt.window_us)} · "
+            f"other {pct(gt.other_us / gt.window_us)}"
         )
     lines.append("")
     s = report.summary

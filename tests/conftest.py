@@ -1,0 +1,54 @@
+"""Shared fixtures: real traces (../shared/real_traces beside the checkout, as in CI) and
+the H200 traces in sample_traces/, each loaded once per test session."""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from tracelens.analyzers.context import AnalysisContext
+from tracelens.assemble import build_report
+from tracelens.model import TraceModel, load_trace
+from tracelens.report import Report
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "sample_traces"
+REAL = Path(os.environ.get("TRACELENS_REAL_TRACES", REPO.parent / "shared" / "real_traces"))
+
+REAL_TRACES = sorted(REAL.glob("*/*.json.gz")) if REAL.is_dir() else []
+SAMPLE_TRACES = sorted(SAMPLES.glob("*.json.gz"))
+
+needs_real = pytest.mark.skipif(not REAL_TRACES, reason=f"real traces not found at {REAL}")
+
+
+def real(name: str) -> Path:
+    """A trace from shared/real_traces by file name."""
+    for p in REAL_TRACES:
+        if p.name == name:
+            return p
+    pytest.skip(f"real trace {name} not found under {REAL}")
+
+
+def sample(name: str) -> Path:
+    p = SAMPLES / f"{name}.pt.trace.json.gz"
+    if not p.exists():
+        pytest.fail(f"sample trace missing: {p}")
+    return p
+
+
+@lru_cache(maxsize=None)
+def model_of(path: Path) -> TraceModel:
+    return load_trace(path)
+
+
+@lru_cache(maxsize=None)
+def context_of(path: Path) -> AnalysisContext:
+    return AnalysisContext(model_of(path))
+
+
+@lru_cache(maxsize=None)
+def report_of(path: Path) -> Report:
+    return build_report(model_of(path))
