@@ -4,7 +4,7 @@ the H200 traces in sample_traces/, each loaded once per test session."""
 from __future__ import annotations
 
 import os
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -39,16 +39,21 @@ def sample(name: str) -> Path:
     return p
 
 
-@lru_cache(maxsize=None)
+@cache
 def model_of(path: Path) -> TraceModel:
     return load_trace(path)
 
 
-@lru_cache(maxsize=None)
+@cache
 def context_of(path: Path) -> AnalysisContext:
     return AnalysisContext(model_of(path))
 
 
-@lru_cache(maxsize=None)
+@cache
 def report_of(path: Path) -> Report:
     return build_report(model_of(path))
+
+
+@pytest.fixture(scope="session")
+def all_real_reports() -> dict[str, Report]:
+    return {p.name: report_of(p) for p in REAL_TRACES}

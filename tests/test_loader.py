@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+
 from tracelens.model import Kind
 
 # ProfilerStep# counts on the CPU side, from shared/real_traces/SOURCES.md.

@@ -148,9 +148,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     marks = syncs["end"].to_numpy()
     if len(marks) > MAX_SYNC_MARKS:
         marks = np.sort(marks)[np.linspace(0, len(marks) - 1, MAX_SYNC_MARKS).astype(int)]
-    steps = tuple(
-        (int(s.step), float(s.start), float(s.end)) for s in ctx.gpu_time.steps
-    )
+    steps = tuple((int(s.step), float(s.start), float(s.end)) for s in ctx.gpu_time.steps)
     return Timeline(
         start_us=tl.start,
         end_us=tl.end,
@@ -209,7 +207,9 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     if not ok.any():
         return ()
     root = host["op_root"].to_numpy()[launch[ok]]
-    frame = pd.DataFrame({"root": root, "dur": act["dur"].to_numpy()[ok], "kernel": act["name"].astype(str).to_numpy()[ok]})
+    frame = pd.DataFrame(
+        {"root": root, "dur": act["dur"].to_numpy()[ok], "kernel": act["name"].astype(str).to_numpy()[ok]}
+    )
     frame = frame[frame["root"] >= 0]
     if frame.empty:
         return ()
@@ -260,8 +260,12 @@ def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:
                 cost_by[site.source] += site.time_us
     keys = set(gpu_by) | set(cost_by)
     rows = [
-        SourceRow(source=k, gpu_us=gpu_by[k][0] if k in gpu_by else 0.0, kernels=int(gpu_by[k][1]) if k in gpu_by else 0,
-                  cost_us=cost_by.get(k, 0.0))
+        SourceRow(
+            source=k,
+            gpu_us=gpu_by[k][0] if k in gpu_by else 0.0,
+            kernels=int(gpu_by[k][1]) if k in gpu_by else 0,
+            cost_us=cost_by.get(k, 0.0),
+        )
         for k in keys
     ]
     rows.sort(key=lambda r: (r.cost_us, r.gpu_us), reverse=True)

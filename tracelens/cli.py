@@ -67,7 +67,9 @@ def report(
     ] = None,
     markdown: Annotated[
         Path | None,
-        typer.Option("--markdown", "--md", help="Write the Markdown summary (for a GitHub issue) here.", show_default=False),
+        typer.Option(
+            "--markdown", "--md", help="Write the Markdown summary (for a GitHub issue) here.", show_default=False
+        ),
     ] = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Write the JSON report (for machines) here.", show_default=False)

@@ -3,6 +3,7 @@ reader never sees half a report and a failed run never clobbers the last good on
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from pathlib import Path
@@ -27,10 +28,8 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
             fh.write(text)
         os.replace(tmp, target)
     except OSError as exc:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise OutputError(f"{target}: cannot write ({exc.strerror or exc})") from exc
     return target
 

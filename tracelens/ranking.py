@@ -152,7 +152,9 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     top = primary_finding(findings)
     dev = ctx.gpu_time.primary
     if top is None:
-        busy = f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the profiled time" if dev and dev.window_us else ""
+        busy = (
+            f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the profiled time" if dev and dev.window_us else ""
+        )
         return Summary(
             primary=None,
             headline=(busy + "; no host-side bottleneck found." if busy else "No GPU activity to analyze."),

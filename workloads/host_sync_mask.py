@@ -1,7 +1,7 @@
 """host_sync_mask: host synchronisations from data-dependent shapes and Python branching.
 
 What it demonstrates
-    The seed post's case. Each step does a few elementwise ops on a 16M-element fp32
+    The seed post's case. Each step does a few elementwise ops on a 64M-element fp32
     tensor (~0.3 ms of GPU work on an H200), then
       * boolean-mask indexing ``y[mask]``: ``aten::index`` > ``aten::nonzero`` must learn
         the output size on the host -> ``cudaMemcpyAsync`` + ``cudaStreamSynchronize``
@@ -43,7 +43,7 @@ NAME = "host_sync_mask"
 def main() -> None:
     args = parse_args(__doc__)
     dev = args.device
-    n = (1 << 24) if args.is_cuda else (1 << 18)  # 16M fp32 = 64 MiB per tensor
+    n = (1 << 26) if args.is_cuda else (1 << 18)  # 64M fp32 = 256 MiB per tensor
     steps = args.steps or 10
     warmup = args.warmup if args.warmup is not None else 2
 

@@ -3,7 +3,7 @@
 What it demonstrates
     A 4-layer pre-norm transformer (d_model 1024, 16 heads, MLP 4x with GELU,
     ``scaled_dot_product_attention`` with a causal mask), token embedding and an LM head
-    over a 8192-token vocabulary, batch 8 x 512 tokens, under
+    over a 8192-token vocabulary, batch 32 x 512 tokens, under
     ``torch.autocast('cuda', dtype=torch.bfloat16)``. Each step: forward, cross-entropy
     loss, ``loss.backward()``, ``AdamW.step()`` (default foreach implementation),
     ``zero_grad(set_to_none=True)``. No ``.item()`` or other host reads inside the step.
@@ -85,7 +85,7 @@ def main() -> None:
     args = parse_args(__doc__)
     dev = args.device
     if args.is_cuda:
-        vocab, d, heads, layers, batch, seq = 8192, 1024, 16, 4, 8, 512
+        vocab, d, heads, layers, batch, seq = 8192, 1024, 16, 4, 32, 512
     else:  # smoke-test size
         vocab, d, heads, layers, batch, seq = 512, 128, 4, 4, 2, 64
     steps = args.steps or 5

@@ -85,6 +85,8 @@ class Site:
     stack: tuple[PySource, ...] = ()  # user frames, innermost first
     kernels: tuple[str, ...] = ()
     steps: tuple[int, ...] = ()
+    kind: str = ""  # a finding-specific label, e.g. the sync construct
+    advice: str = ""  # what to change here, where it differs by site
 
 
 @dataclass(frozen=True)

@@ -229,93 +229,92 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         if steps[row] >= 0 and grp.steps is not None:
             grp.steps.add(int(steps[row]))
 
-    by_construct: dict[str, list[_Group]] = defaultdict(list)
-    for grp in groups.values():
-        by_construct[grp.construct.id].append(grp)
-
-    findings: list[Finding] = []
-    for groups_of in by_construct.values():
-        construct = groups_of[0].construct
-        groups_of.sort(key=lambda g: (g.idle_us, g.host_us), reverse=True)
-        count = sum(g.count for g in groups_of)
-        host_us = sum(g.host_us for g in groups_of)
-        idle_us = sum(g.idle_us for g in groups_of)
-        tail_us = sum(g.tail_us for g in groups_of)
-        share = ctx.share(idle_us)
-        busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us
-        sites = tuple(
-            Site(
-                description=_site_description(g),
-                count=g.count,
-                time_us=g.idle_us,
-                host_us=g.host_us,
-                ops=g.ops,
-                api=g.api,
-                source=g.source,
-                stack=g.stack,
-                steps=tuple(sorted(g.steps or ())),
-            )
-            for g in groups_of[:MAX_SITES]
+    if not groups:
+        return []
+    ranked = sorted(groups.values(), key=lambda g: (g.idle_us, g.host_us), reverse=True)
+    count = sum(g.count for g in ranked)
+    host_us = sum(g.host_us for g in ranked)
+    idle_us = sum(g.idle_us for g in ranked)
+    tail_us = sum(g.tail_us for g in ranked)
+    share = ctx.share(idle_us)
+    sites = tuple(
+        Site(
+            description=_site_description(g),
+            count=g.count,
+            time_us=g.idle_us,
+            host_us=g.host_us,
+            ops=g.ops,
+            api=g.api,
+            source=g.source,
+            stack=g.stack,
+            steps=tuple(sorted(g.steps or ())),
+            kind=g.construct.id,
+            advice=g.construct.advice,
         )
-        sources = tuple(dict.fromkeys(g.source for g in groups_of if g.source is not None))[:MAX_SITES]
-        where = f" at {sources[0].label}" if sources else ""
-        calls = list(dict.fromkeys(g.call for g in groups_of if g.call))
-        inside = f" in {groups_of[0].ops[0]}" if groups_of[0].ops else ""
-        if calls:
-            inside += " from " + ", ".join(calls[:2])
-        if busy_anyway:
-            title = (
-                f"{count}× {groups_of[0].api}{inside} ({construct.id.replace('_', ' ')}){where}: "
-                f"the host waits {fmt_us(host_us)} while the GPU stays busy ({fmt_us(idle_us)} idle after)"
-            )
-            advice = (
-                "These syncs return while the GPU still has queued work, so they cost little now. "
-                "They become expensive as soon as the GPU gets faster than the host: "
-                + construct.advice
-            )
-        else:
-            title = (
-                f"{count}× {groups_of[0].api}{inside} ({construct.id.replace('_', ' ')}){where} "
-                f"leaves the GPU idle {fmt_us(idle_us)}; the host waits {fmt_us(host_us)}"
-            )
-            advice = construct.advice
-        findings.append(
-            Finding(
-                category=Category.HOST_SYNC,
-                severity=severity_for(share),
-                title=title,
-                time_us=idle_us,
-                share=share,
-                advice=advice,
-                expected_gain_us=idle_us,
-                gain_note=(
-                    "up to the GPU idle that follows these syncs; the host time blocked inside them "
-                    "overlaps GPU work and is not saved"
-                ),
-                evidence=(
-                    Metric("what syncs", construct.description),
-                    Metric("sync calls", count, "count"),
-                    Metric("host blocked in the calls", host_us, "us"),
-                    Metric("GPU idle after them (sync return + queue refill)", idle_us, "us"),
-                    Metric("GPU idle while the host worked after them (counted under host_bound)", tail_us, "us"),
-                    Metric("runtime calls", ", ".join(sorted({g.api for g in groups_of}))),
-                    Metric("profiler's own syncs ignored", profiler_syncs, "count"),
-                ),
-                sites=sites,
-                sources=sources,
-                tags=(construct.id,),
-            )
+        for g in ranked[:MAX_SITES]
+    )
+    # Constructs in order of the idle they cause; the advice follows the same order.
+    constructs: dict[str, SyncConstruct] = {}
+    for g in ranked:
+        constructs.setdefault(g.construct.id, g.construct)
+    calls = list(dict.fromkeys(g.call or g.construct.id.replace("_", " ") for g in ranked))
+    sources = tuple(dict.fromkeys(g.source for g in ranked if g.source is not None))[:MAX_SITES]
+    where = f" at {sources[0].label}" if sources else ""
+    what = ", ".join(calls[:3]) + (", …" if len(calls) > 3 else "")
+    busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us
+    if busy_anyway:
+        title = (
+            f"{count} host syncs ({what}){where}: the host waits {fmt_us(host_us)} while the GPU stays busy "
+            f"({fmt_us(idle_us)} idle after them)"
         )
-    findings.sort(key=lambda f: f.time_us, reverse=True)
-    return findings
+        lead = (
+            "These syncs return while the GPU still has queued work, so they cost little now; they become "
+            "expensive as soon as the GPU gets faster than the host. "
+        )
+    else:
+        title = (
+            f"{count} host syncs ({what}){where} leave the GPU idle {fmt_us(idle_us)}; the host waits {fmt_us(host_us)}"
+        )
+        lead = ""
+    advice = lead + " ".join(f"{c.description[0].upper()}{c.description[1:]}: {c.advice}" for c in constructs.values())
+    return [
+        Finding(
+            category=Category.HOST_SYNC,
+            severity=severity_for(share),
+            title=title,
+            time_us=idle_us,
+            share=share,
+            advice=advice,
+            expected_gain_us=idle_us,
+            gain_note=(
+                "up to the GPU idle that follows these syncs; the host time blocked inside them "
+                "overlaps GPU work and is not saved"
+            ),
+            evidence=(
+                Metric("sync calls", count, "count"),
+                Metric("host blocked in the calls", host_us, "us"),
+                Metric("GPU idle after them (sync return + queue refill)", idle_us, "us"),
+                Metric("GPU idle while the host worked after them (counted under host_bound)", tail_us, "us"),
+                Metric("constructs", ", ".join(constructs)),
+                Metric("runtime calls", ", ".join(sorted({g.api for g in ranked}))),
+                Metric("profiler's own syncs ignored", profiler_syncs, "count"),
+            ),
+            sites=sites,
+            sources=sources,
+            tags=tuple(constructs),
+        )
+    ]
 
 
 def _site_description(g: object) -> str:
     ops = getattr(g, "ops", ())
     api = getattr(g, "api", "")
     call = getattr(g, "call", "")
+    construct = getattr(g, "construct", None)
+    label = construct.id.replace("_", " ") if construct is not None else ""
     chain = " > ".join(reversed(ops[:3])) if ops else "(no enclosing op)"
-    return f"{call}: {chain} > {api}" if call else f"{chain} > {api}"
+    head = f"{call} ({label})" if call else label
+    return f"{head}: {chain} > {api}"
 
 
 def sync_table(model: TraceModel) -> pd.DataFrame:

@@ -169,7 +169,9 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
     src_cache: dict[int, PySource | None] = {}
     gpu_names = model.gpu["name"]
     for lrow, nrow, dur in zip(
-        launch_gaps["launch_row"].to_numpy(), launch_gaps["next_row"].to_numpy(), launch_gaps["dur"].to_numpy(),
+        launch_gaps["launch_row"].to_numpy(),
+        launch_gaps["next_row"].to_numpy(),
+        launch_gaps["dur"].to_numpy(),
         strict=True,
     ):
         if lrow < 0:

@@ -124,11 +124,7 @@ def _decode(data: bytes, name: str, notes: list[str]) -> tuple[list[RawEvent], d
             gc.enable()
     if top.traceEvents is None:
         raise TraceInputError(f"{name}: no 'traceEvents' list: not a Chrome/Kineto trace")
-    meta = {
-        key: raw
-        for key in TraceFile.__struct_fields__
-        if key != "traceEvents" and len(raw := getattr(top, key))
-    }
+    meta = {key: raw for key in TraceFile.__struct_fields__ if key != "traceEvents" and len(raw := getattr(top, key))}
     return top.traceEvents, meta
 
 
@@ -467,8 +463,10 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
     model = build_model(events, top, name=name, file_bytes=file_bytes, json_bytes=len(data), notes=notes)
     if any(e.ph == "C" for e in events):
         counters = _decode_counters(data)
-        counters["ts"] = counters["ts"] - model.meta.origin_us + (
-            model.meta.base_time_ns / 1000.0 if model.meta.base_time_ns else 0.0
+        counters["ts"] = (
+            counters["ts"]
+            - model.meta.origin_us
+            + (model.meta.base_time_ns / 1000.0 if model.meta.base_time_ns else 0.0)
         )
         model = dataclasses.replace(model, counters=counters)
     tick("built the trace model")
@@ -495,8 +493,7 @@ def build_model(
     gpu_ev = [xs[i] for i in np.flatnonzero(is_gpu)]
     if not gpu_ev and not any(kinds == Kind.CPU_OP):
         raise TraceInputError(
-            f"{name}: no PyTorch CPU ops, runtime calls or GPU kernels found: "
-            "not a torch.profiler (Kineto) trace"
+            f"{name}: no PyTorch CPU ops, runtime calls or GPU kernels found: not a torch.profiler (Kineto) trace"
         )
 
     all_ts = [e.ts for e in host_ev] + [e.ts for e in gpu_ev]

@@ -99,9 +99,7 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
     if not tl.steps:
         for frac in (0.0, 0.25, 0.5, 0.75):
             x = frac * width
-            parts.append(
-                f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">{fmt.us(frac * span)}</text>'
-            )
+            parts.append(f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">{fmt.us(frac * span)}</text>')
     parts.append("</svg>")
     return Markup("".join(parts))
 

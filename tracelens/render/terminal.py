@@ -32,8 +32,7 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
     lines: list[str] = []
     steps = f"{len(t.steps)} steps" if t.steps else "no ProfilerStep markers"
     lines.append(
-        typer.style("tracelens", bold=True)
-        + f"  {t.file_name}  ({t.gpu_name}, {steps}, {us(gt.window_us)} profiled)"
+        typer.style("tracelens", bold=True) + f"  {t.file_name}  ({t.gpu_name}, {steps}, {us(gt.window_us)} profiled)"
     )
     if gt.window_us > 0:
         lines.append(
@@ -47,7 +46,9 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
     if s.primary:
         lines.append(typer.style("Primary bottleneck: ", bold=True) + typer.style(s.primary, fg="red", bold=True))
         lines.append(f"  {s.headline}")
-        lines.append(f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}.")
+        lines.append(
+            f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}."
+        )
         lines.append(f"  Fix: {s.primary_advice}")
     else:
         lines.append(typer.style("No primary bottleneck: ", bold=True) + s.headline)
@@ -56,7 +57,9 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
     for q in report.questions:
         label, colour = _STATUS_STYLE.get(q.status, (q.status, "white"))
         cost = f"  {us(q.time_us)} ({pct(q.share)})" if q.status in ("yes", "minor") else ""
-        lines.append(f"  {q.number}. {_QUESTION_SHORT.get(q.id, q.question):40s} {typer.style(f'{label:9s}', fg=colour)}{cost}")
+        lines.append(
+            f"  {q.number}. {_QUESTION_SHORT.get(q.id, q.question):40s} {typer.style(f'{label:9s}', fg=colour)}{cost}"
+        )
     if report.findings:
         lines.append("")
         lines.append(typer.style("Findings:", bold=True))

@@ -1,0 +1,92 @@
+"""Our GPU idle breakdown against HolisticTraceAnalysis (HTA 0.5.0) on real traces.
+
+HTA is an optional extra (it pulls jupyterlab); CI installs it. How the two differ, and
+why the comparison is made the way it is:
+- Window. HTA computes idle per stream from that stream's first to last event, and drops
+  the last ProfilerStep (include_last_profiler_step=False); we use the steps including
+  the last one. So ours is clipped to HTA's window before comparing.
+- Causes. HTA has host_wait (the launch started after the previous kernel ended),
+  kernel_wait (gap < 30 µs otherwise) and other. Our host_sync + launch + host_bound +
+  profiler are all "the launch came late" (host_wait); our "other" is HTA's kernel_wait
+  + other. HTA has no notion of a sync: we split its host_wait by what the host did.
+- Streams. HTA never merges streams; we take the union over streams (a kernel on one
+  stream keeps the GPU busy). So causes are compared on single-stream traces only.
+- Rounding. HTA rounds float timestamps to whole µs unless HTA_DISABLE_NS_ROUNDING=1;
+  we keep them, so the test sets it (rounding moved idle by up to 1 point on these).
+- Slack. We count a launch as late only if it started after the GPU drained minus
+  10 µs of clock slack (SYNC_RETURN_SLACK_US); HTA uses no slack. On the 2024 V100
+  trace this moves ~800 µs of a 6.4 ms idle from HTA's host_wait into our other, which
+  is why that trace is not in the list below.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import context_of, needs_real, real
+
+hta = pytest.importorskip("hta.trace_analysis", reason="holistictraceanalysis not installed (pip install -e .[hta])")
+pytestmark = [pytest.mark.hta, needs_real, pytest.mark.filterwarnings("ignore")]
+
+# Single-stream traces where both tools run on pandas 3 (resnet_act_checkpoint fails
+# inside HTA on pandas 3; rank0.json's CUDA-graph kernels are dropped by HTA's filter).
+TRACES = [
+    "worker0.pt.trace.json.gz",
+    "worker0.1623143089861.pt.trace.json.gz",
+    "worker0.1623212756351.pt.trace.json.gz",
+    "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "eager_trace.json.gz",
+]
+
+
+def _hta_idle(path: Path, tmp: Path) -> tuple[float, float, dict[str, float]]:
+    """HTA's idle breakdown of the (single) kernel stream: window start/end in raw trace
+    µs, and host_wait/kernel_wait/other in µs."""
+    os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
+    shutil.copy(path, tmp / path.name)
+    ta = hta.TraceAnalysis(trace_dir=str(tmp))
+    rank = ta.t.get_ranks()[0]
+    idle, _ = ta.get_idle_time_breakdown(ranks=[rank], visualize=False, consecutive_kernel_delay=30)
+    streams = idle["stream"].unique()
+    assert len(streams) == 1, streams
+    by = {str(r["idle_category"]): float(r["idle_time"]) for r in idle.to_dict("records")}
+    df = ta.t.get_trace(rank)
+    sym = ta.t.symbol_table.get_sym_id_map()
+    cats = [sym[c] for c in ("kernel", "Kernel", "gpu_memset", "Memset", "gpu_memcpy", "Memcpy") if c in sym]
+    k = df[df["stream"].isin(streams) & df["cat"].isin(cats)]
+    start = float(k["ts"].min()) + float(ta.t.min_ts)
+    end = float((k["ts"] + k["dur"]).max()) + float(ta.t.min_ts)
+    return start, end, by
+
+
+@pytest.mark.parametrize("name", TRACES)
+def test_idle_breakdown_matches_hta(name: str, tmp_path: Path) -> None:
+    path = real(name)
+    start_raw, end_raw, hta_by = _hta_idle(path, tmp_path)
+    ctx = context_of(path)
+    dev = ctx.gpu_time.primary
+    assert dev is not None
+    meta = ctx.model.meta
+    origin_raw = meta.origin_us - (meta.base_time_ns / 1000.0 if meta.base_time_ns else 0.0)
+    a0, a1 = start_raw - origin_raw, end_raw - origin_raw
+    g = dev.gaps
+    s = np.clip(g["start"].to_numpy(), a0, a1)
+    e = np.clip(g["end"].to_numpy(), a0, a1)
+    dur = np.maximum(e - s, 0.0)
+    ours = {
+        c: float(dur[(g["cause"] == c).to_numpy()].sum())
+        for c in ("host_sync", "launch", "host_bound", "profiler", "other")
+    }
+    ours_idle = sum(ours.values())
+    hta_idle = sum(hta_by.values())
+    window = a1 - a0
+    # Total idle over the same window: within 0.5% of the window.
+    assert abs(ours_idle - hta_idle) <= 0.005 * window, (ours_idle, hta_idle)
+    # "The host was late" vs HTA's host_wait: within 2% of idle or 1% of the window.
+    ours_host = ours["host_sync"] + ours["launch"] + ours["host_bound"] + ours["profiler"]
+    tol = max(0.02 * hta_idle, 0.01 * window)
+    assert abs(ours_host - hta_by.get("host_wait", 0.0)) <= tol, (ours_host, hta_by)

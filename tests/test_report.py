@@ -1,0 +1,179 @@
+"""The report as a user and a machine see it: the JSON contract, the diagnostic order and
+primary bottleneck, untrusted text escaped, the HTML offline."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import REAL_TRACES, needs_real, real, report_of, sample
+
+from tracelens.assemble import build_report
+from tracelens.model import load_trace
+from tracelens.render import render_html, render_json, render_markdown, render_terminal
+from tracelens.render.markdown import md
+
+CATEGORY_IDS = {
+    "host_sync",
+    "host_bound",
+    "launch_overhead",
+    "memory_bound",
+    "shape_dynamism",
+    "allocation",
+    "compute_bound",
+    "misaligned_matmul",
+    "wave_quantization",
+    "power_throttle",
+}
+
+
+def test_json_contract() -> None:
+    data = json.loads(render_json(report_of(sample("host_sync_mask"))))
+    assert data["summary"]["primary"] in CATEGORY_IDS
+    assert data["findings"]
+    for f in data["findings"]:
+        for key in ("category", "severity", "title", "time_us", "share", "advice", "evidence", "sources"):
+            assert key in f, key
+        assert f["category"] in CATEGORY_IDS
+        assert f["severity"] in ("high", "medium", "low", "info")
+        assert 0 <= f["share"] <= 1 and f["time_us"] >= 0
+        for s in f["sources"]:
+            assert set(s) >= {"file", "line", "function"}
+    assert data["kernels"]
+    for k in data["kernels"]:
+        assert set(k) >= {"name", "count", "total_us", "bound"}
+        assert k["bound"] in ("memory", "compute", "latency", "unknown")
+    assert [q["number"] for q in data["questions"]] == [1, 2, 3, 4, 5, 6]
+
+
+def test_diagnostic_order_and_primary() -> None:
+    rep = report_of(sample("host_sync_mask"))
+    order = [f.category.value for f in rep.findings]
+    # host waits (1) before launch overhead (2)
+    assert order.index("host_sync") < order.index("launch_overhead")
+    assert rep.summary.primary == "host_sync"
+    statuses = {q.id: q.status for q in rep.questions}
+    assert statuses["host_waits"] == "yes"
+    for q in ("memory", "shape_dynamism", "allocation", "compute"):
+        assert statuses[q] == "not_built"
+    # A GPU-bound loop has no host-side primary.
+    gemm = report_of(sample("gemm_bf16"))
+    assert gemm.summary.primary is None
+    assert {q.id: q.status for q in gemm.questions}["host_waits"] in ("no", "minor")
+
+
+@needs_real
+def test_primary_on_public_traces() -> None:
+    assert report_of(real("worker0.1623143089861.pt.trace.json.gz")).summary.primary == "host_bound"
+    assert report_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz")).summary.primary == "host_bound"
+
+
+def _evil_trace(tmp_path: Path) -> Path:
+    """A small synthetic trace whose names try to inject HTML and Markdown."""
+    evil_kernel = "<script>alert(1)</script>| ![x](http://evil.example/x.png) **bold** `tick`"
+    evil_op = "aten::<img src=x onerror=alert(2)>"
+    ev = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
+        {
+            "ph": "X",
+            "cat": "cpu_op",
+            "name": evil_op,
+            "pid": 1,
+            "tid": 1,
+            "ts": 10,
+            "dur": 50,
+            "args": {"External id": 1},
+        },
+        {
+            "ph": "X",
+            "cat": "python_function",
+            "name": "/home/u/<b>x</b>.py(3): f|g",
+            "pid": 1,
+            "tid": 1,
+            "ts": 5,
+            "dur": 900,
+            "args": {"Python id": 1},
+        },
+    ]
+    for i in range(30):
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "cuda_runtime",
+                "name": "cudaLaunchKernel",
+                "pid": 1,
+                "tid": 1,
+                "ts": 12 + i * 30,
+                "dur": 5,
+                "args": {"correlation": 100 + i, "External id": 1},
+            }
+        )
+        ev.append(
+            {
+                "ph": "X",
+                "cat": "kernel",
+                "name": evil_kernel,
+                "pid": 0,
+                "tid": 7,
+                "ts": 20 + i * 30,
+                "dur": 2,
+                "args": {"correlation": 100 + i, "device": 0, "stream": 7},
+            }
+        )
+    ev.append(
+        {
+            "ph": "X",
+            "cat": "cuda_runtime",
+            "name": "cudaStreamSynchronize",
+            "pid": 1,
+            "tid": 1,
+            "ts": 920,
+            "dur": 40,
+            "args": {"correlation": 999},
+        }
+    )
+    path = tmp_path / "evil.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": ev}).encode()))
+    return path
+
+
+def test_untrusted_text_is_escaped(tmp_path: Path) -> None:
+    rep = build_report(load_trace(_evil_trace(tmp_path)))
+    html = render_html(rep)
+    assert "<script>alert" not in html and "&lt;script&gt;" in html
+    assert "<img src=x" not in html
+    assert "<b>x</b>" not in html
+    mdtext = render_markdown(rep)
+    assert "<script>" not in mdtext and "![x](" not in mdtext
+    assert "http://evil" not in mdtext.replace("http://evil\\.example", "")
+    # Table rows keep their column count: the | in the name is escaped.
+    for line in mdtext.splitlines():
+        if line.startswith("| ") and "script" in line:
+            assert line.count(" | ") == line.replace("\\|", "").count(" | ")
+
+
+def test_md_escape() -> None:
+    assert md("a|b") == "a\\|b"
+    assert md("<x>") == "&lt;x&gt;"
+    assert md("[l](u)") == "\\[l\\]\\(u\\)"
+
+
+def test_html_is_offline_and_self_contained() -> None:
+    html = render_html(report_of(sample("train_step")))
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", html)
+    assert "@import" not in html and "url(" not in html
+    assert "<svg" in html and "<style>" in html
+    assert "Content-Security-Policy" in html
+
+
+@needs_real
+@pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: p.name)
+def test_all_renderers_on_real_traces(path: Path) -> None:
+    rep = report_of(path)
+    assert "<html" in render_html(rep)
+    assert "tracelens" in render_markdown(rep)
+    json.loads(render_json(rep))
+    assert rep.trace.gpu_name in render_terminal(rep)
