@@ -20,7 +20,7 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.gpu_time import CAUSES, SYNC_APIS, DeviceTime
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 from tracelens.ranking import questions, rank, summary
 from tracelens.report import (
     SCHEMA_VERSION,
@@ -142,8 +142,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     if tl is None or dev is None:
         return None
     host = ctx.model.host
-    names = host["name"].astype(str)
-    syncs = host[names.isin(SYNC_APIS).to_numpy()]
+    syncs = host[name_matches(host["name"], SYNC_APIS.__contains__)]
     syncs = syncs[(syncs["ts"] >= tl.start) & (syncs["ts"] <= tl.end)]
     marks = syncs["end"].to_numpy()
     if len(marks) > MAX_SYNC_MARKS:

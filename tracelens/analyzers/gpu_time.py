@@ -30,7 +30,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.model.schema import Kind
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 #: Blocking host calls. Each makes the calling thread wait for device work to finish.
 #: hipMemcpyWithStream and cudaMemcpy (not Async) are synchronous copies.
@@ -177,8 +177,7 @@ def _sync_rows(model: TraceModel) -> pd.DataFrame:
     host = model.host
     is_call = (host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)
     calls = host[is_call]
-    names = calls["name"].astype(str)
-    return calls[names.isin(SYNC_APIS).to_numpy()]
+    return calls[name_matches(calls["name"], SYNC_APIS.__contains__)]
 
 
 def compute_gpu_time(model: TraceModel) -> GpuTime:

@@ -18,7 +18,7 @@ from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_f
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, is_machinery, parse_frame, user_source
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 MAX_SITES = 8
 #: Name of the part of a gap not covered by any recorded op on the launching thread.
@@ -35,6 +35,9 @@ CONTAINER_FACTOR = 2.0
 MAX_DESCENT = 8
 
 
+_Ranges = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # rows, ts, end, running max of end
+
+
 class _RangeTree:
     """Ops and annotations (ProfilerStep excluded) as a per-thread tree of time ranges,
     for charging host-bound gaps to what the host was actually doing."""
@@ -49,38 +52,53 @@ class _RangeTree:
         self.ts = host["ts"].to_numpy()
         self.end = host["end"].to_numpy()
         ranges = host[is_range]
-        self.top: dict[tuple[int, int], np.ndarray] = {}
+        self.top: dict[tuple[int, int], _Ranges] = {}
         top = ranges[rparent[is_range] < 0].sort_values("ts", kind="stable")
         for key, grp in top.groupby(["pid", "tid"], sort=False):
-            self.top[(int(key[0]), int(key[1]))] = grp.index.to_numpy()
+            self.top[(int(key[0]), int(key[1]))] = self._ranges(grp.index.to_numpy())
         child = ranges[rparent[is_range] >= 0]
         child_parent = rparent[child.index.to_numpy()]
         order = np.lexsort((child["ts"].to_numpy(), child_parent))
-        c_rows = child.index.to_numpy()[order]
+        self._c_rows = child.index.to_numpy()[order]
         c_par = child_parent[order]
-        self.children: dict[int, np.ndarray] = {}
-        if len(c_rows):
-            cuts = np.flatnonzero(np.diff(c_par)) + 1
-            for seg in np.split(np.arange(len(c_rows)), cuts):
-                self.children[int(c_par[seg[0]])] = c_rows[seg]
+        self._c_par = c_par
+        self._children: dict[int, _Ranges] = {}
 
-    def charge(self, rows: np.ndarray, start: float, end: float, out: dict[int | None, float], depth: int = 0) -> float:
+    def _ranges(self, rows: np.ndarray) -> _Ranges:
+        te = self.end[rows]
+        return rows, self.ts[rows], te, np.maximum.accumulate(te) if len(te) else te
+
+    def children(self, row: int) -> _Ranges | None:
+        got = self._children.get(row)
+        if got is None:
+            lo = int(np.searchsorted(self._c_par, row, side="left"))
+            hi = int(np.searchsorted(self._c_par, row, side="right"))
+            if hi <= lo:
+                return None
+            got = self._ranges(self._c_rows[lo:hi])
+            self._children[row] = got
+        return got
+
+    def charge(
+        self, ranges: _Ranges | None, start: float, end: float, out: dict[int | None, float], depth: int = 0
+    ) -> float:
         """Add each range's overlap with [start, end) to `out`; returns the time covered."""
-        if not len(rows) or end <= start:
+        if ranges is None or not len(ranges[0]) or end <= start:
             return 0.0
-        ts, te = self.ts[rows], self.end[rows]
+        rows, ts, te, te_max = ranges
+        lo = int(np.searchsorted(te_max, start, side="right"))
         hi = int(np.searchsorted(ts, end, side="left"))
-        lo = max(int(np.searchsorted(ts, start, side="left")) - 64, 0)
         covered = 0.0
         for j in range(lo, hi):
-            s0, e0 = max(ts[j], start), min(te[j], end)
+            s0 = ts[j] if ts[j] > start else start
+            e0 = te[j] if te[j] < end else end
             ov = e0 - s0
             if ov <= 0:
                 continue
             row = int(rows[j])
-            kids = self.children.get(row)
-            if kids is not None and depth < MAX_DESCENT and (te[j] - ts[j]) > CONTAINER_FACTOR * ov:
-                inside = self.charge(kids, s0, e0, out, depth + 1)
+            if depth < MAX_DESCENT and (te[j] - ts[j]) > CONTAINER_FACTOR * ov:
+                kids = self.children(row)
+                inside = self.charge(kids, s0, e0, out, depth + 1) if kids is not None else 0.0
                 if ov - inside > 0:
                     out[row] += ov - inside
             else:
@@ -91,7 +109,7 @@ class _RangeTree:
 
 def _pageable_copies(model: TraceModel, w0: float, w1: float) -> tuple[int, float, float, int]:
     gpu = model.gpu
-    copies = gpu[(gpu["kind"] == Kind.MEMCPY) & gpu["name"].astype(str).str.contains("Pageable").to_numpy()]
+    copies = gpu[(gpu["kind"] == Kind.MEMCPY).to_numpy() & name_matches(gpu["name"], lambda n: "Pageable" in n)]
     copies = copies[(copies["ts"] >= w0) & (copies["ts"] <= w1)]
     launch = copies["launch"].to_numpy()
     host_dur = model.host["dur"].to_numpy()
@@ -118,19 +136,17 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     tree = _RangeTree(model)
     frames = _UserFrames(model)
     main_thread = _main_thread(model)
-    empty = np.empty(0, dtype=np.int64)
 
     charged: dict[int | None, float] = defaultdict(float)  # range row -> µs of idle
     for start, end, lrow in zip(hb["start"].to_numpy(), hb["end"].to_numpy(), hb["launch_row"].to_numpy(), strict=True):
         thread = (int(pid[lrow]), int(tid[lrow])) if lrow >= 0 else main_thread
-        covered = tree.charge(tree.top.get(thread, empty), float(start), float(end), charged)
+        covered = tree.charge(tree.top.get(thread), float(start), float(end), charged)
         rest = (end - start) - covered
         if rest > 0:
             frame = frames.enclosing(thread, float(start), float(end))
             charged[frame] += rest
 
     # Group the charged ranges by op name + source.
-    names = host["name"]
     grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     src_of: dict[tuple[str, str], PySource | None] = {}
     kinds = host["kind"].to_numpy()
@@ -139,11 +155,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             key = (UNTRACED, "")
             src = None
         elif kinds[row] == Kind.PYTHON:
-            src = parse_frame(str(names.iat[row]))
+            src = parse_frame(model.arrays.name(row))
             key = (f"Python code in {src.function}()" if src else UNTRACED, src.label if src else "")
         else:
             src = user_source(model, row)
-            key = (str(names.iat[row]), src.label if src else "")
+            key = (model.arrays.name(row), src.label if src else "")
         grouped[key][0] += us
         grouped[key][1] += 1
         src_of.setdefault(key, src)

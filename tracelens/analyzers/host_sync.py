@@ -32,7 +32,7 @@ from tracelens.model.sources import (
     user_source,
     user_stack,
 )
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 #: A sync whose GPU idle is under this share of the host time it blocked is "while the
 #: GPU was busy anyway": the device had queued work to do and barely noticed.
@@ -137,9 +137,9 @@ def _is_profiler_sync(model: TraceModel, row: int, last_launch_ts: float) -> boo
         return in_profiler(model, row)
     host = model.host
     return (
-        str(host["name"].iat[row]) in ("cudaDeviceSynchronize", "hipDeviceSynchronize")
-        and int(host["op"].iat[row]) < 0
-        and float(host["ts"].iat[row]) >= last_launch_ts
+        model.arrays.name(row) in ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+        and int(model.arrays.op[row]) < 0
+        and float(host["ts"].to_numpy()[row]) >= last_launch_ts
     )
 
 
@@ -160,7 +160,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     host = model.host
     is_call = (host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)
     calls = host[is_call]
-    sync_rows = calls.index[calls["name"].astype(str).isin(SYNC_APIS).to_numpy()].to_numpy()
+    sync_rows = calls.index[name_matches(calls["name"], SYNC_APIS.__contains__)].to_numpy()
     if not len(sync_rows):
         return []
     launches = model.gpu["launch"].to_numpy()
@@ -210,7 +210,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         if _is_profiler_sync(model, row, last_launch_ts):
             profiler_syncs += 1
             continue
-        api = str(host["name"].iat[row])
+        api = model.arrays.name(row)
         ops = op_chain(model, row)
         construct = classify(ops, memcpys.get(int(op_col[row]), []), api)
         src = user_source(model, row)

@@ -19,6 +19,7 @@ from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_f
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
+from tracelens.model.trace import name_matches
 
 #: Kernels shorter than this cannot hide the host's per-launch cost (launch API median
 #: is 3-12 µs in the real traces), so a stream of them is launch-bound by construction.
@@ -78,7 +79,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
 
     host = model.host
     calls = host[(host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)]
-    launch_calls = calls[calls["name"].astype(str).isin(LAUNCH_APIS).to_numpy()]
+    launch_calls = calls[name_matches(calls["name"], LAUNCH_APIS.__contains__)]
     in_window = launch_calls[(launch_calls["ts"] >= dev.window_start) & (launch_calls["ts"] <= dev.window_end)]
     launches_per_s = len(in_window) / (dev.window_us / 1e6) if dev.window_us > 0 else 0.0
     median_launch_api = float(in_window["dur"].median()) if len(in_window) else float("nan")
@@ -162,12 +163,12 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
     model = ctx.model
     host = model.host
     op_root = host["op_root"].to_numpy()
-    names = host["name"]
     by_key: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     src_of: dict[tuple[str, str], PySource | None] = {}
     kernels_of: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
     src_cache: dict[int, PySource | None] = {}
-    gpu_names = model.gpu["name"]
+    gpu_codes = model.gpu["name"].cat.codes.to_numpy()
+    gpu_table = [str(c) for c in model.gpu["name"].cat.categories]
     for lrow, nrow, dur in zip(
         launch_gaps["launch_row"].to_numpy(),
         launch_gaps["next_row"].to_numpy(),
@@ -177,7 +178,7 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
         if lrow < 0:
             continue
         root = int(op_root[lrow])
-        op_name = str(names.iat[root]) if root >= 0 else "(no enclosing op)"
+        op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
         anchor = root if root >= 0 else int(lrow)
         if anchor not in src_cache:
             src_cache[anchor] = user_source(model, anchor)
@@ -187,7 +188,7 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
         by_key[key][1] += 1
         src_of[key] = src
         if nrow >= 0:
-            kernels_of[key][str(gpu_names.iat[int(nrow)])] += 1
+            kernels_of[key][gpu_table[gpu_codes[int(nrow)]]] += 1
     ranked = sorted(by_key.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_SITES]
     return tuple(
         Site(

@@ -37,13 +37,19 @@ from tracelens.model.schema import (
     RawEvent,
     TraceFile,
 )
-from tracelens.model.trace import DeviceInfo, TraceMeta, TraceModel
+from tracelens.model.trace import DeviceInfo, TraceMeta, TraceModel, name_matches
 
 ProgressFn = Callable[[str], None]
 
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _NUM_RE = re.compile(r"(-?\d+)\s*$")
 _NO_ROW = -1
+
+
+def _is_step_name(name: str) -> bool:
+    return name.startswith("ProfilerStep#")
+
+
 #: Children may end this much after their parent and still nest: 2021 traces round to
 #: whole µs, and host timestamps of nested calls are taken by different clocks' reads.
 _NEST_SLACK_US = 1.0
@@ -90,9 +96,16 @@ def read_trace_bytes(path: str | os.PathLike[str]) -> tuple[bytes, int]:
             data = gzip.decompress(data)
         except (EOFError, OSError, zlib.error) as exc:
             raise TraceInputError(f"{p}: truncated or corrupt gzip file ({exc})") from exc
-    if not data.strip():
+    if not _first_byte(data):
         raise TraceInputError(f"{p}: file is empty")
     return data, size
+
+
+def _first_byte(data: bytes) -> bytes:
+    """The first non-whitespace byte, without copying a 50 MB buffer to find it."""
+    m = re.match(rb"\s*", data)
+    end = m.end() if m else 0
+    return data[end : end + 1]
 
 
 # --------------------------------------------------------------------------------------
@@ -100,7 +113,7 @@ def read_trace_bytes(path: str | os.PathLike[str]) -> tuple[bytes, int]:
 # --------------------------------------------------------------------------------------
 def _decode(data: bytes, name: str, notes: list[str]) -> tuple[list[RawEvent], dict[str, msgspec.Raw]]:
     """One typed pass over the whole file. Raises TraceInputError."""
-    is_array = data.lstrip()[:1] == b"["  # Chrome's "JSON Array Format": bare events
+    is_array = _first_byte(data) == b"["  # Chrome's "JSON Array Format": bare events
     # Decoding creates ~10^5 small objects; the cyclic GC would rescan them repeatedly
     # (it doubled decode time on the 54 MB HTA trace) and none of them form cycles.
     gc_was_enabled = gc.isenabled()
@@ -216,6 +229,10 @@ def _decode_counters(data: bytes) -> pd.DataFrame:
 def _int_or_code(values: Sequence[int | str]) -> np.ndarray:
     """pid/tid columns: ints stay; "stream 7"/"25738" parse; other strings get negative
     codes so they never collide with real ids."""
+    try:
+        return np.array(values, dtype=np.int64)  # all ints: the common case
+    except (TypeError, ValueError, OverflowError):
+        pass
     out = np.empty(len(values), dtype=np.int64)
     codes: dict[str, int] = {}
     for i, v in enumerate(values):
@@ -277,7 +294,7 @@ def _nest(host: pd.DataFrame) -> None:
         end = host["end"].to_numpy()
         order = np.lexsort((-host["dur"].to_numpy(), ts, tid_key)).tolist()
         kinds = host["kind"].to_numpy().tolist()
-        is_step = host["name"].astype(str).str.startswith("ProfilerStep#").to_numpy().tolist()
+        is_step = name_matches(host["name"], _is_step_name).tolist()
         ts_l = ts.tolist()
         end_l = end.tolist()
         tk = tid_key.tolist()
@@ -342,7 +359,7 @@ def _steps(host: pd.DataFrame) -> pd.DataFrame:
     kinds = host["kind"].to_numpy()
     names = host["name"]
     is_range = (kinds == Kind.CPU_OP) | (kinds == Kind.USER_ANNOTATION)
-    cand = host[is_range & names.str.startswith("ProfilerStep#").to_numpy()]
+    cand = host[is_range & name_matches(names, _is_step_name)]
     rows = []
     for name, ts, end in zip(cand["name"], cand["ts"], cand["end"], strict=True):
         m = _STEP_RE.match(str(name))
@@ -484,7 +501,18 @@ def build_model(
 ) -> TraceModel:
     notes = list(notes or [])
     kind_cache: dict[str, Kind] = {}
-    xs = [e for e in events if e.ph == "X"]
+    # One pass to partition by phase: complete events, instants ([memory]), metadata.
+    xs: list[RawEvent] = []
+    instants: list[RawEvent] = []
+    metas: list[RawEvent] = []
+    for e in events:
+        ph = e.ph
+        if ph == "X":
+            xs.append(e)
+        elif ph == "i":
+            instants.append(e)
+        elif ph == "M":
+            metas.append(e)
     kinds = np.fromiter((_kind_of(e.cat, kind_cache) for e in xs), dtype=np.int8, count=len(xs))
 
     is_host = np.isin(kinds, [int(k) for k in HOST_KINDS])
@@ -527,7 +555,7 @@ def build_model(
     gpu["step"] = np.where(launch >= 0, host_step[np.clip(launch, 0, None)] if len(host) else _NO_ROW, _NO_ROW)
 
     steps = _gpu_step_windows(steps, gpu)
-    memory = _memory_frame(events, origin)
+    memory = _memory_frame(instants, origin)
     counters = pd.DataFrame({"name": [], "series": [], "ts": [], "value": []})
 
     meta_dict = _small_metadata(top)
@@ -557,7 +585,7 @@ def build_model(
         metadata=meta_dict,
         notes=tuple(notes),
     )
-    threads = _thread_names(events)
+    threads = _thread_names(metas)
     return TraceModel(
         meta=meta, host=host, gpu=gpu, steps=steps, memory=memory, counters=counters, thread_names=threads
     )
@@ -573,10 +601,8 @@ def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Dat
     corr = [a.correlation if a is not None else None for a in args]
     stacks = [(a.call_stack or None) if a is not None else None for a in args]
     op_kind = int(Kind.CPU_OP)
-    shapes: list[bytes | None] = [None] * n
-    for i, a in enumerate(args):
-        if a is not None and kinds[i] == op_kind:
-            shapes[i] = _shape_blob(a)
+    # Ops keep their decoded args; shape fields stay raw JSON until an analyzer asks.
+    shapes: list[EventArgs | None] = [a if k == op_kind else None for a, k in zip(args, kinds.tolist(), strict=True)]
     frame = pd.DataFrame(
         {
             "kind": kinds,
@@ -593,22 +619,6 @@ def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Dat
         }
     )
     return frame
-
-
-def _shape_blob(a: EventArgs) -> bytes | None:
-    """Re-pack the raw shape args of one op as a small JSON object (decoded lazily)."""
-    parts = []
-    for key, raw in (
-        ("Input Dims", a.input_dims if len(a.input_dims) else a.input_dims_2021),
-        ("Input type", a.input_type),
-        ("Input Strides", a.input_strides),
-        ("Concrete Inputs", a.concrete_inputs),
-    ):
-        if len(raw):
-            parts.append(b'"' + key.encode() + b'":' + bytes(raw))
-    if not parts:
-        return None
-    return b"{" + b",".join(parts) + b"}"
 
 
 def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.DataFrame:
@@ -628,14 +638,8 @@ def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Data
     )
     stream = np.where(stream >= 0, stream, tid)
 
-    def dim(attr: str, i: int) -> np.ndarray:
-        def get(a: EventArgs | None) -> int:
-            if a is None:
-                return -1
-            v = getattr(a, attr)
-            return int(v[i]) if v is not None and len(v) > i else -1
-
-        return np.fromiter((get(a) for a in args), dtype=np.int64, count=n)
+    grid = _triples([a.grid if a is not None else None for a in args])
+    block = _triples([a.block if a is not None else None for a in args])
 
     ext = [_external_id(a) for a in args]
     return pd.DataFrame(
@@ -649,18 +653,27 @@ def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Data
             "end": ts + dur,
             "correlation": _opt_int([a.correlation if a is not None else None for a in args]),
             "external_id": _opt_int(ext),
-            "grid_x": dim("grid", 0),
-            "grid_y": dim("grid", 1),
-            "grid_z": dim("grid", 2),
-            "block_x": dim("block", 0),
-            "block_y": dim("block", 1),
-            "block_z": dim("block", 2),
+            "grid_x": grid[:, 0],
+            "grid_y": grid[:, 1],
+            "grid_z": grid[:, 2],
+            "block_x": block[:, 0],
+            "block_y": block[:, 1],
+            "block_z": block[:, 2],
             "registers": _opt_int([a.registers_per_thread if a is not None else None for a in args]),
             "shared_memory": _opt_int([a.shared_memory if a is not None else None for a in args]),
             "bytes": _opt_int([_to_int(a.bytes) if a is not None else None for a in args]),
             "sync_kind": pd.Categorical([a.cuda_sync_kind if a is not None else None for a in args]),
         }
     )
+
+
+_NO_DIMS = (-1, -1, -1)
+
+
+def _triples(values: list[list[int] | None]) -> np.ndarray:
+    """grid/block lists -> (n, 3) int array, -1 where absent."""
+    rows = [[*v, -1, -1, -1][:3] if v else _NO_DIMS for v in values]
+    return np.array(rows, dtype=np.int64).reshape(len(values), 3)
 
 
 def _gpu_step_windows(steps: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
@@ -678,7 +691,7 @@ def _memory_frame(events: list[RawEvent], origin: float) -> pd.DataFrame:
     rows = [
         (e.ts - origin, a.mem_bytes, a.total_allocated, a.total_reserved, a.device_type, a.device_id, a.addr)
         for e in events
-        if e.ph == "i" and e.name == "[memory]" and (a := e.args) is not None
+        if e.name == "[memory]" and (a := e.args) is not None
     ]
     cols = ["ts", "bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"]
     frame = pd.DataFrame(rows, columns=cols)
@@ -690,7 +703,7 @@ def _memory_frame(events: list[RawEvent], origin: float) -> pd.DataFrame:
 def _thread_names(events: list[RawEvent]) -> dict[tuple[int, int], str]:
     out: dict[tuple[int, int], str] = {}
     for e in events:
-        if e.ph == "M" and e.name == "thread_name" and e.args is not None and e.args.name:
+        if e.name == "thread_name" and e.args is not None and e.args.name:
             pid = _int_or_code([e.pid])[0]
             tid = _int_or_code([e.tid])[0]
             out[(int(pid), int(tid))] = e.args.name

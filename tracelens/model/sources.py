@@ -22,6 +22,7 @@ import numpy as np
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 
+_PYTHON = int(Kind.PYTHON)
 _FRAME_RE = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 #: Frames that are machinery rather than the program being profiled: PyTorch itself (its
@@ -78,22 +79,21 @@ def is_machinery(file: str) -> bool:
 def python_stack(model: TraceModel, row: int, limit: int = 64) -> list[str]:
     """Python frame names around a host row, innermost first (2024+ traces, else the
     2021-2022 `Call stack` of the nearest op that has one)."""
-    host = model.host
-    kinds = host["kind"].to_numpy()
-    names = host["name"]
+    arr = model.arrays
     frames: list[str] = []
-    for r in model.host_chain(row):
-        if kinds[r] == Kind.PYTHON:
-            frames.append(str(names.iat[r]))
-            if len(frames) >= limit:
-                break
+    frame = int(arr.py_frame[row])
+    while frame >= 0 and len(frames) < limit:
+        if arr.kind[frame] == _PYTHON:
+            frames.append(arr.name(frame))
+        frame = int(arr.py_frame[int(arr.parent[frame])]) if arr.parent[frame] >= 0 else -1
     if frames:
         return frames
-    stacks = host["call_stack"].to_numpy()
-    for r in model.host_chain(row):
-        cs = stacks[r]
+    r = row
+    while r >= 0:
+        cs = arr.call_stack[r]
         if isinstance(cs, str) and cs:
             return [f for f in cs.split(";") if f][:limit]
+        r = int(arr.parent[r])
     return []
 
 
@@ -130,11 +130,50 @@ def python_call(model: TraceModel, row: int) -> str:
 
 
 def user_source(model: TraceModel, row: int) -> PySource | None:
-    """The innermost non-machinery frame that led to host row `row`, or None."""
-    for frame in python_stack(model, row):
-        src = parse_frame(frame)
+    """The innermost non-machinery frame that led to host row `row`, or None.
+
+    Memoised per Python frame (and per `Call stack` string in 2021-2022 traces): every
+    frame on a walk learns the answer, so resolving all kernels' sources is linear."""
+    arr = model.arrays
+    memo: dict[int, PySource | None] = model.memo.setdefault("user_frame", {})
+    frame = int(arr.py_frame[row])
+    if frame < 0:
+        return _user_source_from_call_stack(model, row)
+    path: list[int] = []
+    found: PySource | None = None
+    while frame >= 0:
+        if frame in memo:
+            found = memo[frame]
+            break
+        path.append(frame)
+        src = parse_frame(arr.name(frame))
         if src is not None and not is_machinery(src.file):
-            return src
+            found = src
+            break
+        p = int(arr.parent[frame])
+        frame = int(arr.py_frame[p]) if p >= 0 else -1
+    for f in path:
+        memo[f] = found
+    return found
+
+
+def _user_source_from_call_stack(model: TraceModel, row: int) -> PySource | None:
+    arr = model.arrays
+    memo: dict[str, PySource | None] = model.memo.setdefault("user_call_stack", {})
+    r = row
+    while r >= 0:
+        cs = arr.call_stack[r]
+        if isinstance(cs, str) and cs:
+            if cs not in memo:
+                found = None
+                for frame in cs.split(";"):
+                    src = parse_frame(frame) if frame else None
+                    if src is not None and not is_machinery(src.file):
+                        found = src
+                        break
+                memo[cs] = found
+            return memo[cs]
+        r = int(arr.parent[r])
     return None
 
 
@@ -158,17 +197,15 @@ def in_profiler(model: TraceModel, row: int) -> bool:
 def op_chain(model: TraceModel, row: int, limit: int = 6) -> list[str]:
     """Names of the CPU ops enclosing a host row, innermost first (annotations skipped,
     ProfilerStep included only if nothing else encloses it)."""
-    host = model.host
-    kinds = host["kind"].to_numpy()
-    names = host["name"]
+    arr = model.arrays
     out: list[str] = []
-    for r in model.host_chain(row)[1:] if kinds[row] != Kind.CPU_OP else model.host_chain(row):
-        if kinds[r] == Kind.CPU_OP:
-            name = str(names.iat[r])
-            if not name.startswith("ProfilerStep#"):
-                out.append(name)
-        if len(out) >= limit:
-            break
+    r = int(arr.op[row])
+    while r >= 0 and len(out) < limit:
+        name = arr.name(r)
+        if not name.startswith("ProfilerStep#"):
+            out.append(name)
+        p = int(arr.parent[r])
+        r = int(arr.op[p]) if p >= 0 else -1
     return out
 
 

@@ -20,8 +20,9 @@ frames), columns:
     py_frame        int64  innermost PYTHON frame at or above this row
     step            int64  ProfilerStep number containing this row, -1 if none
     call_stack      object the 2021-2022 `Call stack` string where present, else None
-    shapes          object raw JSON of `Input Dims`/`Input type`/`Input Strides`/
-                           `Concrete Inputs` for ops (decoded on demand by `op_shapes`)
+    shapes          object the op's EventArgs, whose `Input Dims`/`Input type`/
+                           `Input Strides`/`Concrete Inputs` stay raw JSON until
+                           `op_shapes` decodes them
 
 gpu (one row per kernel, memcpy, memset, GPU sync record, GPU annotation), columns:
     kind, name, device, stream, ts, dur, end, correlation, external_id,
@@ -37,13 +38,25 @@ counters: name, series, ts, value (long format: one row per sample per series)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import msgspec
+import numpy as np
 import pandas as pd
 
 from tracelens.model.schema import Kind
+
+
+def name_matches(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
+    """Boolean mask of a categorical name column, evaluating `predicate` once per
+    distinct name instead of once per row."""
+    cats = names.cat.categories
+    ok = np.fromiter((bool(predicate(str(c))) for c in cats), dtype=bool, count=len(cats))
+    codes = names.cat.codes.to_numpy()
+    return np.where(codes >= 0, ok[np.clip(codes, 0, None)], False) if len(cats) else np.zeros(len(names), bool)
 
 
 @dataclass(frozen=True)
@@ -96,6 +109,23 @@ class TraceMeta:
 
 
 @dataclass(frozen=True)
+class HostArrays:
+    """numpy views of the host table for per-row walks (pandas indexing costs ~10 µs a
+    call; these cost ~0.1 µs)."""
+
+    kind: np.ndarray
+    parent: np.ndarray
+    op: np.ndarray
+    py_frame: np.ndarray
+    name_codes: np.ndarray
+    name_table: list[str]
+    call_stack: np.ndarray
+
+    def name(self, row: int) -> str:
+        return self.name_table[int(self.name_codes[row])]
+
+
+@dataclass(frozen=True)
 class TraceModel:
     meta: TraceMeta
     host: pd.DataFrame
@@ -120,17 +150,45 @@ class TraceModel:
         k = self.gpu["kind"]
         return self.gpu[(k == Kind.KERNEL) | (k == Kind.MEMCPY) | (k == Kind.MEMSET)]
 
+    @cached_property
+    def arrays(self) -> HostArrays:
+        names = self.host["name"]
+        return HostArrays(
+            kind=self.host["kind"].to_numpy(),
+            parent=self.host["parent"].to_numpy(),
+            op=self.host["op"].to_numpy(),
+            py_frame=self.host["py_frame"].to_numpy(),
+            name_codes=names.cat.codes.to_numpy(),
+            name_table=[str(c) for c in names.cat.categories],
+            call_stack=self.host["call_stack"].to_numpy(),
+        )
+
+    @cached_property
+    def memo(self) -> dict[Any, Any]:
+        """Scratch space for derived per-row results (e.g. resolved Python sources)."""
+        return {}
+
     def op_shapes(self, row: int) -> dict[str, Any]:
         """Decoded shape args of one host row (`Input Dims`, `Input type`, ...)."""
-        raw = self.host["shapes"].iat[row]
-        if raw is None:
+        args = self.host["shapes"].iat[row]
+        if args is None:
             return {}
-        out: dict[str, Any] = msgspec.json.decode(raw)
+        out: dict[str, Any] = {}
+        for key, attr in (
+            ("Input Dims", "input_dims"),
+            ("Input Dims", "input_dims_2021"),
+            ("Input type", "input_type"),
+            ("Input Strides", "input_strides"),
+            ("Concrete Inputs", "concrete_inputs"),
+        ):
+            raw = getattr(args, attr)
+            if len(raw) and key not in out:
+                out[key] = msgspec.json.decode(raw)
         return out
 
     def host_chain(self, row: int) -> list[int]:
         """Host rows from `row` up to its outermost ancestor, innermost first."""
-        parent = self.host["parent"].to_numpy()
+        parent = self.arrays.parent
         chain: list[int] = []
         while row >= 0 and len(chain) < 512:
             chain.append(row)
