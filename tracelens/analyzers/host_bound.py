@@ -107,9 +107,15 @@ class _RangeTree:
         return covered
 
 
+def _is_pageable_upload(name: str) -> bool:
+    """`Memcpy HtoD (Pageable -> Device)`: the host stages the data through a bounce
+    buffer and returns only when it is copied."""
+    return "HtoD" in name and "Pageable" in name
+
+
 def _pageable_copies(model: TraceModel, w0: float, w1: float) -> tuple[int, float, float, int]:
     gpu = model.gpu
-    copies = gpu[(gpu["kind"] == Kind.MEMCPY).to_numpy() & name_matches(gpu["name"], lambda n: "Pageable" in n)]
+    copies = gpu[(gpu["kind"] == Kind.MEMCPY).to_numpy() & name_matches(gpu["name"], _is_pageable_upload)]
     copies = copies[(copies["ts"] >= w0) & (copies["ts"] <= w1)]
     launch = copies["launch"].to_numpy()
     host_dur = model.host["dur"].to_numpy()

@@ -276,7 +276,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             f"{count} host syncs ({what}){where} leave the GPU idle {fmt_us(idle_us)}; the host waits {fmt_us(host_us)}"
         )
         lead = ""
-    advice = lead + " ".join(f"{c.description[0].upper()}{c.description[1:]}: {c.advice}" for c in constructs.values())
+    # One line per construct, most costly first (renderers keep the line breaks).
+    advice = lead + "\n".join(
+        f"• {c.description[0].upper()}{c.description[1:]}: {c.advice}" for c in constructs.values()
+    )
     return [
         Finding(
             category=Category.HOST_SYNC,

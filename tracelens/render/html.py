@@ -77,7 +77,7 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
     order = ["busy", "host_sync", "launch", "host_bound", "profiler", "other"]
     series = {"busy": tl.busy, **tl.idle}
     for i in range(n):
-        y = top_pad + plot_h
+        y = float(top_pad + plot_h)
         x = i * bw
         for key in order:
             frac = float(series[key][i]) if i < len(series[key]) else 0.0

@@ -11,7 +11,10 @@ import re
 from tracelens.render.html import environment
 from tracelens.report import Report
 
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~>])")
+#: Characters that can start formatting, links, images or HTML, or break a table cell,
+#: anywhere in a line. (Line-start-only syntax such as `#`, `-`, `1.` cannot occur: the
+#: text is always placed after other text or in a table cell.)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 
 
 def md(text: object) -> str:
@@ -19,7 +22,9 @@ def md(text: object) -> str:
     s = str(text)
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     s = s.replace("\r", " ").replace("\n", " ")
-    return _MD_SPECIAL.sub(r"\\\1", s)
+    s = _MD_SPECIAL.sub(r"\\\1", s)
+    # Break GitHub's bare-URL autolinks (http://..., www.) in untrusted text.
+    return s.replace("://", ":\\/\\/").replace("www.", "www\\.")
 
 
 def render_markdown(report: Report) -> str:
