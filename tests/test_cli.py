@@ -124,3 +124,18 @@ def test_read_only_input_is_fine(tmp_path: Path) -> None:
     path.chmod(0o444)
     out = run("report", path, "--md", tmp_path / "r.md", "-q")
     assert out.returncode == 0, out.stderr
+
+
+def test_base_install_never_pulls_torch() -> None:
+    """torch is only needed by `capture` (an extra); `report` must not import it."""
+    import tomllib
+
+    meta = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]
+    assert not [d for d in meta["dependencies"] if d.split(">")[0].split("=")[0].strip().lower() == "torch"]
+    assert meta["name"] != "tracelens"  # the PyPI name belongs to another project
+    out = subprocess.run(
+        [PY, "-c", "import sys, tracelens.cli, tracelens.assemble; print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+    )
+    assert out.stdout.strip() == "False"

@@ -52,6 +52,26 @@ LAUNCH_APIS = frozenset(
 
 MAX_SITES = 8
 
+#: Ops whose launch storms have a known one-line fix, checked against the op names of
+#: the costliest sites.
+KNOWN_FIXES = (
+    (
+        "zero_grad",
+        "optimizer.zero_grad() launches one fill kernel per parameter here: call "
+        "zero_grad(set_to_none=True) (the default since torch 2.0) and it launches none.",
+    ),
+    (
+        "Optimizer.step",
+        "The optimizer step launches kernels per parameter: use foreach=True, or fused=True "
+        "where the optimizer supports it (Adam, AdamW, SGD).",
+    ),
+    (
+        "AccumulateGrad",
+        "Gradient accumulation launches one kernel per parameter in backward: fewer, larger "
+        "parameters (fused layers) or a compiled backward (torch.compile) cut them.",
+    ),
+)
+
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
     dev = ctx.gpu_time.primary
@@ -101,6 +121,13 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         "of small elementwise ops, use the foreach/fused optimizer implementations, or batch more work "
         "per op (bigger batch, vectorise Python loops over tensors)."
     )
+    specific = [
+        fix
+        for key, fix in KNOWN_FIXES
+        if any(key in op for site in sites[:3] if site.time_us > 0.2 * launch_idle for op in site.ops)
+    ]
+    if specific:
+        advice = " ".join(specific) + "\n" + advice
     return [
         Finding(
             category=Category.LAUNCH_OVERHEAD,
