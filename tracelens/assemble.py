@@ -50,7 +50,7 @@ def build_report(model: TraceModel, load_seconds: float = 0.0) -> Report:
         schema_version=SCHEMA_VERSION,
         tool="tracelens",
         tool_version=__version__,
-        generated_at=_dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat(),
+        generated_at=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         trace=_trace_info(model),
         summary=summary(ctx, ranked),
         gpu_time=_gpu_time_summary(ctx),
