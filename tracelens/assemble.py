@@ -214,8 +214,8 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
         return ()
     frame["op"] = host["name"].astype(str).to_numpy()[frame["root"].to_numpy()]
     per_op = frame.groupby("op").agg(gpu=("dur", "sum"), kernels=("dur", "size"), calls=("root", "nunique"))
-    top_kernel = frame.groupby(["op", "kernel"])["dur"].sum().reset_index().sort_values("dur", ascending=False)
-    top_kernel = top_kernel.drop_duplicates("op").set_index("op")["kernel"]
+    by_kernel = frame.groupby(["op", "kernel"])["dur"].sum().reset_index().sort_values("dur", ascending=False)
+    top_kernel = by_kernel.drop_duplicates("op").set_index("op")["kernel"]
     first_row = frame.groupby("op")["root"].first()
     dur = host["dur"].to_numpy()
     host_by_op = frame.drop_duplicates("root").groupby("op")["root"].apply(lambda r: float(dur[r.to_numpy()].sum()))
@@ -229,7 +229,7 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
             host_us=float(host_by_op.get(op, 0.0)),
             kernels=int(row["kernels"]),
             top_kernel=str(top_kernel.get(op, "")),
-            source=sources(int(first_row[op])),
+            source=sources(int(first_row.loc[str(op)])),
         )
         for op, row in per_op.iterrows()
     )

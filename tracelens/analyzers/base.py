@@ -7,13 +7,13 @@ formatting lives in tracelens.render.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
+from enum import StrEnum
 from typing import Literal
 
 from tracelens.model.sources import PySource
 
 
-class Category(str, Enum):
+class Category(StrEnum):
     """Finding categories (the JSON contract's ids), in the seed's diagnostic order."""
 
     HOST_SYNC = "host_sync"
@@ -28,7 +28,7 @@ class Category(str, Enum):
     POWER_THROTTLE = "power_throttle"
 
 
-class Severity(str, Enum):
+class Severity(StrEnum):
     HIGH = "high"
     MEDIUM = "medium"
     LOW = "low"

@@ -11,6 +11,7 @@ through a bounce buffer and cannot run ahead while it does.
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import cast
 
 import numpy as np
 
@@ -262,7 +263,8 @@ class _UserFrames:
         user = ~files.map(lambda f: is_machinery(str(f))).to_numpy(dtype=bool)
         py = py[user]
         for key, grp in py.groupby(["pid", "tid"], sort=False):
-            self.by_thread[(int(key[0]), int(key[1]))] = (
+            pid, tid = cast(tuple[int, int], key)
+            self.by_thread[(int(pid), int(tid))] = (
                 grp.index.to_numpy(),
                 grp["ts"].to_numpy(),
                 grp["end"].to_numpy(),
@@ -288,5 +290,5 @@ def _main_thread(model: TraceModel) -> tuple[int, int]:
     calls = host[host["kind"] == Kind.RUNTIME]
     if calls.empty:
         return (-1, -1)
-    key = calls.groupby(["pid", "tid"]).size().idxmax()
-    return (int(key[0]), int(key[1]))
+    pid, tid = cast(tuple[int, int], calls.groupby(["pid", "tid"]).size().idxmax())
+    return (int(pid), int(tid))

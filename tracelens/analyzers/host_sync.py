@@ -173,9 +173,9 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     idle_by_sync: dict[int, float] = defaultdict(float)
     tail_by_sync: dict[int, float] = defaultdict(float)
     for dev in ctx.gpu_time.devices:
-        g = dev.gaps[dev.gaps["sync_row"] >= 0]
-        is_sync = (g["cause"] == "host_sync").to_numpy()
-        for row, dur, own in zip(g["sync_row"].to_numpy(), g["dur"].to_numpy(), is_sync, strict=True):
+        sync_gaps = dev.gaps[dev.gaps["sync_row"] >= 0]
+        is_sync = (sync_gaps["cause"] == "host_sync").to_numpy()
+        for row, dur, own in zip(sync_gaps["sync_row"].to_numpy(), sync_gaps["dur"].to_numpy(), is_sync, strict=True):
             (idle_by_sync if own else tail_by_sync)[int(row)] += float(dur)
 
     window = ctx.gpu_time.primary
@@ -257,10 +257,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     constructs: dict[str, SyncConstruct] = {}
     for g in ranked:
         constructs.setdefault(g.construct.id, g.construct)
-    calls = list(dict.fromkeys(g.call or g.construct.id.replace("_", " ") for g in ranked))
+    python_calls = list(dict.fromkeys(g.call or g.construct.id.replace("_", " ") for g in ranked))
     sources = tuple(dict.fromkeys(g.source for g in ranked if g.source is not None))[:MAX_SITES]
     where = f" at {sources[0].label}" if sources else ""
-    what = ", ".join(calls[:3]) + (", …" if len(calls) > 3 else "")
+    what = ", ".join(python_calls[:3]) + (", …" if len(python_calls) > 3 else "")
     busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us
     if busy_anyway:
         title = (
