@@ -30,7 +30,7 @@ def digest(path: Path) -> str:
 def test_help_teaches() -> None:
     out = run("--help")
     assert out.returncode == 0
-    assert "report" in out.stdout and "tracelens report trace.json.gz" in out.stdout
+    assert "tracelens report trace.json.gz" in out.stdout and "tracelens capture train.py" in out.stdout
     sub = run("report", "--help")
     assert sub.returncode == 0 and "--markdown" in sub.stdout and "--json" in sub.stdout
 

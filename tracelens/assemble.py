@@ -81,7 +81,9 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         n_events=meta.n_events,
         vintage=meta.vintage,
         vendor=meta.vendor,
-        gpu_name=dev.name if dev else "unknown GPU (no deviceProperties in the trace)",
+        gpu_name=dev.name
+        if dev
+        else ("unknown GPU (no deviceProperties in the trace)" if meta.active_devices else "no GPU (CPU-only trace)"),
         gpu_count=len(meta.active_devices),
         compute_capability=cc,
         num_sms=dev.num_sms if dev else None,

@@ -1,7 +1,7 @@
 """The `tracelens` command.
 
     tracelens report TRACE [--html PATH] [--markdown PATH] [--json PATH]
-    tracelens capture SCRIPT [ARGS...]      (coming: see README)
+    tracelens capture [OPTIONS] SCRIPT [ARGS...]   (or -m MODULE [ARGS...])
 
 Errors a user can cause print one line and exit non-zero (see tracelens.errors); the
 input trace is only ever read.
@@ -25,7 +25,8 @@ app = typer.Typer(
         "Explains why a PyTorch GPU program is slow, from a torch.profiler trace, in the order an "
         "expert would look: host waits on the device, tiny launches, memory traffic, shape "
         "dynamism, allocation, raw compute.\n\n"
-        "Start with:  tracelens report trace.json.gz"
+        "Profile and explain a script:  tracelens capture train.py [args]\n\n"
+        "Explain an existing trace:  tracelens report trace.json.gz"
     ),
     no_args_is_help=True,
     add_completion=False,
@@ -115,10 +116,123 @@ def report(
         typer.echo(render_terminal(rep, written), nl=False)
 
 
+def _parse_steps(text: str) -> tuple[int, int, int, int]:
+    """ "5-9" -> profile steps 5..9: wait, warmup, active, repeat."""
+    try:
+        lo_s, hi_s = text.split("-", 1)
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError as exc:
+        raise typer.BadParameter("expected N-M, e.g. 5-9") from exc
+    if lo < 1 or hi < lo:
+        raise typer.BadParameter("expected 1 <= N <= M (step 0 is warm-up for the profiler)")
+    return (lo - 1, 1, hi - lo + 1, 1)
+
+
+def _parse_schedule(text: str) -> tuple[int, int, int, int]:
+    try:
+        parts = [int(x) for x in text.split(",")]
+    except ValueError as exc:
+        raise typer.BadParameter("expected WAIT,WARMUP,ACTIVE[,REPEAT]") from exc
+    if len(parts) not in (3, 4) or any(p < 0 for p in parts) or parts[2] < 1:
+        raise typer.BadParameter("expected WAIT,WARMUP,ACTIVE[,REPEAT] with ACTIVE >= 1")
+    return (parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else 1)
+
+
+# Everything after the script is the script's: no interspersed options.
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+)
+def capture(
+    ctx: typer.Context,
+    target: Annotated[
+        str | None,
+        typer.Argument(help="The script to run (its own arguments follow it).", show_default=False),
+    ] = None,
+    module: Annotated[
+        str | None, typer.Option("-m", "--module", help="Run a module as `python -m MODULE` does.", show_default=False)
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Trace path (default reports/<script>-<time>.pt.trace.json.gz).", show_default=False
+        ),
+    ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            "--steps",
+            help="Profile steps N-M only. Steps are optimizer.step() calls, or tracelens.capture.step() calls "
+            "where the script makes them.",
+            show_default=False,
+        ),
+    ] = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option("--schedule", help="torch.profiler schedule WAIT,WARMUP,ACTIVE[,REPEAT].", show_default=False),
+    ] = None,
+    stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (with_stack).")] = True,
+    shapes: Annotated[bool, typer.Option("--shapes/--no-shapes", help="Record input shapes (record_shapes).")] = True,
+    memory: Annotated[bool, typer.Option("--memory", help="Record allocator events (profile_memory).")] = False,
+    nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and throttle reasons.")] = True,
+    nvml_interval_ms: Annotated[float, typer.Option("--nvml-interval-ms", help="NVML sampling period.")] = 10.0,
+    report_after: Annotated[bool, typer.Option("--report/--no-report", help="Report on the trace afterwards.")] = True,
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
+        "reports"
+    ),
+) -> None:
+    """Run a Python script under torch.profiler (CPU + GPU, shapes, stacks) with an NVML
+    clock/power sampler beside it, write one trace, then report on it.
+
+    Put tracelens options before the script; everything after the script goes to it.
+    The script's exit code passes through; the trace is written even if it fails or
+    you press Ctrl-C.
+
+    Examples:
+
+      tracelens capture train.py --epochs 1
+
+      tracelens capture --steps 10-14 train.py
+
+      tracelens capture -m mypkg.infer --batch 8
+    """
+    from tracelens.capture.runner import CaptureOptions, default_trace_path
+    from tracelens.capture.runner import capture as run_capture
+
+    if (target is None) == (module is None):
+        raise typer.BadParameter("give a script, or -m MODULE (not both)")
+    if steps and schedule:
+        raise typer.BadParameter("--steps and --schedule are alternatives")
+    name = module or target
+    assert name is not None
+    opts = CaptureOptions(
+        target=name,
+        args=list(ctx.args) if module is None else ([target, *ctx.args] if target else list(ctx.args)),
+        module=module is not None,
+        out=out or default_trace_path(name, out_dir),
+        record_shapes=shapes,
+        with_stack=stack,
+        profile_memory=memory,
+        schedule=_parse_steps(steps) if steps else (_parse_schedule(schedule) if schedule else None),
+        nvml=nvml,
+        nvml_interval_s=nvml_interval_ms / 1000.0,
+    )
+    result = run_capture(opts)
+    for note in result.notes:
+        _progress(note)
+    if result.trace is not None:
+        _progress(f"trace written: {result.trace} ({result.steps} steps marked, {result.wall_s:.1f} s)")
+        if report_after:
+            report(result.trace, None, None, None, out_dir, False)
+    raise typer.Exit(result.exit_code)
+
+
 def main() -> None:
     """Entry point: run the app, mapping user errors to one line and an exit code."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode click returns the exit code of typer.Exit instead of
+        # raising it; pass it on (capture's exit code is the script's).
+        code = app(standalone_mode=False)
+        sys.exit(code if isinstance(code, int) else 0)
     except TracelensError as exc:
         typer.echo(f"tracelens: error: {exc}", err=True)
         sys.exit(exc.exit_code)

@@ -24,6 +24,7 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
     except OSError as exc:
         raise OutputError(f"{target.parent}: cannot write ({exc.strerror or exc})") from exc
     try:
+        os.chmod(tmp, public_mode())
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
             fh.write(text)
         os.replace(tmp, target)
@@ -32,6 +33,13 @@ def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
             os.unlink(tmp)
         raise OutputError(f"{target}: cannot write ({exc.strerror or exc})") from exc
     return target
+
+
+def public_mode() -> int:
+    """The mode a plain open() would give a new file (mkstemp makes it 0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def default_stem(trace_path: str | os.PathLike[str]) -> str:

@@ -68,8 +68,7 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         "compute",
         "Is it really compute-bound, and are matmul shapes and clocks costing throughput?",
         (Category.COMPUTE_BOUND, Category.MISALIGNED_MATMUL, Category.WAVE_QUANTIZATION, Category.POWER_THROTTLE),
-        "The compute-bound, matmul-shape (misalignment, wave quantization) and power-throttle analyzers "
-        "are not built yet.",
+        "The compute-bound and matmul-shape (misalignment, wave quantization) analyzers are not built yet.",
     ),
 )
 
@@ -101,6 +100,11 @@ def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     """Empty if the trace can answer the question, else what capture option is missing."""
     model = ctx.model
     kinds = model.host["kind"]
+    if step.id == "compute" and model.counters.empty:
+        return (
+            "the trace has no GPU clock/power samples, so power throttling cannot be seen: capture with "
+            "`tracelens capture`, which records NVML clocks, power and throttle reasons beside the profiler"
+        )
     if ctx.gpu_time.primary is None:
         return "the trace has no GPU kernels: capture with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
     if step.id in ("host_waits", "launch") and not bool((kinds == Kind.RUNTIME).any()):
@@ -119,19 +123,22 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
         time_us = sum(f.time_us for f in found)
         built = any(c in BUILT_CATEGORIES for c in step.categories)
         missing = _measurable(ctx, step)
+        partly = f" {step.not_built}" if built and step.not_built else ""
         if not built:
             status, answer = "not_built", step.not_built
         elif missing:
-            status, answer = "not_measurable", f"Not measurable from this trace: {missing}."
+            status, answer = "not_measurable", f"Not measurable from this trace: {missing}.{partly}"
         elif any(f.severity.rank >= YES_SEVERITY.rank for f in found):
             top = max(found, key=lambda f: f.time_us)
             status = "yes"
-            answer = f"Yes: {fmt_us(time_us)} ({ctx.share(time_us):.0%} of the profiled time). {top.title}."
+            answer = f"Yes: {fmt_us(time_us)} ({ctx.share(time_us):.0%} of the profiled time). {top.title}.{partly}"
         elif found and time_us > 0:
             status = "minor"
-            answer = f"A little: {fmt_us(time_us)} ({ctx.share(time_us):.1%} of the profiled time), below the bar."
+            answer = (
+                f"A little: {fmt_us(time_us)} ({ctx.share(time_us):.1%} of the profiled time), below the bar.{partly}"
+            )
         else:
-            status, answer = "no", "No: nothing measurable in this trace."
+            status, answer = "no", f"No: nothing measurable in this trace.{partly}"
         out.append(
             Question(
                 number=step.number,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tracelens.analyzers import host_bound, host_sync, launch_overhead
+from tracelens.analyzers import host_bound, host_sync, launch_overhead, power_throttle
 from tracelens.analyzers.base import Category, Finding, Severity
 from tracelens.analyzers.context import AnalysisContext
 
@@ -20,6 +20,7 @@ ANALYZERS: tuple[tuple[tuple[Category, ...], Analyzer], ...] = (
     ((Category.HOST_SYNC,), host_sync.analyze),
     ((Category.HOST_BOUND,), host_bound.analyze),
     ((Category.LAUNCH_OVERHEAD,), launch_overhead.analyze),
+    ((Category.POWER_THROTTLE,), power_throttle.analyze),
 )
 
 BUILT_CATEGORIES = frozenset(c for cats, _ in ANALYZERS for c in cats)

@@ -59,7 +59,7 @@ def severity_for(share: float) -> Severity:
     return Severity.INFO
 
 
-Unit = Literal["us", "share", "count", "per_s", "bytes", "bytes_per_s", "text"]
+Unit = Literal["us", "share", "count", "per_s", "bytes", "bytes_per_s", "number", "text"]
 
 
 @dataclass(frozen=True)

@@ -191,3 +191,33 @@ class CounterProbe(msgspec.Struct):
 
 class CounterTraceFile(msgspec.Struct):
     traceEvents: list[CounterProbe] | None = None
+
+
+# --------------------------------------------------------------------------------------
+# NVML samples written by `tracelens capture` as Chrome counter events. The capture writes
+# this format and the power_throttle analyzer reads it; they share nothing but this.
+# --------------------------------------------------------------------------------------
+#: Every counter track name starts with this, then the CUDA device index and a space.
+NVML_TRACK_PREFIX = "tracelens NVML GPU"
+#: (track title, sample series key, arg name) per quantity.
+NVML_TRACKS = (
+    ("SM clock (MHz)", "sm_mhz", "MHz"),
+    ("memory clock (MHz)", "mem_mhz", "MHz"),
+    ("power (W)", "power_w", "W"),
+    ("power limit (W)", "power_limit_w", "W"),
+    ("temperature (C)", "temp_c", "C"),
+    ("utilization (%)", "util_gpu_pct", "%"),
+    ("clocks event reasons", "reasons", "bitmask"),
+)
+#: NVML clocks-event reason bits (nvmlClocksEventReason*, formerly ThrottleReasons).
+NVML_REASON_BITS: dict[int, str] = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks_setting",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal_slowdown",
+    0x40: "hw_thermal_slowdown",
+    0x80: "hw_power_brake_slowdown",
+    0x100: "display_clock_setting",
+}

@@ -55,6 +55,9 @@ def metric(m: Metric) -> str:
         return f"{float(v):,.0f}/s"
     if m.unit == "count":
         return f"{int(v):,}"
+    if m.unit == "number":
+        f = float(v)
+        return "n/a" if math.isnan(f) else (f"{f:,.0f}" if abs(f) >= 100 else f"{f:.3g}")
     if isinstance(v, float):
         return f"{v:,.3g}"
     return str(v)
