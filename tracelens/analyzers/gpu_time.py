@@ -190,6 +190,9 @@ def compute_gpu_time(model: TraceModel) -> GpuTime:
     sync_end_sorted = sync_end[order]
     sync_ts_sorted = syncs["ts"].to_numpy()[order]
     sync_row_sorted = syncs.index.to_numpy()[order]
+    # The thread of each sync, to match it with the thread that launches next.
+    thread_key = model.host["pid"].to_numpy() * 1_000_003 + model.host["tid"].to_numpy()
+    sync_thread_sorted = thread_key[sync_row_sorted] if len(sync_row_sorted) else np.empty(0, dtype=np.int64)
     host_ts = model.host["ts"].to_numpy()
     profiler_iv = _profiler_intervals(model)
 
@@ -216,16 +219,23 @@ def compute_gpu_time(model: TraceModel) -> GpuTime:
         next_row = np.where(has_next, rows[np.clip(pos, 0, len(rows) - 1)], -1)
         launch = model.gpu["launch"].to_numpy()
         launch_row = np.where(next_row >= 0, launch[np.clip(next_row, 0, None)], -1)
-        launch_ts = np.where(launch_row >= 0, host_ts[np.clip(launch_row, 0, None)], np.nan)
+        launch_ts = (
+            np.where(launch_row >= 0, host_ts[np.clip(launch_row, 0, None)], np.nan)
+            if len(host_ts)
+            else np.full(len(launch_row), np.nan)
+        )
 
         # host_sync: a blocking call that was already waiting when the GPU drained and
-        # returned inside the gap.
+        # returned inside the gap, on the thread that launches the next kernel (a sync on
+        # a side thread does not hold up the launching one).
         sync_row = np.full(len(g_start), -1, dtype=np.int64)
         lo = np.searchsorted(sync_end_sorted, g_start - SYNC_RETURN_SLACK_US, side="left")
         hi = np.searchsorted(sync_end_sorted, g_end, side="right")
         for i in np.flatnonzero(hi > lo):
             cand = slice(lo[i], hi[i])
             waiting = sync_ts_sorted[cand] <= g_start[i] + SYNC_RETURN_SLACK_US
+            if launch_row[i] >= 0:
+                waiting &= sync_thread_sorted[cand] == thread_key[launch_row[i]]
             if waiting.any():
                 sync_row[i] = sync_row_sorted[cand][np.argmax(waiting)]
         dur = g_end - g_start
@@ -235,7 +245,7 @@ def compute_gpu_time(model: TraceModel) -> GpuTime:
         cause[late & (dur <= LAUNCH_GAP_MAX_US)] = "launch"
         cause[sync_row >= 0] = "host_sync"
         if len(profiler_iv):
-            in_prof = _overlap(profiler_iv, g_start, g_end)
+            in_prof = overlap(profiler_iv, g_start, g_end)
             cause[(cause != "host_sync") & (cause != "other") & (in_prof > 0.5 * dur)] = "profiler"
         gaps = pd.DataFrame(
             {
@@ -281,7 +291,7 @@ def _profiler_intervals(model: TraceModel) -> np.ndarray:
     return merge_intervals(sel["ts"].to_numpy(), sel["end"].to_numpy())
 
 
-def _overlap(intervals: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def overlap(intervals: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Length of the (sorted, disjoint) intervals inside each [starts[i], ends[i])."""
     s, e = intervals[:, 0], intervals[:, 1]
     cum = np.concatenate([[0.0], np.cumsum(e - s)])

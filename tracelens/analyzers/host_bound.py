@@ -213,7 +213,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     share = ctx.share(total)
     main_site = sites[0] if sites else None
     what = main_site.description if main_site else "host work"
-    where = f" at {main_site.source.label}" if main_site and main_site.source else ""
+    where = f" {main_site.source.where}" if main_site and main_site.source else ""
     return [
         Finding(
             category=Category.HOST_BOUND,

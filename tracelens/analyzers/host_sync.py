@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.analyzers.gpu_time import SYNC_APIS
+from tracelens.analyzers.gpu_time import SYNC_APIS, overlap
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
     PySource,
@@ -172,7 +172,9 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     # returned; counted under host_bound, reported here as context).
     idle_by_sync: dict[int, float] = defaultdict(float)
     tail_by_sync: dict[int, float] = defaultdict(float)
-    for dev in ctx.gpu_time.devices:
+    # Only the primary GPU: the finding's share is of its window (other GPUs' idle would
+    # be counted once per device and overflow the share).
+    for dev in ctx.gpu_time.devices[:1]:
         sync_gaps = dev.gaps[dev.gaps["sync_row"] >= 0]
         is_sync = (sync_gaps["cause"] == "host_sync").to_numpy()
         for row, dur, own in zip(sync_gaps["sync_row"].to_numpy(), sync_gaps["dur"].to_numpy(), is_sync, strict=True):
@@ -200,6 +202,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         idle_us: float = 0.0
         tail_us: float = 0.0
         steps: set[int] | None = None
+        rows: list[int] | None = None
 
     groups: dict[tuple[str, str, tuple[str, ...], str], _Group] = {}
     profiler_syncs = 0
@@ -223,6 +226,9 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             grp = _Group(construct, api, tuple(ops[:4]), src, tuple(user_stack(model, row)), call=call, steps=set())
             groups[key] = grp
         grp.count += 1
+        if grp.rows is None:
+            grp.rows = []
+        grp.rows.append(row)
         grp.host_us += float(dur[row])
         grp.idle_us += idle_by_sync.get(row, 0.0)
         grp.tail_us += tail_by_sync.get(row, 0.0)
@@ -259,9 +265,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         constructs.setdefault(g.construct.id, g.construct)
     python_calls = list(dict.fromkeys(g.call or g.construct.id.replace("_", " ") for g in ranked))
     sources = tuple(dict.fromkeys(g.source for g in ranked if g.source is not None))[:MAX_SITES]
-    where = f" at {sources[0].label}" if sources else ""
+    where = f" {sources[0].where}" if sources else ""
     what = ", ".join(python_calls[:3]) + (", …" if len(python_calls) > 3 else "")
-    busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us
+    busy_during = _busy_during(ctx, [g.rows for g in ranked])
+    busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us and busy_during >= 0.5 * host_us
     if busy_anyway:
         title = (
             f"{count} host syncs ({what}){where}: the host waits {fmt_us(host_us)} while the GPU stays busy "
@@ -296,6 +303,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             evidence=(
                 Metric("sync calls", count, "count"),
                 Metric("host blocked in the calls", host_us, "us"),
+                Metric("GPU busy while the host was blocked", busy_during, "us"),
                 Metric("GPU idle after them (sync return + queue refill)", idle_us, "us"),
                 Metric("GPU idle while the host worked after them (counted under host_bound)", tail_us, "us"),
                 Metric("constructs", ", ".join(constructs)),
@@ -307,6 +315,17 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             tags=tuple(constructs),
         )
     ]
+
+
+def _busy_during(ctx: AnalysisContext, row_lists: list[list[int] | None]) -> float:
+    """GPU busy time (primary device) while the host sat in these sync calls."""
+    dev = ctx.gpu_time.primary
+    rows = np.array([r for rl in row_lists for r in (rl or [])], dtype=np.int64)
+    if dev is None or not len(rows) or not len(dev.busy_intervals):
+        return 0.0
+    ts = ctx.model.host["ts"].to_numpy()[rows]
+    end = ctx.model.host["end"].to_numpy()[rows]
+    return float(overlap(dev.busy_intervals, ts, end).sum())
 
 
 def _site_description(g: object) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -152,22 +153,23 @@ class NvmlSampler:
         nvml = self._nvml
         reasons_fn = self._reasons_fn()
         sm, mem, temp_sensor = nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM, nvml.NVML_TEMPERATURE_GPU
+        readers: list[tuple[str, Callable[[Any], float]]] = [
+            ("sm_mhz", lambda h: nvml.nvmlDeviceGetClockInfo(h, sm)),
+            ("mem_mhz", lambda h: nvml.nvmlDeviceGetClockInfo(h, mem)),
+            ("power_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+            ("power_limit_w", lambda h: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
+            ("temp_c", lambda h: nvml.nvmlDeviceGetTemperature(h, temp_sensor)),
+            ("reasons", lambda h: reasons_fn(h) if reasons_fn else float("nan")),
+        ]
         next_t = time.perf_counter()
         while not self._stop.is_set():
             t0 = time.perf_counter()
             for gpu, h in self._handles:
                 now = time.time_ns()
                 row: dict[str, float] = {}
-                for key, fn in (
-                    ("sm_mhz", lambda h=h: nvml.nvmlDeviceGetClockInfo(h, sm)),
-                    ("mem_mhz", lambda h=h: nvml.nvmlDeviceGetClockInfo(h, mem)),
-                    ("power_w", lambda h=h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
-                    ("power_limit_w", lambda h=h: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
-                    ("temp_c", lambda h=h: nvml.nvmlDeviceGetTemperature(h, temp_sensor)),
-                    ("reasons", lambda h=h: reasons_fn(h) if reasons_fn else float("nan")),
-                ):
+                for key, read in readers:
                     try:
-                        row[key] = float(fn())
+                        row[key] = float(read(h))
                     except Exception:
                         row[key] = float("nan")
                 try:

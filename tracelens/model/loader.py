@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import gc
 import gzip
+import math
 import os
 import re
 import time
@@ -44,6 +45,7 @@ ProgressFn = Callable[[str], None]
 _STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 _NUM_RE = re.compile(r"(-?\d+)\s*$")
 _NO_ROW = -1
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def _is_step_name(name: str) -> bool:
@@ -91,6 +93,8 @@ def read_trace_bytes(path: str | os.PathLike[str]) -> tuple[bytes, int]:
     except OSError as exc:
         raise TraceInputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
     size = len(data)
+    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark some editors add
+        data = data[3:]
     if data[:2] == b"\x1f\x8b":
         try:
             data = gzip.decompress(data)
@@ -236,14 +240,16 @@ def _int_or_code(values: Sequence[int | str]) -> np.ndarray:
     out = np.empty(len(values), dtype=np.int64)
     codes: dict[str, int] = {}
     for i, v in enumerate(values):
-        if isinstance(v, int):
+        if isinstance(v, int) and _INT64_MIN < v < _INT64_MAX:
             out[i] = v
             continue
-        m = _NUM_RE.search(v)
-        if m:
-            out[i] = int(m.group(1))
-        else:
-            out[i] = codes.setdefault(v, -1000 - len(codes))
+        text = str(v)
+        m = _NUM_RE.search(text)
+        number = int(m.group(1)) if m else None
+        if number is not None and _INT64_MIN < number < _INT64_MAX:
+            out[i] = number
+        else:  # not a number, or too large for int64: a stable code of its own
+            out[i] = codes.setdefault(text, -1000 - len(codes))
     return out
 
 
@@ -262,8 +268,20 @@ def _to_int(value: int | str | None) -> int | None:
         return None
 
 
+def _finite_times(evs: list[RawEvent]) -> tuple[list[RawEvent], int]:
+    ok = [e for e in evs if math.isfinite(e.ts) and math.isfinite(e.dur) and abs(e.ts) < 1e17]
+    return ok, len(evs) - len(ok)
+
+
 def _opt_int(values: Sequence[int | None]) -> np.ndarray:
-    return np.fromiter((_NO_ROW if v is None else v for v in values), dtype=np.int64, count=len(values))
+    try:
+        return np.fromiter((_NO_ROW if v is None else v for v in values), dtype=np.int64, count=len(values))
+    except OverflowError:  # an id beyond int64: treat it as absent rather than fail
+        return np.fromiter(
+            (v if v is not None and _INT64_MIN < v < _INT64_MAX else _NO_ROW for v in values),
+            dtype=np.int64,
+            count=len(values),
+        )
 
 
 def _kind_of(cat: str, cache: dict[str, Kind]) -> Kind:
@@ -364,7 +382,9 @@ def _steps(host: pd.DataFrame) -> pd.DataFrame:
     for name, ts, end in zip(cand["name"], cand["ts"], cand["end"], strict=True):
         m = _STEP_RE.match(str(name))
         if m:
-            rows.append((int(m.group(1)), float(ts), float(end)))
+            number = int(m.group(1))
+            if number < _INT64_MAX:
+                rows.append((number, float(ts), float(end)))
     steps = pd.DataFrame(rows, columns=["step", "cpu_ts", "cpu_end"])
     return steps.sort_values("cpu_ts", kind="stable").drop_duplicates("step").reset_index(drop=True)
 
@@ -406,7 +426,7 @@ def _devices(top: dict[str, msgspec.Raw], vendor_hint: str) -> tuple[DeviceInfo,
         mem = p.get("totalGlobalMem")
         out.append(
             DeviceInfo(
-                index=int(p.get("id", i)),
+                index=_index_or(p.get("id"), i),
                 name=name or "(unnamed GPU)",
                 vendor=vendor,
                 compute_capability=cc,
@@ -479,13 +499,15 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
         raise TraceInputError(f"{name}: the trace has no events")
     model = build_model(events, top, name=name, file_bytes=file_bytes, json_bytes=len(data), notes=notes)
     if any(e.ph == "C" for e in events):
-        counters = _decode_counters(data)
-        counters["ts"] = (
-            counters["ts"]
-            - model.meta.origin_us
-            + (model.meta.base_time_ns / 1000.0 if model.meta.base_time_ns else 0.0)
-        )
-        model = dataclasses.replace(model, counters=counters)
+        try:
+            counters = _decode_counters(data)
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError):
+            note = "counter events ('ph': 'C') could not be read and were ignored"
+            model = dataclasses.replace(model, meta=dataclasses.replace(model.meta, notes=(*model.meta.notes, note)))
+        else:
+            shift = model.meta.origin_us - (model.meta.base_time_ns / 1000.0 if model.meta.base_time_ns else 0.0)
+            counters["ts"] = counters["ts"] - shift
+            model = dataclasses.replace(model, counters=counters)
     tick("built the trace model")
     return model
 
@@ -513,6 +535,10 @@ def build_model(
             instants.append(e)
         elif ph == "M":
             metas.append(e)
+    # Events without a finite time cannot be placed; one of them must not poison the origin.
+    xs, dropped = _finite_times(xs)
+    if dropped:
+        notes.append(f"{dropped} events without a finite ts/dur were ignored")
     kinds = np.fromiter((_kind_of(e.cat, kind_cache) for e in xs), dtype=np.int8, count=len(xs))
 
     is_host = np.isin(kinds, [int(k) for k in HOST_KINDS])
@@ -552,7 +578,7 @@ def build_model(
     launch = np.where(gpu["correlation"].to_numpy() >= 0, launch, _NO_ROW)
     gpu["launch"] = launch.astype(np.int64)
     host_step = host["step"].to_numpy()
-    gpu["step"] = np.where(launch >= 0, host_step[np.clip(launch, 0, None)] if len(host) else _NO_ROW, _NO_ROW)
+    gpu["step"] = np.where(launch >= 0, host_step[np.clip(launch, 0, None)], _NO_ROW) if len(host) else _NO_ROW
 
     steps = _gpu_step_windows(steps, gpu)
     memory = _memory_frame(instants, origin)
@@ -673,7 +699,11 @@ _NO_DIMS = (-1, -1, -1)
 def _triples(values: list[list[int] | None]) -> np.ndarray:
     """grid/block lists -> (n, 3) int array, -1 where absent."""
     rows = [[*v, -1, -1, -1][:3] if v else _NO_DIMS for v in values]
-    return np.array(rows, dtype=np.int64).reshape(len(values), 3)
+    try:
+        return np.array(rows, dtype=np.int64).reshape(len(values), 3)
+    except OverflowError:
+        clean = [[x if _INT64_MIN < x < _INT64_MAX else -1 for x in r] for r in rows]
+        return np.array(clean, dtype=np.int64).reshape(len(values), 3)
 
 
 def _gpu_step_windows(steps: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
@@ -738,6 +768,11 @@ def _base_time_ns(top: dict[str, msgspec.Raw]) -> int | None:
     except msgspec.DecodeError:
         return None
     return int(value) if isinstance(value, int | float) else None
+
+
+def _index_or(value: object, default: int) -> int:
+    parsed = _opt_meta_int(value)
+    return parsed if parsed is not None else default
 
 
 def _opt_meta_int(value: object) -> int | None:

@@ -38,22 +38,36 @@ PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autog
 
 @dataclass(frozen=True)
 class PySource:
-    """One Python frame: where a finding comes from."""
+    """One Python frame: where a finding comes from.
+
+    `line_is_def` is True for 2024+ `python_function` frames, whose line is the line of
+    the function's `def` (not of the call inside it); False for 2021-2022 `Call stack`
+    frames, whose line is the calling line."""
 
     file: str
     line: int | None
     function: str
+    line_is_def: bool = False
 
     @property
     def label(self) -> str:
         return f"{self.file}:{self.line}" if self.line is not None else self.file
 
+    @property
+    def where(self) -> str:
+        """For titles: "at file:line" for a call line, "in func() (file:line)" for a def line."""
+        if self.line_is_def:
+            return f"in {self.function}() ({self.label})"
+        return f"at {self.label}"
 
-def parse_frame(text: str) -> PySource | None:
+
+def parse_frame(text: str, line_is_def: bool = False) -> PySource | None:
     m = _FRAME_RE.match(text.strip())
     if not m:
         return None
-    return PySource(file=_short_path(m.group("file")), line=int(m.group("line")), function=m.group("func"))
+    return PySource(
+        file=_short_path(m.group("file")), line=int(m.group("line")), function=m.group("func"), line_is_def=line_is_def
+    )
 
 
 def _short_path(path: str) -> str:
@@ -88,13 +102,8 @@ def python_stack(model: TraceModel, row: int, limit: int = 64) -> list[str]:
         frame = int(arr.py_frame[int(arr.parent[frame])]) if arr.parent[frame] >= 0 else -1
     if frames:
         return frames
-    r = row
-    while r >= 0:
-        cs = arr.call_stack[r]
-        if isinstance(cs, str) and cs:
-            return [f for f in cs.split(";") if f][:limit]
-        r = int(arr.parent[r])
-    return []
+    cs = _nearest_call_stack(model, row)
+    return [f for f in cs.split(";") if f][:limit] if cs else []
 
 
 _BUILTIN_RES = (
@@ -146,7 +155,7 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
             found = memo[frame]
             break
         path.append(frame)
-        src = parse_frame(arr.name(frame))
+        src = parse_frame(arr.name(frame), line_is_def=True)
         if src is not None and not is_machinery(src.file):
             found = src
             break
@@ -158,30 +167,50 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
 
 
 def _user_source_from_call_stack(model: TraceModel, row: int) -> PySource | None:
-    arr = model.arrays
     memo: dict[str, PySource | None] = model.memo.setdefault("user_call_stack", {})
+    cs = _nearest_call_stack(model, row)
+    if cs is None:
+        return None
+    if cs not in memo:
+        found = None
+        for frame in cs.split(";"):
+            src = parse_frame(frame) if frame else None
+            if src is not None and not is_machinery(src.file):
+                found = src
+                break
+        memo[cs] = found
+    return memo[cs]
+
+
+def _nearest_call_stack(model: TraceModel, row: int) -> str | None:
+    """The `Call stack` string of the row or its nearest ancestor, memoised along the
+    walk (deeply nested ops would otherwise make this quadratic)."""
+    arr = model.arrays
+    memo: dict[int, str | None] = model.memo.setdefault("nearest_call_stack", {})
+    path: list[int] = []
+    found: str | None = None
     r = row
     while r >= 0:
+        if r in memo:
+            found = memo[r]
+            break
+        path.append(r)
         cs = arr.call_stack[r]
         if isinstance(cs, str) and cs:
-            if cs not in memo:
-                found = None
-                for frame in cs.split(";"):
-                    src = parse_frame(frame) if frame else None
-                    if src is not None and not is_machinery(src.file):
-                        found = src
-                        break
-                memo[cs] = found
-            return memo[cs]
+            found = cs
+            break
         r = int(arr.parent[r])
-    return None
+    for p in path:
+        memo[p] = found
+    return found
 
 
 def user_stack(model: TraceModel, row: int, depth: int = 4) -> list[PySource]:
     """Up to `depth` non-machinery frames, innermost first, for evidence."""
     out: list[PySource] = []
+    is_def = bool(model.arrays.py_frame[row] >= 0)
     for frame in python_stack(model, row):
-        src = parse_frame(frame)
+        src = parse_frame(frame, line_is_def=is_def)
         if src is not None and not is_machinery(src.file):
             out.append(src)
             if len(out) >= depth:
