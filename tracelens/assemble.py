@@ -38,6 +38,9 @@ from tracelens.report import (
 MAX_KERNEL_ROWS = 25
 MAX_OP_ROWS = 25
 MAX_SOURCE_ROWS = 20
+#: Kernel names longer than this are cut in the report (C++ template names reach tens of
+#: kB; the trace keeps the full name).
+MAX_NAME_CHARS = 2000
 MAX_SYNC_MARKS = 400
 _KIND_NAMES = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
 
@@ -177,7 +180,7 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     g = g.sort_values("total", ascending=False).head(MAX_KERNEL_ROWS)
     return tuple(
         KernelRow(
-            name=str(name),
+            name=_cut(str(name)),
             count=int(row["count"]),
             total_us=float(row["total"]),
             mean_us=float(row["total"]) / max(int(row["count"]), 1),
@@ -186,6 +189,10 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
         )
         for name, row in g.iterrows()
     )
+
+
+def _cut(name: str) -> str:
+    return name if len(name) <= MAX_NAME_CHARS else name[: MAX_NAME_CHARS - 1] + "…"
 
 
 class _SourceCache:
@@ -230,7 +237,7 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
             gpu_us=float(row["gpu"]),
             host_us=float(host_by_op.get(op, 0.0)),
             kernels=int(row["kernels"]),
-            top_kernel=str(top_kernel.get(op, "")),
+            top_kernel=_cut(str(top_kernel.get(op, ""))),
             source=sources(int(first_row.loc[str(op)])),
         )
         for op, row in per_op.iterrows()

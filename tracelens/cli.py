@@ -9,6 +9,7 @@ input trace is only ever read.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -251,4 +252,12 @@ def main() -> None:
         if callable(show) and isinstance(code, int):
             show()
             sys.exit(code)
-        raise
+        # A bug in tracelens: one line for the user, the traceback on request.
+        if os.environ.get("TRACELENS_DEBUG"):
+            raise
+        typer.echo(
+            f"tracelens: internal error: {type(exc).__name__}: {exc} "
+            "(set TRACELENS_DEBUG=1 for the traceback, and please report it)",
+            err=True,
+        )
+        sys.exit(1)

@@ -22,6 +22,13 @@ from tracelens.model.sources import PySource, is_machinery, parse_frame, user_so
 from tracelens.model.trace import TraceModel, name_matches
 
 MAX_SITES = 8
+#: Pageable copies are worth a line of advice when their host time is at least this
+#: share of the host-bound idle (a few tiny copies are not the problem).
+PAGEABLE_ADVICE_SHARE = 0.05
+#: Many gaps this short are per-op host overhead (a few eager ops' worth of Python and
+#: dispatch each), which CUDA graphs remove, rather than one slow piece of host work.
+PER_OP_GAP_US = 300.0
+PER_OP_MIN_GAPS = 100
 #: Name of the part of a gap not covered by any recorded op on the launching thread.
 UNTRACED = "(Python or other host work outside any op)"
 
@@ -101,7 +108,7 @@ class _RangeTree:
                 kids = self.children(row)
                 inside = self.charge(kids, s0, e0, out, depth + 1) if kids is not None else 0.0
                 if ov - inside > 0:
-                    out[row] += ov - inside
+                    out[~row] += ov - inside  # ~row: time inside the container, between its ops
             else:
                 out[row] += ov
             covered += ov
@@ -161,6 +168,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         if row is None:
             key = (UNTRACED, "")
             src = None
+        elif row < 0:
+            inner = ~row
+            src = user_source(model, inner)
+            key = (f"between ops inside {model.arrays.name(inner)}", src.label if src else "")
         elif kinds[row] == Kind.PYTHON:
             src = parse_frame(model.arrays.name(row))
             key = (f"Python code in {src.function}()" if src else UNTRACED, src.label if src else "")
@@ -173,10 +184,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     ranked = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)
     sites = tuple(
         Site(
-            description=op if op == UNTRACED or op.startswith("Python code") else "host work in " + op,
+            description=op if op == UNTRACED or op.startswith(("Python code", "between ops")) else "host work in " + op,
             count=int(n),  # distinct op calls (or gaps, for untraced time) charged
             time_us=us,
-            ops=(op,) if op != UNTRACED and not op.startswith("Python code") else (),
+            ops=(op,) if op != UNTRACED and not op.startswith(("Python code", "between ops")) else (),
             source=src_of[(op, label)],
         )
         for (op, label), (us, n) in ranked[:MAX_SITES]
@@ -193,7 +204,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             "DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor>=2) so "
             "batches are ready before the GPU needs them."
         )
-    if n_copies:
+    if n_copies and copy_host_us > PAGEABLE_ADVICE_SHARE * total:
         advice_parts.append(
             f"{n_copies} host-to-device copies come from pageable memory ({copy_bytes / 1e6:.1f} MB, "
             f"{fmt_us(copy_host_us)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
@@ -204,6 +215,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             f"{fmt_us(after_sync)} of it follows a sync: the host waits for a result, then works on it while "
             "the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
             "processing this one's results on the host (or process them on the GPU)."
+        )
+    median_gap = float(hb["dur"].median())
+    if len(hb) >= PER_OP_MIN_GAPS and median_gap <= PER_OP_GAP_US:
+        advice_parts.append(
+            f"The idle comes in {len(hb):,} short gaps (median {median_gap:.0f} µs): the host spends it dispatching "
+            "ops one by one (Python, framework and dispatcher overhead), not in one big task. Replaying the "
+            "steady-state step from a CUDA graph (torch.compile(mode='reduce-overhead'), torch.cuda.graphs, or "
+            "the serving engine's graph mode) removes that per-op host time."
         )
     advice_parts.append(
         "Move per-step host work off the critical path: precompute, vectorise Python loops, do "
@@ -233,6 +252,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             evidence=(
                 Metric("host-bound idle", total, "us"),
                 Metric("gaps", len(hb), "count"),
+                Metric("median gap", float(hb["dur"].median()), "us"),
                 Metric("longest gap", float(hb["dur"].max()), "us"),
                 Metric("of it after a sync returned", after_sync, "us"),
                 Metric("of it in data loading ops", loader_us, "us"),
