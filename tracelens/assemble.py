@@ -17,13 +17,15 @@ import pandas as pd
 from tracelens import __version__
 from tracelens.analyzers import run_all
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.gpu_time import CAUSES, SYNC_APIS, DeviceTime
+from tracelens.analyzers.gpu_time import CAUSES, SYNC_APIS, TIMELINE_BINS, DeviceTime
+from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel, name_matches
 from tracelens.ranking import questions, rank, summary
 from tracelens.report import (
     SCHEMA_VERSION,
+    ClockTimeline,
     GpuTimeSummary,
     KernelRow,
     OpRow,
@@ -58,6 +60,7 @@ def build_report(model: TraceModel, load_seconds: float = 0.0) -> Report:
         summary=summary(ctx, ranked),
         gpu_time=_gpu_time_summary(ctx),
         timeline=_timeline(ctx),
+        clocks=_clocks(ctx),
         questions=questions(ctx, ranked),
         findings=tuple(ranked),
         kernels=_kernel_rows(ctx),
@@ -160,6 +163,37 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
         idle={c: tuple(np.round(tl.idle[c], 4).tolist()) for c in CAUSES},
         syncs=tuple(float(m) for m in np.sort(marks)),
         steps=steps,
+    )
+
+
+def _clocks(ctx: AnalysisContext) -> ClockTimeline | None:
+    dev = ctx.gpu_time.primary
+    if dev is None or ctx.model.counters.empty:
+        return None
+    tracks = clock_tracks(ctx.model, dev.device)
+    sm = tracks.get("SM clock (MHz)")
+    if sm is None or not len(sm.ts):
+        return None
+    edges = np.linspace(dev.window_start, dev.window_end, TIMELINE_BINS + 1)
+    centres = (edges[:-1] + edges[1:]) / 2
+
+    def series(name: str) -> tuple[float, ...]:
+        tr = tracks.get(name)
+        if tr is None or not len(tr.ts):
+            return ()
+        return tuple(np.round(tr.at(centres), 1).tolist())
+
+    meta = nvml_gpu_meta(ctx.model, dev.device)
+    power = series("power (W)")
+    limit = meta.get("power_limit_w") or (max(power) if power else 0.0)
+    return ClockTimeline(
+        start_us=dev.window_start,
+        end_us=dev.window_end,
+        sm_mhz=series("SM clock (MHz)"),
+        power_w=power,
+        temp_c=series("temperature (C)"),
+        max_sm_mhz=float(meta.get("max_sm_mhz") or np.nanmax(sm.values)),
+        power_limit_w=float(limit),
     )
 
 

@@ -86,6 +86,19 @@ class Timeline:
 
 
 @dataclass(frozen=True)
+class ClockTimeline:
+    """NVML samples (from `tracelens capture`) at the timeline's bin centres."""
+
+    start_us: float
+    end_us: float
+    sm_mhz: tuple[float, ...]
+    power_w: tuple[float, ...]
+    temp_c: tuple[float, ...]
+    max_sm_mhz: float
+    power_limit_w: float
+
+
+@dataclass(frozen=True)
 class KernelRow:
     name: str
     count: int
@@ -151,6 +164,7 @@ class Report:
     summary: Summary
     gpu_time: GpuTimeSummary
     timeline: Timeline | None
+    clocks: ClockTimeline | None
     questions: tuple[Question, ...]
     findings: tuple[Finding, ...]
     kernels: tuple[KernelRow, ...]

@@ -13,7 +13,7 @@ import jinja2
 from markupsafe import Markup
 
 from tracelens.render import format as fmt
-from tracelens.report import Report, Timeline
+from tracelens.report import ClockTimeline, Report, Timeline
 
 #: Colours of the busy/idle causes, shared by the bar, the timeline and the legend.
 CAUSE_COLOURS = {
@@ -104,8 +104,41 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
     return Markup("".join(parts))
 
 
+def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 120) -> Markup:
+    """SM clock (of max), power (of the limit) and temperature (of 100 °C) over the same
+    time axis as the timeline."""
+    n = len(cl.sm_mhz)
+    if n == 0:
+        return Markup("")
+    pad = 6
+    plot_h = height - 2 * pad
+    bw = width / n
+    parts = [
+        f'<svg class="timeline clocks" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        f'aria-label="GPU clock, power and temperature over time">'
+    ]
+    for values, scale, colour in (
+        (cl.sm_mhz, cl.max_sm_mhz, "#1f6feb"),
+        (cl.power_w, cl.power_limit_w, "#d6453d"),
+        (cl.temp_c, 100.0, "#b48ead"),
+    ):
+        if not values or not scale:
+            continue
+        pts = " ".join(
+            f"{(i + 0.5) * bw:.1f},{pad + plot_h * (1 - min(max(float(v) / scale, 0.0), 1.05) / 1.05):.1f}"
+            for i, v in enumerate(values)
+            if v == v  # skip NaN
+        )
+        parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
+    y_full = pad + plot_h * (1 - 1 / 1.05)
+    parts.append(f'<line x1="0" x2="{width}" y1="{y_full:.1f}" y2="{y_full:.1f}" class="step"/>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
 def render_html(report: Report) -> str:
     env = environment(autoescape=True)
     template = env.get_template("report.html.j2")
     svg = timeline_svg(report.timeline) if report.timeline else Markup("")
-    return template.render(r=report, timeline_svg=svg, colours=CAUSE_COLOURS, labels=CAUSE_LABELS)
+    clocks = clocks_svg(report.clocks) if report.clocks else Markup("")
+    return template.render(r=report, timeline_svg=svg, clocks_svg=clocks, colours=CAUSE_COLOURS, labels=CAUSE_LABELS)
