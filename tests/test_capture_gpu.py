@@ -1,6 +1,6 @@
 """`tracelens capture` on a real NVIDIA GPU (run by hand on the H200; skipped in CI).
 
-    python -m pytest -m gpu tests/test_capture_gpu.py
+python -m pytest -m gpu tests/test_capture_gpu.py
 """
 
 from __future__ import annotations

@@ -243,7 +243,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             ),
             time_us=total,
             share=share,
-            advice=" ".join(advice_parts),
+            advice="\n".join(advice_parts),
             expected_gain_us=total,
             gain_note=(
                 "at best all of it, if the host work overlaps GPU work instead of alternating with it; "

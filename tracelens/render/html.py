@@ -24,6 +24,11 @@ CAUSE_COLOURS = {
     "profiler": "#b48ead",
     "other": "#9aa3ad",
 }
+#: Minimum distance between step labels on the timeline.
+STEP_LABEL_PX = 36
+#: Per-step table rows shown in HTML (the JSON has every step).
+MAX_STEP_ROWS = 200
+
 CAUSE_LABELS = {
     "busy": "GPU busy",
     "host_sync": "idle: host sync",
@@ -92,10 +97,16 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
     for t in tl.syncs:
         x = (t - tl.start_us) / span * width
         parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="2" y2="{top_pad - 4}" class="sync"/>')
+    # Step boundaries: lines while they stay apart, labels at least STEP_LABEL_PX apart.
+    last_label = -1e9
+    draw_lines = len(tl.steps) <= width / 4
     for step, s0, _s1 in tl.steps:
         x = (s0 - tl.start_us) / span * width
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" class="step"/>')
-        parts.append(f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">#{int(step)}</text>')
+        if draw_lines:
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" class="step"/>')
+        if x - last_label >= STEP_LABEL_PX:
+            parts.append(f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">#{int(step)}</text>')
+            last_label = x
     if not tl.steps:
         for frac in (0.0, 0.25, 0.5, 0.75):
             x = frac * width
@@ -141,4 +152,11 @@ def render_html(report: Report) -> str:
     template = env.get_template("report.html.j2")
     svg = timeline_svg(report.timeline) if report.timeline else Markup("")
     clocks = clocks_svg(report.clocks) if report.clocks else Markup("")
-    return template.render(r=report, timeline_svg=svg, clocks_svg=clocks, colours=CAUSE_COLOURS, labels=CAUSE_LABELS)
+    return template.render(
+        r=report,
+        timeline_svg=svg,
+        clocks_svg=clocks,
+        colours=CAUSE_COLOURS,
+        labels=CAUSE_LABELS,
+        max_step_rows=MAX_STEP_ROWS,
+    )

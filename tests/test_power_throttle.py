@@ -1,0 +1,64 @@
+"""power_throttle on traces captured with `tracelens capture` on the H200
+(sample_traces/power_gemm: 6 s of 8192^3 bf16 products on random data, then 6 s on zeros;
+sample_traces/light_idle: small kernels and sleeps)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from conftest import context_of, model_of, report_of, sample
+
+from tracelens.analyzers import power_throttle
+from tracelens.render import render_html
+
+
+def phase_clock(path: Path, phase: str) -> float:
+    """Time-weighted SM clock over the kernels launched inside record_function(phase)."""
+    m = model_of(path)
+    sm = power_throttle.clock_tracks(m, m.meta.active_devices[0])["SM clock (MHz)"]
+    host = m.host
+    ann = host.index[host["name"] == phase].to_numpy()
+    assert len(ann), phase
+    k = m.kernels()
+    k = k[k["launch"] >= 0]
+    k = k[np.isin(host["range_root"].to_numpy()[k["launch"].to_numpy()], ann)]
+    mid = (k["ts"].to_numpy() + k["end"].to_numpy()) / 2
+    return float(np.average(sm.at(mid), weights=k["dur"].to_numpy()))
+
+
+def test_power_capped_gemm() -> None:
+    path = sample("power_gemm")
+    (f,) = power_throttle.analyze(context_of(path))
+    assert f.tags == ("sw_power_cap",)
+    ev = {m.label: m.value for m in f.evidence}
+    assert 1500 < ev["time-weighted SM clock while busy (MHz)"] < 1900
+    assert ev["max SM clock (MHz)"] == 1980
+    assert ev["enforced power limit (W)"] == 700
+    assert ev["busy time with a limiting reason"] > 0.3
+    # The random phase runs at a lower clock than the zeros phase (the seed's experiment).
+    random_mhz, zeros_mhz = phase_clock(path, "random"), phase_clock(path, "zeros")
+    assert random_mhz < zeros_mhz - 100, (random_mhz, zeros_mhz)
+    # Lost time is bounded by the busy time and positive.
+    busy = context_of(path).gpu_time.primary
+    assert busy is not None and 0 < f.time_us < busy.busy_us
+    # The GEMM kernel is the one that ran slow.
+    assert f.sites and "nvjet" in f.sites[0].kernels[0]
+
+
+def test_light_idle_script_not_throttled() -> None:
+    path = sample("light_idle")
+    assert len(model_of(path).counters) > 0
+    assert power_throttle.analyze(context_of(path)) == []
+    q6 = next(q for q in report_of(path).questions if q.id == "compute")
+    assert q6.status == "no"
+
+
+def test_report_shows_clocks_and_question_6() -> None:
+    rep = report_of(sample("power_gemm"))
+    q6 = next(q for q in rep.questions if q.id == "compute")
+    assert q6.status == "yes" and "not built" in q6.answer  # throttling measured, the rest not built
+    assert rep.clocks is not None and rep.clocks.max_sm_mhz == 1980
+    assert min(v for v in rep.clocks.sm_mhz if v == v) < 1800
+    html = render_html(rep)
+    assert "SM clock (max 1980 MHz" in html and html.count("<polyline") == 3
