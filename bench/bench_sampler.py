@@ -36,38 +36,42 @@ def workload(iters: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=7)
-    ap.add_argument("--iters", type=int, default=400)
-    ap.add_argument("--interval-ms", type=float, default=10.0)
+    ap.add_argument("--repeat", type=int, default=9)
+    ap.add_argument("--iters", type=int, default=3000)
+    ap.add_argument("--intervals-ms", default="10,5", help="comma-separated sampling periods to test")
     args = ap.parse_args()
-    workload(20)  # warm up
-    off: list[float] = []
-    on: list[float] = []
-    busy_per_s: list[float] = []
-    samples_per_s: list[float] = []
-    for _ in range(args.repeat):
-        off.append(workload(args.iters))
-        sampler = NvmlSampler(args.interval_ms / 1000.0)
-        assert sampler.start(), sampler.note
-        t = workload(args.iters)
-        res = sampler.stop()
-        on.append(t)
-        busy_per_s.append(res.busy_s / t)
-        samples_per_s.append(res.samples / t)
-    m_off, m_on = statistics.median(off), statistics.median(on)
-    spread = (max(off) - min(off)) / m_off
+    workload(50)  # warm up
     print(f"machine: {torch.cuda.get_device_name(0)}, {platform.processor() or platform.machine()}")
     print(f"versions: python {platform.python_version()}, torch {torch.__version__}")
-    print(f"interval {args.interval_ms} ms, {args.repeat} alternating runs of {args.iters} iterations")
-    print("| | median wall s | min | max |")
-    print("|---|---|---|---|")
-    print(f"| without sampler | {m_off:.3f} | {min(off):.3f} | {max(off):.3f} |")
-    print(f"| with sampler | {m_on:.3f} | {min(on):.3f} | {max(on):.3f} |")
-    print(f"slowdown: {100 * (m_on / m_off - 1):+.2f}% (run-to-run spread without sampler: {100 * spread:.2f}%)")
-    print(
-        f"sampler busy: {100 * statistics.median(busy_per_s):.2f}% of wall time in its thread, "
-        f"{statistics.median(samples_per_s):.0f} samples/s"
-    )
+    print(f"{args.repeat} alternating runs of {args.iters} iterations per setting; medians")
+    cols = ["sampling period", "wall s without", "wall s with", "slowdown (medians)", "slowdown (best runs)"]
+    cols += ["spread without"]
+    cols += ["sampler thread busy", "samples/s"]
+    print("| " + " | ".join(cols) + " |")
+    print("|" + "---|" * len(cols))
+    for interval_ms in (float(x) for x in args.intervals_ms.split(",")):
+        off: list[float] = []
+        on: list[float] = []
+        busy_per_s: list[float] = []
+        samples_per_s: list[float] = []
+        for _ in range(args.repeat):
+            off.append(workload(args.iters))
+            sampler = NvmlSampler(interval_ms / 1000.0)
+            assert sampler.start(), sampler.note
+            t = workload(args.iters)
+            res = sampler.stop()
+            on.append(t)
+            busy_per_s.append(res.busy_s / t)
+            samples_per_s.append(res.samples / t)
+        m_off, m_on = statistics.median(off), statistics.median(on)
+        spread = (max(off) - min(off)) / m_off
+        print(
+            f"| {interval_ms:g} ms | {m_off:.3f} | {m_on:.3f} | {100 * (m_on / m_off - 1):+.2f}% | "
+            f"{100 * (min(on) / min(off) - 1):+.2f}% | "
+            f"{100 * spread:.2f}% | {100 * statistics.median(busy_per_s):.2f}% | "
+            f"{statistics.median(samples_per_s):.0f} |",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -123,3 +123,28 @@ def test_samples_become_counter_tracks_aligned_to_base_time(tmp_path: Path) -> N
     assert m.meta.metadata["tracelens"]["nvml"]["gpus"][0]["max_sm_mhz"] == 1980
     # The original events are untouched.
     assert len(m.host) == len(load_trace(src).host)
+
+
+@needs_torch
+def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "int.json.gz"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracelens", "capture", "--no-report", "-o", str(out), str(DATA / "cpu_forever.py")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert proc.stdout is not None
+    deadline = time.time() + 120
+    while time.time() < deadline and "started" not in proc.stdout.readline():
+        pass
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and out.exists()
+    assert load_trace(out).meta.metadata["tracelens"]["exit_code"] == 130

@@ -26,6 +26,9 @@ DEFAULT_INTERVAL_S = 0.010
 
 REASON_BITS = NVML_REASON_BITS
 
+#: Slowly changing quantities are read every this many samples (and held in between).
+SLOW_EVERY = 10
+
 SERIES = ("sm_mhz", "mem_mhz", "power_w", "power_limit_w", "temp_c", "util_gpu_pct", "util_mem_pct", "reasons")
 
 
@@ -153,33 +156,38 @@ class NvmlSampler:
         nvml = self._nvml
         reasons_fn = self._reasons_fn()
         sm, mem, temp_sensor = nvml.NVML_CLOCK_SM, nvml.NVML_CLOCK_MEM, nvml.NVML_TEMPERATURE_GPU
-        readers: list[tuple[str, Callable[[Any], float]]] = [
+        # Clocks, power and throttle reasons move within milliseconds: read them every
+        # sample. Memory clock, power limit, temperature and utilization (itself an
+        # average over ~1/6 s) change slowly: read them every SLOW_EVERY samples and
+        # hold the value, which keeps the GIL time per sample small.
+        fast: list[tuple[str, Callable[[Any], float]]] = [
             ("sm_mhz", lambda h: nvml.nvmlDeviceGetClockInfo(h, sm)),
-            ("mem_mhz", lambda h: nvml.nvmlDeviceGetClockInfo(h, mem)),
             ("power_w", lambda h: nvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
-            ("power_limit_w", lambda h: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
-            ("temp_c", lambda h: nvml.nvmlDeviceGetTemperature(h, temp_sensor)),
             ("reasons", lambda h: reasons_fn(h) if reasons_fn else float("nan")),
         ]
+        slow: list[tuple[str, Callable[[Any], float]]] = [
+            ("mem_mhz", lambda h: nvml.nvmlDeviceGetClockInfo(h, mem)),
+            ("power_limit_w", lambda h: nvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
+            ("temp_c", lambda h: nvml.nvmlDeviceGetTemperature(h, temp_sensor)),
+            ("util_gpu_pct", lambda h: nvml.nvmlDeviceGetUtilizationRates(h).gpu),
+            ("util_mem_pct", lambda h: nvml.nvmlDeviceGetUtilizationRates(h).memory),
+        ]
+        held: dict[int, dict[str, float]] = {}
         next_t = time.perf_counter()
         while not self._stop.is_set():
             t0 = time.perf_counter()
+            read_slow = self._samples % SLOW_EVERY == 0
             for gpu, h in self._handles:
                 now = time.time_ns()
-                row: dict[str, float] = {}
-                for key, read in readers:
+                row = held.setdefault(gpu.index, {})
+                for key, read in fast + slow if read_slow else fast:
                     try:
                         row[key] = float(read(h))
-                    except Exception:
+                    except Exception:  # a counter this GPU lacks stays NaN
                         row[key] = float("nan")
-                try:
-                    util = nvml.nvmlDeviceGetUtilizationRates(h)
-                    row["util_gpu_pct"], row["util_mem_pct"] = float(util.gpu), float(util.memory)
-                except Exception:
-                    row["util_gpu_pct"] = row["util_mem_pct"] = float("nan")
                 gpu.t_ns.append(now)
                 for key in SERIES:
-                    gpu.values[key].append(row[key])
+                    gpu.values[key].append(row.get(key, float("nan")))
             self._samples += 1
             self._busy_s += time.perf_counter() - t0
             next_t += self.interval_s

@@ -34,9 +34,14 @@ def counter_events(samples: SamplerResult, base_time_ns: int | None) -> list[dic
         for title, key, arg in TRACKS:
             values = gpu.values[key]
             name = f"{TRACK_PREFIX}{gpu.index} {title}"
-            for t_ns, v in zip(gpu.t_ns, values, strict=True):
+            last = None
+            for i, (t_ns, v) in enumerate(zip(gpu.t_ns, values, strict=True)):
                 if isinstance(v, float) and math.isnan(v):
                     continue
+                # Counters hold their value until the next event: skip repeats, keep the last.
+                if v == last and i != len(values) - 1:
+                    continue
+                last = v
                 out.append(
                     {
                         "ph": "C",
