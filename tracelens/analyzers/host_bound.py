@@ -173,7 +173,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             src = user_source(model, inner)
             key = (f"between ops inside {model.arrays.name(inner)}", src.label if src else "")
         elif kinds[row] == Kind.PYTHON:
-            src = parse_frame(model.arrays.name(row))
+            src = parse_frame(model.arrays.name(row), line_is_def=True)
             key = (f"Python code in {src.function}()" if src else UNTRACED, src.label if src else "")
         else:
             src = user_source(model, row)
@@ -232,7 +232,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     share = ctx.share(total)
     main_site = sites[0] if sites else None
     what = main_site.description if main_site else "host work"
-    where = f" {main_site.source.where}" if main_site and main_site.source else ""
+    where = ""
+    if main_site is not None and main_site.source is not None:
+        # "Python code in f()" already names the function: add only the file and line.
+        python_site = main_site.description.startswith("Python code in")
+        where = f" ({main_site.source.label})" if python_site else f" {main_site.source.where}"
     return [
         Finding(
             category=Category.HOST_BOUND,

@@ -27,7 +27,13 @@ def md(text: object) -> str:
     return s.replace("://", ":\\/\\/").replace("www.", "www\\.")
 
 
+def md_lines(text: object) -> str:
+    """Escaped text whose line breaks survive in a table cell, list item or quote."""
+    return "<br>".join(md(line) for line in str(text).split("\n"))
+
+
 def render_markdown(report: Report) -> str:
     env = environment(autoescape=False)
     env.filters["md"] = md
+    env.filters["md_lines"] = md_lines
     return env.get_template("report.md.j2").render(r=report)

@@ -49,7 +49,7 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
         lines.append(
             f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}."
         )
-        lines.append(f"  Fix: {s.primary_advice}")
+        lines.append("  Fix: " + s.primary_advice.replace("\n", "\n       "))
     else:
         lines.append(typer.style("No primary bottleneck: ", bold=True) + s.headline)
     lines.append("")
