@@ -18,6 +18,7 @@ from tracelens import __version__
 from tracelens.analyzers import run_all
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.gpu_time import CAUSES, SYNC_APIS, TIMELINE_BINS, DeviceTime
+from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
@@ -40,6 +41,7 @@ from tracelens.report import (
 MAX_KERNEL_ROWS = 25
 MAX_OP_ROWS = 25
 MAX_SOURCE_ROWS = 20
+MAX_MATMUL_ROWS = 40
 #: Kernel names longer than this are cut in the report (C++ template names reach tens of
 #: kB; the trace keeps the full name).
 MAX_NAME_CHARS = 2000
@@ -66,6 +68,9 @@ def build_report(model: TraceModel, load_seconds: float = 0.0) -> Report:
         kernels=_kernel_rows(ctx),
         ops=_op_rows(ctx),
         sources=_source_rows(ctx, ranked),
+        matmuls=tuple(
+            replace_name(r) for r in sorted(cached_matmul_rows(model), key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]
+        ),
         load_seconds=round(load_seconds, 3),
         analysis_seconds=0.0,
     )
@@ -223,6 +228,12 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
         )
         for name, row in g.iterrows()
     )
+
+
+def replace_name(row: MatmulRow) -> MatmulRow:
+    from dataclasses import replace
+
+    return replace(row, kernel=_cut(row.kernel))
 
 
 def _cut(name: str) -> str:

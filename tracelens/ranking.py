@@ -68,7 +68,7 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         "compute",
         "Is it really compute-bound, and are matmul shapes and clocks costing throughput?",
         (Category.COMPUTE_BOUND, Category.MISALIGNED_MATMUL, Category.WAVE_QUANTIZATION, Category.POWER_THROTTLE),
-        "The compute-bound and matmul-shape (misalignment, wave quantization) analyzers are not built yet.",
+        "The compute-bound (roofline) analyzer is not built yet.",
     ),
 )
 
@@ -100,11 +100,6 @@ def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     """Empty if the trace can answer the question, else what capture option is missing."""
     model = ctx.model
     kinds = model.host["kind"]
-    if step.id == "compute" and model.counters.empty:
-        return (
-            "the trace has no GPU clock/power samples, so power throttling cannot be seen: capture with "
-            "`tracelens capture`, which records NVML clocks, power and throttle reasons beside the profiler"
-        )
     if ctx.gpu_time.primary is None:
         return "the trace has no GPU kernels: capture with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
     if step.id in ("host_waits", "launch") and not bool((kinds == Kind.RUNTIME).any()):
@@ -113,6 +108,22 @@ def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
             "capture with ProfilerActivity.CPU as well as CUDA"
         )
     return ""
+
+
+def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
+    """Parts of a question this trace cannot answer, and the capture option that would."""
+    if step.id != "compute":
+        return ""
+    out = ""
+    if ctx.model.counters.empty:
+        out += (
+            " Power throttling: not measurable from this trace (no GPU clock/power samples); `tracelens capture` "
+            "records NVML clocks, power and throttle reasons beside the profiler."
+        )
+    shapes = ctx.model.host["shapes"].to_numpy()
+    if not any(s is not None for s in shapes[: min(len(shapes), 20000)]):
+        out += " Matmul shapes: not measurable (no Input Dims); capture with record_shapes=True."
+    return out
 
 
 def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ...]:
@@ -124,6 +135,7 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
         built = any(c in BUILT_CATEGORIES for c in step.categories)
         missing = _measurable(ctx, step)
         partly = f" {step.not_built}" if built and step.not_built else ""
+        partly += _unmeasured_parts(ctx, step)
         if not built:
             status, answer = "not_built", step.not_built
         elif missing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tracelens.analyzers.base import Finding
+from tracelens.analyzers.matmul_shapes import MatmulRow
 from tracelens.model.sources import PySource
 
 SCHEMA_VERSION = 1
@@ -170,6 +171,7 @@ class Report:
     kernels: tuple[KernelRow, ...]
     ops: tuple[OpRow, ...]
     sources: tuple[SourceRow, ...]
+    matmuls: tuple[MatmulRow, ...] = ()
     load_seconds: float = 0.0
     analysis_seconds: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)

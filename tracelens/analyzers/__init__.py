@@ -9,7 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from tracelens.analyzers import host_bound, host_sync, launch_overhead, power_throttle
+from tracelens.analyzers import (
+    host_bound,
+    host_sync,
+    launch_overhead,
+    misaligned_matmul,
+    power_throttle,
+    wave_quantization,
+)
 from tracelens.analyzers.base import Category, Finding, Severity
 from tracelens.analyzers.context import AnalysisContext
 
@@ -20,6 +27,8 @@ ANALYZERS: tuple[tuple[tuple[Category, ...], Analyzer], ...] = (
     ((Category.HOST_SYNC,), host_sync.analyze),
     ((Category.HOST_BOUND,), host_bound.analyze),
     ((Category.LAUNCH_OVERHEAD,), launch_overhead.analyze),
+    ((Category.MISALIGNED_MATMUL,), misaligned_matmul.analyze),
+    ((Category.WAVE_QUANTIZATION,), wave_quantization.analyze),
     ((Category.POWER_THROTTLE,), power_throttle.analyze),
 )
 

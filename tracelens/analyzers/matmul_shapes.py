@@ -1,0 +1,334 @@
+"""The matmuls of a trace: shapes, layouts, kernels, tiles and waves.
+
+Shared by the misaligned_matmul and wave_quantization analyzers and shown as the report's
+matmul table. Reads the leaf matmul ops (`aten::mm`, `addmm`, `bmm`, `baddbmm`; `linear`
+and `matmul` dispatch to these) with their `Input Dims`, `Input type` and `Input
+Strides` (record_shapes=True), and the kernels each launched.
+
+Conventions: torch's row-major C[M, N] = A[M, K] @ B[K, N]. cuBLAS is column-major, so
+the kernel computes C^T = B^T A^T: the kernel's tile "MxN" in its name spans torch's N
+along its first number and torch's M along its second.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import pandas as pd
+
+from tracelens.model.schema import Kind
+from tracelens.model.trace import TraceModel
+
+#: Leaf matmul ops and where A and B sit in their inputs.
+MATMUL_OPS: dict[str, tuple[int, int]] = {
+    "aten::mm": (0, 1),
+    "aten::addmm": (1, 2),
+    "aten::bmm": (0, 1),
+    "aten::baddbmm": (1, 2),
+}
+
+#: Bytes per element by profiler type name.
+DTYPE_BYTES = {
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "float": 4,
+    "double": 8,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+}
+DTYPE_SHORT = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64"}
+
+#: Tensor-core kernels want each operand's leading dimension (and the output's) to be a
+#: multiple of 16 bytes: 8 bf16/fp16 elements, 4 fp32, 16 fp8. Otherwise cuBLAS falls
+#: back to slower kernels (on the H200: a Turing `cutlass_75_..._align1`, 2.6-5x slower;
+#: gpu-trace-facts.md).
+ALIGN_BYTES = 16
+
+_TILE_PATTERNS = (
+    re.compile(r"nvjet_sm\d+_[a-z]+_(\d+)x(\d+)_"),  # Hopper cuBLAS (persistent)
+    re.compile(r"tilesize(\d+)x(\d+)x\d+"),  # sm80_xmma / sm90_xmma
+    re.compile(r"cutlass\w*?_(\d+)x(\d+)_\d+x\d+"),  # cutlass_80_tensorop_..._256x128_64x3
+    re.compile(r"cutlass\w*?gemm\w*?_(\d+)x(\d+)_"),  # cutlass_75_..._256x128_nn_align1
+    re.compile(r"(?:sgemm|hgemm|gemm)_(\d+)x(\d+)"),  # ampere_sgemm_128x64_tn, volta_h884gemm_...
+)
+_ARCH_RE = re.compile(r"(?:cutlass_|sm_?|cutlass::arch::Sm)(\d{2,3})")
+
+
+@dataclass(frozen=True)
+class Tile:
+    m: int  # the kernel's first tile dimension (torch's N)
+    n: int  # the kernel's second (torch's M)
+    source: str  # "name" or "grid"
+
+
+def parse_tile(kernel: str) -> Tile | None:
+    for pattern in _TILE_PATTERNS:
+        m = pattern.search(kernel)
+        if m:
+            a, b = int(m.group(1)), int(m.group(2))
+            if 8 <= a <= 512 and 8 <= b <= 512:
+                return Tile(a, b, "name")
+    return None
+
+
+def kernel_arch(kernel: str) -> int | None:
+    """SM architecture a kernel was built for, from its name (cutlass_75 -> 75)."""
+    m = _ARCH_RE.search(kernel)
+    return int(m.group(1)) if m else None
+
+
+def is_persistent(kernel: str) -> bool:
+    """Kernels that loop over tiles with a grid of at most one CTA per SM."""
+    return kernel.startswith("nvjet_") or "persistent" in kernel.lower() or "warpspecialized" in kernel.lower()
+
+
+@dataclass(frozen=True)
+class MatmulShape:
+    op: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    itemsize: int
+    layout: str  # "NN", "TN", ... for A and B (N = row-major as torch sees it, T = transposed)
+    lda: int
+    ldb: int
+
+
+def shape_of(op: str, shapes: dict[str, object]) -> MatmulShape | None:
+    dims = shapes.get("Input Dims")
+    types = shapes.get("Input type")
+    strides = shapes.get("Input Strides")
+    ia, ib = MATMUL_OPS[op]
+    if not isinstance(dims, list) or len(dims) <= ib:
+        return None
+    a, b = dims[ia], dims[ib]
+    if not (isinstance(a, list) and isinstance(b, list)) or len(a) < 2 or len(b) < 2:
+        return None
+    try:
+        m, k = int(a[-2]), int(a[-1])
+        k2, n = int(b[-2]), int(b[-1])
+    except (TypeError, ValueError):
+        return None
+    if k != k2 or min(m, n, k) <= 0:
+        return None
+    batch = int(np.prod(a[:-2])) if len(a) > 2 else 1
+    dtype = str(types[ia]) if isinstance(types, list) and len(types) > ia else ""
+    itemsize = DTYPE_BYTES.get(dtype, 2)
+
+    def layout_and_ld(st: object, rows: int, cols: int) -> tuple[str, int]:
+        if isinstance(st, list) and len(st) >= 2:
+            s_row, s_col = int(st[-2]), int(st[-1])
+            if s_col == 1 or cols == 1:
+                return "N", s_row if rows > 1 else cols
+            if s_row == 1 or rows == 1:
+                return "T", s_col if cols > 1 else rows
+        return "N", cols  # no strides recorded: assume contiguous
+
+    sa = strides[ia] if isinstance(strides, list) and len(strides) > ia else None
+    sb = strides[ib] if isinstance(strides, list) and len(strides) > ib else None
+    la, lda = layout_and_ld(sa, m, k)
+    lb, ldb = layout_and_ld(sb, k, n)
+    return MatmulShape(op, m, n, k, batch, DTYPE_SHORT.get(dtype, dtype), itemsize, la + lb, lda, ldb)
+
+
+def misaligned_dims(s: MatmulShape) -> list[str]:
+    """Which leading dimensions are not a multiple of 16 bytes, in torch's terms."""
+    align = max(ALIGN_BYTES // s.itemsize, 1)
+    out = []
+    if s.lda % align:
+        out.append(f"A's leading dimension {s.lda} ({'K' if s.layout[0] == 'N' else 'M'})")
+    if s.ldb % align:
+        out.append(f"B's leading dimension {s.ldb} ({'N' if s.layout[1] == 'N' else 'K'})")
+    if s.n % align and not any("(N)" in d for d in out):
+        out.append(f"the output's N {s.n}")
+    return out
+
+
+def waves_of(tiles: int, slots: int) -> tuple[float, float, float]:
+    """(waves, last-wave fill, efficiency) for `tiles` CTAs on `slots` concurrent CTAs."""
+    if tiles <= 0 or slots <= 0:
+        return 0.0, 1.0, 1.0
+    waves = tiles / slots
+    full = math.ceil(waves)
+    fill = waves - (full - 1)
+    return waves, fill, waves / full
+
+
+def ctas_per_sm(props: dict[str, object], smem: int, regs: int, threads: int) -> int:
+    """Concurrent CTAs of one kernel per SM, from its shared memory, registers and
+    threads (the occupancy calculator's three limits); 1 when unknown."""
+
+    def num(key: str) -> int:
+        v = props.get(key)
+        return int(v) if isinstance(v, int | float) else 0
+
+    limits = []
+    smem_sm = num("sharedMemPerMultiprocessor") or num("maxSharedMemoryPerMultiProcessor")
+    if smem > 0 and smem_sm:
+        limits.append(smem_sm // smem)
+    regs_sm = num("regsPerMultiprocessor")
+    if regs > 0 and threads > 0 and regs_sm:
+        limits.append(regs_sm // (regs * threads))
+    threads_sm = num("maxThreadsPerMultiprocessor")
+    if threads > 0 and threads_sm:
+        limits.append(threads_sm // threads)
+    return max(min(limits), 1) if limits else 1
+
+
+def matmul_table(model: TraceModel) -> pd.DataFrame:
+    """One row per matmul op call with its shape, kernels and time on the GPU."""
+    host = model.host
+    arr = model.arrays
+    ops = host[(host["kind"] == Kind.CPU_OP).to_numpy() & np.isin(host["name"].astype(str), list(MATMUL_OPS))]
+    cols = [
+        "row", "op", "m", "n", "k", "batch", "dtype", "itemsize", "layout", "lda", "ldb",
+        "kernel", "kernel_us", "n_kernels", "grid", "smem", "regs", "threads", "ts",
+    ]  # fmt: skip
+    if ops.empty:
+        return pd.DataFrame(columns=cols)
+    k = model.kernels()
+    k = k[k["launch"] >= 0]
+    k_op = arr.op[k["launch"].to_numpy()]
+    k = k.assign(op_row=k_op)
+    k = k[np.isin(k_op, ops.index.to_numpy())]
+    by_op = {int(cast(int, r)): g for r, g in k.groupby("op_row")}
+    host_ts = host["ts"].to_numpy()
+    rows = []
+    for row in ops.index.to_numpy():
+        row = int(row)
+        shape = shape_of(arr.name(row), model.op_shapes(row))
+        kern = by_op.get(row)
+        if shape is None or kern is None or kern.empty:
+            continue
+        main: Any = kern.iloc[int(np.argmax(kern["dur"].to_numpy()))]
+        grid = int(max(main["grid_x"], 1) * max(main["grid_y"], 1) * max(main["grid_z"], 1))
+        threads = int(max(main["block_x"], 1) * max(main["block_y"], 1) * max(main["block_z"], 1))
+        rows.append(
+            (
+                row, shape.op, shape.m, shape.n, shape.k, shape.batch, shape.dtype, shape.itemsize, shape.layout,
+                shape.lda, shape.ldb, str(main["name"]), float(kern["dur"].sum()), len(kern), grid,
+                int(main["shared_memory"]), int(main["registers"]), threads, float(host_ts[row]),
+            )
+        )  # fmt: skip
+    return pd.DataFrame(rows, columns=cols)
+
+
+def group_shapes(table: pd.DataFrame) -> pd.DataFrame:
+    """Calls of the same op, shape, dtype, layout and kernel, with total time and FLOP/s."""
+    if table.empty:
+        return table.assign(calls=[], time_us=[], flops=[], tflops=[])
+    keys = ["op", "m", "n", "k", "batch", "dtype", "itemsize", "layout", "lda", "ldb", "kernel"]
+    g = (
+        table.groupby(keys, sort=False)
+        .agg(
+            calls=("row", "size"),
+            time_us=("kernel_us", "sum"),
+            grid=("grid", "first"),
+            smem=("smem", "first"),
+            regs=("regs", "first"),
+            threads=("threads", "first"),
+            first_ts=("ts", "min"),
+        )
+        .reset_index()
+    )
+    g["flops"] = 2.0 * g["m"] * g["n"] * g["k"] * g["batch"] * g["calls"]
+    g["tflops"] = g["flops"] / (g["time_us"] * 1e-6) / 1e12
+    return g.sort_values("time_us", ascending=False, kind="stable").reset_index(drop=True)
+
+
+@dataclass(frozen=True)
+class MatmulRow:
+    """One matmul shape of the trace as the report shows it (JSON `matmuls[]`)."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    layout: str
+    calls: int
+    kernel: str
+    time_us: float
+    tflops: float
+    aligned: bool
+    misaligned: tuple[str, ...]
+    fallback_kernel: bool
+    tile: str  # "256x128" as the kernel names it, "" if unknown
+    tile_source: str  # "name", "grid" or ""
+    tiles: int
+    sms: int
+    ctas_per_sm: int
+    slots: int
+    waves: float
+    last_wave_fill: float
+    wave_efficiency: float
+
+
+def tiles_for(m: int, n: int, batch: int, tile: Tile, grid: int, persistent: bool) -> int:
+    """Output tiles of the problem. cuBLAS's kernel-view puts torch's N along the tile's
+    first number; a non-persistent kernel's grid settles the orientation when it can."""
+    t1 = math.ceil(n / tile.m) * math.ceil(m / tile.n) * batch
+    t2 = math.ceil(m / tile.m) * math.ceil(n / tile.n) * batch
+    if not persistent and grid in (t1, t2):
+        return grid
+    return t1
+
+
+def matmul_rows(model: TraceModel) -> list[MatmulRow]:
+    groups = group_shapes(matmul_table(model))
+    if groups.empty:
+        return []
+    dev = model.meta.primary_device
+    props = dev.properties if dev else {}
+    sms = dev.num_sms if dev and dev.num_sms else 0
+    cc = dev.compute_capability if dev else None
+    device_arch = cc[0] * 10 + cc[1] if cc else None
+    out = []
+    records: list[Any] = list(groups.itertuples(index=False))  # namedtuples; pandas-stubs types them loosely
+    for g in records:
+        shape = MatmulShape(g.op, g.m, g.n, g.k, g.batch, g.dtype, g.itemsize, g.layout, g.lda, g.ldb)
+        bad = misaligned_dims(shape)
+        arch = kernel_arch(g.kernel)
+        # A kernel for unaligned operands, or one built for an older architecture picked for
+        # a misaligned shape (cutlass_75 on an sm_90 GPU): cuBLAS's fallback.
+        older = arch is not None and device_arch is not None and arch < device_arch - 5
+        fallback = bool(re.search(r"align[12]\b", g.kernel)) or (older and bool(bad))
+        tile = parse_tile(g.kernel)
+        persistent = is_persistent(g.kernel)
+        per_sm = ctas_per_sm(props, int(g.smem), int(g.regs), int(g.threads))
+        slots = sms * per_sm
+        if persistent and g.grid > 0:
+            slots = min(slots, int(g.grid)) if slots else int(g.grid)
+        if tile is not None:
+            tiles = tiles_for(g.m, g.n, g.batch, tile, int(g.grid), persistent)
+            tile_text, tile_source = f"{tile.m}x{tile.n}", "name"
+        else:
+            tiles, tile_text, tile_source = int(g.grid), "", "grid"
+        waves, fill, eff = waves_of(tiles, slots) if slots else (0.0, 1.0, 1.0)
+        out.append(
+            MatmulRow(
+                op=g.op, m=g.m, n=g.n, k=g.k, batch=g.batch, dtype=g.dtype, layout=g.layout, calls=int(g.calls),
+                kernel=g.kernel, time_us=float(g.time_us), tflops=float(g.tflops), aligned=not bad,
+                misaligned=tuple(bad), fallback_kernel=bool(fallback), tile=tile_text, tile_source=tile_source,
+                tiles=int(tiles), sms=int(sms), ctas_per_sm=int(per_sm), slots=int(slots), waves=round(waves, 3),
+                last_wave_fill=round(fill, 3), wave_efficiency=round(eff, 3),
+            )
+        )  # fmt: skip
+    return out
+
+
+def cached_matmul_rows(model: TraceModel) -> list[MatmulRow]:
+    memo = model.memo
+    if "matmul_rows" not in memo:
+        memo["matmul_rows"] = matmul_rows(model)
+    rows: list[MatmulRow] = memo["matmul_rows"]
+    return rows

@@ -1,0 +1,122 @@
+"""misaligned_matmul: matmul shapes whose leading dimensions are not a multiple of 16
+bytes, which sends cuBLAS to slow fallback kernels.
+
+Under question 6 (raw compute). On the H200, bf16 products with K or N = 2047/4095
+fell back to a Turing `cutlass_75_..._align1` kernel and ran 2.6-5x slower than the
+aligned twin (gpu-trace-facts.md; sample_traces/gemm_misaligned shows 142-155 vs 735-825
+TFLOP/s). The slowdown is measured against an aligned matmul of the same dtype and
+similar size in the same trace where there is one, else the expected factor is used.
+"""
+
+from __future__ import annotations
+
+from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.matmul_shapes import ALIGN_BYTES, DTYPE_BYTES, DTYPE_SHORT, MatmulRow, cached_matmul_rows
+
+#: Used when the trace has no aligned peer to compare with: the low end of what the H200
+#: measured (2.6-5x), so the gain is not overstated.
+EXPECTED_SLOWDOWN = 2.6
+#: An aligned peer has the same dtype and FLOPs within this factor.
+PEER_FLOPS_RATIO = 4.0
+MAX_SITES = 8
+
+_ITEMSIZE = {short: DTYPE_BYTES[long] for long, short in DTYPE_SHORT.items()}
+
+
+def _peer_rate(row: MatmulRow, rows: list[MatmulRow]) -> float | None:
+    flops = 2.0 * row.m * row.n * row.k * row.batch
+    best = None
+    for p in rows:
+        if not p.aligned or p.dtype != row.dtype or p.tflops <= 0:
+            continue
+        pf = 2.0 * p.m * p.n * p.k * p.batch
+        if flops / PEER_FLOPS_RATIO <= pf <= flops * PEER_FLOPS_RATIO:
+            gap = abs(pf - flops)
+            if best is None or gap < best[0]:
+                best = (gap, p.tflops)
+    return best[1] if best else None
+
+
+def _padded(value: int, itemsize: int) -> int:
+    align = max(ALIGN_BYTES // itemsize, 1)
+    return -(-value // align) * align
+
+
+def analyze(ctx: AnalysisContext) -> list[Finding]:
+    rows = cached_matmul_rows(ctx.model)
+    bad = [r for r in rows if not r.aligned]
+    if not bad:
+        return []
+    sites = []
+    total_time = total_lost = 0.0
+    measured = 0
+    for r in bad:
+        peer = _peer_rate(r, rows)
+        slowdown = peer / r.tflops if peer and r.tflops > 0 else EXPECTED_SLOWDOWN
+        slowdown = max(slowdown, 1.0)
+        measured += peer is not None
+        lost = r.time_us * (1 - 1 / slowdown)
+        total_time += r.time_us
+        total_lost += lost
+        item = _ITEMSIZE.get(r.dtype, 2)
+        pad = f"pad to M={_padded(r.m, item)}, N={_padded(r.n, item)}, K={_padded(r.k, item)}"
+        how = (
+            f"{slowdown:.1f}x slower than an aligned peer ({peer:.0f} TFLOP/s)"
+            if peer
+            else (f"expected about {EXPECTED_SLOWDOWN}x slower (no aligned peer in the trace)")
+        )
+        sites.append(
+            (
+                lost,
+                Site(
+                    description=(
+                        f"{r.op} {r.batch}x{r.m}x{r.n}x{r.k} {r.dtype} ({r.layout}): "
+                        f"{'; '.join(r.misaligned)} not a multiple of {max(ALIGN_BYTES // item, 1)}; "
+                        f"{r.tflops:.0f} TFLOP/s, {how}; {pad}"
+                    ),
+                    count=r.calls,
+                    time_us=lost,
+                    host_us=0.0,
+                    ops=(r.op,),
+                    kernels=(r.kernel,),
+                    kind="fallback_kernel" if r.fallback_kernel else "misaligned",
+                ),
+            )
+        )
+    sites.sort(key=lambda x: -x[0])
+    share = ctx.share(total_lost)
+    fallback = sum(1 for r in bad if r.fallback_kernel)
+    title = (
+        f"{len(bad)} matmul shape{'s' if len(bad) > 1 else ''} with a dimension not a multiple of 16 bytes "
+        f"take {fmt_us(total_time)}; aligned, they would save about {fmt_us(total_lost)}"
+    )
+    advice = (
+        "Pad the misaligned dimension to a multiple of 8 elements (bf16/fp16; 4 for fp32, 16 for fp8): pad the "
+        "sequence or feature dimension of the inputs (F.pad, or size vocabularies/hidden sizes to a multiple "
+        "of 64), and slice the result back if needed. torch.compile (Inductor) pads such matmul operands "
+        "itself when it compiles the graph (shape_padding, on by default) - use it where the shapes are static."
+    )
+    return [
+        Finding(
+            category=Category.MISALIGNED_MATMUL,
+            severity=severity_for(share),
+            title=title,
+            time_us=total_lost,
+            share=share,
+            advice=advice,
+            expected_gain_us=total_lost,
+            gain_note=(
+                "the misaligned calls' time x (1 - 1/slowdown), with the slowdown measured against an aligned "
+                f"matmul of the same dtype in this trace where one exists ({measured} of {len(bad)} shapes), else "
+                f"{EXPECTED_SLOWDOWN}x (the low end measured on an H200)"
+            ),
+            evidence=(
+                Metric("misaligned shapes", len(bad), "count"),
+                Metric("of them on a fallback kernel (align1 / older architecture)", fallback, "count"),
+                Metric("time in misaligned matmuls", total_time, "us"),
+                Metric("shapes compared with an aligned peer", measured, "count"),
+            ),
+            sites=tuple(s for _, s in sites[:MAX_SITES]),
+        )
+    ]

@@ -1,0 +1,115 @@
+"""wave_quantization: matmuls whose last wave of output tiles leaves most SMs idle.
+
+Under question 6 (raw compute). A matmul's output is cut into tiles (the tile size is in
+the kernel's name: nvjet_sm90_tst_256x128_..., cutlass_..._256x128_..., tilesize128x128x64);
+the GPU runs as many tiles at once as it has slots (SMs x CTAs per SM, or the persistent
+kernel's grid). With 133 tiles on 132 SMs the second wave runs 1 tile: half the time for
+1/133 of the work (the seed's 1792 vs 1793 on an A100's 108 SMs).
+
+Efficiency = waves / ceil(waves). Cost = the shape's time x (1 - efficiency): what the
+partial wave wastes. Only shapes with at least one full wave are judged here: a matmul
+too small to fill the GPU once is a parallelism problem, not quantization.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.matmul_shapes import MatmulRow, Tile, cached_matmul_rows, tiles_for, waves_of
+
+#: Flag shapes whose waves are less than this full on average.
+FLAG_EFFICIENCY = 0.85
+#: ... and whose wasted time is at least this share of the profiled window (the issue:
+#: "don't flag what costs little").
+MIN_SHARE = 0.002
+#: How far to look for a neighbouring shape that fills its waves, in steps of 8.
+SEARCH_STEPS = 64
+MAX_SITES = 8
+
+
+def nearest_full(row: MatmulRow) -> tuple[int | None, int | None]:
+    """The nearest smaller and larger N (multiples of 8) whose tiles fill whole waves."""
+    if not row.tile or not row.slots:
+        return None, None
+    tm, tn = (int(x) for x in row.tile.split("x"))
+    tile = Tile(tm, tn, "name")
+
+    def eff(n: int) -> float:
+        return waves_of(tiles_for(row.m, n, row.batch, tile, -1, True), row.slots)[2]
+
+    down = up = None
+    for step in range(1, SEARCH_STEPS + 1):
+        cand = (row.n // 8 - step) * 8
+        if down is None and cand > 0 and eff(cand) >= 0.97:
+            down = cand
+        cand = (math.ceil(row.n / 8) + step) * 8
+        if up is None and eff(cand) >= 0.97:
+            up = cand
+        if down is not None and up is not None:
+            break
+    return down, up
+
+
+def analyze(ctx: AnalysisContext) -> list[Finding]:
+    rows = cached_matmul_rows(ctx.model)
+    judged = [r for r in rows if r.waves >= 1.0 and r.slots > 0]
+    flagged = []
+    for r in judged:
+        waste = r.time_us * (1 - r.wave_efficiency)
+        if r.wave_efficiency < FLAG_EFFICIENCY and ctx.share(waste) >= MIN_SHARE:
+            flagged.append((waste, r))
+    if not flagged:
+        return []
+    flagged.sort(key=lambda x: -x[0])
+    total = sum(w for w, _ in flagged)
+    sites = []
+    for waste, r in flagged[:MAX_SITES]:
+        down, up = nearest_full(r)
+        hint = ", ".join(
+            x for x in (f"N={down} fills {math.floor(r.waves)} waves" if down else "",
+                        f"N={up} fills {math.ceil(r.waves)}" if up else "") if x
+        )  # fmt: skip
+        sites.append(
+            Site(
+                description=(
+                    f"{r.op} {r.batch}x{r.m}x{r.n}x{r.k} {r.dtype}: tile {r.tile or '(from grid)'}, {r.tiles} tiles on "
+                    f"{r.slots} slots = {r.waves:.2f} waves, last wave {r.last_wave_fill:.0%} full, efficiency "
+                    f"{r.wave_efficiency:.0%}" + (f"; nearest full-wave shapes: {hint}" if hint else "")
+                ),
+                count=r.calls,
+                time_us=waste,
+                ops=(r.op,),
+                kernels=(r.kernel,),
+            )
+        )
+    share = ctx.share(total)
+    worst = flagged[0][1]
+    title = (
+        f"{len(flagged)} matmul shape{'s' if len(flagged) > 1 else ''} end on a mostly empty wave of tiles "
+        f"(worst: {worst.m}x{worst.n}x{worst.k}, {worst.wave_efficiency:.0%} efficient); about {fmt_us(total)} wasted"
+    )
+    return [
+        Finding(
+            category=Category.WAVE_QUANTIZATION,
+            severity=severity_for(share),
+            title=title,
+            time_us=total,
+            share=share,
+            advice=(
+                "Choose sizes whose output tiles fill whole waves: adjust the batch x sequence (M) or the feature "
+                "size (N) to the nearest full-wave shape listed, or fold work together (larger batch, fused "
+                "projections such as one QKV matmul) so the partial wave is a small part of the total. "
+                "torch.compile's max-autotune can also pick a tile that divides the shape better."
+            ),
+            expected_gain_us=total,
+            gain_note="the flagged shapes' time x (1 - wave efficiency), reached when the last wave is full",
+            evidence=(
+                Metric("matmul shapes judged (at least one full wave)", len(judged), "count"),
+                Metric("shapes flagged", len(flagged), "count"),
+                Metric("SMs", worst.sms, "count"),
+            ),
+            sites=tuple(sites),
+        )
+    ]
