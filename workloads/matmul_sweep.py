@@ -78,7 +78,8 @@ def main() -> None:
                 for _ in range(args.profiled):
                     torch.mm(a, b)
             torch.cuda.synchronize()
-    prof.add_metadata_json("tracelens_sweep", json.dumps({"dtype": "bf16", "results": results}))
+        # Metadata must be added while the profiler is still running to reach the export.
+        prof.add_metadata_json("tracelens_sweep", json.dumps({"dtype": "bf16", "results": results}))
     os.makedirs(args.out, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "t.json")

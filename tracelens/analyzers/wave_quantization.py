@@ -29,27 +29,31 @@ SEARCH_STEPS = 64
 MAX_SITES = 8
 
 
-def nearest_full(row: MatmulRow) -> tuple[int | None, int | None]:
-    """The nearest smaller and larger N (multiples of 8) whose tiles fill whole waves."""
+def nearest_full(row: MatmulRow) -> list[str]:
+    """The nearest shapes (changing M, or N, in steps of 8) whose tiles fill whole waves,
+    smaller and larger, as "M=8448 (4 waves)"."""
     if not row.tile or not row.slots:
-        return None, None
+        return []
     tm, tn = (int(x) for x in row.tile.split("x"))
     tile = Tile(tm, tn, "name")
 
-    def eff(n: int) -> float:
-        return waves_of(tiles_for(row.m, n, row.batch, tile, -1, True), row.slots)[2]
+    def waves(m: int, n: int) -> tuple[float, float]:
+        w, _, e = waves_of(tiles_for(m, n, row.batch, tile, -1, True), row.slots)
+        return w, e
 
-    down = up = None
-    for step in range(1, SEARCH_STEPS + 1):
-        cand = (row.n // 8 - step) * 8
-        if down is None and cand > 0 and eff(cand) >= 0.97:
-            down = cand
-        cand = (math.ceil(row.n / 8) + step) * 8
-        if up is None and eff(cand) >= 0.97:
-            up = cand
-        if down is not None and up is not None:
-            break
-    return down, up
+    out = []
+    for dim in ("M", "N"):
+        base = row.m if dim == "M" else row.n
+        for direction in (-1, 1):
+            for step in range(1, SEARCH_STEPS + 1):
+                cand = (base // 8 + direction * step) * 8 if direction < 0 else (math.ceil(base / 8) + step) * 8
+                if cand <= 0:
+                    break
+                w, e = waves(cand, row.n) if dim == "M" else waves(row.m, cand)
+                if e >= 0.97:
+                    out.append(f"{dim}={cand} ({round(w)} waves)")
+                    break
+    return out
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
@@ -66,11 +70,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     total = sum(w for w, _ in flagged)
     sites = []
     for waste, r in flagged[:MAX_SITES]:
-        down, up = nearest_full(r)
-        hint = ", ".join(
-            x for x in (f"N={down} fills {math.floor(r.waves)} waves" if down else "",
-                        f"N={up} fills {math.ceil(r.waves)}" if up else "") if x
-        )  # fmt: skip
+        hint = ", ".join(nearest_full(r))
         sites.append(
             Site(
                 description=(

@@ -172,6 +172,9 @@ class TraceFile(msgspec.Struct, gc=False):
     # A benchmark harness's metadata (TraceLens traces) and tracelens capture's own.
     metadata: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     tracelens: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    # Metadata our workload scripts add (workloads/): what ran and what was measured.
+    tracelens_workload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    tracelens_sweep: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
 class LooseTraceFile(msgspec.Struct):

@@ -7,6 +7,7 @@ autoescaping; the SVG is built here from numbers only.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import jinja2
@@ -63,6 +64,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["nbytes"] = fmt.nbytes
     env.filters["metric"] = fmt.metric
     env.filters["short"] = fmt.short
+    env.filters["waves_svg"] = waves_svg
     return env
 
 
@@ -143,6 +145,24 @@ def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 120) -> Markup
         parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
     y_full = pad + plot_h * (1 - 1 / 1.05)
     parts.append(f'<line x1="0" x2="{width}" y1="{y_full:.1f}" y2="{y_full:.1f}" class="step"/>')
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def waves_svg(waves: float, width: int = 120, height: int = 14) -> Markup:
+    """Boxes for the waves of a matmul: full ones solid, the last one filled to its share."""
+    if waves <= 0:
+        return Markup("")
+    n = min(math.ceil(waves), 12)
+    box = width / n
+    parts = [f'<svg class="waves" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img">']
+    for i in range(n):
+        fill = 1.0 if i < n - 1 or waves >= n else waves - (n - 1)
+        parts.append(
+            f'<rect x="{i * box + 1:.1f}" y="1" width="{box - 2:.1f}" height="{height - 2}" fill="none" '
+            f'stroke="#9aa3ad"/><rect x="{i * box + 1:.1f}" y="1" width="{(box - 2) * fill:.1f}" '
+            f'height="{height - 2}" fill="{"#2e9e5b" if fill >= 0.97 else "#f08c2e"}"/>'
+        )
     parts.append("</svg>")
     return Markup("".join(parts))
 
