@@ -148,3 +148,20 @@ def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
     assert proc.returncode == 130, err
     assert "interrupted" in err and out.exists()
     assert load_trace(out).meta.metadata["tracelens"]["exit_code"] == 130
+
+
+@needs_torch
+def test_time_window(tmp_path: Path) -> None:
+    out = tmp_path / "w.json.gz"
+    res = capture(tmp_path, "--no-report", "--window", "0.35:0.75", "-o", str(out), str(DATA / "cpu_timed.py"), "12")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(gzip.decompress(out.read_bytes()))
+    steps = sorted(
+        int(e["name"].split("#")[1])
+        for e in data["traceEvents"]
+        if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")
+    )
+    # ~0.1 s steps and a 0.4 s window: a handful of steps, neither the first (the
+    # profiler warms up before the window) nor the last ones.
+    assert steps and steps[0] >= 1 and steps[-1] <= 10 and 2 <= len(steps) <= 6, steps
+    assert data["tracelens"]["window_s"] == [0.35, 0.75]

@@ -129,6 +129,17 @@ def _parse_steps(text: str) -> tuple[int, int, int, int]:
     return (lo - 1, 1, hi - lo + 1, 1)
 
 
+def _parse_window(text: str) -> tuple[float, float]:
+    try:
+        lo_s, hi_s = text.split(":", 1)
+        lo, hi = float(lo_s), float(hi_s)
+    except ValueError as exc:
+        raise typer.BadParameter("expected START:END in seconds, e.g. 10:15") from exc
+    if lo < 0 or hi <= lo:
+        raise typer.BadParameter("expected 0 <= START < END")
+    return (lo, hi)
+
+
 def _parse_schedule(text: str) -> tuple[int, int, int, int]:
     try:
         parts = [int(x) for x in text.split(",")]
@@ -171,6 +182,15 @@ def capture(
         str | None,
         typer.Option("--schedule", help="torch.profiler schedule WAIT,WARMUP,ACTIVE[,REPEAT].", show_default=False),
     ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            help="Profile the steps that start between START and END seconds into the run (START:END). "
+            "Needs step marks (optimizer.step() or tracelens.capture.step()).",
+            show_default=False,
+        ),
+    ] = None,
     stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (with_stack).")] = True,
     shapes: Annotated[bool, typer.Option("--shapes/--no-shapes", help="Record input shapes (record_shapes).")] = True,
     memory: Annotated[bool, typer.Option("--memory", help="Record allocator events (profile_memory).")] = False,
@@ -201,8 +221,8 @@ def capture(
 
     if (target is None) == (module is None):
         raise typer.BadParameter("give a script, or -m MODULE (not both)")
-    if steps and schedule:
-        raise typer.BadParameter("--steps and --schedule are alternatives")
+    if sum(x is not None for x in (steps, schedule, window)) > 1:
+        raise typer.BadParameter("--steps, --schedule and --window are alternatives")
     name = module or target
     assert name is not None
     opts = CaptureOptions(
@@ -216,6 +236,7 @@ def capture(
         schedule=_parse_steps(steps) if steps else (_parse_schedule(schedule) if schedule else None),
         nvml=nvml,
         nvml_interval_s=nvml_interval_ms / 1000.0,
+        window_s=_parse_window(window) if window else None,
     )
     result = run_capture(opts)
     for note in result.notes:

@@ -39,6 +39,8 @@ class CaptureOptions:
     profile_memory: bool = False
     # (wait, warmup, active, repeat) of torch.profiler.schedule, or None for the whole run
     schedule: tuple[int, int, int, int] | None = None
+    # (start, end) seconds after the script starts; checked at step boundaries
+    window_s: tuple[float, float] | None = None
     nvml: bool = True
     nvml_interval_s: float = DEFAULT_INTERVAL_S
 
@@ -152,9 +154,29 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
         p.export_chrome_trace(str(raw))
         exported.append(raw)
 
+    started = time.perf_counter()
     if opts.schedule is not None:
         wait, warmup, active, repeat = opts.schedule
         sched = schedule(wait=wait, warmup=warmup, active=active, repeat=repeat)
+    elif opts.window_s is not None:
+        t_start, t_end = opts.window_s
+        state = {"saved": False, "first": -1.0}
+
+        # A time window decided at each step boundary (the schedule is consulted only when
+        # a step ends). Before the window the profiler stays warmed up, so starting to
+        # record is cheap; the window's length is counted from the first recorded step.
+        def sched(_step: int) -> Any:
+            now = time.perf_counter() - started
+            if state["saved"]:
+                return ProfilerAction.NONE
+            if now < t_start:
+                return ProfilerAction.WARMUP
+            if state["first"] < 0:
+                state["first"] = now
+            if now - state["first"] < t_end - t_start:
+                return ProfilerAction.RECORD
+            state["saved"] = True
+            return ProfilerAction.RECORD_AND_SAVE
     else:
         # Record everything, but through a schedule so step() adds ProfilerStep#N marks.
         def sched(_step: int) -> Any:
@@ -230,6 +252,7 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
         "wall_s": round(wall, 3),
         "steps_marked": _HOOK.steps,
         "schedule": list(opts.schedule) if opts.schedule else None,
+        "window_s": list(opts.window_s) if opts.window_s else None,
         "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
         "notes": notes,
     }
