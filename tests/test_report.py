@@ -182,3 +182,12 @@ def test_all_renderers_on_real_traces(path: Path) -> None:
     assert "tracelens" in render_markdown(rep)
     json.loads(render_json(rep))
     assert rep.trace.gpu_name in render_terminal(rep)
+
+
+@needs_real
+def test_queued_idle_is_noted_not_blamed_on_the_host() -> None:
+    """rank0.json (DLRM, 8 ranks): 61% of the window the GPU idles with work queued behind
+    collectives and CUDA graphs; the report says so instead of blaming the host."""
+    rep = report_of(real("rank0.json.gz"))
+    assert any("already queued" in n for n in rep.summary.notes)
+    assert rep.gpu_time.total.other_us / rep.gpu_time.total.window_us > 0.5

@@ -167,20 +167,50 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
     return tuple(out)
 
 
+#: Idle with the next kernel already queued, above this share of the window, is worth a
+#: note: the GPU waited on something other than this host thread.
+OTHER_IDLE_NOTE_SHARE = 0.15
+#: Profiler overhead above this share of the window is worth a note.
+PROFILER_NOTE_SHARE = 0.05
+
+
+def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
+    dev = ctx.gpu_time.primary
+    if dev is None or dev.window_us <= 0:
+        return ()
+    out = []
+    other = dev.idle_by_cause.get("other", 0.0) / dev.window_us
+    if other >= OTHER_IDLE_NOTE_SHARE:
+        out.append(
+            f"The GPU also idles {other:.0%} of the window with its next kernel already queued: it waits on "
+            "another stream, a collective (other ranks), or an event, not on this host thread. In multi-GPU "
+            "runs compare the ranks' traces; on one GPU look at cross-stream dependencies."
+        )
+    prof = dev.idle_by_cause.get("profiler", 0.0) / dev.window_us
+    if prof >= PROFILER_NOTE_SHARE:
+        out.append(
+            f"{prof:.0%} of the window is idle while the host runs torch.profiler's own prof.step(): profiler "
+            "overhead that an unprofiled run does not have."
+        )
+    return tuple(out)
+
+
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     top = primary_finding(findings)
     dev = ctx.gpu_time.primary
+    notes = _notes(ctx)
     if top is None:
         busy = (
             f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the profiled time" if dev and dev.window_us else ""
         )
         return Summary(
             primary=None,
-            headline=(busy + "; no host-side bottleneck found." if busy else "No GPU activity to analyze."),
+            headline=(busy + "; no bottleneck found." if busy else "No GPU activity to analyze."),
             primary_time_us=0.0,
             primary_share=0.0,
             primary_advice="",
             primary_gain_us=0.0,
+            notes=notes,
         )
     return Summary(
         primary=top.category.value,
@@ -189,4 +219,5 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         primary_share=top.share,
         primary_advice=top.advice,
         primary_gain_us=top.expected_gain_us,
+        notes=notes,
     )

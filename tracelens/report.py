@@ -153,6 +153,8 @@ class Summary:
     primary_share: float
     primary_advice: str
     primary_gain_us: float
+    # Things worth knowing that are not findings (idle the host did not cause, profiler cost).
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

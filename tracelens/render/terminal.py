@@ -52,6 +52,8 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
         lines.append("  Fix: " + s.primary_advice.replace("\n", "\n       "))
     else:
         lines.append(typer.style("No primary bottleneck: ", bold=True) + s.headline)
+    for note in s.notes:
+        lines.append(typer.style("  Note: ", fg="cyan") + note)
     lines.append("")
     lines.append(typer.style("In diagnostic order:", bold=True))
     for q in report.questions:
