@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.model.schema import Kind
+from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel
 
 #: Leaf matmul ops and where A and B sit in their inputs.
@@ -236,6 +237,7 @@ def group_shapes(table: pd.DataFrame) -> pd.DataFrame:
             regs=("regs", "first"),
             threads=("threads", "first"),
             first_ts=("ts", "min"),
+            first_row=("row", "first"),
         )
         .reset_index()
     )
@@ -271,6 +273,7 @@ class MatmulRow:
     waves: float
     last_wave_fill: float
     wave_efficiency: float
+    source: PySource | None = None
 
 
 def tiles_for(m: int, n: int, batch: int, tile: Tile, grid: int, persistent: bool) -> int:
@@ -321,6 +324,7 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
                 misaligned=tuple(bad), fallback_kernel=bool(fallback), tile=tile_text, tile_source=tile_source,
                 tiles=int(tiles), sms=int(sms), ctas_per_sm=int(per_sm), slots=int(slots), waves=round(waves, 3),
                 last_wave_fill=round(fill, 3), wave_efficiency=round(eff, 3),
+                source=user_source(model, int(g.first_row)),
             )
         )  # fmt: skip
     return out

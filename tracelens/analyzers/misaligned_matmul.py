@@ -80,6 +80,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                     host_us=0.0,
                     ops=(r.op,),
                     kernels=(r.kernel,),
+                    source=r.source,
                     kind="fallback_kernel" if r.fallback_kernel else "misaligned",
                 ),
             )

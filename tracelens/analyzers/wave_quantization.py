@@ -82,6 +82,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 time_us=waste,
                 ops=(r.op,),
                 kernels=(r.kernel,),
+                source=r.source,
             )
         )
     share = ctx.share(total)
