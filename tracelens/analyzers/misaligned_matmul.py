@@ -88,9 +88,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     sites.sort(key=lambda x: -x[0])
     share = ctx.share(total_lost)
     fallback = sum(1 for r in bad if r.fallback_kernel)
+    many = len(bad) > 1
     title = (
-        f"{len(bad)} matmul shape{'s' if len(bad) > 1 else ''} with a dimension not a multiple of 16 bytes "
-        f"take {fmt_us(total_time)}; aligned, they would save about {fmt_us(total_lost)}"
+        f"{len(bad)} matmul shape{'s' if many else ''} with a dimension not a multiple of 16 bytes "
+        f"take{'' if many else 's'} {fmt_us(total_time)}; aligned, {'they' if many else 'it'} would save about "
+        f"{fmt_us(total_lost)}"
     )
     advice = (
         "Pad the misaligned dimension to a multiple of 8 elements (bf16/fp16; 4 for fp32, 16 for fp8): pad the "

@@ -88,7 +88,8 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     share = ctx.share(total)
     worst = flagged[0][1]
     title = (
-        f"{len(flagged)} matmul shape{'s' if len(flagged) > 1 else ''} end on a mostly empty wave of tiles "
+        f"{len(flagged)} matmul shape{'s' if len(flagged) > 1 else ''} end{'' if len(flagged) > 1 else 's'} "
+        "on a mostly empty wave of tiles "
         f"(worst: {worst.m}x{worst.n}x{worst.k}, {worst.wave_efficiency:.0%} efficient); about {fmt_us(total)} wasted"
     )
     return [
