@@ -165,3 +165,56 @@ def test_time_window(tmp_path: Path) -> None:
     # profiler warms up before the window) nor the last ones.
     assert steps and steps[0] >= 1 and steps[-1] <= 10 and 2 <= len(steps) <= 6, steps
     assert data["tracelens"]["window_s"] == [0.35, 0.75]
+
+
+@needs_torch
+def test_script_with_its_own_profiler_does_not_crash(tmp_path: Path) -> None:
+    res = capture(tmp_path, "--no-report", "-o", str(tmp_path / "p.json.gz"), str(DATA / "uses_profiler.py"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "inner profiler done" in res.stdout and "used torch.profiler itself" in res.stderr
+
+
+@needs_torch
+def test_relative_output_survives_chdir_and_module_args(tmp_path: Path) -> None:
+    res = capture(tmp_path, "--no-report", "-o", "rel/out.json.gz", str(DATA / "chdir_away.py"), "elsewhere")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "rel" / "out.json.gz").exists()
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "__main__.py").write_text("import sys\nprint('ARGS', sys.argv[1:])\nsys.exit(4)\n")
+    res = capture(tmp_path, "--no-report", "-o", "m.json.gz", "-m", "mypkg", "a", "--", "--flag")
+    assert res.returncode == 4, res.stderr[-2000:]
+    assert "ARGS ['a', '--flag']" in res.stdout or "ARGS ['a', '--', '--flag']" in res.stdout
+
+
+def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
+    """Counter tracks hold their value until the next sample; a trace that writes only
+    changes (as trace_file does) must give the same answer as one with every sample."""
+    from tracelens.analyzers import power_throttle
+    from tracelens.analyzers.context import AnalysisContext
+
+    src = Path(__file__).resolve().parents[1] / "sample_traces" / "power_gemm.pt.trace.json.gz"
+    data = json.loads(gzip.decompress(src.read_bytes()))
+    last: dict[str, object] = {}
+    kept = []
+    for e in data["traceEvents"]:
+        if e.get("ph") == "C":
+            value = json.dumps(e["args"])
+            if last.get(e["name"]) == value:
+                continue
+            last[e["name"]] = value
+        kept.append(e)
+    assert len(kept) < len(data["traceEvents"])
+    data["traceEvents"] = kept
+    held = tmp_path / "held.json.gz"
+    held.write_bytes(gzip.compress(json.dumps(data).encode()))
+
+    def evidence(path: Path) -> dict[str, object]:
+        (f,) = power_throttle.analyze(AnalysisContext(load_trace(path)))
+        return {m.label: m.value for m in f.evidence}
+
+    full, dedup = evidence(src), evidence(held)
+    for key in ("time-weighted SM clock while busy (MHz)", "mean power while busy (W)",
+                "busy time with a limiting reason"):  # fmt: skip
+        assert float(dedup[key]) == pytest.approx(float(full[key]), rel=0.01), key

@@ -147,6 +147,9 @@ def _parse_schedule(text: str) -> tuple[int, int, int, int]:
         raise typer.BadParameter("expected WAIT,WARMUP,ACTIVE[,REPEAT]") from exc
     if len(parts) not in (3, 4) or any(p < 0 for p in parts) or parts[2] < 1:
         raise typer.BadParameter("expected WAIT,WARMUP,ACTIVE[,REPEAT] with ACTIVE >= 1")
+    if len(parts) == 4 and parts[3] != 1:
+        # Each cycle would be exported on its own; one trace holds one cycle.
+        raise typer.BadParameter("REPEAT must be 1: tracelens keeps one profiled cycle per trace")
     return (parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else 1)
 
 
@@ -219,8 +222,8 @@ def capture(
     from tracelens.capture.runner import CaptureOptions, default_trace_path
     from tracelens.capture.runner import capture as run_capture
 
-    if (target is None) == (module is None):
-        raise typer.BadParameter("give a script, or -m MODULE (not both)")
+    if target is None and module is None:
+        raise typer.BadParameter("give a script, or -m MODULE")
     if sum(x is not None for x in (steps, schedule, window)) > 1:
         raise typer.BadParameter("--steps, --schedule and --window are alternatives")
     name = module or target

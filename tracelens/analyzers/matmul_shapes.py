@@ -30,6 +30,9 @@ MATMUL_OPS: dict[str, tuple[int, int]] = {
     "aten::addmm": (1, 2),
     "aten::bmm": (0, 1),
     "aten::baddbmm": (1, 2),
+    "aten::_scaled_mm": (0, 1),
+    "aten::_int_mm": (0, 1),
+    "aten::_addmm_activation": (1, 2),
 }
 
 #: Bytes per element by profiler type name.
@@ -43,7 +46,21 @@ DTYPE_BYTES = {
     "c10::Float8_e4m3fnuz": 1,
     "c10::Float8_e5m2fnuz": 1,
 }
-DTYPE_SHORT = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64"}
+DTYPE_SHORT = {
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "float": "fp32",
+    "double": "fp64",
+    "c10::Float8_e4m3fn": "fp8_e4m3",
+    "c10::Float8_e5m2": "fp8_e5m2",
+    "c10::Float8_e4m3fnuz": "fp8_e4m3fnuz",
+    "c10::Float8_e5m2fnuz": "fp8_e5m2fnuz",
+}
+#: dtypes that run on tensor cores, where operand alignment decides the kernel. Plain
+#: fp32 runs SIMT kernels (sgemm) unless TF32 is on, and has no such cliff.
+TENSOR_CORE_DTYPES = frozenset({"bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz"})
+#: Shapes with a dimension this small are matrix-vector work, not tiled GEMMs.
+MIN_GEMM_DIM = 8
 
 #: Tensor-core kernels want each operand's leading dimension (and the output's) to be a
 #: multiple of 16 bytes: 8 bf16/fp16 elements, 4 fp32, 16 fp8. Otherwise cuBLAS falls
@@ -52,7 +69,8 @@ DTYPE_SHORT = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "d
 ALIGN_BYTES = 16
 
 _TILE_PATTERNS = (
-    re.compile(r"nvjet_sm\d+_[a-z]+_(\d+)x(\d+)_"),  # Hopper cuBLAS (persistent)
+    re.compile(r"nvjet_(?:sm\d+_)?[a-z]+_(\d+)x(\d+)_"),  # Hopper/Blackwell cuBLAS (persistent)
+    re.compile(r"MT(\d+)x(\d+)x\d+"),  # AMD Tensile: Cijk_..._MT64x32x16_...
     re.compile(r"tilesize(\d+)x(\d+)x\d+"),  # sm80_xmma / sm90_xmma
     re.compile(r"cutlass\w*?_(\d+)x(\d+)_\d+x\d+"),  # cutlass_80_tensorop_..._256x128_64x3
     re.compile(r"cutlass\w*?gemm\w*?_(\d+)x(\d+)_"),  # cutlass_75_..._256x128_nn_align1
@@ -277,12 +295,17 @@ class MatmulRow:
 
 
 def tiles_for(m: int, n: int, batch: int, tile: Tile, grid: int, persistent: bool) -> int:
-    """Output tiles of the problem. cuBLAS's kernel-view puts torch's N along the tile's
-    first number; a non-persistent kernel's grid settles the orientation when it can."""
+    """CTAs the problem launches. cuBLAS's kernel-view puts torch's N along the tile's
+    first number; a non-persistent kernel's grid settles the orientation when it can, and
+    a grid that is a whole multiple of the tiles is split-K (each tile's K range cut into
+    grid/tiles parts), whose CTAs are what fill the waves."""
     t1 = math.ceil(n / tile.m) * math.ceil(m / tile.n) * batch
     t2 = math.ceil(m / tile.m) * math.ceil(n / tile.n) * batch
-    if not persistent and grid in (t1, t2):
-        return grid
+    if not persistent and grid > 0:
+        if grid in (t1, t2):
+            return grid
+        if grid > t1 and grid % t1 == 0:
+            return grid
     return t1
 
 
@@ -295,16 +318,21 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
     sms = dev.num_sms if dev and dev.num_sms else 0
     cc = dev.compute_capability if dev else None
     device_arch = cc[0] * 10 + cc[1] if cc else None
+    vendor = model.meta.vendor
     out = []
     records: list[Any] = list(groups.itertuples(index=False))  # namedtuples; pandas-stubs types them loosely
     for g in records:
         shape = MatmulShape(g.op, g.m, g.n, g.k, g.batch, g.dtype, g.itemsize, g.layout, g.lda, g.ldb)
-        bad = misaligned_dims(shape)
+        # Alignment is judged for tensor-core GEMMs only: not matrix-vector shapes, not SIMT fp32.
+        judged = g.dtype in TENSOR_CORE_DTYPES and min(g.m, g.n, g.k) >= MIN_GEMM_DIM
+        bad = misaligned_dims(shape) if judged else []
         arch = kernel_arch(g.kernel)
         # A kernel for unaligned operands, or one built for an older architecture picked for
         # a misaligned shape (cutlass_75 on an sm_90 GPU): cuBLAS's fallback.
         older = arch is not None and device_arch is not None and arch < device_arch - 5
-        fallback = bool(re.search(r"align[12]\b", g.kernel)) or (older and bool(bad))
+        align_m = re.search(r"align(\d+)\b", g.kernel)
+        narrow = align_m is not None and int(align_m.group(1)) * int(g.itemsize) < ALIGN_BYTES
+        fallback = narrow or (older and bool(bad))
         tile = parse_tile(g.kernel)
         persistent = is_persistent(g.kernel)
         per_sm = ctas_per_sm(props, int(g.smem), int(g.regs), int(g.threads))
@@ -314,6 +342,9 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
         if tile is not None:
             tiles = tiles_for(g.m, g.n, g.batch, tile, int(g.grid), persistent)
             tile_text, tile_source = f"{tile.m}x{tile.n}", "name"
+        elif vendor == "amd":
+            # HIP reports the grid in threads, not workgroups.
+            tiles, tile_text, tile_source = int(g.grid) // max(int(g.threads), 1), "", "grid"
         else:
             tiles, tile_text, tile_source = int(g.grid), "", "grid"
         waves, fill, eff = waves_of(tiles, slots) if slots else (0.0, 1.0, 1.0)

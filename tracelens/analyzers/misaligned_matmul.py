@@ -19,16 +19,24 @@ from tracelens.analyzers.matmul_shapes import ALIGN_BYTES, DTYPE_BYTES, DTYPE_SH
 EXPECTED_SLOWDOWN = 2.6
 #: An aligned peer has the same dtype and FLOPs within this factor.
 PEER_FLOPS_RATIO = 4.0
+PEER_K_RATIO = 2.0
+#: The most a measured peer comparison may claim: the H200 sweep's worst fallback was
+#: 5.8x; a larger ratio means the peer is not comparable.
+MAX_SLOWDOWN = 6.0
 MAX_SITES = 8
 
 _ITEMSIZE = {short: DTYPE_BYTES[long] for long, short in DTYPE_SHORT.items()}
 
 
 def _peer_rate(row: MatmulRow, rows: list[MatmulRow]) -> float | None:
+    """TFLOP/s of the closest aligned matmul: same op and dtype, K within PEER_K_RATIO (K
+    decides whether a product is memory- or compute-bound), FLOPs within PEER_FLOPS_RATIO."""
     flops = 2.0 * row.m * row.n * row.k * row.batch
     best = None
     for p in rows:
-        if not p.aligned or p.dtype != row.dtype or p.tflops <= 0:
+        if not p.aligned or p.op != row.op or p.dtype != row.dtype or p.tflops <= 0:
+            continue
+        if not (row.k / PEER_K_RATIO <= p.k <= row.k * PEER_K_RATIO):
             continue
         pf = 2.0 * p.m * p.n * p.k * p.batch
         if flops / PEER_FLOPS_RATIO <= pf <= flops * PEER_FLOPS_RATIO:
@@ -54,13 +62,18 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     for r in bad:
         peer = _peer_rate(r, rows)
         slowdown = peer / r.tflops if peer and r.tflops > 0 else EXPECTED_SLOWDOWN
-        slowdown = max(slowdown, 1.0)
+        slowdown = min(max(slowdown, 1.0), MAX_SLOWDOWN)
         measured += peer is not None
         lost = r.time_us * (1 - 1 / slowdown)
         total_time += r.time_us
         total_lost += lost
         item = _ITEMSIZE.get(r.dtype, 2)
-        pad = f"pad to M={_padded(r.m, item)}, N={_padded(r.n, item)}, K={_padded(r.k, item)}"
+        pads = [
+            f"{dim}={_padded(v, item)}"
+            for dim, v in (("M", r.m), ("N", r.n), ("K", r.k))
+            if any(f"({dim})" in d or (d.endswith(f"N {r.n}") and dim == "N") for d in r.misaligned)
+        ]
+        pad = ("pad to " + ", ".join(pads)) if pads else "pad the leading dimension"
         how = (
             f"{slowdown:.1f}x slower than an aligned peer ({peer:.0f} TFLOP/s)"
             if peer

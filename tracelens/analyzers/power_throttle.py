@@ -82,6 +82,13 @@ def nvml_gpu_meta(model: TraceModel, device: int) -> dict[str, Any]:
     return {}
 
 
+def _sample_count(model: TraceModel, fallback: int) -> int:
+    meta = model.meta.metadata.get("tracelens")
+    nvml = meta.get("nvml") if isinstance(meta, dict) else None
+    samples = nvml.get("samples") if isinstance(nvml, dict) else None
+    return int(samples) if isinstance(samples, int) else fallback
+
+
 def reason_names(mask: int) -> list[str]:
     return [name for bit, name in REASON_BITS.items() if mask & bit]
 
@@ -111,17 +118,24 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     reason_share: dict[str, float] = {}
     limited_share = 0.0
     if reasons is not None and len(reasons.ts):
-        rmask = reasons.at(sm.ts).astype(np.int64)
+        # Each track holds its value until its next sample (repeats are not written), so
+        # each is weighted over its own hold intervals.
+        rw = reasons.step_weights(busy, dev.window_end)
+        rmask = reasons.values.astype(np.int64)
+        rtotal = float(rw.sum()) or 1.0
         for bit, name in REASON_BITS.items():
-            share = float(w[(rmask & bit) != 0].sum() / busy_total)
+            share = float(rw[(rmask & bit) != 0].sum() / rtotal)
             if share > 0:
                 reason_share[name] = share
-        limited_share = float(w[(rmask & LIMITING_REASONS) != 0].sum() / busy_total)
+        limited_share = float(rw[(rmask & LIMITING_REASONS) != 0].sum() / rtotal)
 
     power = tracks.get("power (W)")
     limit = tracks.get("power limit (W)")
     power_limit = float(gpu_meta.get("power_limit_w") or (np.nanmax(limit.values) if limit else np.nan))
-    power_busy = float((power.at(sm.ts) * w).sum() / busy_total) if power is not None else float("nan")
+    power_busy = float("nan")
+    if power is not None and len(power.ts):
+        pw = power.step_weights(busy, dev.window_end)
+        power_busy = float((power.values * pw).sum() / pw.sum()) if pw.sum() > 0 else float("nan")
     temp = tracks.get("temperature (C)")
     temp_max = float(np.nanmax(temp.values)) if temp is not None else float("nan")
 
@@ -186,7 +200,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 Metric("mean power while busy (W)", power_busy, "number"),
                 Metric("enforced power limit (W)", power_limit, "number"),
                 Metric("max temperature (C)", temp_max, "number"),
-                Metric("NVML samples", len(sm.ts), "count"),
+                Metric("NVML samples", _sample_count(model, len(sm.ts)), "count"),
             ),
             sites=sites,
             device=dev.device,

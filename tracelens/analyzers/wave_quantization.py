@@ -30,12 +30,14 @@ MAX_SITES = 8
 
 
 def nearest_full(row: MatmulRow) -> list[str]:
-    """The nearest shapes (changing M, or N, in steps of 8) whose tiles fill whole waves,
-    smaller and larger, as "M=8448 (4 waves)"."""
-    if not row.tile or not row.slots:
+    """Neighbouring shapes (M or N changed in steps of 8) that waste no partial wave:
+    smaller ones that drop it (one wave fewer: less time) and larger ones that fill it
+    (the same number of waves: more work in the same time)."""
+    if not row.tile or not row.slots or row.waves < 1:
         return []
     tm, tn = (int(x) for x in row.tile.split("x"))
     tile = Tile(tm, tn, "name")
+    waves_now = math.ceil(row.waves)
 
     def waves(m: int, n: int) -> tuple[float, float]:
         w, _, e = waves_of(tiles_for(m, n, row.batch, tile, -1, True), row.slots)
@@ -46,12 +48,18 @@ def nearest_full(row: MatmulRow) -> list[str]:
         base = row.m if dim == "M" else row.n
         for direction in (-1, 1):
             for step in range(1, SEARCH_STEPS + 1):
-                cand = (base // 8 + direction * step) * 8 if direction < 0 else (math.ceil(base / 8) + step) * 8
+                cand = (base // 8 - step) * 8 if direction < 0 else (math.ceil(base / 8) + step) * 8
                 if cand <= 0:
                     break
                 w, e = waves(cand, row.n) if dim == "M" else waves(row.m, cand)
-                if e >= 0.97:
-                    out.append(f"{dim}={cand} ({round(w)} waves)")
+                full = e >= 0.97
+                if direction < 0 and full and math.ceil(w - 1e-9) < waves_now:
+                    out.append(f"{dim}={cand} ({round(w)} waves, less time)")
+                    break
+                if direction > 0 and full and math.ceil(w - 1e-9) == waves_now:
+                    out.append(f"{dim}={cand} ({round(w)} waves, same time, more work)")
+                    break
+                if direction > 0 and math.ceil(w - 1e-9) > waves_now:
                     break
     return out
 

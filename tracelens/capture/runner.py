@@ -91,6 +91,45 @@ def default_trace_path(target: str, out_dir: Path = Path("reports")) -> Path:
     return out_dir / f"{stem}-{stamp}.pt.trace.json.gz"
 
 
+def _check_writable(out: Path) -> None:
+    """Fail before running the script, not after, when the trace cannot be written."""
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CaptureError(f"{parent}: cannot create the output directory ({exc.strerror or exc})") from exc
+    if not os.access(parent, os.W_OK):
+        raise CaptureError(f"{parent}: not writable")
+
+
+def _profiler_still_on(torch: Any) -> bool:
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except Exception:  # private API moved: assume it is on
+        return True
+
+
+def _join_script_threads() -> None:
+    import threading
+
+    for t in threading.enumerate():
+        if t is not threading.current_thread() and not t.daemon and t.name != "tracelens-nvml":
+            t.join()
+
+
+def _print_user_traceback(exc: BaseException) -> None:
+    """The traceback from the first frame outside tracelens and runpy, as `python
+    script.py` would print it."""
+    tb = exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if "runpy" in name or f"{os.sep}tracelens{os.sep}capture{os.sep}" in name:
+            tb = tb.tb_next
+            continue
+        break
+    traceback.print_exception(type(exc), exc, tb if tb is not None else exc.__traceback__)
+
+
 def _import_torch() -> Any:
     try:
         import torch
@@ -108,6 +147,7 @@ def _resolve_target(opts: CaptureOptions) -> Callable[[], None]:
 
         def run() -> None:
             sys.argv = [argv0, *opts.args]
+            sys.path.insert(0, os.getcwd())  # as `python -m` does
             runpy.run_module(opts.target, run_name="__main__", alter_sys=True)
 
         return run
@@ -128,7 +168,9 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
     from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
 
     run = _resolve_target(opts)
-    out = opts.out or default_trace_path(opts.target)
+    # Resolved now: the script may chdir.
+    out = (opts.out or default_trace_path(opts.target)).resolve()
+    _check_writable(out)
     notes: list[str] = []
     activities = [ProfilerActivity.CPU]
     has_gpu = bool(torch.cuda.is_available())
@@ -199,12 +241,13 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
         pass
 
     exit_code = 0
-    saved_argv, saved_path = list(sys.argv), list(sys.path)
+    saved_argv, saved_path, saved_cwd = list(sys.argv), list(sys.path), os.getcwd()
     t0 = time.perf_counter()
     prof.start()
     _HOOK.prof, _HOOK.steps, _HOOK.explicit = prof, 0, False
     try:
         run()
+        _join_script_threads()  # python waits for non-daemon threads before exiting too
     except SystemExit as exc:
         code = exc.code
         exit_code = code if isinstance(code, int) else (0 if code is None else 1)
@@ -213,15 +256,17 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
     except KeyboardInterrupt:
         exit_code = INTERRUPTED_EXIT
         notes.append("interrupted (Ctrl-C): the trace holds what ran until then")
-    except BaseException:
-        # Show the user's exception as Python would, then still write the trace.
-        traceback.print_exc()
+    except BaseException as exc:
+        # Show the user's exception as Python would (without our frames), then still
+        # write the trace.
+        _print_user_traceback(exc)
         exit_code = 1
         notes.append("the script raised an exception; the trace holds what ran until then")
     finally:
         _HOOK.prof = None
         wall = time.perf_counter() - t0
         sys.argv[:], sys.path[:] = saved_argv, saved_path
+        os.chdir(saved_cwd)
         if hook_handle is not None:
             hook_handle.remove()
         try:
@@ -229,10 +274,18 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
                 torch.cuda.synchronize()
         except Exception:
             notes.append("torch.cuda.synchronize() failed at the end of the script")
-        try:
-            prof.stop()
-        except Exception as exc:
-            notes.append(f"the profiler failed to stop cleanly: {exc}")
+        if _profiler_still_on(torch):
+            try:
+                prof.stop()
+            except Exception as exc:
+                notes.append(f"the profiler failed to stop cleanly: {exc}")
+        else:
+            # The script ran torch.profiler itself, which ends the (process-wide) session
+            # ours was recording; exporting it then crashes inside the profiler.
+            notes.append(
+                "the script used torch.profiler itself, which ended tracelens's profiling session: "
+                "no trace could be kept (profile the script with one or the other)"
+            )
         samples = sampler.stop() if sampler is not None else None
 
     if not exported:
