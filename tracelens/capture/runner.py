@@ -289,6 +289,8 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
         samples = sampler.stop() if sampler is not None else None
 
     if not exported:
+        if any("used torch.profiler itself" in n for n in notes):
+            return CaptureResult(None, exit_code, notes, _HOOK.steps, wall, samples)
         notes.append(
             "the profiler recorded nothing (the schedule's active steps were never reached: "
             f"the script marked {_HOOK.steps} steps)"
