@@ -57,7 +57,8 @@ def test_light_idle_script_not_throttled() -> None:
 def test_report_shows_clocks_and_question_6() -> None:
     rep = report_of(sample("power_gemm"))
     q6 = next(q for q in rep.questions if q.id == "compute")
-    assert q6.status == "yes" and "not built" in q6.answer  # throttling measured, the rest not built
+    # Throttling measured; captured with --no-shapes, so the roofline has nothing to model.
+    assert q6.status == "yes" and "Roofline models cover 0%" in q6.answer
     assert rep.clocks is not None and rep.clocks.max_sm_mhz == 1980
     assert min(v for v in rep.clocks.sm_mhz if v == v) < 1800
     html = render_html(rep)

@@ -20,6 +20,7 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.gpu_time import CAUSES, SYNC_APIS, TIMELINE_BINS, DeviceTime
 from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
+from tracelens.analyzers.roofline import for_context
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -31,6 +32,8 @@ from tracelens.report import (
     KernelRow,
     OpRow,
     Report,
+    RooflinePoint,
+    RooflineSummary,
     SourceRow,
     StepRow,
     Timeline,
@@ -68,6 +71,7 @@ def build_report(model: TraceModel, load_seconds: float = 0.0) -> Report:
         kernels=_kernel_rows(ctx),
         ops=_op_rows(ctx),
         sources=_source_rows(ctx, ranked),
+        roofline=_roofline(ctx),
         matmuls=tuple(
             replace_name(r) for r in sorted(cached_matmul_rows(model), key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]
         ),
@@ -202,6 +206,33 @@ def _clocks(ctx: AnalysisContext) -> ClockTimeline | None:
     )
 
 
+MAX_ROOFLINE_POINTS = 60
+
+
+def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
+    roof = for_context(ctx)
+    if roof.peaks is None:
+        return None
+    p = roof.peaks
+    points = tuple(
+        RooflinePoint(
+            name=_cut(k.name), time_us=k.time_us, intensity=k.intensity, flops_per_s=k.flops_per_s,
+            bytes_per_s=k.bytes_per_s, roof_share=k.roof_share, bound=k.bound, family=k.family, dtype=k.dtype,
+        )
+        for k in roof.kernels
+        if k.bound in ("memory", "compute", "latency") and k.flops > 0
+    )[:MAX_ROOFLINE_POINTS]  # fmt: skip
+    used = {d: p.peak(d, d != "fp32") for d in ("fp32", "bf16", "fp8") if p.flops.get(d)}
+    if "tf32" in p.flops:
+        used["tf32"] = p.flops["tf32"]
+    return RooflineSummary(
+        device=p.name,
+        source=p.source + (" (measured here: " + ", ".join(sorted(p.measured)) + ")" if p.measured else ""),
+        peak_flops=used, bandwidth=p.bw, datasheet_bandwidth=p.bandwidth, coverage=roof.coverage,
+        communication_us=roof.communication_us, model_errors=roof.model_errors, points=points,
+    )  # fmt: skip
+
+
 def _window_activity(ctx: AnalysisContext) -> pd.DataFrame:
     dev = ctx.gpu_time.primary
     act = ctx.model.gpu_activity()
@@ -217,6 +248,7 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     busy = ctx.gpu_time.primary.busy_us if ctx.gpu_time.primary else 1.0
     g = act.groupby("name", observed=True).agg(count=("dur", "size"), total=("dur", "sum"), kind=("kind", "first"))
     g = g.sort_values("total", ascending=False).head(MAX_KERNEL_ROWS)
+    bounds = {k.name: k.bound for k in for_context(ctx).kernels}
     return tuple(
         KernelRow(
             name=_cut(str(name)),
@@ -225,6 +257,7 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
             mean_us=float(row["total"]) / max(int(row["count"]), 1),
             share=float(row["total"]) / busy if busy else 0.0,
             kind=_KIND_NAMES.get(int(row["kind"]), "other"),
+            bound=bounds.get(str(name), "unknown") if int(row["kind"]) == int(Kind.KERNEL) else "memory",
         )
         for name, row in g.iterrows()
     )

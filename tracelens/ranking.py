@@ -47,7 +47,7 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         "memory",
         "Is it moving far more data than it reuses (memory-bandwidth bound)?",
         (Category.MEMORY_BOUND,),
-        "The roofline analyzer (FLOPs and bytes per kernel from shapes) is not built yet.",
+        "",
     ),
     DiagnosticStep(
         4,
@@ -67,8 +67,9 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         6,
         "compute",
         "Is it really compute-bound, and are matmul shapes and clocks costing throughput?",
-        (Category.COMPUTE_BOUND, Category.MISALIGNED_MATMUL, Category.WAVE_QUANTIZATION, Category.POWER_THROTTLE),
-        "The compute-bound (roofline) analyzer is not built yet.",
+        # Specific causes of lost compute throughput first, the general finding last.
+        (Category.MISALIGNED_MATMUL, Category.WAVE_QUANTIZATION, Category.POWER_THROTTLE, Category.COMPUTE_BOUND),
+        "",
     ),
 )
 
@@ -112,9 +113,21 @@ def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
 
 def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     """Parts of a question this trace cannot answer, and the capture option that would."""
-    if step.id != "compute":
+    if step.id not in ("compute", "memory"):
         return ""
+    from tracelens.analyzers.roofline import for_context
+
+    roof = for_context(ctx)
     out = ""
+    if roof.peaks is None:
+        out += " Roofline: this GPU is not in the peak table (set TRACELENS_PEAKS to give its peaks)."
+    elif roof.modelled_us + roof.unmodelled_us > 0:
+        out += (
+            f" Roofline models cover {roof.coverage:.0%} of kernel time (communication excluded); the rest is "
+            "reported as unknown."
+        )
+    if step.id == "memory":
+        return out
     if ctx.model.counters.empty:
         out += (
             " Power throttling: not measurable from this trace (no GPU clock/power samples); `tracelens capture` "

@@ -100,6 +100,32 @@ class ClockTimeline:
 
 
 @dataclass(frozen=True)
+class RooflinePoint:
+    name: str
+    time_us: float
+    intensity: float  # FLOP per byte
+    flops_per_s: float
+    bytes_per_s: float
+    roof_share: float
+    bound: str
+    family: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class RooflineSummary:
+    device: str
+    source: str
+    peak_flops: dict[str, float]  # the ceilings used, per dtype
+    bandwidth: float  # bytes/s used
+    datasheet_bandwidth: float
+    coverage: float  # share of non-communication kernel time with a FLOP/byte model
+    communication_us: float
+    model_errors: int
+    points: tuple[RooflinePoint, ...]
+
+
+@dataclass(frozen=True)
 class KernelRow:
     name: str
     count: int
@@ -174,6 +200,7 @@ class Report:
     ops: tuple[OpRow, ...]
     sources: tuple[SourceRow, ...]
     matmuls: tuple[MatmulRow, ...] = ()
+    roofline: RooflineSummary | None = None
     load_seconds: float = 0.0
     analysis_seconds: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)

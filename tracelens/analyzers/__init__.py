@@ -15,6 +15,7 @@ from tracelens.analyzers import (
     launch_overhead,
     misaligned_matmul,
     power_throttle,
+    roofline,
     wave_quantization,
 )
 from tracelens.analyzers.base import Category, Finding, Severity
@@ -27,6 +28,7 @@ ANALYZERS: tuple[tuple[tuple[Category, ...], Analyzer], ...] = (
     ((Category.HOST_SYNC,), host_sync.analyze),
     ((Category.HOST_BOUND,), host_bound.analyze),
     ((Category.LAUNCH_OVERHEAD,), launch_overhead.analyze),
+    ((Category.MEMORY_BOUND, Category.COMPUTE_BOUND), roofline.analyze),
     ((Category.MISALIGNED_MATMUL,), misaligned_matmul.analyze),
     ((Category.WAVE_QUANTIZATION,), wave_quantization.analyze),
     ((Category.POWER_THROTTLE,), power_throttle.analyze),

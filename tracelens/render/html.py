@@ -11,10 +11,10 @@ import math
 from pathlib import Path
 
 import jinja2
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from tracelens.render import format as fmt
-from tracelens.report import ClockTimeline, Report, Timeline
+from tracelens.report import ClockTimeline, Report, RooflineSummary, Timeline
 
 #: Colours of the busy/idle causes, shared by the bar, the timeline and the legend.
 CAUSE_COLOURS = {
@@ -167,6 +167,58 @@ def waves_svg(waves: float, width: int = 120, height: int = 14) -> Markup:
     return Markup("".join(parts))
 
 
+BOUND_COLOURS = {"compute": "#1f6feb", "memory": "#f08c2e", "latency": "#9aa3ad"}
+
+
+def roofline_svg(rf: RooflineSummary, width: int = 640, height: int = 360) -> Markup:
+    """Log-log roofline: arithmetic intensity (FLOP/byte) against achieved FLOP/s, one
+    point per kernel sized by its time, the device's roofs drawn."""
+    if not rf.points or rf.bandwidth <= 0 or not rf.peak_flops:
+        return Markup("")
+    left, bottom, top, right = 56, 34, 10, 10
+    x0, x1 = -2.0, 4.0  # log10 FLOP/byte
+    peak_max = max(rf.peak_flops.values())
+    y1 = math.log10(peak_max * 2)
+    y0 = y1 - 6
+    pw, ph = width - left - right, height - top - bottom
+
+    def px(ai: float) -> float:
+        return left + (min(max(math.log10(max(ai, 1e-9)), x0), x1) - x0) / (x1 - x0) * pw
+
+    def py(f: float) -> float:
+        return top + ph - (min(max(math.log10(max(f, 1.0)), y0), y1) - y0) / (y1 - y0) * ph
+
+    parts = [f'<svg class="roofline" viewBox="0 0 {width} {height}" role="img" aria-label="roofline chart">']
+    for e in range(int(x0), int(x1) + 1):
+        x = px(10.0**e)
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}" class="grid"/>')
+        parts.append(f'<text x="{x:.1f}" y="{height - 18}" class="axis" text-anchor="middle">1e{e}</text>')
+    for e in range(math.ceil(y0), int(y1) + 1):
+        y = py(10.0**e)
+        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
+        parts.append(f'<text x="{left - 4}" y="{y + 3:.1f}" class="axis" text-anchor="end">1e{e}</text>')
+    for dtype, peak in sorted(rf.peak_flops.items(), key=lambda kv: kv[1]):
+        ridge = peak / rf.bandwidth
+        pts = [(10.0**x0, 10.0**x0 * rf.bandwidth), (ridge, peak), (10.0**x1, peak)]
+        d = " ".join(f"{px(a):.1f},{py(f):.1f}" for a, f in pts)
+        parts.append(f'<polyline points="{d}" class="roof"/>')
+        parts.append(f'<text x="{left + pw - 2}" y="{py(peak) - 3:.1f}" class="axis" text-anchor="end">{dtype}</text>')
+    total = sum(p.time_us for p in rf.points) or 1.0
+    for p in sorted(rf.points, key=lambda p: -p.time_us):
+        r = 2.5 + 14 * math.sqrt(p.time_us / total)
+        colour = BOUND_COLOURS.get(p.bound, "#9aa3ad")
+        parts.append(
+            f'<circle cx="{px(p.intensity):.1f}" cy="{py(p.flops_per_s):.1f}" r="{r:.1f}" fill="{colour}" '
+            f'fill-opacity="0.55" stroke="{colour}"><title>{escape(p.name[:200])}: '
+            f"{p.flops_per_s / 1e12:.1f} TFLOP/s, {p.intensity:.2f} FLOP/B, {p.bound}</title></circle>"
+        )
+    parts.append(f'<text x="{left + pw / 2}" y="{height - 3}" class="axis" text-anchor="middle">FLOP per byte</text>')
+    parts.append(f'<text x="12" y="{top + ph / 2}" class="axis" transform="rotate(-90 12 {top + ph / 2})" '
+                 'text-anchor="middle">FLOP/s</text>')  # fmt: skip
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
 def render_html(report: Report) -> str:
     env = environment(autoescape=True)
     template = env.get_template("report.html.j2")
@@ -176,6 +228,8 @@ def render_html(report: Report) -> str:
         r=report,
         timeline_svg=svg,
         clocks_svg=clocks,
+        roofline_svg=roofline_svg(report.roofline) if report.roofline else Markup(""),
+        bound_colours=BOUND_COLOURS,
         colours=CAUSE_COLOURS,
         labels=CAUSE_LABELS,
         max_step_rows=MAX_STEP_ROWS,
