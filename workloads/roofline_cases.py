@@ -43,6 +43,22 @@ def event_ms(fn, reps: int = 10) -> float:  # type: ignore[no-untyped-def]
     return statistics.median(times)
 
 
+def measure_copy(dev: str) -> float:
+    """Device-to-device copy of 4 GiB: bytes read + written per second."""
+    src = torch.empty(1 << 30, device=dev, dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = event_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / (ms * 1e-3)
+
+
+def measure_mm(dev: str, g: torch.Generator) -> float:
+    """8192^3 bf16 matmul on random data: FLOP/s."""
+    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
+    b = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
+    ms = event_ms(lambda: torch.mm(a, b))
+    return 2 * 8192**3 / (ms * 1e-3)
+
+
 def chain(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return F.gelu(x * w + b) * 0.5 + x
 
@@ -52,18 +68,10 @@ def main() -> None:
     ap.add_argument("--out", default="sample_traces")
     args = ap.parse_args()
     dev = "cuda"
-    # Ceilings.
-    src = torch.empty(1 << 30, device=dev, dtype=torch.float32)  # 4 GiB
-    dst = torch.empty_like(src)
-    copy_ms = event_ms(lambda: dst.copy_(src))
-    copy_bps = 2 * src.numel() * 4 / (copy_ms * 1e-3)
-    del src, dst
+    # Ceilings (helpers, so the big buffers are freed on return).
+    copy_bps = measure_copy(dev)
     g = torch.Generator(device=dev).manual_seed(0)
-    a = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
-    bm = torch.randn(8192, 8192, device=dev, dtype=torch.bfloat16, generator=g)
-    mm_ms = event_ms(lambda: torch.mm(a, bm))
-    mm_flops = 2 * 8192**3 / (mm_ms * 1e-3)
-    del a, bm
+    mm_flops = measure_mm(dev, g)
     ceilings = {"copy_bytes_per_s": copy_bps, "bf16_mm_flops_per_s": mm_flops}
     print(f"ceilings: copy {copy_bps / 1e12:.2f} TB/s, bf16 mm {mm_flops / 1e12:.0f} TFLOP/s", flush=True)
 
