@@ -92,3 +92,24 @@ def test_report_kernel_bounds_and_chart() -> None:
     from tracelens.render import render_html
 
     assert 'class="roofline"' in render_html(rep)
+
+
+def test_fusion_and_attention_cases() -> None:
+    """workloads/roofline_cases.py on the H200: an eager chain of five elementwise passes
+    vs the same function compiled into one Triton kernel, and flash attention forward."""
+    path = sample("roofline_cases")
+    roof = for_context(context_of(path))
+    assert roof.coverage > 0.95
+    attention = [k for k in roof.kernels if k.family == "attention"]
+    assert attention and all(k.bound == "compute" for k in attention)
+    assert 400e12 < attention[0].flops_per_s < 790e12 * MODEL_ERROR_SHARE
+    compiled = [k for k in roof.kernels if k.family == "compiled"]
+    eager = [k for k in roof.kernels if k.family == "elementwise"]
+    assert len(compiled) == 1 and compiled[0].bound == "memory" and compiled[0].bytes_per_s > 3.5e12
+    # Fusing saved the round trips: the eager chain took over 2.5x the compiled kernel.
+    assert sum(k.time_us for k in eager) > 2.5 * compiled[0].time_us
+    # The ceilings measured in the same run agree with the peak table's H200 entry.
+    ceilings = context_of(path).model.meta.metadata["tracelens_workload"]["ceilings"]
+    assert roof.peaks is not None
+    assert ceilings["bf16_mm_flops_per_s"] == pytest.approx(roof.peaks.peak("bf16", True), rel=0.05)
+    assert ceilings["copy_bytes_per_s"] == pytest.approx(roof.peaks.bw, rel=0.05)

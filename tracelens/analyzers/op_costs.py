@@ -53,7 +53,7 @@ NORM_BACKWARD = frozenset(
 GATHERS = frozenset("embedding index_select gather index take embedding_dense_backward index_add_ scatter_add_".split())
 ATTENTION_FWD = frozenset(
     "_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention "
-    "_flash_attention_forward _efficient_attention_forward".split()
+    "_flash_attention_forward _efficient_attention_forward _cudnn_attention_forward".split()
 )
 ATTENTION_BWD = frozenset(
     "_scaled_dot_product_flash_attention_backward _scaled_dot_product_efficient_attention_backward "
@@ -73,6 +73,22 @@ NORM_FLOPS_PER_ELEMENT = 5
 NORM_BWD_FLOPS_PER_ELEMENT = 8
 #: Adam/AdamW update arithmetic per parameter element.
 ADAM_FLOPS_PER_ELEMENT = 12
+#: Position of `is_causal` (or of `custom_mask_type`, for the efficient kernels) in each
+#: attention op's arguments, from the aten schemas; other ops fall back to "any True".
+CAUSAL_ARG = {
+    "_scaled_dot_product_flash_attention": 4,
+    "_scaled_dot_product_efficient_attention": 6,
+    "_scaled_dot_product_cudnn_attention": 6,
+    "_cudnn_attention_forward": 10,
+    "_flash_attention_forward": 8,
+    "_efficient_attention_forward": 9,
+    "_scaled_dot_product_flash_attention_backward": 11,
+    "_flash_attention_backward": 11,
+    "_scaled_dot_product_efficient_attention_backward": 11,
+    "_cudnn_attention_backward": 14,
+    "_scaled_dot_product_cudnn_attention_backward": 14,
+    "_efficient_attention_backward": 14,
+}
 #: Flash-attention backward does about 2.5x the forward's matmul FLOPs (5 matmuls vs 2).
 ATTENTION_BWD_FACTOR = 2.5
 
@@ -187,7 +203,12 @@ def op_cost(op: str, shapes: dict[str, Any]) -> OpCost | None:
             return None
         b, h, lq, d = q
         lk = k[2]
-        causal = any(str(c) == "True" for c in (shapes.get("Concrete Inputs") or []))
+        conc = [str(c) for c in (shapes.get("Concrete Inputs") or [])]
+        pos = CAUSAL_ARG.get(name)
+        if pos is not None and pos < len(conc) and conc[pos] != "":
+            causal = conc[pos] == "True" or (conc[pos].isdigit() and conc[pos] != "0")
+        else:
+            causal = any(c == "True" for c in conc)
         flops = 4.0 * b * h * lq * lk * d * (0.5 if causal else 1.0)
         if name in ATTENTION_BWD:
             return OpCost(flops * ATTENTION_BWD_FACTOR, in_bytes + in_bytes, dtype, True, "attention")
@@ -195,6 +216,12 @@ def op_cost(op: str, shapes: dict[str, Any]) -> OpCost | None:
         return OpCost(flops, in_bytes + out_bytes, dtype, True, "attention")
     out_bytes = biggest[0] * biggest[1]
     inplace = name.endswith("_")
+    if op.startswith(("triton_poi_", "triton_red_", "triton_per_")):
+        # An Inductor kernel, recorded under its own name with its buffers as arguments
+        # (inputs and outputs alike): each read or written once. The FLOPs are a guess:
+        # one per element per op named in the kernel (fused_add_gelu_mul_0 -> 3).
+        ops_named = max(len([w for w in op.split("fused_", 1)[-1].split("_") if w.isalpha()]), 1)
+        return OpCost(float(biggest[0] * ops_named), in_bytes, dtype, False, "compiled")
     if name in ELEMENTWISE:
         base = name.rstrip("_")
         arity = 1 if base in UNARY else 3 if base in TERNARY else 2

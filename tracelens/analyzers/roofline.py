@@ -196,6 +196,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     mem_time = sum(r.time_us for r in mem)
     if mem_time > 0:
         elementwise = [r for r in mem if r.family in ("elementwise", "copy")]
+        compiled = [r for r in mem if r.family == "compiled"]
         ew_time = sum(r.time_us for r in elementwise)
         copies = [r for r in mem if r.family == "copy"]
         copy_time = sum(r.time_us for r in copies)
@@ -232,6 +233,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                     Metric("bytes copied or cast", copy_bytes, "bytes"),
                     Metric("bandwidth roof (bytes/s)", roof.peaks.bw, "bytes_per_s"),
                     Metric("modelled share of kernel time", roof.coverage, "share"),
+                    Metric(
+                        "compiled (Triton) kernels, modelled from their buffers (FLOPs a guess)",
+                        sum(r.time_us for r in compiled),
+                        "us",
+                    ),
                 ),
                 sites=tuple(
                     Site(
