@@ -39,6 +39,7 @@ UNARY = frozenset(
     "neg exp log sin cos tanh sigmoid relu gelu silu abs sign reciprocal rsqrt sqrt erf leaky_relu hardtanh "
     "dropout native_dropout logical_not".split()
 )
+COMPARISONS = frozenset("eq ne lt gt le ge logical_and logical_or logical_not isnan isinf".split())
 TERNARY = frozenset("addcmul addcdiv lerp where threshold_backward".split())
 COPIES = frozenset("copy_ _to_copy to contiguous clone fill_ zero_ zeros_like ones_like cat stack".split())
 REDUCTIONS = frozenset("sum mean amax amin max min norm var std argmax argmin prod cumsum logsumexp".split())
@@ -63,6 +64,15 @@ ATTENTION_BWD = frozenset(
 CONV = frozenset(
     "cudnn_convolution convolution _convolution conv2d miopen_convolution convolution_overrideable".split()
 )
+#: (stride, padding, dilation) argument positions, from the aten schemas.
+CONV_ARG_POSITIONS = {
+    "convolution": (3, 4, 5),
+    "_convolution": (3, 4, 5),
+    "conv2d": (3, 4, 5),
+    "convolution_overrideable": (3, 4, 5),
+    "cudnn_convolution": (3, 2, 4),
+    "miopen_convolution": (4, 3, 5),
+}
 CONV_BWD = frozenset(
     "convolution_backward cudnn_convolution_backward_input cudnn_convolution_backward_weight "
     "miopen_convolution_backward_input miopen_convolution_backward_weight".split()
@@ -177,8 +187,9 @@ def op_cost(op: str, shapes: dict[str, Any]) -> OpCost | None:
         k, cg, r, s_ = w
         # stride, padding, dilation are needed for the output size; traces before ~2023
         # have no Concrete Inputs, and guessing stride 1 overcounts strided convolutions.
-        stride, pad, dil = (_concrete_ints(shapes, i) for i in (3, 4, 5))
-        if len(stride) < 2 or len(pad) < 2 or len(dil) < 2:
+        i_stride, i_pad, i_dil = CONV_ARG_POSITIONS.get(name, (3, 4, 5))
+        stride, pad, dil = (_concrete_ints(shapes, i) for i in (i_stride, i_pad, i_dil))
+        if len(stride) < 2 or len(pad) < 2 or len(dil) < 2 or min(stride) < 1 or min(dil) < 1:
             return None
         ho = (h + 2 * pad[0] - dil[0] * (r - 1) - 1) // stride[0] + 1
         wo = (wd + 2 * pad[1] - dil[1] * (s_ - 1) - 1) // stride[1] + 1
@@ -224,6 +235,8 @@ def op_cost(op: str, shapes: dict[str, Any]) -> OpCost | None:
         return OpCost(float(biggest[0] * ops_named), in_bytes, dtype, False, "compiled")
     if name in ELEMENTWISE:
         base = name.rstrip("_")
+        if base in COMPARISONS:
+            out_bytes = biggest[0]  # bool results: one byte each
         arity = 1 if base in UNARY else 3 if base in TERNARY else 2
         if not inplace and len(tensors) > arity:
             # The extra tensor is `out=`: written once, not read.

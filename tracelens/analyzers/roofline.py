@@ -36,6 +36,10 @@ LATENCY_ROOF_SHARE = 0.1
 MODEL_ERROR_SHARE = 1.1
 COMM_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reduce_scatter", "sendrecv", "multimem")
 MAX_SITES = 8
+#: Families whose FLOPs belong to the op's main kernel only.
+MATH_FAMILIES = frozenset({"matmul", "conv", "attention"})
+#: Ops whose kernels are collectives whatever the kernel is called.
+COMM_OPS = ("record_param_comms", "c10d::", "nccl:", "symm_mem::", "_c10d_functional::")
 #: Kernel-name fragments of tensor-core kernels, which run fp32 matmuls as TF32.
 TF32_KERNEL_MARKERS = (
     "tensorop",
@@ -99,19 +103,25 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
     dur = k["dur"].to_numpy()
     launch = k["launch"].to_numpy()
     op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
-    # Each op's cost is shared by its kernels in proportion to their time.
+    # Each op's bytes are shared by its kernels in proportion to their time; for math-heavy
+    # families the FLOPs go to the op's longest kernel (the GEMM, not the layout
+    # transforms cuDNN runs beside it).
     op_time: dict[int, float] = defaultdict(float)
-    for r, d in zip(op_rows, dur, strict=True):
+    op_longest: dict[int, int] = {}
+    for i, (r, d) in enumerate(zip(op_rows, dur, strict=True)):
         if r >= 0:
-            op_time[int(r)] += float(d)
+            r = int(r)
+            op_time[r] += float(d)
+            if r not in op_longest or d > dur[op_longest[r]]:
+                op_longest[r] = i
     costs: dict[int, OpCost | None] = {}
     groups: dict[str, list[float]] = {}
     meta: dict[str, tuple[str, str, bool]] = {}
     modelled = unmodelled = comm = 0.0
-    for name, d, r in zip(names, dur, op_rows, strict=True):
+    for i, (name, d, r) in enumerate(zip(names, dur, op_rows, strict=True)):
         d = float(d)
         lname = name.lower()
-        if any(m in lname for m in COMM_MARKERS):
+        if any(m in lname for m in COMM_MARKERS) or (r >= 0 and model.arrays.name(int(r)).startswith(COMM_OPS)):
             comm += d
             continue
         cost = None
@@ -130,7 +140,10 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
             unmodelled += d
             continue
         frac = d / op_time[r]
-        g[2] += cost.flops * frac
+        if cost.family in MATH_FAMILIES:
+            g[2] += cost.flops if op_longest.get(r) == i else 0.0
+        else:
+            g[2] += cost.flops * frac
         g[3] += cost.bytes * frac
         g[4] += d
         meta.setdefault(name, (cost.dtype, cost.family, cost.tensor_core))
