@@ -16,6 +16,7 @@ gives more than the peak is reported as a model error, never as > 100 % efficien
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -200,6 +201,13 @@ def _gain_to_roof(r: KernelRoof) -> float:
     return r.time_us * max(1.0 - r.roof_share, 0.0) if r.roof_share > 0 else 0.0
 
 
+def _sites(rows: list[KernelRoof], describe: Callable[[KernelRoof], str]) -> tuple[Site, ...]:
+    """The costliest kernel groups as finding sites."""
+    return tuple(
+        Site(description=describe(r), count=r.count, time_us=r.time_us, kernels=(r.name,)) for r in rows[:MAX_SITES]
+    )
+
+
 def analyze(ctx: AnalysisContext) -> list[Finding]:
     roof = for_context(ctx)
     if roof.peaks is None or not roof.kernels:
@@ -252,15 +260,12 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                         "us",
                     ),
                 ),
-                sites=tuple(
-                    Site(
-                        description=f"{r.family or 'kernel'}: {r.bytes_per_s / 1e9:.0f} GB/s "
-                        f"({r.roof_share:.0%} of the roof), {r.intensity:.2f} FLOP/B",
-                        count=r.count,
-                        time_us=r.time_us,
-                        kernels=(r.name,),
-                    )
-                    for r in mem[:MAX_SITES]
+                sites=_sites(
+                    mem,
+                    lambda r: (
+                        f"{r.family or 'kernel'}: {r.bytes_per_s / 1e9:.0f} GB/s "
+                        f"({r.roof_share:.0%} of the roof), {r.intensity:.2f} FLOP/B"
+                    ),
                 ),
             )
         )
@@ -304,15 +309,12 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                     Metric("fp32 matmul time", fp32_time, "us"),
                     Metric("peak used (bf16 FLOP/s)", roof.peaks.peak("bf16", True), "number"),
                 ),
-                sites=tuple(
-                    Site(
-                        description=f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
-                        f"({r.roof_share:.0%} of the roof), {r.intensity:.0f} FLOP/B",
-                        count=r.count,
-                        time_us=r.time_us,
-                        kernels=(r.name,),
-                    )
-                    for r in comp[:MAX_SITES]
+                sites=_sites(
+                    comp,
+                    lambda r: (
+                        f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
+                        f"({r.roof_share:.0%} of the roof), {r.intensity:.0f} FLOP/B"
+                    ),
                 ),
             )
         )
