@@ -39,6 +39,7 @@ from tracelens.report import (
     Timeline,
     TimeSplit,
     TraceInfo,
+    UncoveredOp,
 )
 
 MAX_KERNEL_ROWS = 25
@@ -230,6 +231,10 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
         source=p.source + (" (measured here: " + ", ".join(sorted(p.measured)) + ")" if p.measured else ""),
         peak_flops=used, bandwidth=p.bw, datasheet_bandwidth=p.bandwidth, coverage=roof.coverage,
         communication_us=roof.communication_us, model_errors=roof.model_errors, points=points,
+        classified=roof.classified, estimated_share=roof.estimated_us / roof.total_us if roof.total_us else 0.0,
+        uncovered=tuple(
+            UncoveredOp(_cut(u.op), u.reason, u.time_us, u.time_us / roof.total_us) for u in roof.unmodelled
+        ),
     )  # fmt: skip
 
 

@@ -113,6 +113,16 @@ class RooflinePoint:
 
 
 @dataclass(frozen=True)
+class UncoveredOp:
+    """Kernel time the roofline could not model, by launching op and why."""
+
+    op: str
+    reason: str  # no_op (no launching op in the trace), no_shapes (record_shapes off), no_model
+    time_us: float
+    share: float  # of non-communication kernel time
+
+
+@dataclass(frozen=True)
 class RooflineSummary:
     device: str
     source: str
@@ -123,6 +133,11 @@ class RooflineSummary:
     communication_us: float
     model_errors: int
     points: tuple[RooflinePoint, ...]
+    # Share of kernel time with a bound: kernel classes modelled on some calls lend their
+    # rates to the rest (calls launched before the profiling window, for one).
+    classified: float = 0.0
+    estimated_share: float = 0.0  # foreach kernels sized from their launch grid
+    uncovered: tuple[UncoveredOp, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,15 +15,18 @@ gives more than the peak is reported as a model error, never as > 100 % efficien
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.analyzers.op_costs import OpCost, op_cost
+from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT
+from tracelens.analyzers.op_costs import ADAM_FLOPS_PER_ELEMENT, CONV, OpCost, dtype_from_kernel, op_cost
 from tracelens.model.peaks import DevicePeaks, peaks_for
 from tracelens.model.trace import TraceModel
 
@@ -37,6 +40,8 @@ LATENCY_ROOF_SHARE = 0.1
 MODEL_ERROR_SHARE = 1.1
 COMM_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reduce_scatter", "sendrecv", "multimem")
 MAX_SITES = 8
+#: Unmodelled ops listed in the report.
+MAX_UNMODELLED = 12
 #: Families whose FLOPs belong to the op's main kernel only.
 MATH_FAMILIES = frozenset({"matmul", "conv", "attention"})
 #: Ops whose kernels are collectives whatever the kernel is called.
@@ -74,19 +79,248 @@ class KernelRoof:
     bound: str  # memory, compute, latency, communication, unknown
 
 
+#: Elements each block of ATen's multi_tensor_apply kernels handles (kChunkSize in
+#: ATen/native/cuda/MultiTensorApply.cuh): a foreach launch's grid is its chunk count, so
+#: grid x chunk bounds the elements it updated (over by each tensor's partial last chunk).
+FOREACH_CHUNK_ELEMENTS = 65536
+_FOREACH_DEPTH_RE = re.compile(r"Metadata<(?:[^,<>]+, )?(\d+)>")
+#: Kernel-name fragments of the layout, offset and reduction helpers that cuDNN, cuBLAS
+#: and ATen run beside the main kernel of a matmul, convolution or attention op: they get
+#: the op's bytes but none of its FLOPs.
+AUX_KERNEL_MARKERS = (
+    "nchwtonhwc",
+    "nhwctonchw",
+    "transpose",
+    "cask_cudnn::compute",
+    "computeoffsets",
+    "splitkreduce",
+    "splitk_reduce",
+    "reduce_kernel",
+    "elementwise",
+    "convert",
+    "flip_filter",
+    "fill_kernel",
+    "winogradforward",  # the transforms of cuDNN's non-fused Winograd around its batched GEMM
+    "winogradwgrad",
+    "scalepackedtensor",
+)
+
+
+#: Winograd convolutions do fewer multiplies than a direct convolution: F(4x4, 3x3) 36
+#: per 16 outputs instead of 144 (4x fewer), F(2x2, 3x3) 16 per 4 instead of 36 (2.25x).
+#: An op whose kernels say winograd is credited with the direct FLOPs divided by this.
+WINOGRAD_FLOP_DIVISOR = {"2x2": 2.25, "4x4": 4.0}
+WINOGRAD_DEFAULT_DIVISOR = 4.0
+
+
+def _winograd_divisor(kernel_names: list[str]) -> float:
+    for name in kernel_names:
+        low = name.lower()
+        if "winograd" in low:
+            return next((d for tile, d in WINOGRAD_FLOP_DIVISOR.items() if tile in low), WINOGRAD_DEFAULT_DIVISOR)
+    return 1.0
+
+
+@dataclass(frozen=True)
+class Unmodelled:
+    """Kernel time no model covers, by launching op and why."""
+
+    op: str
+    reason: str  # no_op, no_shapes, no_model
+    time_us: float
+
+
 @dataclass(frozen=True)
 class Roofline:
     peaks: DevicePeaks | None
     kernels: tuple[KernelRoof, ...]
-    modelled_us: float
+    modelled_us: float  # kernels whose op (or an enclosing op) has a FLOP/byte model
+    estimated_us: float  # foreach kernels sized from their launch grid
     unmodelled_us: float
     communication_us: float
     model_errors: int
+    classified_us: float = 0.0  # time in kernel classes that got a bound from a model
+    unmodelled: tuple[Unmodelled, ...] = ()
+
+    @property
+    def total_us(self) -> float:
+        return self.modelled_us + self.estimated_us + self.unmodelled_us
 
     @property
     def coverage(self) -> float:
-        total = self.modelled_us + self.unmodelled_us
-        return self.modelled_us / total if total > 0 else 0.0
+        """Share of (non-communication) kernel time whose own calls were modelled."""
+        return (self.modelled_us + self.estimated_us) / self.total_us if self.total_us > 0 else 0.0
+
+    @property
+    def classified(self) -> float:
+        """Share of kernel time with a bound: classes modelled on some of their calls lend
+        it to the rest (e.g. calls launched before the profiling window)."""
+        return self.classified_us / self.total_us if self.total_us > 0 else 0.0
+
+
+@dataclass
+class _Attribution:
+    """Per-kernel FLOPs and bytes, and where they came from."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    source: np.ndarray  # 0 none, 1 op model, 2 launch-grid estimate
+    meta: dict[int, tuple[str, str, bool]]  # kernel index -> dtype, family, tensor_core
+    unmodelled: dict[tuple[str, str], float]
+
+
+def _conv_outputs(model: TraceModel) -> dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]]:
+    """(input shape, weight shape) -> output shape, from the trace's convolution backward
+    ops (they record grad_output), for traces whose forward calls lack stride and padding."""
+    out: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
+    names = model.host["name"].astype(str).to_numpy()
+    for r in np.flatnonzero(np.char.endswith(names.astype(str), "convolution_backward")):
+        dims = model.op_shapes(int(r)).get("Input Dims") or []
+        if len(dims) < 3 or not all(isinstance(d, list) and len(d) == 4 for d in dims[:3]):
+            continue
+        go, x = (dims[0], dims[1]) if names[r] == "aten::convolution_backward" else (dims[1], dims[0])
+        out.setdefault((tuple(x), tuple(dims[2])), list(go))
+    return out
+
+
+def _foreach_estimate(name: str, grid: int, op: str) -> OpCost | None:
+    """A multi_tensor_apply kernel's work from its grid: chunks x elements per chunk, each
+    element read from every list and written to the updated ones."""
+    match = _FOREACH_DEPTH_RE.search(name)
+    if grid <= 0 or match is None:
+        return None
+    depth = int(match.group(1))
+    ctype = dtype_from_kernel(_FOREACH_DEPTH_RE.sub("", name)) or "float"
+    elements = float(grid * FOREACH_CHUNK_ELEMENTS)
+    item = DTYPE_BYTES.get(ctype, 4)
+    if "adam" in name.lower():
+        reads, writes, flops = depth, depth - 1, ADAM_FLOPS_PER_ELEMENT * elements  # all lists but the grads
+    elif op and not op.endswith("_"):
+        reads, writes, flops = depth - 1, 1, elements  # out of place: the last list is the result
+    else:
+        reads, writes, flops = depth, 1, elements
+    return OpCost(flops, elements * item * (reads + writes), DTYPE_SHORT.get(ctype, ctype), False, "optimizer")
+
+
+def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribution:
+    """FLOPs and bytes of every kernel. Each kernel belongs to the innermost op that has a
+    model, or to the nearest enclosing op with one (cudnn_convolution_backward for its
+    _input and _weight halves) when none of that op's other kernels has its own. The
+    owner's bytes are shared by its kernels in proportion to their time; the FLOPs of
+    math ops go to its main kernels only (not the layout transforms beside them)."""
+    names = k["name"].astype(str).to_numpy()
+    dur = k["dur"].to_numpy(dtype=float)
+    launch = k["launch"].to_numpy()
+    grids = (k["grid_x"].clip(lower=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1)).to_numpy()
+    grids = np.where(k["grid_x"].to_numpy() > 0, grids, 0)
+    n = len(k)
+    op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
+    hints: dict[str, str | None] = {}
+    costs: dict[tuple[int, str | None], OpCost | None] = {}
+    conv_out: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] | None = None
+
+    def cost_of(r: int, hint: str | None) -> OpCost | None:
+        nonlocal conv_out
+        key = (r, hint)
+        if key not in costs:
+            shapes = model.op_shapes(r)
+            cost = None
+            if shapes:
+                op = model.arrays.name(r)
+                try:
+                    cost = op_cost(op, shapes, hint)
+                    dims = shapes.get("Input Dims") or []
+                    if cost is None and op.split("::")[-1] in CONV and len(dims) >= 2:
+                        if conv_out is None:
+                            conv_out = _conv_outputs(model)
+                        x, w = dims[0], dims[1]
+                        if isinstance(x, list) and isinstance(w, list):
+                            found = conv_out.get((tuple(x), tuple(w)))
+                            cost = op_cost(op, shapes, hint, found) if found else None
+                except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
+                    cost = None
+            costs[key] = cost
+        return costs[key]
+
+    owner = np.full(n, -1, dtype=np.int64)
+    via_ancestor = np.zeros(n, dtype=bool)
+    owner_cost: dict[int, OpCost] = {}
+    by_ancestor: set[int] = set()
+    for i in range(n):
+        r = int(op_rows[i])
+        if comm[i] or r < 0:
+            continue
+        name = names[i]
+        if name not in hints:
+            hints[name] = dtype_from_kernel(name)
+        for depth, a in enumerate(model.host_chain(r)):
+            c = cost_of(a, hints[name])
+            if c is not None:
+                owner[i] = a
+                owner_cost[a] = c
+                if depth:
+                    by_ancestor.add(a)
+                    via_ancestor[i] = True
+                break
+    if by_ancestor:
+        # An enclosing op whose other kernels have their own models would be counted twice.
+        direct = {int(o) for o, r in zip(owner, op_rows, strict=True) if o >= 0 and o == r}
+        clash = {a for r in direct for a in model.host_chain(r)[1:] if a in by_ancestor}
+        if clash:
+            owner[via_ancestor & np.isin(owner, list(clash))] = -1
+    flops = np.zeros(n)
+    nbytes = np.zeros(n)
+    source = np.zeros(n, dtype=np.int8)
+    meta: dict[int, tuple[str, str, bool]] = {}
+    op_time: dict[int, float] = defaultdict(float)
+    main_time: dict[int, float] = defaultdict(float)
+    longest: dict[int, int] = {}
+    owned_names: dict[int, list[str]] = defaultdict(list)
+    aux = np.array([any(m in nm.lower() for m in AUX_KERNEL_MARKERS) for nm in names], dtype=bool)
+    for i in (int(j) for j in np.flatnonzero(owner >= 0)):
+        o = int(owner[i])
+        op_time[o] += dur[i]
+        if not aux[i]:
+            main_time[o] += dur[i]
+        if o not in longest or dur[i] > dur[longest[o]]:
+            longest[o] = i
+        owned_names[o].append(names[i])
+    for o, c in owner_cost.items():
+        divisor = _winograd_divisor(owned_names.get(o, []))
+        if divisor != 1.0 and c.family == "conv":
+            owner_cost[o] = OpCost(c.flops / divisor, c.bytes, c.dtype, c.tensor_core, c.family)
+    unmodelled: dict[tuple[str, str], float] = defaultdict(float)
+    for i in range(n):
+        if comm[i]:
+            continue
+        o = int(owner[i])
+        if o >= 0 and op_time[o] > 0:
+            c = owner_cost[o]
+            nbytes[i] = c.bytes * dur[i] / op_time[o]
+            if c.family not in MATH_FAMILIES:
+                flops[i] = c.flops * dur[i] / op_time[o]
+            elif main_time[o] > 0:
+                flops[i] = 0.0 if aux[i] else c.flops * dur[i] / main_time[o]
+            else:
+                flops[i] = c.flops if longest[o] == i else 0.0
+            source[i] = 1
+            meta[i] = (c.dtype, c.family, c.tensor_core)
+            continue
+        r = int(op_rows[i])
+        op = model.arrays.name(r) if r >= 0 else ""
+        if "multi_tensor_apply" in names[i]:
+            est = _foreach_estimate(names[i], int(grids[i]), op)
+            if est is not None:
+                flops[i], nbytes[i], source[i] = est.flops, est.bytes, 2
+                meta[i] = (est.dtype, est.family, est.tensor_core)
+                continue
+        if r < 0:
+            unmodelled[("(no launching op)", "no_op")] += dur[i]
+        elif not model.op_shapes(r):
+            unmodelled[(op, "no_shapes")] += dur[i]
+        else:
+            unmodelled[(op, "no_model")] += dur[i]
+    return _Attribution(flops, nbytes, source, meta, dict(unmodelled))
 
 
 def compute_roofline(model: TraceModel, device: int | None, window: tuple[float, float]) -> Roofline:
@@ -101,64 +335,48 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
         k = k[k["device"] == device]
     k = k[(k["end"] > window[0]) & (k["ts"] < window[1])]
     names = k["name"].astype(str).to_numpy()
-    dur = k["dur"].to_numpy()
+    dur = k["dur"].to_numpy(dtype=float)
     launch = k["launch"].to_numpy()
     op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
-    # Each op's bytes are shared by its kernels in proportion to their time; for math-heavy
-    # families the FLOPs go to the op's longest kernel (the GEMM, not the layout
-    # transforms cuDNN runs beside it).
-    op_time: dict[int, float] = defaultdict(float)
-    op_longest: dict[int, int] = {}
-    for i, (r, d) in enumerate(zip(op_rows, dur, strict=True)):
-        if r >= 0:
-            r = int(r)
-            op_time[r] += float(d)
-            if r not in op_longest or d > dur[op_longest[r]]:
-                op_longest[r] = i
-    costs: dict[int, OpCost | None] = {}
+    comm = np.array(
+        [
+            any(m in name.lower() for m in COMM_MARKERS) or (r >= 0 and model.arrays.name(int(r)).startswith(COMM_OPS))
+            for name, r in zip(names, op_rows, strict=True)
+        ],
+        dtype=bool,
+    )
+    att = _attribute(model, k, comm)
     groups: dict[str, list[float]] = {}
     meta: dict[str, tuple[str, str, bool]] = {}
-    modelled = unmodelled = comm = 0.0
-    for i, (name, d, r) in enumerate(zip(names, dur, op_rows, strict=True)):
-        d = float(d)
-        lname = name.lower()
-        if any(m in lname for m in COMM_MARKERS) or (r >= 0 and model.arrays.name(int(r)).startswith(COMM_OPS)):
-            comm += d
+    for i, name in enumerate(names):
+        if comm[i]:
             continue
-        cost = None
-        if r >= 0:
-            r = int(r)
-            if r not in costs:
-                try:
-                    costs[r] = op_cost(model.arrays.name(r), model.op_shapes(r))
-                except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
-                    costs[r] = None
-            cost = costs[r]
         g = groups.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0])
         g[0] += 1
-        g[1] += d
-        if cost is None or op_time.get(r, 0.0) <= 0:
-            unmodelled += d
-            continue
-        frac = d / op_time[r]
-        if cost.family in MATH_FAMILIES:
-            g[2] += cost.flops if op_longest.get(r) == i else 0.0
-        else:
-            g[2] += cost.flops * frac
-        g[3] += cost.bytes * frac
-        g[4] += d
-        meta.setdefault(name, (cost.dtype, cost.family, cost.tensor_core))
-        modelled += d
+        g[1] += dur[i]
+        if att.source[i]:
+            g[2] += att.flops[i]
+            g[3] += att.bytes[i]
+            g[4] += dur[i]
+            meta.setdefault(name, att.meta[i])
+    modelled = float(dur[att.source == 1].sum())
+    estimated = float(dur[att.source == 2].sum())
+    comm_us = float(dur[comm].sum())
+    unmodelled_us = float(dur.sum()) - comm_us - modelled - estimated
     rows = []
     errors = 0
     for name, (count, time_us, flops, nbytes, mtime) in groups.items():
         dtype, family, tc = meta.get(name, ("", "", False))
-        if mtime <= 0 or peaks is None:
+        if mtime <= 0:
             rows.append(KernelRoof(name, int(count), time_us, 0, 0, dtype, family, tc, 0, 0, 0, 0, 0, "unknown"))
             continue
         fps = flops / (mtime * 1e-6)
         bps = nbytes / (mtime * 1e-6)
         ai = flops / nbytes if nbytes > 0 else float("inf")
+        if peaks is None:  # rates without roofs: no bound
+            rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, 0, 0,
+                                   "unknown"))  # fmt: skip
+            continue
         # fp32 matmuls and convolutions on tensor-core kernels run TF32.
         tf32 = dtype == "fp32" and tc and any(t in name.lower() for t in TF32_KERNEL_MARKERS)
         peak = peaks.flops.get("tf32", 0.0) if tf32 and "tf32" in peaks.flops else peaks.peak(dtype, tc)
@@ -185,7 +403,13 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
         rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, roof,
                                share, bound))  # fmt: skip
     rows.sort(key=lambda r: -r.time_us)
-    result = Roofline(peaks, tuple(rows), modelled, unmodelled, comm, errors)
+    classified = sum(r.time_us for r in rows if r.bound != "unknown")
+    unmodelled = tuple(
+        Unmodelled(op, reason, t) for (op, reason), t in sorted(att.unmodelled.items(), key=lambda kv: -kv[1])
+    )
+    result = Roofline(
+        peaks, tuple(rows), modelled, estimated, unmodelled_us, comm_us, errors, classified, unmodelled[:MAX_UNMODELLED]
+    )
     memo[key] = result
     return result
 

@@ -70,3 +70,11 @@ def short(name: str, width: int = 90) -> str:
     keep = width - 1
     head = keep * 2 // 3
     return name[:head] + "…" + name[-(keep - head) :]
+
+
+#: Why the roofline could not model a launching op's kernels, in the reader's terms.
+UNCOVERED_REASONS = {
+    "no_op": "no launching op in the trace: launched before the profiling window, or from a thread it did not record",
+    "no_shapes": "no shapes recorded: profile with record_shapes=True",
+    "no_model": "no FLOP/byte model for this op yet",
+}

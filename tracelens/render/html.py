@@ -65,6 +65,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["metric"] = fmt.metric
     env.filters["short"] = fmt.short
     env.filters["waves_svg"] = waves_svg
+    env.globals["uncovered_reasons"] = fmt.UNCOVERED_REASONS
     return env
 
 
