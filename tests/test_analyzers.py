@@ -63,8 +63,11 @@ def test_mask_indexing_item_and_tolist_found_with_sources() -> None:
     assert "torch.where" in by_kind["data_dependent_shape"].advice
     assert "Tensor.item()" in by_kind["item"].description
     assert "Tensor.tolist()" in by_kind["device_to_host_copy"].description
-    # Host sync is question 1 and the primary bottleneck of this trace.
-    assert report_of(sample("host_sync_mask")).summary.primary == "host_sync"
+    # The syncs are real but small: fusing the step's elementwise chains gains far more
+    # (11 ms of 23 ms against 1.6 ms), so the headline is memory traffic (issue 9).
+    rep = report_of(sample("host_sync_mask"))
+    assert rep.summary.primary == "memory_bound"
+    assert {q.id: q.status for q in rep.questions}["host_waits"] == "yes"
 
 
 def test_static_fix_has_no_data_dependent_sync() -> None:
@@ -74,7 +77,7 @@ def test_static_fix_has_no_data_dependent_sync() -> None:
     assert sum(s.count for s in after_sites) < 5
     assert sum(f.time_us for f in after) < 0.2 * sum(f.time_us for f in before)
     # ... and the GPU is busier.
-    busy = [context_of(sample(n)).gpu_time.primary for n in ("host_sync_mask", "host_sync_static")]
+    busy = [context_of(sample(n)).ledger.primary for n in ("host_sync_mask", "host_sync_static")]
     assert busy[0] is not None and busy[1] is not None
     assert busy[1].busy_us / busy[1].window_us > busy[0].busy_us / busy[0].window_us + 0.05
 

@@ -40,7 +40,7 @@ def test_power_capped_gemm() -> None:
     random_mhz, zeros_mhz = phase_clock(path, "random"), phase_clock(path, "zeros")
     assert random_mhz < zeros_mhz - 100, (random_mhz, zeros_mhz)
     # Lost time is bounded by the busy time and positive.
-    busy = context_of(path).gpu_time.primary
+    busy = context_of(path).ledger.primary
     assert busy is not None and 0 < f.time_us < busy.busy_us
     # The GEMM kernel is the one that ran slow.
     assert f.sites and "nvjet" in f.sites[0].kernels[0]

@@ -54,11 +54,12 @@ def test_diagnostic_order_and_primary() -> None:
     order = [f.category.value for f in rep.findings]
     # host waits (1) before launch overhead (2)
     assert order.index("host_sync") < order.index("launch_overhead")
-    assert rep.summary.primary == "host_sync"
+    # The largest recoverable time is the fusible elementwise chains, not the syncs.
+    assert rep.summary.primary == "memory_bound"
     statuses = {q.id: q.status for q in rep.questions}
     assert statuses["host_waits"] == "yes"
-    for q in ("shape_dynamism", "allocation"):
-        assert statuses[q] == "not_built"
+    assert statuses["shape_dynamism"] == "not_built"
+    assert statuses["allocation"] in ("no", "minor")
     assert statuses["memory"] == "yes"  # its elementwise kernels on 64M floats are bandwidth-bound
     # No NVML samples in this trace: throttling is not measurable, and the answer says how to measure it.
     compute = next(q for q in rep.questions if q.id == "compute")
@@ -67,7 +68,9 @@ def test_diagnostic_order_and_primary() -> None:
     # A GPU-bound GEMM loop: no host-side problem; compute-bound at its roof.
     gemm = report_of(sample("gemm_bf16"))
     assert {q.id: q.status for q in gemm.questions}["host_waits"] in ("no", "minor")
-    assert gemm.summary.primary == "compute_bound"
+    assert {q.id: q.status for q in gemm.questions}["compute"] == "yes"
+    # At the measured ceiling nothing gains 3% of the window: no headline bottleneck.
+    assert gemm.summary.primary is None and "no finding would gain" in gemm.summary.headline
 
 
 @needs_real
@@ -191,4 +194,4 @@ def test_queued_idle_is_noted_not_blamed_on_the_host() -> None:
     collectives and CUDA graphs; the report says so instead of blaming the host."""
     rep = report_of(real("rank0.json.gz"))
     assert any("already queued" in n for n in rep.summary.notes)
-    assert rep.gpu_time.total.other_us / rep.gpu_time.total.window_us > 0.5
+    assert rep.gpu_time.total.get("idle_other") / rep.gpu_time.total.window_us > 0.5

@@ -17,29 +17,32 @@ import pandas as pd
 from tracelens import __version__
 from tracelens.analyzers import run_all
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.gpu_time import CAUSES, SYNC_APIS, TIMELINE_BINS, DeviceTime
 from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
+from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
-from tracelens.model.trace import TraceModel, name_matches
-from tracelens.ranking import questions, rank, summary
+from tracelens.model.trace import TraceModel
+from tracelens.ranking import questions, rank, settle, summary
 from tracelens.report import (
     SCHEMA_VERSION,
     ClockTimeline,
     GpuTimeSummary,
     KernelRow,
+    LedgerEntry,
     OpRow,
     Report,
     RooflinePoint,
     RooflineSummary,
     SourceRow,
+    StartupItem,
     StepRow,
     Timeline,
     TimeSplit,
     TraceInfo,
     UncoveredOp,
+    WindowInfo,
 )
 
 MAX_KERNEL_ROWS = 25
@@ -53,10 +56,17 @@ MAX_SYNC_MARKS = 400
 _KIND_NAMES = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
 
 
-def build_report(model: TraceModel, load_seconds: float = 0.0) -> Report:
+def build_report(
+    model: TraceModel,
+    load_seconds: float = 0.0,
+    *,
+    user_window: tuple[float, float] | None = None,
+    user_steps: tuple[int, int] | None = None,
+) -> Report:
     t0 = time.perf_counter()
-    ctx = AnalysisContext(model)
-    ranked = rank(run_all(ctx))
+    ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
+    ranked = rank(settle(ctx, run_all(ctx)))
+    gpu_time = _gpu_time_summary(ctx)
     report = Report(
         schema_version=SCHEMA_VERSION,
         tool="tracelens",
@@ -64,7 +74,9 @@ def build_report(model: TraceModel, load_seconds: float = 0.0) -> Report:
         generated_at=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         trace=_trace_info(model),
         summary=summary(ctx, ranked),
-        gpu_time=_gpu_time_summary(ctx),
+        window=_window_info(ctx),
+        ledger=gpu_time.total.ledger,
+        gpu_time=gpu_time,
         timeline=_timeline(ctx),
         clocks=_clocks(ctx),
         questions=questions(ctx, ranked),
@@ -116,31 +128,44 @@ def _trace_info(model: TraceModel) -> TraceInfo:
     )
 
 
-def _split(window: float, busy: float, idle_by_cause: dict[str, float]) -> TimeSplit:
+def _split(window: float, busy: float, by_cause: dict[str, float]) -> TimeSplit:
     return TimeSplit(
         window_us=window,
         busy_us=busy,
         idle_us=max(window - busy, 0.0),
-        host_sync_us=idle_by_cause.get("host_sync", 0.0),
-        launch_us=idle_by_cause.get("launch", 0.0),
-        host_bound_us=idle_by_cause.get("host_bound", 0.0),
-        profiler_us=idle_by_cause.get("profiler", 0.0),
-        other_us=idle_by_cause.get("other", 0.0),
+        ledger=tuple(
+            LedgerEntry(c, float(by_cause.get(c, 0.0)), float(by_cause.get(c, 0.0)) / window if window > 0 else 0.0)
+            for c in CAUSES
+        ),
     )
 
 
-def _dev_split(dev: DeviceTime) -> TimeSplit:
-    return _split(dev.window_us, dev.busy_us, dev.idle_by_cause)
+def _dev_split(dev: DeviceLedger) -> TimeSplit:
+    return _split(dev.window_us, dev.busy_us, dev.by_cause)
+
+
+def _window_info(ctx: AnalysisContext) -> WindowInfo:
+    w = ctx.window
+    return WindowInfo(
+        start_us=w.start_us,
+        end_us=w.end_us,
+        source=w.source,
+        steps=len(w.steps),
+        startup_us=w.startup_us,
+        reason=w.reason,
+        excluded_steps=tuple(s.index for s in w.excluded_steps),
+        startup=tuple(StartupItem(p.what, p.time_us, p.count, _cut(p.detail)) for p in w.startup),
+    )
 
 
 def _gpu_time_summary(ctx: AnalysisContext) -> GpuTimeSummary:
-    gt = ctx.gpu_time
+    gt = ctx.ledger
     dev = gt.primary
     if dev is None:
         empty = _split(0.0, 0.0, {})
-        return GpuTimeSummary(None, False, 0.0, 0.0, empty, ())
+        return GpuTimeSummary(None, False, ctx.window.start_us, ctx.window.end_us, empty, ())
     steps = tuple(
-        StepRow(step=s.step, start_us=s.start, split=_split(s.span_us, s.busy_us, s.idle_by_cause)) for s in gt.steps
+        StepRow(step=s.step, start_us=s.start, split=_split(s.span_us, s.busy_us, s.by_cause)) for s in gt.steps
     )
     others = tuple((d.device, _dev_split(d)) for d in gt.devices[1:])
     return GpuTimeSummary(
@@ -151,33 +176,35 @@ def _gpu_time_summary(ctx: AnalysisContext) -> GpuTimeSummary:
         total=_dev_split(dev),
         steps=steps,
         other_devices=others,
+        comm_us=dev.comm_us,
+        comm_overlapped_us=dev.comm_overlapped_us,
+        launch_regions=len(dev.regions),
     )
 
 
 def _timeline(ctx: AnalysisContext) -> Timeline | None:
-    tl = ctx.gpu_time.timeline
-    dev = ctx.gpu_time.primary
+    tl = ctx.ledger.timeline
+    dev = ctx.ledger.primary
     if tl is None or dev is None:
         return None
     host = ctx.model.host
-    syncs = host[name_matches(host["name"], SYNC_APIS.__contains__)]
-    syncs = syncs[(syncs["ts"] >= tl.start) & (syncs["ts"] <= tl.end)]
-    marks = syncs["end"].to_numpy()
+    rows = blocking_call_rows(ctx.model)
+    ts = host["ts"].to_numpy()[rows]
+    marks = host["end"].to_numpy()[rows][(ts >= tl.start) & (ts <= tl.end)]
     if len(marks) > MAX_SYNC_MARKS:
         marks = np.sort(marks)[np.linspace(0, len(marks) - 1, MAX_SYNC_MARKS).astype(int)]
-    steps = tuple((int(s.step), float(s.start), float(s.end)) for s in ctx.gpu_time.steps)
+    steps = tuple((int(s.step), float(s.start), float(s.end)) for s in ctx.ledger.steps)
     return Timeline(
         start_us=tl.start,
         end_us=tl.end,
-        busy=tuple(np.round(tl.busy, 4).tolist()),
-        idle={c: tuple(np.round(tl.idle[c], 4).tolist()) for c in CAUSES},
+        by_cause={c: tuple(np.round(tl.by_cause[c], 4).tolist()) for c in CAUSES},
         syncs=tuple(float(m) for m in np.sort(marks)),
         steps=steps,
     )
 
 
 def _clocks(ctx: AnalysisContext) -> ClockTimeline | None:
-    dev = ctx.gpu_time.primary
+    dev = ctx.ledger.primary
     if dev is None or ctx.model.counters.empty:
         return None
     tracks = clock_tracks(ctx.model, dev.device)
@@ -239,7 +266,7 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
 
 
 def _window_activity(ctx: AnalysisContext) -> pd.DataFrame:
-    dev = ctx.gpu_time.primary
+    dev = ctx.ledger.primary
     act = ctx.model.gpu_activity()
     if dev is None:
         return act.iloc[0:0]
@@ -250,7 +277,7 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     act = _window_activity(ctx)
     if act.empty:
         return ()
-    busy = ctx.gpu_time.primary.busy_us if ctx.gpu_time.primary else 1.0
+    busy = ctx.ledger.primary.busy_us if ctx.ledger.primary else 1.0
     g = act.groupby("name", observed=True).agg(count=("dur", "size"), total=("dur", "sum"), kind=("kind", "first"))
     g = g.sort_values("total", ascending=False).head(MAX_KERNEL_ROWS)
     bounds = {k.name: k.bound for k in for_context(ctx).kernels}

@@ -9,11 +9,12 @@ a question, findings are sorted by the time they cost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tracelens.analyzers import BUILT_CATEGORIES
-from tracelens.analyzers.base import Category, Finding, Severity
+from tracelens.analyzers.base import MEDIUM_SHARE, Category, Finding, Severity, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.model.schema import Kind
 from tracelens.report import Question, Summary
 
@@ -32,7 +33,7 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         1,
         "host_waits",
         "Is the host waiting on the device, or the device on the host?",
-        (Category.HOST_SYNC, Category.HOST_BOUND),
+        (Category.HOST_SYNC, Category.HOST_BOUND, Category.COMMUNICATION),
         "",
     ),
     DiagnosticStep(
@@ -61,7 +62,7 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         "allocation",
         "Is allocation (cudaMalloc, allocator churn) in the way?",
         (Category.ALLOCATION,),
-        "The allocation analyzer is not built yet.",
+        "Allocator churn and fragmentation from [memory] events are not analysed yet.",
     ),
     DiagnosticStep(
         6,
@@ -80,28 +81,130 @@ CATEGORY_ORDER: dict[Category, int] = {
 #: A question is answered "yes" when one of its findings is at least this severe.
 YES_SEVERITY = Severity.MEDIUM
 
+#: Findings that refine another: their time is part of the parent's (a misaligned matmul
+#: is compute-bound time done slowly), so it is never added to the parent's again.
+PARENT_OF: dict[Category, Category] = {
+    Category.MISALIGNED_MATMUL: Category.COMPUTE_BOUND,
+    Category.WAVE_QUANTIZATION: Category.COMPUTE_BOUND,
+    Category.POWER_THROTTLE: Category.COMPUTE_BOUND,
+}
+
+#: The ledger causes each top-level category's time comes from. A category whose pool is
+#: BUSY draws on whatever busy time the other top-level findings have not claimed.
+BUSY = "busy"
+LEDGER_POOL: dict[Category, tuple[str, ...]] = {
+    Category.HOST_SYNC: ("host_sync",),
+    Category.HOST_BOUND: ("host_bound",),
+    Category.COMMUNICATION: ("communication",),
+    Category.LAUNCH_OVERHEAD: ("launch_overhead",),
+    Category.ALLOCATION: ("allocation",),
+    Category.SHAPE_DYNAMISM: ("compilation",),
+    Category.MEMORY_BOUND: ("gpu_busy_memory",),
+    Category.COMPUTE_BOUND: ("gpu_busy_compute",),
+    Category.MISALIGNED_MATMUL: (BUSY,),
+    Category.WAVE_QUANTIZATION: (BUSY,),
+    Category.POWER_THROTTLE: (BUSY,),
+}
+
+#: The primary is the largest expected gain; gains within this factor of the largest are
+#: a near tie (within 20%), broken by the diagnostic order.
+NEAR_TIE = 0.8
+#: A child finding headlines instead of its parent when it holds this share of the
+#: parent's gain (pad the misaligned matmul, rather than "compute-bound kernels").
+CHILD_HEADLINE_SHARE = 0.5
+
+
+def _capped(f: Finding, room_us: float, window_us: float, parent: Category | None = None) -> Finding:
+    time_us = max(min(f.time_us, room_us), 0.0)
+    share = time_us / window_us if window_us > 0 else 0.0
+    gain = max(min(f.expected_gain_us, time_us), 0.0)
+    return replace(f, time_us=time_us, share=share, expected_gain_us=gain, severity=severity_for(share), parent=parent)
+
+
+def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
+    """Fit the findings to the ledger: children name their parent and stay inside its
+    time, top-level findings draw on disjoint ledger causes (so their shares add up to at
+    most 1), no gain exceeds the time it comes from, and severity follows the share (one
+    place for all of them)."""
+    dev = ctx.ledger.primary
+    window = ctx.window_us
+    by_cause = dict(dev.by_cause) if dev is not None else {}
+    present = {f.category for f in findings}
+    top = [f for f in findings if PARENT_OF.get(f.category) not in present]
+    children = [f for f in findings if PARENT_OF.get(f.category) in present]
+    pool_left = dict(by_cause)
+    busy_left = sum(by_cause.get(c, 0.0) for c in BUSY_CAUSES)
+    settled: dict[int, Finding] = {}
+    # Findings with a cause of their own first, then those drawing on the rest of busy.
+    for i in sorted(range(len(top)), key=lambda i: BUSY in LEDGER_POOL.get(top[i].category, (BUSY,))):
+        f = top[i]
+        pools = LEDGER_POOL.get(f.category, (BUSY,))
+        room = busy_left if BUSY in pools else sum(pool_left.get(c, 0.0) for c in pools)
+        g = _capped(f, room, window)
+        left = g.time_us
+        if BUSY in pools:
+            busy_left -= left
+        for c in pools:
+            take = min(left, pool_left.get(c, 0.0))
+            pool_left[c] = pool_left.get(c, 0.0) - take
+            busy_left -= take if c in BUSY_CAUSES else 0.0
+            left -= take
+        settled[i] = g
+    out = [settled[i] for i in range(len(top))]
+    parents = {f.category: f for f in out}
+    kids_of: dict[Category, list[Finding]] = {}
+    for f in children:
+        kids_of.setdefault(PARENT_OF[f.category], []).append(f)
+    for cat, kids in kids_of.items():
+        parent = parents[cat]
+        kids = [_capped(k, parent.time_us, window, cat) for k in kids]
+        # Children may describe the same kernels: together they never gain more than
+        # the parent's time.
+        gains = sum(k.expected_gain_us for k in kids)
+        scale = parent.time_us / gains if gains > parent.time_us else 1.0
+        out += [replace(k, expected_gain_us=k.expected_gain_us * scale) for k in kids]
+    return out
+
 
 def rank(findings: list[Finding]) -> list[Finding]:
-    """Diagnostic order first, then cost."""
-    return sorted(findings, key=lambda f: (CATEGORY_ORDER.get(f.category, 99), -f.time_us))
+    """Diagnostic order, then cost; each child right after its parent."""
+
+    def key(f: Finding) -> tuple[int, float]:
+        return (CATEGORY_ORDER.get(f.category, 99), -f.time_us)
+
+    top = sorted((f for f in findings if f.parent is None), key=key)
+    out: list[Finding] = []
+    for f in top:
+        out.append(f)
+        out.extend(sorted((c for c in findings if c.parent == f.category), key=key))
+    out.extend(f for f in findings if f.parent is not None and all(f is not o for o in out))
+    return out
 
 
-def primary_finding(findings: list[Finding]) -> Finding | None:
-    """The first finding in diagnostic order with severity medium or more; else the one
-    costing the most time."""
-    ranked = rank(findings)
-    for f in ranked:
-        if f.severity.rank >= YES_SEVERITY.rank:
-            return f
-    costly = [f for f in ranked if f.time_us > 0]
-    return max(costly, key=lambda f: f.time_us) if costly else None
+def primary_finding(findings: list[Finding], window_us: float) -> Finding | None:
+    """The top-level finding with the largest expected gain, among those whose gain is at
+    least the medium-severity share of the window; a near tie goes to the earlier question."""
+    top = [f for f in findings if f.parent is None and f.expected_gain_us > 0]
+    # A gain under the bar is noise next to run-to-run variation: no headline then.
+    strong = [f for f in top if f.expected_gain_us >= MEDIUM_SHARE * window_us] if window_us > 0 else top
+    if not strong:
+        return None
+    best = max(f.expected_gain_us for f in strong)
+    near = [f for f in strong if f.expected_gain_us >= NEAR_TIE * best]
+    top_f = min(near, key=lambda f: (CATEGORY_ORDER.get(f.category, 99), -f.expected_gain_us))
+    # When one refinement holds most of the gain, its fix is the one to make first.
+    kids = [f for f in findings if f.parent == top_f.category]
+    best_kid = max(kids, key=lambda f: f.expected_gain_us, default=None)
+    if best_kid is not None and best_kid.expected_gain_us >= CHILD_HEADLINE_SHARE * top_f.expected_gain_us:
+        return best_kid
+    return top_f
 
 
 def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     """Empty if the trace can answer the question, else what capture option is missing."""
     model = ctx.model
     kinds = model.host["kind"]
-    if ctx.gpu_time.primary is None:
+    if ctx.ledger.primary is None:
         return "the trace has no GPU kernels: capture with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
     if step.id in ("host_waits", "launch") and not bool((kinds == Kind.RUNTIME).any()):
         return (
@@ -144,7 +247,8 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
     for step in DIAGNOSTIC_ORDER:
         idx = tuple(i for i, f in enumerate(ranked) if f.category in step.categories)
         found = [ranked[i] for i in idx]
-        time_us = sum(f.time_us for f in found)
+        # Children's time is inside their parent's: count the top level only.
+        time_us = sum(f.time_us for f in found if f.parent is None or f.parent not in step.categories)
         built = any(c in BUILT_CATEGORIES for c in step.categories)
         missing = _measurable(ctx, step)
         partly = f" {step.not_built}" if built and step.not_built else ""
@@ -156,11 +260,11 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
         elif any(f.severity.rank >= YES_SEVERITY.rank for f in found):
             top = max(found, key=lambda f: f.time_us)
             status = "yes"
-            answer = f"Yes: {fmt_us(time_us)} ({ctx.share(time_us):.0%} of the profiled time). {top.title}.{partly}"
+            answer = f"Yes: {fmt_us(time_us)} ({ctx.share(time_us):.0%} of the analysed time). {top.title}.{partly}"
         elif found and time_us > 0:
             status = "minor"
             answer = (
-                f"A little: {fmt_us(time_us)} ({ctx.share(time_us):.1%} of the profiled time), below the bar.{partly}"
+                f"A little: {fmt_us(time_us)} ({ctx.share(time_us):.1%} of the analysed time), below the bar.{partly}"
             )
         else:
             status, answer = "no", f"No: nothing measurable in this trace.{partly}"
@@ -185,21 +289,35 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
 OTHER_IDLE_NOTE_SHARE = 0.15
 #: Profiler overhead above this share of the window is worth a note.
 PROFILER_NOTE_SHARE = 0.05
+#: Start-up longer than this share of the analysed window is worth a note.
+STARTUP_NOTE_SHARE = 0.05
 
 
 def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
-    dev = ctx.gpu_time.primary
+    dev = ctx.ledger.primary
+    win = ctx.window
+    out = [f"Analysed window: {win.reason}."]
+    if win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us:
+        parts = ", ".join(f"{p.what.replace('_', ' ')} {fmt_us(p.time_us)}" for p in win.startup[:4])
+        out.append(
+            f"Start-up before the window ({fmt_us(win.startup_us)}) is reported apart and not blamed"
+            + (f": {parts}." if parts else ".")
+        )
+    if win.excluded_steps:
+        out.append(
+            "Left out as warm-up: "
+            + ", ".join(f"step {s.index} ({fmt_us(s.end_us - s.start_us)})" for s in win.excluded_steps)
+            + "."
+        )
     if dev is None or dev.window_us <= 0:
-        return ()
-    out = []
-    other = dev.idle_by_cause.get("other", 0.0) / dev.window_us
+        return tuple(out)
+    other = dev.share("idle_other")
     if other >= OTHER_IDLE_NOTE_SHARE:
         out.append(
             f"The GPU also idles {other:.0%} of the window with its next kernel already queued: it waits on "
-            "another stream, a collective (other ranks), or an event, not on this host thread. In multi-GPU "
-            "runs compare the ranks' traces; on one GPU look at cross-stream dependencies."
+            "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
         )
-    prof = dev.idle_by_cause.get("profiler", 0.0) / dev.window_us
+    prof = dev.share("profiler")
     if prof >= PROFILER_NOTE_SHARE:
         out.append(
             f"{prof:.0%} of the window is idle while the host runs torch.profiler's own prof.step(): profiler "
@@ -209,28 +327,49 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
 
 
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
-    top = primary_finding(findings)
-    dev = ctx.gpu_time.primary
+    top = primary_finding(findings, ctx.window_us)
+    dev = ctx.ledger.primary
     notes = _notes(ctx)
+    steps = ctx.n_steps
     if top is None:
-        busy = (
-            f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the profiled time" if dev and dev.window_us else ""
-        )
+        headline = "No GPU activity to analyse."
+        if dev is not None and dev.window_us > 0:
+            biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
+            headline = (
+                f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
+                f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
+                f"would gain {MEDIUM_SHARE:.0%} or more of it."
+            )
         return Summary(
             primary=None,
-            headline=(busy + "; no bottleneck found." if busy else "No GPU activity to analyze."),
+            headline=headline,
             primary_time_us=0.0,
             primary_share=0.0,
             primary_advice="",
             primary_gain_us=0.0,
             notes=notes,
         )
+    unit = "step" if ctx.ledger.windowed_by_steps else "window"
+    per = max(steps, 1) if unit == "step" else 1
+    kids = [f for f in findings if f.parent == top.category and f.expected_gain_us > 0]
+    part = max(kids, key=lambda f: f.expected_gain_us) if kids else None
+    title = top.title + (f"; the largest part: {part.title}" if part is not None else "")
+    if top.parent is not None:
+        title = f"{top.title} (part of {top.parent.value})"
+    headline = (
+        f"{title}. Fix this first: about {fmt_us(top.expected_gain_us / per)} per {unit} to gain "
+        f"({top.expected_gain_us / ctx.window_us:.0%} of the {unit})."
+        if ctx.window_us > 0
+        else title
+    )
     return Summary(
         primary=top.category.value,
-        headline=top.title,
+        headline=headline,
         primary_time_us=top.time_us,
         primary_share=top.share,
         primary_advice=top.advice,
         primary_gain_us=top.expected_gain_us,
         notes=notes,
+        per_step_us=ctx.window_us / per if unit == "step" else 0.0,
+        primary_gain_per_step_us=top.expected_gain_us / per if unit == "step" else 0.0,
     )

@@ -13,7 +13,7 @@ from tracelens.analyzers.base import Finding
 from tracelens.analyzers.matmul_shapes import MatmulRow
 from tracelens.model.sources import PySource
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -42,17 +42,25 @@ class TraceInfo:
 
 
 @dataclass(frozen=True)
+class LedgerEntry:
+    """One cause's part of a window: the entries of a window add up to all of it."""
+
+    cause: str  # a category id (host_sync, communication, ...), gpu_busy_*, profiler, idle_other
+    time_us: float
+    share: float  # of the window
+
+
+@dataclass(frozen=True)
 class TimeSplit:
-    """Busy/idle accounting over one window."""
+    """The ledger of one window (the whole analysed window, or one step)."""
 
     window_us: float
     busy_us: float
     idle_us: float
-    host_sync_us: float
-    launch_us: float
-    host_bound_us: float
-    profiler_us: float  # the host was inside torch.profiler itself (prof.step())
-    other_us: float
+    ledger: tuple[LedgerEntry, ...]
+
+    def get(self, cause: str) -> float:
+        return sum(e.time_us for e in self.ledger if e.cause == cause)
 
 
 @dataclass(frozen=True)
@@ -71,17 +79,41 @@ class GpuTimeSummary:
     total: TimeSplit
     steps: tuple[StepRow, ...]
     other_devices: tuple[tuple[int, TimeSplit], ...] = ()
+    comm_us: float = 0.0  # collective kernel time, overlapped or not
+    comm_overlapped_us: float = 0.0
+    launch_regions: int = 0
+
+
+@dataclass(frozen=True)
+class StartupItem:
+    what: str  # cuda_init, lazy_loading, allocation, compile, autotune, data_creation, model_building, other
+    time_us: float
+    count: int
+    detail: str
+
+
+@dataclass(frozen=True)
+class WindowInfo:
+    """Which part of the trace was analysed, and why; what came before is start-up."""
+
+    start_us: float
+    end_us: float
+    source: str  # steps, detected, whole, user
+    steps: int
+    startup_us: float
+    reason: str
+    excluded_steps: tuple[int, ...] = ()
+    startup: tuple[StartupItem, ...] = ()
 
 
 @dataclass(frozen=True)
 class Timeline:
-    """The timeline picture's data: per-bin fractions and host sync marks (µs from the
-    trace start)."""
+    """The timeline picture's data: per-bin fractions of each ledger cause and host sync
+    marks (µs from the trace start)."""
 
     start_us: float
     end_us: float
-    busy: tuple[float, ...]
-    idle: dict[str, tuple[float, ...]]
+    by_cause: dict[str, tuple[float, ...]]
     syncs: tuple[float, ...]
     steps: tuple[tuple[int, float, float], ...]
 
@@ -194,6 +226,8 @@ class Summary:
     primary_share: float
     primary_advice: str
     primary_gain_us: float
+    per_step_us: float = 0.0  # the analysed window over its steps (0 without steps)
+    primary_gain_per_step_us: float = 0.0
     # Things worth knowing that are not findings (idle the host did not cause, profiler cost).
     notes: tuple[str, ...] = ()
 
@@ -206,6 +240,8 @@ class Report:
     generated_at: str
     trace: TraceInfo
     summary: Summary
+    window: WindowInfo
+    ledger: tuple[LedgerEntry, ...]
     gpu_time: GpuTimeSummary
     timeline: Timeline | None
     clocks: ClockTimeline | None

@@ -18,6 +18,7 @@ class Category(StrEnum):
 
     HOST_SYNC = "host_sync"
     HOST_BOUND = "host_bound"
+    COMMUNICATION = "communication"
     LAUNCH_OVERHEAD = "launch_overhead"
     MEMORY_BOUND = "memory_bound"
     SHAPE_DYNAMISM = "shape_dynamism"
@@ -104,3 +105,6 @@ class Finding:
     sources: tuple[PySource, ...] = ()
     device: int | None = None
     tags: tuple[str, ...] = field(default=())
+    #: The category of the finding this one refines (its time is part of the parent's),
+    #: or None for a top-level finding; top-level findings never share time.
+    parent: Category | None = None

@@ -1,29 +1,51 @@
-"""What every analyzer receives: the trace model and the shared GPU time accounting."""
+"""What every analyzer receives: the trace model and the derived layer (the window, the
+time ledger), each computed once."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
 
-from tracelens.analyzers.gpu_time import GpuTime, compute_gpu_time
+from tracelens.derive.ledger import Ledger, compute_ledger
+from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
 
 
 @dataclass
 class AnalysisContext:
     model: TraceModel
+    #: `--window START:END` (seconds from the trace's start) or `--steps N-M` from the user.
+    user_window: tuple[float, float] | None = None
+    user_steps: tuple[int, int] | None = None
+
+    @property
+    def device(self) -> int | None:
+        """The GPU the report is about: the busiest one."""
+        active = self.model.meta.active_devices
+        return int(active[0]) if active else None
 
     @cached_property
-    def gpu_time(self) -> GpuTime:
-        return compute_gpu_time(self.model)
+    def window(self) -> Window:
+        return find_window(self.model, self.device, user_window=self.user_window, user_steps=self.user_steps)
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        from tracelens.analyzers.roofline import for_context
+
+        bounds = {k.name: k.bound for k in for_context(self).kernels}
+        return compute_ledger(self.model, self.window, lambda name: bounds.get(name, "unknown"))
 
     @property
     def window_us(self) -> float:
-        """The profiled time findings are measured against (the primary GPU's window)."""
-        dev = self.gpu_time.primary
+        """The analysed time findings are measured against (the primary GPU's window)."""
+        dev = self.ledger.primary
         if dev is not None and dev.window_us > 0:
             return dev.window_us
-        return max(self.model.span_us, 1.0)
+        return max(self.window.end_us - self.window.start_us, 1.0)
+
+    @property
+    def n_steps(self) -> int:
+        return self.ledger.n_steps
 
     def share(self, time_us: float) -> float:
         return float(time_us) / self.window_us if self.window_us > 0 else 0.0

@@ -133,7 +133,7 @@ def _pageable_copies(model: TraceModel, w0: float, w1: float) -> tuple[int, floa
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    dev = ctx.gpu_time.primary
+    dev = ctx.ledger.primary
     if dev is None:
         return []
     model = ctx.model

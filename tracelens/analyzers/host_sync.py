@@ -5,7 +5,7 @@ Question 1 of the diagnostic order. A blocking call (cudaStreamSynchronize behin
 queue: the host cannot enqueue the next kernel until the device result arrives.
 
 Cost model: the GPU idle that follows each sync until the queue refills (the gaps that
-gpu_time attributes to it). The host time blocked inside the call is reported as
+the ledger attributes to it). The host time blocked inside the call is reported as
 evidence but is not the cost: while the host waits the GPU is working, and a sync that
 returns while plenty of work is still queued costs almost nothing - we say so instead
 of flagging it.
@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.analyzers.gpu_time import SYNC_APIS, overlap
+from tracelens.derive.ledger import blocking_call_rows, overlap
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
     PySource,
@@ -32,7 +32,7 @@ from tracelens.model.sources import (
     user_source,
     user_stack,
 )
-from tracelens.model.trace import TraceModel, name_matches
+from tracelens.model.trace import TraceModel
 
 #: A sync whose GPU idle is under this share of the host time it blocked is "while the
 #: GPU was busy anyway": the device had queued work to do and barely noticed.
@@ -158,9 +158,7 @@ def _memcpys_by_op(model: TraceModel) -> dict[int, list[str]]:
 def analyze(ctx: AnalysisContext) -> list[Finding]:
     model = ctx.model
     host = model.host
-    is_call = (host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)
-    calls = host[is_call]
-    sync_rows = calls.index[name_matches(calls["name"], SYNC_APIS.__contains__)].to_numpy()
+    sync_rows = blocking_call_rows(model)
     if not len(sync_rows):
         return []
     launches = model.gpu["launch"].to_numpy()
@@ -174,13 +172,18 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     tail_by_sync: dict[int, float] = defaultdict(float)
     # Only the primary GPU: the finding's share is of its window (other GPUs' idle would
     # be counted once per device and overflow the share).
-    for dev in ctx.gpu_time.devices[:1]:
+    for dev in ctx.ledger.devices[:1]:
         sync_gaps = dev.gaps[dev.gaps["sync_row"] >= 0]
-        is_sync = (sync_gaps["cause"] == "host_sync").to_numpy()
-        for row, dur, own in zip(sync_gaps["sync_row"].to_numpy(), sync_gaps["dur"].to_numpy(), is_sync, strict=True):
-            (idle_by_sync if own else tail_by_sync)[int(row)] += float(dur)
+        gap_cause = sync_gaps["cause"].to_numpy()
+        for row, dur, cause in zip(
+            sync_gaps["sync_row"].to_numpy(), sync_gaps["dur"].to_numpy(), gap_cause, strict=True
+        ):
+            if cause == "host_sync":
+                idle_by_sync[int(row)] += float(dur)
+            elif cause == "host_bound":
+                tail_by_sync[int(row)] += float(dur)
 
-    window = ctx.gpu_time.primary
+    window = ctx.ledger.primary
     w0 = window.window_start if window else -np.inf
     w1 = window.window_end if window else np.inf
     memcpys = _memcpys_by_op(model)
@@ -319,7 +322,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
 
 def _busy_during(ctx: AnalysisContext, row_lists: list[list[int] | None]) -> float:
     """GPU busy time (primary device) while the host sat in these sync calls."""
-    dev = ctx.gpu_time.primary
+    dev = ctx.ledger.primary
     rows = np.array([r for rl in row_lists for r in (rl or [])], dtype=np.int64)
     if dev is None or not len(rows) or not len(dev.busy_intervals):
         return 0.0
@@ -343,7 +346,7 @@ def sync_table(model: TraceModel) -> pd.DataFrame:
     """All blocking calls with their op chain (used by tests and the JSON's evidence)."""
     host = model.host
     names = host["name"].astype(str)
-    rows = host.index[names.isin(SYNC_APIS).to_numpy()]
+    rows = blocking_call_rows(model)
     return pd.DataFrame(
         {
             "row": rows,

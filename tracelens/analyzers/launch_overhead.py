@@ -3,7 +3,7 @@ them fast enough.
 
 Question 2 of the diagnostic order. In eager mode every op costs the host 5-30 µs
 (Python, aten dispatch, cudaLaunchKernel); a kernel that runs for 2 µs leaves the GPU
-waiting for the next one. gpu_time marks a gap "launch" when the next launch call began
+waiting for the next one. the ledger marks a gap "launch_overhead" when the next launch call began
 after the GPU drained and the gap is short; this analyzer adds up those gaps, finds the
 stretches where they dominate, and names the code that issues them.
 """
@@ -74,12 +74,12 @@ KNOWN_FIXES = (
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    dev = ctx.gpu_time.primary
+    dev = ctx.ledger.primary
     if dev is None:
         return []
     model = ctx.model
     gaps = dev.gaps
-    launch_gaps = gaps[gaps["cause"] == "launch"]
+    launch_gaps = gaps[gaps["cause"] == "launch_overhead"]
     launch_idle = float(launch_gaps["dur"].sum())
     if launch_idle <= 0:
         return []
@@ -104,23 +104,41 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     launches_per_s = len(in_window) / (dev.window_us / 1e6) if dev.window_us > 0 else 0.0
     median_launch_api = float(in_window["dur"].median()) if len(in_window) else float("nan")
 
-    regions = _regions(gaps, act)
-    region_launch_idle = sum(r["launch_idle"] for r in regions)
+    regions = dev.regions
+    in_region = launch_gaps["in_region"].to_numpy(dtype=bool) if "in_region" in launch_gaps else np.zeros(0, bool)
+    region_launch_idle = float(launch_gaps["dur"].to_numpy()[in_region].sum()) if len(in_region) else 0.0
+    region_kernels = sum(n for _, _, n in regions)
+    region_span = sum(b - a for a, b, _ in regions)
+    # Host time per kernel in the launch-bound regions: what each kernel costs the host.
+    host_per_kernel = region_span / region_kernels if region_kernels else 0.0
+    graphs = int(name_matches(in_window["name"], lambda n: "GraphLaunch" in n).sum()) if len(in_window) else 0
 
     # Where the launch gaps come from: the code that launched the kernel after each gap.
     sites = _sites(ctx, launch_gaps)
     gain = max(launch_idle - len(launch_gaps) * GRAPH_REPLAY_GAP_US, 0.0)
     share = ctx.share(launch_idle)
+    per_step = launch_idle / ctx.n_steps
     title = (
-        f"GPU waits on kernel launches for {fmt_us(launch_idle)}: {len(launch_gaps):,} gaps between "
-        f"kernels (median kernel {median_kernel:.1f} µs, {tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs)"
+        f"GPU waits on kernel launches for {fmt_us(launch_idle)}"
+        + (f" ({fmt_us(per_step)} per step)" if ctx.n_steps > 1 else "")
+        + f": {len(launch_gaps):,} gaps between kernels (median kernel {median_kernel:.1f} µs, "
+        f"{tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs"
+        + (f", {host_per_kernel:.1f} µs of host time per kernel" if host_per_kernel else "")
+        + ")"
     )
-    advice = (
-        "Issue fewer, larger kernels: capture the steady-state step in a CUDA graph "
-        "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), let torch.compile fuse chains "
-        "of small elementwise ops, use the foreach/fused optimizer implementations, or batch more work "
-        "per op (bigger batch, vectorise Python loops over tensors)."
-    )
+    if graphs:
+        advice = (
+            f"The kernels already come from CUDA graph replays ({graphs:,} cudaGraphLaunch calls): the gaps are "
+            "between graphs or around ops left outside them. Capture more of the step in one graph (fewer graph "
+            "breaks, no host syncs inside), and let torch.compile fuse the small ops that remain."
+        )
+    else:
+        advice = (
+            "Issue fewer, larger kernels: capture the steady-state step in a CUDA graph "
+            "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), let torch.compile fuse chains "
+            "of small elementwise ops, use the foreach/fused optimizer implementations, or batch more work "
+            "per op (bigger batch, vectorise Python loops over tensors)."
+        )
     specific = [
         fix
         for key, fix in KNOWN_FIXES
@@ -150,40 +168,16 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 Metric("kernel launches per second (host)", launches_per_s, "per_s"),
                 Metric("median launch call on the host", median_launch_api, "us"),
                 Metric("launch-bound regions", len(regions), "count"),
+                Metric("kernels in those regions", region_kernels, "count"),
+                Metric("host time per kernel in those regions", host_per_kernel, "us"),
                 Metric("launch idle inside those regions", region_launch_idle, "us"),
+                Metric("CUDA graph launches", graphs, "count"),
             ),
             sites=sites,
             sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
             device=dev.device,
         )
     ]
-
-
-def _regions(gaps: pd.DataFrame, act: pd.DataFrame) -> list[dict[str, float]]:
-    """Maximal runs of GPU activity separated only by launch or short gaps, kept when
-    they hold enough kernels and launch gaps dominate their span."""
-    inner = gaps[gaps["next_row"] >= 0]
-    breaks = inner[inner["cause"].isin(["host_sync", "host_bound"])]
-    if act.empty:
-        return []
-    cuts = np.sort(breaks["end"].to_numpy())
-    starts = act["ts"].to_numpy()
-    region_of = np.searchsorted(cuts, starts, side="right")
-    out: list[dict[str, float]] = []
-    gap_region = np.searchsorted(cuts, inner["end"].to_numpy(), side="right")
-    is_launch = (inner["cause"] == "launch").to_numpy()
-    gdur = inner["dur"].to_numpy()
-    for r in np.unique(region_of):
-        mask = region_of == r
-        n = int(mask.sum())
-        if n < REGION_MIN_KERNELS:
-            continue
-        t0, t1 = float(starts[mask].min()), float(act["end"].to_numpy()[mask].max())
-        sel = (gap_region == r) & is_launch
-        li = float(gdur[sel].sum())
-        if t1 > t0 and li / (t1 - t0) >= REGION_MIN_LAUNCH_SHARE:
-            out.append({"start": t0, "end": t1, "kernels": n, "launch_idle": li})
-    return out
 
 
 def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:

@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.analyzers.gpu_time import covered
+from tracelens.derive.ledger import covered
 from tracelens.model.schema import NVML_REASON_BITS as REASON_BITS
 from tracelens.model.schema import NVML_TRACK_PREFIX as TRACK_PREFIX
 from tracelens.model.schema import Kind
@@ -94,7 +94,7 @@ def reason_names(mask: int) -> list[str]:
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    dev = ctx.gpu_time.primary
+    dev = ctx.ledger.primary
     if dev is None:
         return []
     model = ctx.model

@@ -520,14 +520,18 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
 
 
 def for_context(ctx: AnalysisContext) -> Roofline:
-    dev = ctx.gpu_time.primary
-    window = (dev.window_start, dev.window_end) if dev else (0.0, ctx.model.span_us)
-    return compute_roofline(ctx.model, dev.device if dev else None, window)
+    window = (ctx.window.start_us, ctx.window.end_us)
+    return compute_roofline(ctx.model, ctx.device, window)
 
 
 def _gain_to_roof(r: KernelRoof) -> float:
     """Time saved if the kernel group ran at its roof."""
     return r.time_us * max(1.0 - r.roof_share, 0.0) if r.roof_share > 0 else 0.0
+
+
+def _ledger_capped(ctx: AnalysisContext, cause: str, kernel_us: float) -> float:
+    dev = ctx.ledger.primary
+    return min(kernel_us, dev.by_cause.get(cause, 0.0)) if dev is not None else kernel_us
 
 
 def _sites(rows: list[KernelRoof], describe: Callable[[KernelRoof], str]) -> tuple[Site, ...]:
@@ -543,7 +547,8 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         return []
     findings = []
     mem = [r for r in roof.kernels if r.bound == "memory"]
-    mem_time = sum(r.time_us for r in mem)
+    # The ledger's share of the window: kernels overlapping on several streams count once.
+    mem_time = _ledger_capped(ctx, "gpu_busy_memory", sum(r.time_us for r in mem))
     if mem_time > 0:
         elementwise = [r for r in mem if r.family in ("elementwise", "copy")]
         compiled = [r for r in mem if r.family == "compiled"]
@@ -624,7 +629,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             )
         )
     comp = [r for r in roof.kernels if r.bound == "compute"]
-    comp_time = sum(r.time_us for r in comp)
+    comp_time = _ledger_capped(ctx, "gpu_busy_compute", sum(r.time_us for r in comp))
     if comp_time > 0:
         fp32_mm = [r for r in comp if r.tensor_core and r.dtype == "fp32"]
         fp32_time = sum(r.time_us for r in fp32_mm)

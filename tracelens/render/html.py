@@ -14,30 +14,13 @@ import jinja2
 from markupsafe import Markup, escape
 
 from tracelens.render import format as fmt
+from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS
 from tracelens.report import ClockTimeline, Report, RooflineSummary, Timeline
 
-#: Colours of the busy/idle causes, shared by the bar, the timeline and the legend.
-CAUSE_COLOURS = {
-    "busy": "#2e9e5b",
-    "host_sync": "#d6453d",
-    "launch": "#f08c2e",
-    "host_bound": "#e8c53a",
-    "profiler": "#b48ead",
-    "other": "#9aa3ad",
-}
 #: Minimum distance between step labels on the timeline.
 STEP_LABEL_PX = 36
 #: Per-step table rows shown in HTML (the JSON has every step).
 MAX_STEP_ROWS = 200
-
-CAUSE_LABELS = {
-    "busy": "GPU busy",
-    "host_sync": "idle: host sync",
-    "launch": "idle: launch overhead",
-    "host_bound": "idle: host-bound",
-    "profiler": "idle: profiler overhead",
-    "other": "idle: other",
-}
 
 
 def template_dir() -> Path:
@@ -72,7 +55,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
 def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
     """Stacked columns per time bin: busy at the bottom, idle causes above; host sync
     returns as ticks on top; steps as labelled boundaries."""
-    n = len(tl.busy)
+    n = len(next(iter(tl.by_cause.values()), ()))
     if n == 0 or tl.end_us <= tl.start_us:
         return Markup("")
     top_pad, axis = 18, 18
@@ -82,13 +65,14 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
         f'<svg class="timeline" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
         f'aria-label="GPU busy and idle over time">'
     ]
-    order = ["busy", "host_sync", "launch", "host_bound", "profiler", "other"]
-    series = {"busy": tl.busy, **tl.idle}
+    order = list(CAUSE_COLOURS)
+    series = tl.by_cause
     for i in range(n):
         y = float(top_pad + plot_h)
         x = i * bw
         for key in order:
-            frac = float(series[key][i]) if i < len(series[key]) else 0.0
+            col = series.get(key, ())
+            frac = float(col[i]) if i < len(col) else 0.0
             if frac <= 0:
                 continue
             h = frac * plot_h

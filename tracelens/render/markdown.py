@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 
+from tracelens.render.causes import CAUSE_LABELS
 from tracelens.render.html import environment
 from tracelens.report import Report
 
@@ -36,4 +37,4 @@ def render_markdown(report: Report) -> str:
     env = environment(autoescape=False)
     env.filters["md"] = md
     env.filters["md_lines"] = md_lines
-    return env.get_template("report.md.j2").render(r=report)
+    return env.get_template("report.md.j2").render(r=report, labels=CAUSE_LABELS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from tracelens.render.causes import CAUSE_SHORT
 from tracelens.render.format import pct, us
 from tracelens.report import Report
 
@@ -30,16 +31,15 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
     t = report.trace
     gt = report.gpu_time.total
     lines: list[str] = []
-    steps = f"{len(t.steps)} steps" if t.steps else "no ProfilerStep markers"
+    w = report.window
+    steps = f"{w.steps} {'detected iterations' if w.source == 'detected' else 'steps'}" if w.steps else "no steps found"
     lines.append(
-        typer.style("tracelens", bold=True) + f"  {t.file_name}  ({t.gpu_name}, {steps}, {us(gt.window_us)} profiled)"
+        typer.style("tracelens", bold=True) + f"  {t.file_name}  ({t.gpu_name}, {steps}, {us(gt.window_us)} analysed)"
     )
     if gt.window_us > 0:
+        parts = [f"{CAUSE_SHORT[e.cause]} {pct(e.share)}" for e in gt.ledger if e.share >= 0.005]
         lines.append(
-            f"GPU busy {pct(gt.busy_us / gt.window_us)}, idle {pct(gt.idle_us / gt.window_us)}: "
-            f"host sync {pct(gt.host_sync_us / gt.window_us)} · launch {pct(gt.launch_us / gt.window_us)} · "
-            f"host-bound {pct(gt.host_bound_us / gt.window_us)} · profiler {pct(gt.profiler_us / gt.window_us)} · "
-            f"other {pct(gt.other_us / gt.window_us)}"
+            f"GPU busy {pct(gt.busy_us / gt.window_us)}, idle {pct(gt.idle_us / gt.window_us)}: " + " · ".join(parts)
         )
     lines.append("")
     s = report.summary
@@ -47,7 +47,8 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
         lines.append(typer.style("Primary bottleneck: ", bold=True) + typer.style(s.primary, fg="red", bold=True))
         lines.append(f"  {s.headline}")
         lines.append(
-            f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}."
+            f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}"
+            + (f" ({us(s.primary_gain_per_step_us)} per step)." if s.per_step_us else ".")
         )
         lines.append("  Fix: " + s.primary_advice.replace("\n", "\n       "))
     else:
@@ -67,7 +68,8 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
         lines.append(typer.style("Findings:", bold=True))
         for f in report.findings[:MAX_FINDINGS]:
             sev = typer.style(f"[{f.severity.value}]", fg=_SEVERITY_COLOUR.get(f.severity.value, "white"))
-            lines.append(f"  {sev} {f.category.value}: {f.title}")
+            indent = "    ↳ " if f.parent else "  "
+            lines.append(f"{indent}{sev} {f.category.value}: {f.title}")
         if len(report.findings) > MAX_FINDINGS:
             lines.append(f"  … {len(report.findings) - MAX_FINDINGS} more in the full report")
     if outputs:

@@ -1,0 +1,186 @@
+"""communication: time the GPU spends in collectives nothing overlaps, or waiting for
+the other ranks.
+
+Part of question 1's family (the device waits on something other than its own work).
+The ledger gives the time: collective kernels (NCCL/RCCL) that no other GPU work
+overlaps (exposed communication), and idle gaps while the host sits in a collective
+(gloo runs the collective on the host; a NCCL wait() blocks there) or the next queued
+kernel is a collective waiting for its peers. A collective that takes longer than the
+fastest call of the same kind is waiting for a slower rank: that excess is what fixing
+the straggler (or the imbalance) recovers; the exposed transfer itself is what overlap
+(bucketing, async collectives, FSDP prefetch) recovers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+
+from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.derive.ledger import is_comm_kernel, is_comm_op, overlap
+from tracelens.model.schema import Kind
+from tracelens.model.sources import PySource, user_source
+from tracelens.model.trace import name_matches
+
+#: Bytes per element of the dtypes collectives carry, for message sizes from op shapes.
+DTYPE_BYTES = {
+    "float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "half": 2, "bfloat16": 2, "double": 8,
+    "long": 8, "long int": 8, "int": 4, "int64": 8, "int32": 4, "unsigned char": 1, "signed char": 1, "bool": 1,
+    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
+}  # fmt: skip
+MAX_SITES = 8
+
+
+def analyze(ctx: AnalysisContext) -> list[Finding]:
+    dev = ctx.ledger.primary
+    if dev is None:
+        return []
+    comm_time = dev.by_cause.get("communication", 0.0)
+    if comm_time <= 0 and dev.comm_us <= 0:
+        return []
+    model = ctx.model
+    host = model.host
+    exposed_kernels = float(sum(b - a for a, b in dev.busy_classes["communication"]))
+    waits = dev.gaps[dev.gaps["cause"] == "communication"]
+    wait_us = float(waits["dur"].sum())
+
+    # The collectives in the window: host ops (gloo/c10d/NCCL) and their durations.
+    is_op = np.isin(host["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
+    comm_rows = host.index[is_op & name_matches(host["name"], is_comm_op)].to_numpy()
+    ts = host["ts"].to_numpy()
+    end = host["end"].to_numpy()
+    in_win = (end[comm_rows] > dev.window_start) & (ts[comm_rows] < dev.window_end) if len(comm_rows) else []
+    comm_rows = comm_rows[in_win] if len(comm_rows) else comm_rows
+    # Outermost collective op of each nest, so a c10d::allreduce_ > gloo:all_reduce pair
+    # counts once.
+    op_root = host["op_root"].to_numpy()
+    roots = np.unique(np.where(op_root[comm_rows] >= 0, op_root[comm_rows], comm_rows)) if len(comm_rows) else comm_rows
+    roots = np.array([r for r in roots if is_comm_op(model.arrays.name(int(r)))], dtype=np.int64)
+    if not len(roots):
+        roots = comm_rows
+
+    # Idle while each collective ran, and its excess over the fastest call of its kind.
+    by_site: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    src_of: dict[tuple[str, str], PySource | None] = {}
+    durs_by_kind: dict[str, list[float]] = defaultdict(list)
+    wait_iv = waits[["start", "end"]].to_numpy() if len(waits) else np.empty((0, 2))
+    idle_in = overlap(wait_iv, ts[roots], end[roots]) if len(roots) else np.zeros(0)
+    nbytes = 0
+    for r, idle in zip(roots, idle_in, strict=True):
+        name = model.arrays.name(int(r))
+        src = user_source(model, int(r))
+        key = (name, src.label if src else "")
+        by_site[key][0] += float(idle)
+        by_site[key][1] += 1
+        src_of[key] = src
+        durs_by_kind[name].append(float(end[r] - ts[r]))
+        nbytes += _message_bytes(ctx, int(r))
+    excess = 0.0
+    for durs in durs_by_kind.values():
+        arr = np.array(durs)
+        excess += float((arr - arr.min()).sum()) if len(arr) > 1 else 0.0
+    excess = min(excess, wait_us)
+
+    comm_kernels = model.kernels()
+    comm_kernels = comm_kernels[
+        (comm_kernels["device"] == dev.device)
+        & (comm_kernels["end"] > dev.window_start)
+        & (comm_kernels["ts"] < dev.window_end)
+    ]
+    comm_kernels = comm_kernels[name_matches(comm_kernels["name"], is_comm_kernel)]
+    n_collectives = len(roots) if len(roots) else len(comm_kernels)
+    busy_s = sum(sum(d) for d in durs_by_kind.values()) * 1e-6
+    algbw = nbytes / busy_s if busy_s > 0 and nbytes else 0.0
+
+    overlapped_share = dev.comm_overlapped_us / dev.comm_us if dev.comm_us > 0 else 0.0
+    # Exposed transfers can at best hide under the rest of the GPU's work.
+    other_busy = dev.busy_us - exposed_kernels
+    gain = min(exposed_kernels, other_busy) + excess
+    gain = min(gain, comm_time)
+    share = ctx.share(comm_time)
+    per_step = comm_time / ctx.n_steps
+    parts = []
+    if exposed_kernels > 0:
+        parts.append(f"{fmt_us(exposed_kernels)} of collective kernels nothing overlaps")
+    if wait_us > 0:
+        parts.append(f"{fmt_us(wait_us)} idle inside collectives")
+    title = (
+        f"Communication costs {fmt_us(comm_time)} ({share:.0%} of the window"
+        + (f", {fmt_us(per_step)} per step" if ctx.n_steps > 1 else "")
+        + "): "
+        + " and ".join(parts or ["collectives overlap other work"])
+    )
+    advice_parts = []
+    if excess > 0.2 * max(wait_us, 1.0):
+        advice_parts.append(
+            f"{fmt_us(excess)} of the wait is collectives taking longer than the fastest call of the same kind: "
+            "this rank waits for a slower one. Compare the ranks' traces (tracelens report on each) to find the "
+            "straggler and why it is late (data loading, a host sync, more work, lower clocks)."
+        )
+    if exposed_kernels > 0:
+        advice_parts.append(
+            f"{overlapped_share:.0%} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
+            "(bucket_cap_mb, gradient_as_bucket_view=True) start all-reduces during backward; FSDP's "
+            "forward_prefetch / backward_prefetch overlap all-gathers; issue collectives with async_op=True and "
+            "wait() only where the result is needed."
+        )
+    if any(name.startswith("gloo:") for name in durs_by_kind) and model.gpu_activity().shape[0]:
+        advice_parts.append(
+            "The collectives run on gloo, which moves CUDA tensors through the host: use the NCCL backend for GPU "
+            "tensors."
+        )
+    ranked = sorted(by_site.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_SITES]
+    sites = tuple(
+        Site(description=f"inside {op}", count=int(n), time_us=idle, ops=(op,), source=src_of[(op, label)])
+        for (op, label), (idle, n, _) in ranked
+    )
+    return [
+        Finding(
+            category=Category.COMMUNICATION,
+            severity=severity_for(share),
+            title=title,
+            time_us=comm_time,
+            share=share,
+            advice="\n".join(advice_parts) or "Overlap collectives with compute.",
+            expected_gain_us=gain,
+            gain_note=(
+                "the exposed collective kernels, at best hidden under the rest of the GPU's work, plus the time "
+                "collectives took beyond the fastest call of their kind (waiting for another rank)"
+            ),
+            evidence=(
+                Metric("communication in the ledger", comm_time, "us"),
+                Metric("collective kernel time", dev.comm_us, "us"),
+                Metric("of it overlapped by other GPU work", overlapped_share, "share"),
+                Metric("exposed collective kernel time", exposed_kernels, "us"),
+                Metric("GPU idle inside collectives", wait_us, "us"),
+                Metric("collectives", n_collectives, "count"),
+                Metric("time beyond the fastest call of each kind", excess, "us"),
+                Metric("bytes moved (from op shapes)", nbytes, "bytes"),
+                Metric("algorithm bandwidth", algbw, "bytes_per_s"),
+            ),
+            sites=sites,
+            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
+            device=dev.device,
+        )
+    ]
+
+
+def _message_bytes(ctx: AnalysisContext, row: int) -> int:
+    """Bytes of a collective's first input, from its recorded shape and dtype."""
+    try:
+        shapes = ctx.model.op_shapes(row)
+    except (ValueError, TypeError):
+        return 0
+    dims = shapes.get("Input Dims") or []
+    types = shapes.get("Input type") or []
+    for i, d in enumerate(dims):
+        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
+            n = int(np.prod(d))
+            t = types[i] if i < len(types) else "float"
+            return n * DTYPE_BYTES.get(str(t), 4)
+        if isinstance(d, list) and d and isinstance(d[0], list):  # a TensorList
+            t = types[i] if i < len(types) else "float"
+            return sum(int(np.prod(x)) for x in d if isinstance(x, list)) * DTYPE_BYTES.get(str(t), 4)
+    return 0

@@ -1,0 +1,677 @@
+"""The time ledger: every microsecond of the analysed window on each GPU, attributed to
+exactly one cause. The causes add up to the window; every finding, share, gain and the
+headline are read from here (or refine a part of it), so nothing is counted twice.
+
+Busy time (the union of kernels, copies and memsets over all streams) is split by what
+ran, one class per instant, in this precedence (overlap goes to the earlier class):
+
+    gpu_busy_compute   kernels near their compute roof (the roofline's bound)
+    gpu_busy_memory    kernels near the memory roof
+    gpu_busy_latency   kernels far from both roofs (too short, too small a grid)
+    gpu_busy_unknown   kernels no model covers
+    gpu_busy_copy      memcpy / memset
+    communication      collective kernels (NCCL, RCCL) that nothing else overlaps: the
+                       exposed part; a collective under compute is free
+
+Idle time is split into gaps, each with one cause, from what the host was doing when
+the GPU ran dry:
+
+    host_sync        a blocking call (cudaStreamSynchronize, .item()'s copy, a copy to or
+                     from pageable memory) was already waiting when the GPU drained and
+                     returned in the gap; it owns the gap up to its return plus one
+                     launch's worth of host time
+    communication    the host was inside a collective (gloo/c10d/NCCL op) for most of the
+                     gap, or the next GPU activity is a collective already queued: waiting
+                     for the other ranks
+    allocation       the host was inside cudaMalloc/cudaFree (and their hip twins)
+    compilation      the host was inside torch.compile (Dynamo/Inductor frames)
+    profiler         the host was inside torch.profiler's own Python (prof.step())
+    launch_overhead  the next launch came after the GPU drained and either the gap is at
+                     most one eager op's host cost, or it lies in a launch-bound region
+                     (short kernels that start at the launch-latency floor: the queue is
+                     empty, and the host spends longer per kernel than the kernel runs),
+                     where gaps are jitter of the same dispatch loop
+    host_bound       the launch came later than that: the host was doing other work
+    idle_other       the next kernel was already queued (a cross-stream wait, an event,
+                     the device's own latency) or its launch is not in the trace
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from tracelens.derive.window import StepSpan, Window
+from tracelens.model.schema import Kind
+from tracelens.model.trace import TraceModel, name_matches
+
+#: Blocking host calls. Each makes the calling thread wait for device work to finish.
+#: hipMemcpyWithStream and cudaMemcpy (not Async) are synchronous copies.
+SYNC_APIS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
+#: Asynchronous copy calls that block the host anyway when the host side is pageable
+#: memory: the driver stages the data through a bounce buffer (host to device) or waits
+#: for the stream to drain (device to host) before returning.
+ASYNC_COPY_APIS = frozenset({"cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2", "hipMemcpyAsync"})
+
+#: Allocator calls: cudaFree (and cudaMalloc when the pool must grow) synchronise the
+#: device, and both take host time the caching allocator normally hides.
+ALLOC_APIS = frozenset(
+    {
+        "cudaMalloc",
+        "cudaFree",
+        "cudaMallocHost",
+        "cudaHostAlloc",
+        "cudaFreeHost",
+        "cudaMallocAsync",
+        "cudaFreeAsync",
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "hipMalloc",
+        "hipFree",
+        "hipHostMalloc",
+        "hipHostFree",
+        "hipMallocAsync",
+        "hipFreeAsync",
+    }
+)
+
+#: Collective kernels, by name fragment (lower case).
+COMM_KERNEL_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "alltoall", "sendrecv")
+#: Host ops of collectives: the host inside one is waiting for the other ranks (gloo runs
+#: the collective on the host; NCCL's wait() blocks there too).
+COMM_OP_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "ProcessGroup", "c10d_functional::wait")
+
+#: Python frames of torch.profiler itself (prof.step(), start/stop). A gap the host spent
+#: mostly inside them is the profiler's cost, not the program's.
+PROFILER_FRAME_MARKERS = ("torch/profiler/", "torch/autograd/profiler.py")
+#: Python frames and annotations of torch.compile's compiler (not its cache lookup).
+COMPILE_MARKERS = ("torch/_dynamo/convert_frame", "torch/_inductor/", "torch/_dynamo/output_graph", "compile_fx")
+
+#: A gap up to this long, with the launch arriving after the GPU drained, is launch
+#: overhead: one eager op costs 5-30 µs of host time (aten dispatch plus
+#: cudaLaunchKernel, whose median is 3-12 µs in the real traces).
+LAUNCH_GAP_MAX_US = 50.0
+
+#: Host and GPU clocks are aligned by CUPTI to within a few µs; a sync "returns in the
+#: gap" if it ends no earlier than this before the GPU's last activity ends.
+SYNC_RETURN_SLACK_US = 10.0
+
+#: A kernel that starts within this long of its launch call's return found an empty
+#: queue: the launch-latency floor is 4-10 µs on the H200 and A100 traces.
+QUEUE_EMPTY_US = 25.0
+#: A launch-bound region has at least this many activities in a row that found an
+#: empty queue...
+REGION_MIN_KERNELS = 20
+#: ...and the host spends longer per kernel than the kernels run (idle > busy inside).
+REGION_MIN_IDLE_SHARE = 0.5
+#: Inside a launch-bound region a gap is still host work when it is this many times the
+#: region's median gap and at least REGION_HOST_WORK_MIN_US: one slow piece of host work
+#: (a data batch, a print), not dispatch jitter.
+REGION_OUTLIER_FACTOR = 8.0
+REGION_HOST_WORK_MIN_US = 500.0
+
+#: A host range "covers" a gap when it overlaps at least this share of it.
+COVER_SHARE = 0.5
+
+#: Number of columns in the timeline picture.
+TIMELINE_BINS = 480
+
+BUSY_CAUSES = (
+    "gpu_busy_compute",
+    "gpu_busy_memory",
+    "gpu_busy_latency",
+    "gpu_busy_unknown",
+    "gpu_busy_copy",
+    "communication",
+)
+IDLE_CAUSES = (
+    "host_sync",
+    "communication",
+    "allocation",
+    "compilation",
+    "profiler",
+    "launch_overhead",
+    "host_bound",
+    "idle_other",
+)
+#: Every cause once, in report order: busy first, then idle in diagnostic order.
+CAUSES: tuple[str, ...] = tuple(dict.fromkeys(BUSY_CAUSES + IDLE_CAUSES))
+#: The kernel classes of busy time, highest precedence first (see the module docstring).
+_BOUND_CLASS = {"compute": "gpu_busy_compute", "memory": "gpu_busy_memory", "latency": "gpu_busy_latency"}
+
+
+@dataclass(frozen=True)
+class DeviceLedger:
+    """The ledger of one GPU over the analysis window."""
+
+    device: int
+    window_start: float
+    window_end: float
+    busy_us: float
+    by_cause: dict[str, float]  # every cause in CAUSES; adds up to window_us
+    gaps: pd.DataFrame  # start, end, dur, cause, next_row, launch_row, sync_row, in_region
+    busy_intervals: np.ndarray  # (n, 2) merged busy intervals inside the window
+    busy_classes: dict[str, np.ndarray]  # busy cause -> its exclusive (n, 2) intervals
+    comm_us: float  # collective kernel time in the window (overlapped or not)
+    comm_overlapped_us: float  # of it, hidden under other GPU work
+    regions: tuple[tuple[float, float, int], ...]  # launch-bound regions: start, end, activities
+    n_activities: int
+
+    @property
+    def window_us(self) -> float:
+        return self.window_end - self.window_start
+
+    @property
+    def idle_us(self) -> float:
+        return max(self.window_us - self.busy_us, 0.0)
+
+    def share(self, cause: str) -> float:
+        return self.by_cause.get(cause, 0.0) / self.window_us if self.window_us > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class StepLedger:
+    step: int
+    start: float
+    end: float
+    busy_us: float
+    by_cause: dict[str, float]
+
+    @property
+    def span_us(self) -> float:
+        return self.end - self.start
+
+
+@dataclass(frozen=True)
+class TimelineBins:
+    """Fractions of each bin taken by each cause (primary device)."""
+
+    start: float
+    end: float
+    by_cause: dict[str, np.ndarray]
+
+
+@dataclass(frozen=True)
+class Ledger:
+    window: Window
+    devices: tuple[DeviceLedger, ...]
+    steps: tuple[StepLedger, ...]
+    timeline: TimelineBins | None
+
+    @property
+    def primary(self) -> DeviceLedger | None:
+        return self.devices[0] if self.devices else None
+
+    @property
+    def windowed_by_steps(self) -> bool:
+        return self.window.source in ("steps", "detected", "user") and bool(self.window.steps)
+
+    @property
+    def n_steps(self) -> int:
+        return max(len(self.window.steps), 1)
+
+
+# -- interval arithmetic ----------------------------------------------------------------
+
+
+def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Union of intervals as a sorted (n, 2) array."""
+    if not len(starts):
+        return np.empty((0, 2))
+    order = np.argsort(starts, kind="stable")
+    s, e = np.asarray(starts, dtype=float)[order], np.asarray(ends, dtype=float)[order]
+    run_end = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > run_end[:-1]
+    group = np.cumsum(new) - 1
+    out_s = s[new]
+    out_e = np.full(len(out_s), -np.inf)
+    np.maximum.at(out_e, group, run_end)
+    return np.column_stack([out_s, out_e])
+
+
+def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    if not len(a):
+        return b
+    if not len(b):
+        return a
+    both = np.vstack([a, b])
+    return merge_intervals(both[:, 0], both[:, 1])
+
+
+def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Sorted disjoint intervals `a` minus sorted disjoint intervals `b`."""
+    if not len(a) or not len(b):
+        return a
+    # Boundaries of a and b; a point is in the result when inside a and not inside b.
+    pts = np.unique(np.concatenate([a.ravel(), b.ravel()]))
+    mids = (pts[:-1] + pts[1:]) / 2
+    in_a = _inside(a, mids)
+    in_b = _inside(b, mids)
+    keep = in_a & ~in_b
+    if not keep.any():
+        return np.empty((0, 2))
+    segs = np.column_stack([pts[:-1][keep], pts[1:][keep]])
+    return merge_intervals(segs[:, 0], segs[:, 1])
+
+
+def _inside(iv: np.ndarray, t: np.ndarray) -> np.ndarray:
+    k = np.searchsorted(iv[:, 0], t, side="right") - 1
+    ok = k >= 0
+    out = np.zeros(len(t), dtype=bool)
+    out[ok] = t[ok] < iv[k[ok], 1]
+    return out
+
+
+def total(iv: np.ndarray) -> float:
+    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
+
+
+def covered(intervals: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Length of `intervals` (sorted, disjoint) inside each [edges[i], edges[i+1])."""
+    if not len(intervals):
+        return np.zeros(len(edges) - 1)
+    s, e = intervals[:, 0], intervals[:, 1]
+    cum = np.concatenate([[0.0], np.cumsum(e - s)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+        last = np.clip(k - 1, 0, None)
+        overhang = np.where(k > 0, np.clip(e[last] - t, 0, None), 0.0)
+        return cum[k] - overhang
+
+    return np.diff(upto(edges))
+
+
+def overlap(intervals: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Length of the (sorted, disjoint) intervals inside each [starts[i], ends[i])."""
+    if not len(intervals):
+        return np.zeros(len(starts))
+    s, e = intervals[:, 0], intervals[:, 1]
+    cum = np.concatenate([[0.0], np.cumsum(e - s)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(s, t, side="right")
+        last = np.clip(k - 1, 0, None)
+        return cum[k] - np.where(k > 0, np.clip(e[last] - t, 0, None), 0.0)
+
+    return upto(np.asarray(ends, dtype=float)) - upto(np.asarray(starts, dtype=float))
+
+
+# -- what the host rows are --------------------------------------------------------------
+
+
+def is_comm_kernel(name: str) -> bool:
+    low = name.lower()
+    return any(m in low for m in COMM_KERNEL_MARKERS)
+
+
+def is_comm_op(name: str) -> bool:
+    return name.startswith(COMM_OP_PREFIXES)
+
+
+def _calls(model: TraceModel) -> pd.DataFrame:
+    host = model.host
+    return host[(host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)]
+
+
+def blocking_call_rows(model: TraceModel) -> np.ndarray:
+    """Host rows of calls that block until the device catches up: synchronizes, and copy
+    calls whose host side is pageable memory."""
+    calls = _calls(model)
+    rows = calls.index[name_matches(calls["name"], SYNC_APIS.__contains__)].to_numpy()
+    copies = calls.index[name_matches(calls["name"], ASYNC_COPY_APIS.__contains__)].to_numpy()
+    if len(copies):
+        gpu = model.gpu
+        mc = gpu[(gpu["kind"] == Kind.MEMCPY) & (gpu["launch"] >= 0)]
+        pageable = mc[name_matches(mc["name"], lambda n: "Pageable" in n)]["launch"].to_numpy()
+        rows = np.union1d(rows, np.intersect1d(copies, pageable))
+    return np.sort(rows.astype(np.int64))
+
+
+def _rows_intervals(model: TraceModel, mask: np.ndarray) -> np.ndarray:
+    host = model.host
+    return merge_intervals(host["ts"].to_numpy()[mask], host["end"].to_numpy()[mask])
+
+
+def _named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds: Iterable[Kind]) -> np.ndarray:
+    host = model.host
+    kind_mask = np.isin(host["kind"].to_numpy(), [int(k) for k in kinds])
+    if not kind_mask.any():
+        return np.empty((0, 2))
+    return _rows_intervals(model, kind_mask & name_matches(host["name"], predicate))
+
+
+# -- the ledger ----------------------------------------------------------------------------
+
+
+def compute_ledger(model: TraceModel, window: Window, bound_of: Callable[[str], str]) -> Ledger:
+    """The ledger of every active GPU over `window`. `bound_of(kernel name)` gives the
+    roofline's bound (compute, memory, latency or unknown)."""
+    act_all = model.gpu_activity()
+    w0, w1 = window.start_us, window.end_us
+    host = model.host
+    host_ts = host["ts"].to_numpy()
+    host_end = host["end"].to_numpy()
+    thread_key = host["pid"].to_numpy() * 1_000_003 + host["tid"].to_numpy()
+
+    sync_rows = blocking_call_rows(model)
+    sync_end = host_end[sync_rows] if len(sync_rows) else np.empty(0)
+    order = np.argsort(sync_end, kind="stable")
+    sync_rows, sync_end = sync_rows[order], sync_end[order]
+    sync_ts = host_ts[sync_rows] if len(sync_rows) else np.empty(0)
+    sync_thread = thread_key[sync_rows] if len(sync_rows) else np.empty(0, dtype=np.int64)
+    op_of = host["op"].to_numpy()
+    names = model.arrays.name_table
+    codes = model.arrays.name_codes
+    # A sync inside a collective op (gloo copies its CUDA tensors to the host) is the
+    # collective's wait, not a user sync.
+    sync_in_comm = np.array(
+        [any(is_comm_op(names[codes[r]]) for r in model.host_chain(int(op_of[s])) if r >= 0) if op_of[s] >= 0 else False
+         for s in sync_rows],
+        dtype=bool,
+    )  # fmt: skip
+
+    comm_iv = _named_intervals(model, is_comm_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    alloc_iv = _named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
+    prof_iv = _named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAME_MARKERS), (Kind.PYTHON,))
+    compile_iv = _named_intervals(
+        model, lambda n: any(m in n for m in COMPILE_MARKERS), (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION)
+    )
+    launch_col = model.gpu["launch"].to_numpy()
+    gpu_names = model.gpu["name"]
+    comm_gpu = name_matches(gpu_names, is_comm_kernel)
+    # Kernels launched from inside a collective op are collectives too (gloo's copies are
+    # not kernels; NCCL's kernels carry their own names).
+    if len(host):
+        launched_by = np.where(launch_col >= 0, op_of[np.clip(launch_col, 0, None)], -1)
+        op_is_comm = name_matches(host["name"], is_comm_op)
+        comm_gpu |= (
+            (launched_by >= 0)
+            & op_is_comm[np.clip(launched_by, 0, None)]
+            & (model.gpu["kind"].to_numpy() == int(Kind.KERNEL))
+        )
+
+    devices: list[DeviceLedger] = []
+    for dev in model.meta.active_devices:
+        act = act_all[(act_all["device"] == dev) & (act_all["end"] > w0) & (act_all["ts"] < w1)]
+        act = act.sort_values("ts", kind="stable")
+        if act.empty:
+            continue
+        rows = act.index.to_numpy()
+        starts = np.clip(act["ts"].to_numpy(), w0, w1)
+        ends = np.clip(act["end"].to_numpy(), w0, w1)
+        busy = merge_intervals(starts, ends)
+        busy_us = total(busy)
+
+        # Busy time by class, exclusive, in precedence order.
+        kind = act["kind"].to_numpy()
+        is_comm = comm_gpu[rows]
+        cls = np.full(len(act), "gpu_busy_unknown", dtype=object)
+        knames = act["name"].astype(str).to_numpy()
+        bound_cache: dict[str, str] = {}
+        for i in np.flatnonzero(kind == int(Kind.KERNEL)):
+            nm = knames[i]
+            b = bound_cache.get(nm)
+            if b is None:
+                b = bound_cache[nm] = _BOUND_CLASS.get(bound_of(nm), "gpu_busy_unknown")
+            cls[i] = b
+        cls[kind != int(Kind.KERNEL)] = "gpu_busy_copy"
+        cls[is_comm] = "communication"
+        busy_classes: dict[str, np.ndarray] = {}
+        higher = np.empty((0, 2))
+        for c in BUSY_CAUSES:
+            sel = cls == c
+            iv = merge_intervals(starts[sel], ends[sel]) if sel.any() else np.empty((0, 2))
+            busy_classes[c] = subtract(iv, higher)
+            higher = union(higher, iv)
+        comm_total = total(merge_intervals(starts[is_comm], ends[is_comm])) if is_comm.any() else 0.0
+        comm_overlapped = comm_total - total(busy_classes["communication"])
+
+        gaps = _classify_gaps(
+            model, act, starts, ends, busy, w0, w1,
+            sync_rows, sync_ts, sync_end, sync_thread, sync_in_comm, thread_key,
+            comm_iv, alloc_iv, prof_iv, compile_iv, comm_gpu,
+        )  # fmt: skip
+        regions = _launch_regions(model, act, starts, ends)
+        gaps = _apply_regions(gaps, regions)
+        gaps["dur"] = gaps["end"] - gaps["start"]
+        by_cause = {c: 0.0 for c in CAUSES}
+        for c in BUSY_CAUSES:
+            by_cause[c] += total(busy_classes[c])
+        idle_sum = gaps.groupby("cause", observed=True)["dur"].sum()
+        for cause_name, v in idle_sum.items():
+            by_cause[str(cause_name)] += float(v)
+        devices.append(
+            DeviceLedger(
+                device=int(dev), window_start=w0, window_end=w1, busy_us=busy_us, by_cause=by_cause, gaps=gaps,
+                busy_intervals=busy, busy_classes=busy_classes, comm_us=comm_total,
+                comm_overlapped_us=max(comm_overlapped, 0.0),
+                regions=tuple((float(a), float(b), int(n)) for a, b, n in regions), n_activities=len(act),
+            )
+        )  # fmt: skip
+    steps = _step_ledgers(window.steps, devices[0]) if devices and window.steps else ()
+    timeline = _timeline(devices[0]) if devices else None
+    return Ledger(window=window, devices=tuple(devices), steps=steps, timeline=timeline)
+
+
+def _classify_gaps(
+    model: TraceModel,
+    act: pd.DataFrame,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    busy: np.ndarray,
+    w0: float,
+    w1: float,
+    sync_rows: np.ndarray,
+    sync_ts: np.ndarray,
+    sync_end: np.ndarray,
+    sync_thread: np.ndarray,
+    sync_in_comm: np.ndarray,
+    thread_key: np.ndarray,
+    comm_iv: np.ndarray,
+    alloc_iv: np.ndarray,
+    prof_iv: np.ndarray,
+    compile_iv: np.ndarray,
+    comm_gpu: np.ndarray,
+) -> pd.DataFrame:
+    host_ts = model.host["ts"].to_numpy()
+    host_end = model.host["end"].to_numpy()
+    rows = act.index.to_numpy()
+    g_start = np.concatenate([[w0], busy[:, 1]])
+    g_end = np.concatenate([busy[:, 0], [w1]])
+    keep = g_end - g_start > 0
+    g_start, g_end = g_start[keep], g_end[keep]
+    # The activity that ends each gap: the first one starting at the gap's end.
+    pos = np.searchsorted(starts, g_end, side="left")
+    has_next = (pos < len(starts)) & (g_end < w1)
+    next_row = np.where(has_next, rows[np.clip(pos, 0, len(rows) - 1)], -1)
+    launch = model.gpu["launch"].to_numpy()
+    launch_row = np.where(next_row >= 0, launch[np.clip(next_row, 0, None)], -1)
+    launch_ts = (
+        np.where(launch_row >= 0, host_ts[np.clip(launch_row, 0, None)], np.nan)
+        if len(host_ts)
+        else np.full(len(launch_row), np.nan)
+    )
+
+    # host_sync: a blocking call already waiting when the GPU drained that returned inside
+    # the gap, on the thread that launches the next kernel.
+    sync_row = np.full(len(g_start), -1, dtype=np.int64)
+    sync_comm = np.zeros(len(g_start), dtype=bool)
+    lo = np.searchsorted(sync_end, g_start - SYNC_RETURN_SLACK_US, side="left")
+    hi = np.searchsorted(sync_end, g_end, side="right")
+    for i in np.flatnonzero(hi > lo):
+        cand = slice(lo[i], hi[i])
+        waiting = sync_ts[cand] <= g_start[i] + SYNC_RETURN_SLACK_US
+        if launch_row[i] >= 0:
+            waiting &= sync_thread[cand] == thread_key[launch_row[i]]
+        if waiting.any():
+            # The last blocking call to return is the one the host waited on (a .tolist()
+            # is a pageable copy, then a synchronize).
+            j = int(len(waiting) - 1 - np.argmax(waiting[::-1]))
+            sync_row[i] = sync_rows[cand][j]
+            sync_comm[i] = sync_in_comm[cand][j]
+    dur = g_end - g_start
+    late = np.nan_to_num(launch_ts, nan=-np.inf) >= g_start - SYNC_RETURN_SLACK_US
+    cause = np.full(len(g_start), "idle_other", dtype=object)
+    cause[late & (dur > LAUNCH_GAP_MAX_US)] = "host_bound"
+    cause[late & (dur <= LAUNCH_GAP_MAX_US)] = "launch_overhead"
+    # Queued work that is a collective: the GPU waits for the other ranks.
+    next_is_comm = (next_row >= 0) & comm_gpu[np.clip(next_row, 0, None)]
+    cause[~late & next_is_comm] = "communication"
+
+    def covers(iv: np.ndarray) -> np.ndarray:
+        return overlap(iv, g_start, g_end) >= COVER_SHARE * dur if len(iv) else np.zeros(len(dur), dtype=bool)
+
+    host_side = late | (launch_row < 0)
+    for iv, name in ((compile_iv, "compilation"), (prof_iv, "profiler"), (alloc_iv, "allocation"),
+                     (comm_iv, "communication")):  # fmt: skip
+        cause[host_side & covers(iv)] = name
+    cause[sync_row >= 0] = "host_sync"
+    cause[(sync_row >= 0) & sync_comm] = "communication"
+    gaps = pd.DataFrame(
+        {
+            "start": g_start,
+            "end": g_end,
+            "cause": cause,
+            "next_row": next_row,
+            "launch_row": launch_row,
+            "sync_row": sync_row,
+            "next_pos": np.where(has_next, pos, -1),
+        }
+    )
+    return _split_after_sync(gaps, launch_ts, host_end)
+
+
+def _split_after_sync(gaps: pd.DataFrame, launch_ts: np.ndarray, host_end: np.ndarray) -> pd.DataFrame:
+    """A sync owns its gap up to its return plus one launch's worth of host time
+    (LAUNCH_GAP_MAX_US). If the host then spent longer before launching the next kernel,
+    it was doing other work (post-processing the value it waited for, say): that tail is
+    host_bound, marked by keeping `sync_row` on the split-off row."""
+    sync_row = gaps["sync_row"].to_numpy()
+    has_sync = (sync_row >= 0) & (gaps["cause"].to_numpy() == "host_sync")
+    if not has_sync.any():
+        return gaps
+    sync_end = np.where(has_sync, host_end[np.clip(sync_row, 0, None)], np.nan)
+    start = gaps["start"].to_numpy()
+    end = gaps["end"].to_numpy()
+    cut = np.maximum(start, sync_end) + LAUNCH_GAP_MAX_US
+    waited = np.where(np.isnan(launch_ts), end, launch_ts)  # no next launch: host work to the end
+    split = has_sync & (cut < end) & (waited > cut)
+    if not split.any():
+        return gaps
+    head = gaps.copy()
+    head.loc[split, "end"] = cut[split]
+    tail = gaps[split].copy()
+    tail["start"] = cut[split]
+    tail["cause"] = "host_bound"
+    return pd.concat([head, tail]).sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def _launch_regions(
+    model: TraceModel, act: pd.DataFrame, starts: np.ndarray, ends: np.ndarray
+) -> list[tuple[float, float, int]]:
+    """Runs of activities that each found an empty queue (start within QUEUE_EMPTY_US of
+    their launch call's return) and whose span is mostly idle: the host's dispatch loop
+    is the critical path."""
+    launch = act["launch"].to_numpy()
+    if not len(model.host) or not (launch >= 0).any():
+        return []
+    host_end = model.host["end"].to_numpy()
+    call_end = np.where(launch >= 0, host_end[np.clip(launch, 0, None)], np.nan)
+    empty = (launch >= 0) & (starts - call_end <= QUEUE_EMPTY_US)
+    out: list[tuple[float, float, int]] = []
+    # Runs of consecutive `empty` activities.
+    edges = np.flatnonzero(np.diff(np.concatenate([[0], empty.astype(np.int8), [0]])))
+    for a, b in zip(edges[::2], edges[1::2], strict=True):
+        n = int(b - a)
+        if n < REGION_MIN_KERNELS:
+            continue
+        t0, t1 = float(starts[a]), float(ends[a:b].max())
+        if t1 <= t0:
+            continue
+        busy = total(merge_intervals(starts[a:b], ends[a:b]))
+        if 1.0 - busy / (t1 - t0) >= REGION_MIN_IDLE_SHARE:
+            out.append((t0, t1, n))
+    return out
+
+
+def _apply_regions(gaps: pd.DataFrame, regions: list[tuple[float, float, int]]) -> pd.DataFrame:
+    """Inside a launch-bound region, late-launch gaps are dispatch overhead, however long,
+    unless one is an outlier that one piece of host work explains."""
+    gaps = gaps.copy()
+    gaps["in_region"] = False
+    if not regions:
+        return gaps
+    r_start = np.array([r[0] for r in regions])
+    r_end = np.array([r[1] for r in regions])
+    g_start = gaps["start"].to_numpy()
+    g_end = gaps["end"].to_numpy()
+    k = np.searchsorted(r_start, g_start, side="right") - 1
+    inside = (k >= 0) & (g_end <= r_end[np.clip(k, 0, None)]) & (g_start >= r_start[np.clip(k, 0, None)])
+    gaps["in_region"] = inside
+    cause = gaps["cause"].to_numpy().copy()
+    dur = g_end - g_start
+    for r in np.unique(k[inside]):
+        sel = inside & (k == r)
+        med = float(np.median(dur[sel]))
+        limit = max(REGION_OUTLIER_FACTOR * med, REGION_HOST_WORK_MIN_US)
+        dispatch = sel & (cause == "host_bound") & (dur < limit)
+        cause[dispatch] = "launch_overhead"
+    gaps["cause"] = cause
+    return gaps
+
+
+def cause_intervals(dev: DeviceLedger, cause: str) -> np.ndarray:
+    """The sorted intervals of one cause (busy classes and idle gaps of that cause)."""
+    g = dev.gaps[dev.gaps["cause"] == cause]
+    idle = g[["start", "end"]].to_numpy() if len(g) else np.empty((0, 2))
+    busy = dev.busy_classes.get(cause, np.empty((0, 2)))
+    return union(busy, idle) if len(idle) and len(busy) else (busy if len(busy) else idle)
+
+
+def _step_ledgers(steps: tuple[StepSpan, ...], dev: DeviceLedger) -> tuple[StepLedger, ...]:
+    spans = sorted(steps, key=lambda s: s.start_us)
+    bounds = np.array([[max(s.start_us, dev.window_start), min(s.end_us, dev.window_end)] for s in spans])
+    if not len(bounds):
+        return ()
+    edges = np.concatenate([bounds[:, 0], [bounds[-1, 1]]])
+    per_cause = {c: covered(cause_intervals(dev, c), edges) for c in CAUSES}
+    busy = covered(dev.busy_intervals, edges)
+    return tuple(
+        StepLedger(
+            step=s.index, start=float(edges[i]), end=float(edges[i + 1]), busy_us=float(busy[i]),
+            by_cause={c: float(per_cause[c][i]) for c in CAUSES},
+        )
+        for i, s in enumerate(spans)
+    )  # fmt: skip
+
+
+def _timeline(dev: DeviceLedger) -> TimelineBins:
+    edges = np.linspace(dev.window_start, dev.window_end, TIMELINE_BINS + 1)
+    width = np.diff(edges)
+    width[width <= 0] = 1.0
+    return TimelineBins(
+        start=dev.window_start,
+        end=dev.window_end,
+        by_cause={c: covered(cause_intervals(dev, c), edges) / width for c in CAUSES},
+    )
