@@ -90,3 +90,32 @@ def test_idle_breakdown_matches_hta(name: str, tmp_path: Path) -> None:
     ours_host = ours_idle - ours["idle_other"]
     tol = max(0.02 * hta_idle, 0.01 * window)
     assert abs(ours_host - hta_by.get("host_wait", 0.0)) <= tol, (ours_host, hta_by)
+
+
+#: HTA's comp_comm_overlap_pctg on the public traces with collectives, measured in this
+#: test against ours. Ours counts copies and memsets as "other GPU work" too (HTA only
+#: computation kernels) and clips to the analysed window (HTA takes the whole trace), so
+#: ours is at or a little above HTA's.
+COMM_TRACES = [
+    "control.json.gz",
+    "nccl_data.json.gz",
+    "rank0.json.gz",
+    "sampled_rank-0.json.gz",
+    "sampled_rank-1.json.gz",
+    "df_index_resolver.json.gz",
+]
+
+
+@pytest.mark.parametrize("name", COMM_TRACES)
+def test_communication_overlap_matches_hta(name: str, tmp_path: Path) -> None:
+    path = real(name)
+    shutil.copy(path, tmp_path / path.name)
+    ta = hta.TraceAnalysis(trace_dir=str(tmp_path))
+    hta_pct = float(ta.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
+    dev = context_of(path).ledger.primary
+    assert dev is not None and dev.comm_us > 0
+    ours = 100.0 * dev.comm_overlapped_us / dev.comm_us
+    # Measured: control 47.0 vs 47.1, nccl_data 14.3 vs 16.4, rank0 1.4 vs 1.8,
+    # sampled ranks 11.8 vs 15.2 and 20.1 vs 21.0, df_index_resolver 0 vs 0.
+    assert ours == pytest.approx(hta_pct, abs=4.0)
+    assert ours >= hta_pct - 0.5

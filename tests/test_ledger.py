@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import pytest
-from conftest import context_of, needs_real, real, sample
+from pathlib import Path
+
+from conftest import REAL_TRACES, SAMPLE_TRACES, context_of, needs_real, real, report_of, sample
 
 # idle share over the profiled steps ("idle/step" in SOURCES.md; "idle" where the trace
 # has no steps). Ours extends the last step to the end of its GPU work, hence the
@@ -90,3 +92,68 @@ def test_profiler_step_overhead_is_not_blamed_on_the_program() -> None:
     assert dev is not None
     assert dev.by_cause["profiler"] > 0
     assert dev.by_cause["host_bound"] < 0.02 * dev.window_us
+
+
+ALL_TRACES = SAMPLE_TRACES + REAL_TRACES
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
+def test_one_ledger_every_trace(path: Path) -> None:
+    """The contract of issue 9 on every sample and public trace: the ledger partitions
+    the window, top-level findings never share time, gains never exceed their time,
+    children stay inside their parent."""
+    rep = report_of(path)
+    g = rep.gpu_time.total
+    if g.window_us <= 0:
+        return
+    shares = [e.share for e in rep.ledger]
+    assert all(0.0 <= s <= 1.0 + 1e-9 for s in shares)
+    assert sum(shares) == pytest.approx(1.0, abs=0.005)
+    assert sum(e.time_us for e in rep.ledger) == pytest.approx(g.window_us, rel=1e-4)
+    for st in rep.gpu_time.steps:
+        assert sum(e.time_us for e in st.split.ledger) == pytest.approx(st.split.window_us, rel=1e-3, abs=2.0)
+    top = [f for f in rep.findings if f.parent is None]
+    assert sum(f.share for f in top) <= 1.0 + 1e-6
+    by_cat = {f.category: f for f in top}
+    for f in rep.findings:
+        assert 0.0 <= f.share <= 1.0 + 1e-9 and f.time_us >= 0
+        assert f.expected_gain_us <= f.time_us + 1e-6, f.category
+        if f.parent is not None:
+            assert f.parent in by_cat and f.time_us <= by_cat[f.parent].time_us + 1e-6
+    for cat, parent in by_cat.items():
+        kids = [f for f in rep.findings if f.parent == cat]
+        assert sum(k.expected_gain_us for k in kids) <= parent.time_us + 1e-6
+    # The headline is the largest recoverable time (near ties to the earlier question).
+    if rep.summary.primary is not None:
+        best = max(f.expected_gain_us for f in top)
+        assert rep.summary.primary_gain_us >= 0.5 * best
+
+
+def test_launch_bound_loop_is_one_regime() -> None:
+    """launch_bound: 1 µs kernels, ~24 µs of host per kernel, queue always empty. Longer
+    gaps are jitter of the same loop, not host work: launch overhead takes ~all idle."""
+    rep = report_of(sample("launch_bound"))
+    g = rep.gpu_time.total
+    assert g.get("launch_overhead") / g.window_us > 0.8
+    assert g.get("host_bound") / g.window_us < 0.03
+    assert rep.summary.primary == "launch_overhead"
+    assert rep.gpu_time.launch_regions >= 1
+
+
+@needs_real
+def test_exposed_communication_on_the_mi300x_ddp_trace() -> None:
+    """resnet_act_checkpoint (MI300X, DDP over RCCL): collectives are most of the window
+    and most of that is exposed; the report says so (it said "busy 97%, memory_bound")."""
+    rep = report_of(real("resnet_act_checkpoint.json.gz"))
+    assert rep.summary.primary == "communication"
+    comm = rep.gpu_time.total.get("communication") / rep.gpu_time.total.window_us
+    assert 0.5 < comm < 0.75
+    assert rep.gpu_time.comm_us / rep.gpu_time.total.window_us > 0.75
+
+
+@needs_real
+def test_allocation_in_the_alexnet_benchmark() -> None:
+    """HTA's AlexNet benchmark trace: its forward is mostly cudaMalloc/cudaFree."""
+    rep = report_of(real("benchmark_result_2869224_1695835535_trace.json.gz"))
+    assert rep.gpu_time.total.get("allocation") / rep.gpu_time.total.window_us > 0.5
+    assert rep.summary.primary == "allocation"
