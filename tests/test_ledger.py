@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-import pytest
 from pathlib import Path
 
+import pytest
 from conftest import REAL_TRACES, SAMPLE_TRACES, context_of, needs_real, real, report_of, sample
 
 # idle share over the profiled steps ("idle/step" in SOURCES.md; "idle" where the trace

@@ -349,7 +349,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             primary_gain_us=0.0,
             notes=notes,
         )
-    unit = "step" if ctx.ledger.windowed_by_steps else "window"
+    unit = ("iteration" if ctx.window.source == "detected" else "step") if ctx.ledger.windowed_by_steps else "window"
     per = max(steps, 1) if unit == "step" else 1
     kids = [f for f in findings if f.parent == top.category and f.expected_gain_us > 0]
     part = max(kids, key=lambda f: f.expected_gain_us) if kids else None
@@ -370,6 +370,6 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         primary_advice=top.advice,
         primary_gain_us=top.expected_gain_us,
         notes=notes,
-        per_step_us=ctx.window_us / per if unit == "step" else 0.0,
-        primary_gain_per_step_us=top.expected_gain_us / per if unit == "step" else 0.0,
+        per_step_us=ctx.window_us / per if unit != "window" else 0.0,
+        primary_gain_per_step_us=top.expected_gain_us / per if unit != "window" else 0.0,
     )

@@ -3,7 +3,7 @@ time ledger), each computed once."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from tracelens.derive.ledger import Ledger, compute_ledger
@@ -26,7 +26,15 @@ class AnalysisContext:
 
     @cached_property
     def window(self) -> Window:
-        return find_window(self.model, self.device, user_window=self.user_window, user_steps=self.user_steps)
+        model = self.model
+        if len(model.steps) == 1 and self.user_window is None and self.user_steps is None:
+            # One ProfilerStep is no loop: a whole-run capture (tracelens capture of a
+            # script without step marks) or one profiled call. Look for the iterations
+            # inside it, and keep the step only when none repeat.
+            inner = find_window(replace(model, steps=model.steps.iloc[0:0]), self.device)
+            if inner.source == "detected":
+                return inner
+        return find_window(model, self.device, user_window=self.user_window, user_steps=self.user_steps)
 
     @cached_property
     def ledger(self) -> Ledger:

@@ -535,19 +535,14 @@ def _classify_gaps(
     cause = np.full(len(g_start), "idle_other", dtype=object)
     cause[late & (dur > LAUNCH_GAP_MAX_US)] = "host_bound"
     cause[late & (dur <= LAUNCH_GAP_MAX_US)] = "launch_overhead"
+    # After the window's last GPU activity the host is still working (the rest of the
+    # last step): host work, unless something more specific covers it below.
+    cause[~has_next] = "host_bound"
     # Queued work that is a collective: the GPU waits for the other ranks.
     next_is_comm = (next_row >= 0) & comm_gpu[np.clip(next_row, 0, None)]
     cause[~late & next_is_comm] = "communication"
 
-    def covers(iv: np.ndarray) -> np.ndarray:
-        return overlap(iv, g_start, g_end) >= COVER_SHARE * dur if len(iv) else np.zeros(len(dur), dtype=bool)
-
-    host_side = late | (launch_row < 0)
-    for iv, name in ((compile_iv, "compilation"), (prof_iv, "profiler"), (alloc_iv, "allocation"),
-                     (comm_iv, "communication")):  # fmt: skip
-        cause[host_side & covers(iv)] = name
     cause[sync_row >= 0] = "host_sync"
-    cause[(sync_row >= 0) & sync_comm] = "communication"
     gaps = pd.DataFrame(
         {
             "start": g_start,
@@ -556,10 +551,25 @@ def _classify_gaps(
             "next_row": next_row,
             "launch_row": launch_row,
             "sync_row": sync_row,
-            "next_pos": np.where(has_next, pos, -1),
+            "sync_comm": sync_comm,
+            "host_side": late | (launch_row < 0),
         }
     )
-    return _split_after_sync(gaps, launch_ts, host_end)
+    gaps = _split_after_sync(gaps, launch_ts, host_end)
+    # What the host sat in for most of a gap it was responsible for names the gap; this
+    # runs after the split so that the host work after a sync is looked at too.
+    g_start, g_end = gaps["start"].to_numpy(), gaps["end"].to_numpy()
+    dur = g_end - g_start
+    cause = gaps["cause"].to_numpy().copy()
+    open_gap = gaps["host_side"].to_numpy(dtype=bool) & (cause != "host_sync")
+    for iv, name in ((compile_iv, "compilation"), (prof_iv, "profiler"), (alloc_iv, "allocation"),
+                     (comm_iv, "communication")):  # fmt: skip
+        if len(iv):
+            cause[open_gap & (overlap(iv, g_start, g_end) >= COVER_SHARE * dur)] = name
+    # A sync inside a collective (gloo copies CUDA tensors to the host) is its wait.
+    cause[(cause == "host_sync") & gaps["sync_comm"].to_numpy(dtype=bool)] = "communication"
+    gaps["cause"] = cause
+    return gaps.drop(columns=["sync_comm", "host_side"])
 
 
 def _split_after_sync(gaps: pd.DataFrame, launch_ts: np.ndarray, host_end: np.ndarray) -> pd.DataFrame:
@@ -584,6 +594,7 @@ def _split_after_sync(gaps: pd.DataFrame, launch_ts: np.ndarray, host_end: np.nd
     tail = gaps[split].copy()
     tail["start"] = cut[split]
     tail["cause"] = "host_bound"
+    tail["host_side"] = True
     return pd.concat([head, tail]).sort_values("start", kind="stable").reset_index(drop=True)
 
 
