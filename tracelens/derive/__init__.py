@@ -1,0 +1,1 @@
+"""Derived layer: computed once from the TraceModel, typed, read by the analyzers."""
