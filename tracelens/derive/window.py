@@ -86,6 +86,12 @@ CANDIDATE_LAGS = 16
 #: period later (averaged over a period): tolerates one-off kernels and a few swaps
 #: between streams.
 REPEAT_MIN_SHARE = 0.5
+#: Tokens a match may be displaced by (one-off kernels, or fewer, in one iteration than
+#: in the next).
+FUZZY_SHIFT = 2
+#: ... but only one shift per this many tokens of period: in a short period, a token a
+#: few places away is just another token of the same iteration.
+FUZZY_MIN_PERIOD_PER_SHIFT = 10
 #: The repeating stretch must cover at least this share of the tokens of the trace
 #: (or MIN_ITERATIONS periods, whichever is more) to be the steady state; less is
 #: incidental (a sweep that repeats one shape twice).
@@ -108,12 +114,24 @@ GAP_FLOOR_US = 1.0
 #: An idle-delimited loop has at least this many tokens per iteration on average (fewer
 #: is a host-bound stream of single kernels, not a loop).
 MIN_TOKENS_PER_GAP_LOOP = 2
+#: ... and at least this many iterations: two pieces are as likely two phases of a run
+#: (power_gemm: random inputs, then zeros) as two steps.
+MIN_GAP_LOOP_ITERATIONS = 3
 #: Its pieces are regular when their token counts are within this share of the median.
 GAP_LOOP_COUNT_TOLERANCE = 0.25
 #: It wins over the names' period when its iterations are at least this many periods
 #: long (the names repeat inside it) and it covers this share of the names' stretch.
 LONGER_LOOP_FACTOR = 1.8
 GAP_LOOP_MIN_COVER = 0.5
+#: Both searches found the same loop when their periods agree within this share.
+SAME_LOOP_TOLERANCE = 0.2
+#: ... and then it wins only when it covers this much more (the anchors are phase-aligned).
+GAP_LOOP_MORE_COVER = 1.25
+#: An anchor "opens the stretch" when its first occurrence is this close to its start.
+PHASE_SLACK_SHARE = 0.02
+PHASE_SLACK_TOKENS = 2
+#: Breaks in the sorted gap lengths tried (the sharpest first).
+GAP_BREAK_CANDIDATES = 8
 #: Names of the startup detail.
 DETAIL_TOP = 3
 
@@ -130,7 +148,16 @@ STARTUP_KINDS = (
 #: Where kinds overlap, the earlier one in this list takes the time (the more specific:
 #: a cudaMalloc inside a compiled region is allocation, a conv's autotune inside
 #: torch.compile is autotune; weights created in a module's __init__ are model building).
-_PRIORITY = ("cuda_init", "lazy_loading", "allocation", "autotune", "compile", "model_building", "data_creation", "other")
+_PRIORITY = (
+    "cuda_init",
+    "lazy_loading",
+    "allocation",
+    "autotune",
+    "compile",
+    "model_building",
+    "data_creation",
+    "other",
+)
 #: Kinds that make a slow first step a warm-up ("other" here is first-call work only).
 _COLD_KINDS = frozenset({"cuda_init", "lazy_loading", "allocation", "autotune", "compile", "first_call"})
 
@@ -213,7 +240,28 @@ _MODEL_FRAME_RE = re.compile(
 )
 #: Op names whose slow first call is algorithm search (cuDNN benchmark mode, cuBLASLt).
 _AUTOTUNE_FIRST_CALL = ("conv", "cudnn", "miopen", "mm", "linear", "matmul", "gemm", "bmm")
+#: Python frames of torch.profiler itself (prof.step() between iterations).
+_PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py")
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+#: Blocking host calls: each is a token of the device sequence (placed where it returns),
+#: so a loop that synchronises every step shows its step even when all its kernels have
+#: the same name (power_gemm: 8 identical GEMMs, then torch.cuda.synchronize()).
+_SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
 
 
 class WindowError(TracelensError):
@@ -357,7 +405,9 @@ def _cold_start_us(model: TraceModel, span: StepSpan, ref_lo: float, ref_hi: flo
     if not cold:
         return 0.0, ""
     merged = _merge(np.concatenate(cold))
-    kinds = sorted((what for what in _COLD_KINDS if len(parts.intervals.get(what, ()))), key=_PRIORITY_INDEX.get)
+    kinds = sorted(
+        (what for what in _COLD_KINDS if len(parts.intervals.get(what, ()))), key=lambda k: _PRIORITY_INDEX[k]
+    )
     return float((merged[:, 1] - merged[:, 0]).sum()), ", ".join(k.replace("_", " ") for k in kinds)
 
 
@@ -370,7 +420,7 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
     seq = _token_sequence(model, device)
     if seq is None:
         return None
-    codes, first_ts, last_end, idle_before = seq.codes, seq.first_ts, seq.work_end, seq.idle
+    codes, last_end, idle_before = seq.codes, seq.work_end, seq.idle
     n = len(codes)
     by_names: list[int] = []
     period = 0
@@ -387,16 +437,20 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         names_cover = by_names[-1] - by_names[0] if by_names else 0
         # The loop delimited by idle time (a sync or data wait every step) is the outer
         # loop when it is longer than the names' period: the names then repeat inside it
-        # (the same few kernels every step).
-        if not by_names or (seg >= LONGER_LOOP_FACTOR * period and covered >= GAP_LOOP_MIN_COVER * names_cover):
+        # (the same few kernels every step). When both find the same loop, the one that
+        # covers more of the trace wins.
+        outer = seg >= LONGER_LOOP_FACTOR * period and covered >= GAP_LOOP_MIN_COVER * names_cover
+        same = abs(seg - period) <= SAME_LOOP_TOLERANCE * max(period, 1) and covered > GAP_LOOP_MORE_COVER * names_cover
+        if not by_names or outer or same:
             bounds, period, what = by_gaps, round(seg), f"{seq.what} between idle gaps"
     if len(bounds) < MIN_ITERATIONS + 1:
         return None
+    first_ts = _openings(model, seq, np.asarray(bounds[:-1]))
     spans = []
     for i in range(len(bounds) - 1):
         a, b = bounds[i], bounds[i + 1]
-        start = float(first_ts[a])
-        end = float(first_ts[b]) if i + 2 < len(bounds) else float(np.max(last_end[a:b]))
+        start = float(first_ts[i])
+        end = float(first_ts[i + 1]) if i + 2 < len(bounds) else float(np.max(last_end[a:b]))
         spans.append(StepSpan(i, start, max(end, start)))
     return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what)
 
@@ -404,7 +458,10 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
 @dataclass(frozen=True)
 class _Tokens:
     codes: np.ndarray  # name code per token, in GPU (or host) order
-    first_ts: np.ndarray  # where an iteration opening at this token starts on the host
+    ts: np.ndarray  # when the token starts (GPU, or host for ops)
+    launch: np.ndarray  # host row that launched it (-1: none)
+    launch_ts: np.ndarray  # host start of that call
+    prev_launch: np.ndarray  # latest launch of the tokens before it
     work_end: np.ndarray  # end of the token's GPU work and of its launch call
     idle: np.ndarray  # GPU idle time just before the token
     host_gap: np.ndarray  # host time between this token's launch and the previous one's
@@ -427,14 +484,30 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         launch = act["launch"].to_numpy()
         has = launch >= 0
         li = np.clip(launch, 0, None)
-        launch_ts = np.where(has, h_ts[li], ts)
+        # Kernels launched before the trace began (a GPU-bound loop queues far ahead):
+        # launched at the trace's start, as far as this trace can tell.
+        launch_ts = np.where(has, h_ts[li], _trace_start(model))
+        syncs = _sync_rows(model)
+        if len(syncs):
+            # sync tokens: coded after every name, placed at the sync's return, launched
+            # "by" themselves (so an iteration cut there starts at the sync's call)
+            s_codes = len(host["name"].cat.categories) + host["name"].cat.codes.to_numpy()[syncs].astype(np.int64)
+            codes = np.concatenate([codes, s_codes])
+            ts = np.concatenate([ts, h_end[syncs]])
+            end = np.concatenate([end, h_end[syncs]])
+            launch = np.concatenate([launch, syncs])
+            has = np.concatenate([has, np.ones(len(syncs), dtype=bool)])
+            li = np.clip(launch, 0, None)
+            launch_ts = np.concatenate([launch_ts, h_ts[syncs]])
+            o = np.argsort(ts, kind="stable")
+            codes, ts, end, launch, li, launch_ts = (x[o] for x in (codes, ts, end, launch, li, launch_ts))
+            has = has[o]
         prev_launch = np.concatenate([[-np.inf], np.maximum.accumulate(launch_ts)[:-1]])
-        first_ts = _iteration_openings(model, launch, launch_ts, prev_launch)
         work_end = np.maximum(end, np.where(has, h_end[li], end))
         run_end = np.maximum.accumulate(end)
         idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
         host_gap = np.concatenate([[0.0], np.clip(launch_ts[1:] - prev_launch[1:], 0, None)])
-        return _Tokens(codes, first_ts, work_end, idle, host_gap, "kernels")
+        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, "kernels")
     ops = _top_level_ops(model)
     if len(ops) < MIN_ITERATIONS:
         return None
@@ -443,21 +516,37 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
     end = ops["end"].to_numpy(dtype=np.float64)
     run_end = np.maximum.accumulate(end)
     idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
-    return _Tokens(codes, ts, end, idle, np.zeros(len(ts)), "top-level ops")
+    none = np.full(len(ts), -1)
+    prev = np.concatenate([[-np.inf], ts[:-1]])
+    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), "top-level ops")
+
+
+def _openings(model: TraceModel, seq: _Tokens, idx: np.ndarray) -> np.ndarray:
+    """Host start of iterations opening at tokens `idx` (increasing). An iteration cannot
+    open after its first kernel started, and openings keep the tokens' order (a launch
+    the trace links wrongly must not send one back)."""
+    if seq.what == "top-level ops":
+        return seq.ts[idx].astype(np.float64)
+    raw = _iteration_openings(model, seq.launch[idx], seq.launch_ts[idx], seq.prev_launch[idx])
+    out: np.ndarray = np.maximum.accumulate(np.minimum(raw, seq.ts[idx]))
+    return out
 
 
 def _iteration_openings(
     model: TraceModel, launch: np.ndarray, launch_ts: np.ndarray, prev_launch: np.ndarray
 ) -> np.ndarray:
     """Host time at which an iteration opening at each token starts: the first top-level
-    host range of the launching thread that began after the previous token's launch (a
-    DataLoader's __next__, the forward's first op; a conv whose cuDNN search runs seconds
-    before its kernel), never before that previous launch, so iterations stay in order."""
+    host range or Python frame of the launching thread that began after the previous
+    token's launch (the loop body's Python, a DataLoader's __next__, the forward's first
+    op; a conv whose cuDNN search runs seconds before its kernel), never before that
+    previous launch, so iterations stay in order."""
     host = model.host
     out = launch_ts.copy()
     kind = host["kind"].to_numpy()
     idx = np.arange(len(host))
-    top = (host["range_root"].to_numpy() == idx) & ((kind == Kind.CPU_OP) | (kind == Kind.USER_ANNOTATION))
+    top = ((host["range_root"].to_numpy() == idx) & ((kind == Kind.CPU_OP) | (kind == Kind.USER_ANNOTATION))) | (
+        kind == Kind.PYTHON
+    )
     if not top.any():
         return out
     thread = host["pid"].to_numpy().astype(np.int64) * 1_000_003 + host["tid"].to_numpy().astype(np.int64)
@@ -476,18 +565,37 @@ def _iteration_openings(
     # first top-level row on the same thread with ts > previous launch
     left = np.searchsorted(key_thread, tok_thread, side="left")
     right = np.searchsorted(key_thread, tok_thread, side="right")
-    cand = np.empty(len(has))
-    cand.fill(np.inf)
+    key_end = host["end"].to_numpy(dtype=np.float64)[top_rows]
+    cats = host["name"].cat.categories
+    prof_cat = np.fromiter((str(c).startswith(_PROFILER_FRAMES) for c in cats), dtype=bool, count=len(cats))
+    codes = host["name"].cat.codes.to_numpy()[top_rows]
+    key_prof = (codes >= 0) & prof_cat[np.clip(codes, 0, None)] if len(cats) else np.zeros(len(top_rows), bool)
+    cand = np.full(len(has), np.inf)
     for j in range(len(has)):
         a, b = int(left[j]), int(right[j])
-        if a == b:
+        if a == b or not np.isfinite(lo_ts[j]):
             continue
         k = a + int(np.searchsorted(key_ts[a:b], lo_ts[j], side="right"))
+        # torch.profiler's own step() closes the previous iteration: open after it
+        while k < b and key_prof[k]:
+            k = a + int(np.searchsorted(key_ts[a:b], key_end[k], side="left"))
         if k < b:
             cand[j] = key_ts[k]
     ok = cand <= launch_ts[has]
     out[has[ok]] = cand[ok]
     return out
+
+
+def _sync_rows(model: TraceModel) -> np.ndarray:
+    """Host rows of blocking runtime/driver calls, by position."""
+    host = model.host
+    kind = host["kind"].to_numpy()
+    call = (kind == Kind.RUNTIME) | (kind == Kind.DRIVER)
+    cats = host["name"].cat.categories
+    is_sync = np.fromiter((str(c) in _SYNC_CALLS for c in cats), dtype=bool, count=len(cats))
+    codes = host["name"].cat.codes.to_numpy()
+    ok = call & (codes >= 0) & is_sync[np.clip(codes, 0, None)] if len(cats) else np.zeros(len(host), bool)
+    return np.flatnonzero(ok)
 
 
 def _top_level_ops(model: TraceModel) -> pd.DataFrame:
@@ -505,9 +613,11 @@ def _top_level_ops(model: TraceModel) -> pd.DataFrame:
 
 
 def _gap_bounds(idle: np.ndarray) -> list[int]:
-    """Iteration starts (plus the end) where the loop is delimited by long GPU idle gaps:
-    the gaps above the sharpest break in their sorted lengths, when the pieces between
-    them are regular; [] when they are not."""
+    """Iteration starts (plus the end) where the loop is delimited by long GPU idle gaps,
+    [] when there is no such loop. Each sharp break in the sorted gap lengths is a
+    candidate threshold; the pieces between the gaps above it must be regular (similar
+    token counts); the threshold whose regular run covers the most tokens wins, the
+    finer one on a tie (a phase change is a break too, but its pieces hold many steps)."""
     n = len(idle)
     gaps = idle[1:]
     kmax = min(len(gaps), n // MIN_TOKENS_PER_GAP_LOOP)
@@ -515,23 +625,29 @@ def _gap_bounds(idle: np.ndarray) -> list[int]:
         return []
     top = np.sort(gaps)[::-1][: kmax + 1]
     ratio = top[:-1] / np.maximum(top[1:], GAP_FLOOR_US)
-    ratio[: MIN_ITERATIONS - 1] = 0.0  # at least MIN_ITERATIONS - 1 long gaps
     ratio[top[:-1] < GAP_TOKEN_MIN_US] = 0.0
-    k = int(np.argmax(ratio))
-    if ratio[k] < GAP_BREAK_MIN_RATIO:
-        return []
-    threshold = top[k]  # gaps >= this open an iteration
-    starts = np.concatenate([[0], np.flatnonzero(idle >= threshold), [n]])
-    starts = np.unique(starts)
-    counts = np.diff(starts)
-    med = float(np.median(counts))
-    regular = np.abs(counts - med) <= GAP_LOOP_COUNT_TOLERANCE * med
-    if regular.sum() < MIN_ITERATIONS:
-        return []
-    lo, hi = _longest_true_run(regular)
-    if hi - lo < MIN_ITERATIONS:
-        return []
-    return [int(x) for x in starts[lo : hi + 1]]
+    best: tuple[int, int, list[int]] | None = None
+    for k in np.argsort(-ratio, kind="stable")[:GAP_BREAK_CANDIDATES]:
+        if ratio[k] < GAP_BREAK_MIN_RATIO:
+            break
+        starts = np.unique(np.concatenate([[0], np.flatnonzero(idle >= top[k]), [n]]))
+        counts = np.diff(starts)
+        med = float(np.median(counts))
+        regular = np.abs(counts - med) <= GAP_LOOP_COUNT_TOLERANCE * med
+        if regular.sum() < MIN_ITERATIONS:
+            continue
+        lo, hi = _longest_true_run(regular)
+        if hi - lo < MIN_GAP_LOOP_ITERATIONS:
+            continue
+        bounds = [int(x) for x in starts[lo : hi + 1]]
+        cover = bounds[-1] - bounds[0]
+        if (
+            best is None
+            or cover > best[0] * (1 + LONGER_PERIOD_MIN_GAIN)
+            or (cover >= best[0] * (1 - LONGER_PERIOD_MIN_GAIN) and len(bounds) > best[1])
+        ):
+            best = (cover, len(bounds), bounds)
+    return best[2] if best is not None else []
 
 
 def _find_repetition(codes: np.ndarray) -> tuple[int, int, int] | None:
@@ -573,10 +689,21 @@ def _lag_match_share(codes: np.ndarray, max_lag: int) -> np.ndarray:
 
 def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int]:
     """[lo, hi): the longest stretch of tokens whose share of matches one period later,
-    averaged over a period, is at least REPEAT_MIN_SHARE (hi includes the last period)."""
-    match = (codes[:-p] == codes[p:]).astype(np.float64)
-    if len(match) < p:
+    averaged over a period, is at least REPEAT_MIN_SHARE. A token matches when it equals
+    one of the tokens p-FUZZY_SHIFT .. p+FUZZY_SHIFT later: a one-off kernel in one
+    iteration shifts the rest by one, which an exact lag counts as a period of misses."""
+    n = len(codes)
+    if n - p < p:
         return 0, 0
+    match = np.zeros(n - p, dtype=bool)
+    shift = min(FUZZY_SHIFT, p // FUZZY_MIN_PERIOD_PER_SHIFT)
+    for d in range(-shift, shift + 1):
+        lag = p + d
+        if lag <= 0 or lag >= n:
+            continue
+        hit = codes[: n - lag] == codes[lag:]
+        m = min(len(hit), len(match))
+        match[:m] |= hit[:m]
     csum = np.concatenate([[0.0], np.cumsum(match)])
     share = (csum[p:] - csum[:-p]) / p  # share[i] = mean(match[i:i+p])
     good = share >= REPEAT_MIN_SHARE
@@ -589,7 +716,7 @@ def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int]:
     hits = np.flatnonzero(match[lo:m_hi])
     if not len(hits):
         return 0, 0
-    return lo + int(hits[0]), min(lo + int(hits[-1]) + 1 + p, len(codes))
+    return lo + int(hits[0]), min(lo + int(hits[-1]) + 1 + p, n)
 
 
 def _longest_true_run(mask: np.ndarray) -> tuple[int, int]:
@@ -601,45 +728,81 @@ def _longest_true_run(mask: np.ndarray) -> tuple[int, int]:
     return int(starts[i]), int(ends[i])
 
 
-def _anchor_bounds(codes: np.ndarray, idle_before: np.ndarray, p: int, lo: int, hi: int) -> list[int]:
-    """Token indices where iterations start inside [lo, hi), plus the end of the last
-    whole iteration; cut at the name (or pair of names) that occurs once per period,
-    evenly spaced, after the longest idle time."""
+def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, hi: int) -> list[int]:
+    """Token indices where iterations start, plus the end of the last whole iteration.
+
+    Cut at a name (or pair of names) that occurs once per period, evenly spaced, inside
+    the repeating stretch [lo, hi), followed back and forth beyond it while it keeps its
+    spacing (a first iteration that differs still starts with the same kernel). Of the
+    candidates, the one giving the most whole iterations wins, then the one after the most
+    idle time (where a loop turns over: data loading, a sync, the optimizer's Python)."""
     expected = (hi - lo) / p
-    seg = codes[lo:hi]
-    uni = _anchor_candidates(seg, idle_before[lo:hi], p, expected)
-    bi = _anchor_candidates(seg[:-1] * (int(codes.max()) + 1) + seg[1:], idle_before[lo : hi - 1], p, expected)
-    cands = uni + bi
-    if cands:
-        # the anchor after the most idle time; on a tie (a GPU-bound loop) the one met
-        # first, which opens the repeating stretch
-        best = max(cands, key=lambda c: (c[0], -int(c[1][0])))
-        starts = [lo + int(i) for i in best[1]]
-    else:
-        starts = list(range(lo, hi - p + 1, p))
-    if not starts:
-        return []
-    spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(p)
-    tail = hi - starts[-1]
-    if tail >= LAST_ITERATION_MIN_SHARE * spacing:
-        return [*starts, min(starts[-1] + round(spacing), len(codes))]
-    return starts
+    width = int(codes.max()) + 1
+    keys = (codes, np.concatenate([codes[:-1] * width + codes[1:], [-1]]))
+    best: tuple[int, int, int, float, list[int]] | None = None
+    for key in keys:
+        for pos in _anchor_candidates(key[lo:hi], p, expected):
+            starts = _extend(key, [lo + int(i) for i in pos], p)
+            bounds = _close_last(starts, len(codes), hi)
+            whole = len(bounds) - 1
+            # A loop's first kernel opens the repeating stretch (the profiler and the
+            # script's loop both start at an iteration boundary), so an anchor there
+            # beats one after more idle time (a blocking copy in mid-step, rank0.json).
+            at_start = starts[0] <= lo + PHASE_SLACK_SHARE * p + PHASE_SLACK_TOKENS
+            # among anchors at the start, the earliest (the loop's first kernel)
+            score = (whole, int(at_start), -starts[0] if at_start else 0, float(gap_before[starts].sum()))
+            if best is None or score > best[:4]:
+                best = (*score, bounds)
+    if best is not None:
+        return best[4]
+    return _close_last(list(range(lo, hi - p + 1, p)), len(codes), hi)
 
 
-def _anchor_candidates(key: np.ndarray, idle: np.ndarray, p: int, expected: float) -> list[tuple[float, np.ndarray]]:
-    """(idle before it, positions) of each key that occurs about once per period."""
+def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndarray]:
+    """Positions of each key that occurs about once per period, evenly spaced."""
     order = np.argsort(key, kind="stable")
     cut = np.flatnonzero(np.diff(key[order])) + 1
     lo_count, hi_count = max(MIN_ITERATIONS, int(np.floor(expected)) - 1), int(np.ceil(expected)) + 1
     out = []
     for g in np.split(order, cut):
-        if not lo_count <= len(g) <= hi_count:
+        if not lo_count <= len(g) <= hi_count or key[g[0]] < 0:
             continue
         d = np.diff(g)
         if d.min() < (1 - ANCHOR_SPACING_TOLERANCE) * p or d.max() > (1 + ANCHOR_SPACING_TOLERANCE) * p:
             continue
-        out.append((float(idle[g].sum()), g))
+        out.append(g)
     return out
+
+
+def _extend(key: np.ndarray, starts: list[int], p: int) -> list[int]:
+    """Follow the anchor beyond the stretch while its occurrences keep the spacing."""
+    where = np.flatnonzero(key == key[starts[0]])
+    spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(p)
+    lo_d, hi_d = (1 - ANCHOR_SPACING_TOLERANCE) * spacing, (1 + ANCHOR_SPACING_TOLERANCE) * spacing
+    out = list(starts)
+    while True:
+        prev = where[(where < out[0]) & (out[0] - where >= lo_d) & (out[0] - where <= hi_d)]
+        if not len(prev):
+            break
+        out.insert(0, int(prev[np.argmin(np.abs(out[0] - prev - spacing))]))
+    while True:
+        nxt = where[(where > out[-1]) & (where - out[-1] >= lo_d) & (where - out[-1] <= hi_d)]
+        if not len(nxt):
+            break
+        out.append(int(nxt[np.argmin(np.abs(nxt - out[-1] - spacing))]))
+    return out
+
+
+def _close_last(starts: list[int], n: int, hi: int) -> list[int]:
+    """Starts plus the end of the last iteration when it is whole (it reaches at least
+    LAST_ITERATION_MIN_SHARE of the median spacing before the sequence ends)."""
+    if not starts:
+        return []
+    spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(hi - starts[0])
+    end = min(starts[-1] + round(spacing), n)
+    if end - starts[-1] >= LAST_ITERATION_MIN_SHARE * spacing and max(hi, end) - starts[-1] > 0:
+        return [*starts, end]
+    return starts
 
 
 def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> Window:
@@ -773,9 +936,7 @@ def _classify_host(model: TraceModel, lo: float, hi: float, ref_lo: float, ref_h
     by_name = _kind_table(cats, kind_col, codes)
     r_codes = codes[rows]
     r_kind = kind_col[rows]
-    labels = np.array(
-        [by_name.get((int(c), int(k)), "") for c, k in zip(r_codes, r_kind, strict=True)], dtype=object
-    )
+    labels = np.array([by_name.get((int(c), int(k)), "") for c, k in zip(r_codes, r_kind, strict=True)], dtype=object)
     r_ts, r_end = ts[rows], end[rows]
     # cudaFree(0) creating the context vs a free
     is_free = labels == "allocation"
@@ -805,7 +966,7 @@ def _classify_host(model: TraceModel, lo: float, hi: float, ref_lo: float, ref_h
         out_iv[what] = _merge(iv)
         counts[what] = int(sel.sum())
         durs = pd.Series(hi_c[sel] - lo_c[sel]).groupby(r_codes[sel]).sum()
-        per_name[what] = {cats[int(c)]: float(v) for c, v in durs.items()}
+        per_name[what] = {cats[int(c)]: float(v) for c, v in zip(durs.index.to_numpy(), durs.to_numpy(), strict=True)}
     # first-call work outside the known kinds is reported as "other" in the start-up
     if "first_call" in out_iv:
         counts["other"] = counts.get("other", 0) + counts["first_call"]
