@@ -77,8 +77,9 @@ CUDA_INIT_FREE_MIN_US = 10_000.0
 
 #: At least this many repetitions make a loop.
 MIN_ITERATIONS = 2
-#: Random phase projections for the name autocorrelation: the noise on a lag's match
-#: count is about sqrt(n / (2 * dims)), under 1% of n for n >= 2,000 tokens.
+#: Random sign projections for the name autocorrelation: the noise on a lag's match
+#: count is about sqrt(n / dims), under 1% of n for n >= 1,300 tokens; the candidates
+#: it proposes are then counted exactly.
 PROJECTION_DIMS = 8
 #: Candidate periods measured exactly (the best lags of the approximate score).
 CANDIDATE_LAGS = 16
@@ -92,13 +93,17 @@ FUZZY_SHIFT = 2
 #: ... but only one shift per this many tokens of period: in a short period, a token a
 #: few places away is just another token of the same iteration.
 FUZZY_MIN_PERIOD_PER_SHIFT = 10
+#: Weight of a match one or two tokens off against an exact one when periods compete.
+SHIFTED_MATCH_WEIGHT = 0.5
 #: The repeating stretch must cover at least this share of the tokens of the trace
 #: (or MIN_ITERATIONS periods, whichever is more) to be the steady state; less is
 #: incidental (a sweep that repeats one shape twice).
 MIN_STRETCH_SHARE = 0.3
-#: A longer period wins over a shorter one only when its stretch is longer by this
-#: share: harmonics (2p, 3p) cover the same stretch as p.
+#: Stretches within this share of the longest are about as long (harmonics 2p, 3p cover
+#: the same stretch as p): the one with most exact matches wins among them.
 LONGER_PERIOD_MIN_GAIN = 0.05
+#: Anchor candidates followed beyond the repeating stretch.
+ANCHORS_FOLLOWED = 16
 #: An anchor's occurrences may be this far (share of the period) from even spacing.
 ANCHOR_SPACING_TOLERANCE = 0.5
 #: A last iteration shorter than this share of the median one is cut off by the end of
@@ -656,45 +661,65 @@ def _find_repetition(codes: np.ndarray) -> tuple[int, int, int] | None:
     max_lag = n // MIN_ITERATIONS
     if max_lag < 1:
         return None
-    approx = _lag_match_share(codes, max_lag)
+    matches = _lag_matches(codes, max_lag)
+    share = matches / (n - np.arange(max_lag + 1))
     k = min(CANDIDATE_LAGS, max_lag)
-    lags = np.argsort(-approx[1:], kind="stable")[:k] + 1
-    best: tuple[int, int, int] | None = None
-    for p in sorted(int(x) for x in lags):
-        lo, hi = _longest_repeat(codes, p)
+    # the best lags by share (a loop after a long set-up) and by count (a loop whose
+    # iterations hold a shorter repetition, layers in a forward)
+    lags = {int(x) + 1 for x in np.argsort(-share[1:], kind="stable")[:k]}
+    lags |= {int(x) + 1 for x in np.argsort(-matches[1:], kind="stable")[:k]}
+    found: list[tuple[int, int, int, float]] = []  # (period, lo, hi, match score)
+    for p in sorted(lags):
+        lo, hi, fuzzy = _longest_repeat(codes, p)
         if hi - lo < max(MIN_ITERATIONS * p, MIN_STRETCH_SHARE * n):
             continue
-        if best is None or (hi - lo) > (best[2] - best[1]) * (1 + LONGER_PERIOD_MIN_GAIN):
-            best = (p, lo, hi)
-    return best
+        exact = int(np.count_nonzero(codes[lo : hi - p] == codes[lo + p : hi]))
+        found.append((p, lo, hi, exact + SHIFTED_MATCH_WEIGHT * (fuzzy - exact)))
+    if not found:
+        return None
+    # The longest stretch. Among stretches about as long: not a harmonic of a shorter
+    # tied period (3p + a few one-off kernels), then the best matches, exact ones
+    # counting more than shifted ones (a lag that matches alternating kernels one token
+    # off is not a period).
+    longest = max(hi - lo for _, lo, hi, _ in found)
+    tied = [f for f in found if f[2] - f[1] >= (1 - LONGER_PERIOD_MIN_GAIN) * longest]
+    tied = [f for f in tied if not any(_is_harmonic(f[0], g[0]) for g in tied if g[0] < f[0])]
+    p, lo, hi, _ = max(tied, key=lambda f: (f[3], -f[0]))
+    return p, lo, hi
 
 
-def _lag_match_share(codes: np.ndarray, max_lag: int) -> np.ndarray:
-    """Approximate share of tokens equal to the token `lag` later, for lag 0..max_lag.
+def _is_harmonic(p: int, q: int) -> bool:
+    """p is about k * q for some k >= 2 (each period may carry a few one-off tokens)."""
+    k = round(p / q)
+    return k >= 2 and abs(p - k * q) <= k * FUZZY_SHIFT
 
-    Each code gets a random unit phase per projection; the autocorrelation of the phases
-    counts equal pairs exactly (phase difference 0) plus zero-mean noise for unequal ones,
-    and costs one FFT per projection instead of one per distinct name."""
+
+def _lag_matches(codes: np.ndarray, max_lag: int) -> np.ndarray:
+    """Approximate number of tokens equal to the token `lag` later, for lag 0..max_lag.
+
+    Each code gets a random sign per projection; the autocorrelation of the signs counts
+    equal pairs exactly (their product is 1) plus zero-mean noise for unequal ones (about
+    sqrt(n / PROJECTION_DIMS)), and costs one FFT per projection instead of one per
+    distinct name."""
     n = len(codes)
     rng = np.random.default_rng(0)
-    phases = rng.uniform(0.0, 2 * np.pi, size=(int(codes.max()) + 1, PROJECTION_DIMS))
-    z = np.exp(1j * phases[codes])
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(int(codes.max()) + 1, PROJECTION_DIMS))
+    z = signs[codes]
     size = 1 << int(np.ceil(np.log2(2 * n)))
-    f = np.fft.fft(z, size, axis=0)
-    ac = np.fft.ifft(f * np.conj(f), axis=0)[: max_lag + 1].real.mean(axis=1)
-    overlap = n - np.arange(max_lag + 1)
-    out: np.ndarray = ac / overlap
-    return out
+    f = np.fft.rfft(z, size, axis=0)
+    ac: np.ndarray = np.fft.irfft(f * np.conj(f), size, axis=0)[: max_lag + 1].mean(axis=1)
+    return ac
 
 
-def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int]:
+def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int, int]:
     """[lo, hi): the longest stretch of tokens whose share of matches one period later,
     averaged over a period, is at least REPEAT_MIN_SHARE. A token matches when it equals
     one of the tokens p-FUZZY_SHIFT .. p+FUZZY_SHIFT later: a one-off kernel in one
-    iteration shifts the rest by one, which an exact lag counts as a period of misses."""
+    iteration shifts the rest by one, which an exact lag counts as a period of misses.
+    Also returns the number of matching tokens inside the stretch."""
     n = len(codes)
     if n - p < p:
-        return 0, 0
+        return 0, 0, 0
     match = np.zeros(n - p, dtype=bool)
     shift = min(FUZZY_SHIFT, p // FUZZY_MIN_PERIOD_PER_SHIFT)
     for d in range(-shift, shift + 1):
@@ -704,19 +729,20 @@ def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int]:
         hit = codes[: n - lag] == codes[lag:]
         m = min(len(hit), len(match))
         match[:m] |= hit[:m]
+    w = p
     csum = np.concatenate([[0.0], np.cumsum(match)])
-    share = (csum[p:] - csum[:-p]) / p  # share[i] = mean(match[i:i+p])
+    share = (csum[w:] - csum[:-w]) / w  # share[i] = mean(match[i:i+w])
     good = share >= REPEAT_MIN_SHARE
     if not good.any():
-        return 0, 0
+        return 0, 0, 0
     lo, hi = _longest_true_run(good)
-    # The windows [lo, hi) cover match indices lo .. hi-2+p; the stretch runs from the
+    # The windows [lo, hi) cover match indices lo .. hi-2+w; the stretch runs from the
     # first token that matches to the partner of the last one.
-    m_hi = min(hi - 1 + p, len(match))
+    m_hi = min(hi - 1 + w, len(match))
     hits = np.flatnonzero(match[lo:m_hi])
     if not len(hits):
-        return 0, 0
-    return lo + int(hits[0]), min(lo + int(hits[-1]) + 1 + p, n)
+        return 0, 0, 0
+    return lo + int(hits[0]), min(lo + int(hits[-1]) + 1 + p, n), len(hits)
 
 
 def _longest_true_run(mask: np.ndarray) -> tuple[int, int]:
@@ -737,19 +763,26 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
     candidates, the one giving the most whole iterations wins, then the one after the most
     idle time (where a loop turns over: data loading, a sync, the optimizer's Python)."""
     expected = (hi - lo) / p
+    slack = PHASE_SLACK_SHARE * p + PHASE_SLACK_TOKENS
     width = int(codes.max()) + 1
     keys = (codes, np.concatenate([codes[:-1] * width + codes[1:], [-1]]))
     best: tuple[int, int, int, float, list[int]] | None = None
     for key in keys:
-        for pos in _anchor_candidates(key[lo:hi], p, expected):
+        cands = _anchor_candidates(key[lo:hi], p, expected)
+        # followed beyond the stretch: only the most promising (they are many in a long
+        # iteration, and following one costs a pass over the sequence)
+        cands.sort(
+            key=lambda g: (len(g), int(g[0] <= slack), -int(g[0]), float(gap_before[lo + g].sum())), reverse=True
+        )
+        for pos in cands[:ANCHORS_FOLLOWED]:
             starts = _extend(key, [lo + int(i) for i in pos], p)
             bounds = _close_last(starts, len(codes), hi)
             whole = len(bounds) - 1
             # A loop's first kernel opens the repeating stretch (the profiler and the
             # script's loop both start at an iteration boundary), so an anchor there
-            # beats one after more idle time (a blocking copy in mid-step, rank0.json).
-            at_start = starts[0] <= lo + PHASE_SLACK_SHARE * p + PHASE_SLACK_TOKENS
-            # among anchors at the start, the earliest (the loop's first kernel)
+            # beats one after more idle time (a blocking copy in mid-step, rank0.json);
+            # among anchors at the start, the earliest (the loop's first kernel).
+            at_start = starts[0] <= lo + slack
             score = (whole, int(at_start), -starts[0] if at_start else 0, float(gap_before[starts].sum()))
             if best is None or score > best[:4]:
                 best = (*score, bounds)
@@ -761,12 +794,14 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
 def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndarray]:
     """Positions of each key that occurs about once per period, evenly spaced."""
     order = np.argsort(key, kind="stable")
-    cut = np.flatnonzero(np.diff(key[order])) + 1
+    sk = key[order]
+    first = np.concatenate([[0], np.flatnonzero(np.diff(sk)) + 1])
+    counts = np.diff(np.concatenate([first, [len(sk)]]))
     lo_count, hi_count = max(MIN_ITERATIONS, int(np.floor(expected)) - 1), int(np.ceil(expected)) + 1
+    ok = (counts >= lo_count) & (counts <= hi_count) & (sk[first] >= 0)
     out = []
-    for g in np.split(order, cut):
-        if not lo_count <= len(g) <= hi_count or key[g[0]] < 0:
-            continue
+    for a, c in zip(first[ok].tolist(), counts[ok].tolist(), strict=True):
+        g = order[a : a + c]  # positions, increasing (stable sort)
         d = np.diff(g)
         if d.min() < (1 - ANCHOR_SPACING_TOLERANCE) * p or d.max() > (1 + ANCHOR_SPACING_TOLERANCE) * p:
             continue
@@ -933,10 +968,9 @@ def _classify_host(model: TraceModel, lo: float, hi: float, ref_lo: float, ref_h
     cats = [str(c) for c in names.cat.categories]
     kind_col = host["kind"].to_numpy()
     codes = names.cat.codes.to_numpy()
-    by_name = _kind_table(cats, kind_col, codes)
     r_codes = codes[rows]
     r_kind = kind_col[rows]
-    labels = np.array([by_name.get((int(c), int(k)), "") for c, k in zip(r_codes, r_kind, strict=True)], dtype=object)
+    labels = _labels(cats, r_codes, r_kind)
     r_ts, r_end = ts[rows], end[rows]
     # cudaFree(0) creating the context vs a free
     is_free = labels == "allocation"
@@ -974,17 +1008,19 @@ def _classify_host(model: TraceModel, lo: float, hi: float, ref_lo: float, ref_h
     return _Classified(out_iv, counts, per_name)
 
 
-def _kind_table(cats: list[str], kind_col: np.ndarray, codes: np.ndarray) -> dict[tuple[int, int], str]:
-    """(name code, Kind) -> start-up kind, evaluated once per distinct pair."""
-    pairs = np.unique(np.column_stack([codes.astype(np.int64), kind_col.astype(np.int64)]), axis=0)
-    out: dict[tuple[int, int], str] = {}
-    for c, k in pairs:
-        if c < 0:
-            continue
-        what = _kind_of(cats[int(c)], int(k))
-        if what:
-            out[(int(c), int(k))] = what
+def _labels(cats: list[str], codes: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Start-up kind of each row ("" for none), evaluated once per distinct (name, Kind)."""
+    key = codes.astype(np.int64) * _KIND_SPAN + kinds.astype(np.int64)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    per_key = np.array(
+        [_kind_of(cats[int(k) // _KIND_SPAN], int(k) % _KIND_SPAN) if k >= 0 else "" for k in uniq], dtype=object
+    )
+    out: np.ndarray = per_key[inverse.ravel()] if len(uniq) else np.empty(0, dtype=object)
     return out
+
+
+#: Kind values are below this (see schema.Kind), so name code * _KIND_SPAN + Kind is unique.
+_KIND_SPAN = 64
 
 
 def _kind_of(name: str, kind: int) -> str:
