@@ -366,6 +366,19 @@ def test_one_off_kernels_inside_iterations_do_not_break_detection(tmp_path: Path
     assert w.source == "detected" and abs(len(w.steps) - 8) <= 1
 
 
+def test_idle_delimited_loop_of_identical_kernels(tmp_path: Path) -> None:
+    """8 identical GEMMs per step and a 5 ms wait for data between steps, no sync: only
+    the idle gaps show the step."""
+    tr = _Trace()
+    for _ in range(10):
+        for _ in range(8):
+            tr.op("aten::mm", "gemm", kernel_dur=5)
+        tr.t += 5_000
+    found = detect_iterations(tr.load(tmp_path), 0)
+    assert found is not None and "idle gaps" in found.what
+    assert len(found.spans) in (9, 10) and found.period_tokens == 8
+
+
 @needs_real
 def test_detection_is_fast_on_the_largest_traces() -> None:
     for name in ("df_index_resolver.json.gz", "resnet_kineto.json.gz", "control.json.gz"):

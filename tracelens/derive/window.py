@@ -13,18 +13,23 @@ Rules, in order:
    or an op whose first call is FIRST_CALL_RATIO times slower than its later calls) worth
    at least COLD_START_MIN_SHARE of the excess; only when MIN_STEPS_KEPT steps remain.
    Source "steps".
-3. Without step marks the iterations come from the trace itself: the device's sequence of
-   kernels, copies and memsets (or the top-level ops when there is no GPU activity) is
-   coded by name; the period comes from the autocorrelation of those codes (FFT over
-   random phase projections, O(n log n)); for the best candidate periods the longest
-   stretch where the sequence repeats itself is measured exactly, and the period with
-   the longest stretch wins (the smaller on a tie, so a step is not read as two). Inside
-   that stretch an anchor (a name, or a pair of names, that occurs once per period at
-   regular spacing) cuts the iterations, choosing the anchor that follows the longest
-   idle time, which is where loops naturally turn over. Iterations then get the same
-   warm-up rule as steps (keeping at least MIN_DETECTED_KEPT). Source "detected".
-   When the names alone repeat with a period of a few kernels (a loop of one or a few
-   ops synchronised every step) a second pass marks long GPU idle gaps as tokens too.
+3. Without step marks the iterations come from the trace itself. The device's kernels,
+   copies and memsets in GPU order, plus the blocking syncs where they return, are coded
+   by name (the busiest thread's top-level ops when there is no GPU activity). The
+   autocorrelation of the codes (FFT over random sign projections, O(n log n)) proposes
+   candidate periods; for each, the longest stretch where the sequence matches itself one
+   period later (a token may be FUZZY_SHIFT off, for one-off kernels) is measured
+   exactly. The longest stretch wins; among about equally long ones, harmonics of a
+   shorter period lose, then the most exact matches win. Inside the stretch an anchor (a
+   name, or a pair of names, occurring once per period at regular spacing, followed
+   beyond the stretch while it keeps its spacing) cuts the iterations: the anchor giving
+   the most whole iterations, then the one that opens the stretch, then the one after
+   the most idle time. A loop delimited by long idle gaps instead (the sharpest break in
+   the sorted gap lengths, regular pieces) wins when its iterations hold several
+   periods (the same few kernels every step, a sleep or data wait between steps). An
+   iteration starts at the first host work of its loop body (the first op or Python
+   frame after the previous kernel's launch, not torch.profiler's own step()). The same
+   warm-up rule as for steps then applies (keeping MIN_DETECTED_KEPT). Source "detected".
 4. When nothing repeats: the device's first to last activity, or the host span when
    there is no GPU activity. Source "whole".
 
@@ -835,7 +840,7 @@ def _close_last(starts: list[int], n: int, hi: int) -> list[int]:
         return []
     spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(hi - starts[0])
     end = min(starts[-1] + round(spacing), n)
-    if end - starts[-1] >= LAST_ITERATION_MIN_SHARE * spacing and max(hi, end) - starts[-1] > 0:
+    if spacing > 0 and end - starts[-1] >= LAST_ITERATION_MIN_SHARE * spacing:
         return [*starts, end]
     return starts
 
@@ -988,7 +993,7 @@ def _classify_host(model: TraceModel, lo: float, hi: float, ref_lo: float, ref_h
             slow = ops[np.isfinite(m) & ((r_end[ops] - r_ts[ops]) >= FIRST_CALL_RATIO * np.nan_to_num(m))]
             for i in slow:
                 name = cats[int(r_codes[i])].lower()
-                if labels[i] in ("", "data_creation", "other"):
+                if labels[i] == "":  # a slow first aten::to is still data creation
                     labels[i] = "autotune" if any(t in name for t in _AUTOTUNE_FIRST_CALL) else "first_call"
     out_iv: dict[str, np.ndarray] = {}
     counts: dict[str, int] = {}
