@@ -1,43 +1,338 @@
-"""The analysed window (placeholder: the steps, else the GPU's span; replaced by the
-steady-state detection)."""
+"""The steady-state window: which part of a trace to analyse, and what came before it.
+
+Rules, in order:
+
+1. `user_window` (seconds from the trace's start, `--window 30:40`) or `user_steps`
+   (`--steps 3-5`, inclusive, by ProfilerStep number, or by detected iteration index when
+   the trace has no step marks) override everything: source "user".
+2. With ProfilerStep marks the window is the steps: from the first kept step's host start
+   to the end of the last step's host or GPU work. The first step is a warm-up, excluded
+   and reported apart, when it is much slower than the median of the others
+   (>= WARMUP_MIN_RATIO and by more than WARMUP_MIN_EXCESS_US) AND has cold-start work
+   inside (CUDA context creation, lazy module loading, cudaMalloc, compilation, autotuning,
+   or an op whose first call is FIRST_CALL_RATIO times slower than its later calls) worth
+   at least COLD_START_MIN_SHARE of the excess; only when MIN_STEPS_KEPT steps remain.
+   Source "steps".
+3. Without step marks the iterations come from the trace itself. The device's kernels,
+   copies and memsets in GPU order, plus the blocking syncs where they return, are coded
+   by name (the busiest thread's top-level ops when there is no GPU activity). The
+   autocorrelation of the codes (FFT over random sign projections, O(n log n)) proposes
+   candidate periods; for each, the longest stretch where the sequence matches itself one
+   period later (a token may be FUZZY_SHIFT off, for one-off kernels) is measured
+   exactly. The longest stretch wins; among about equally long ones, harmonics of a
+   shorter period lose, then the most exact matches win. Inside the stretch an anchor (a
+   name, or a pair of names, occurring once per period at regular spacing, followed
+   beyond the stretch while it keeps its spacing) cuts the iterations: the anchor giving
+   the most whole iterations, then the one that opens the stretch, then the one after
+   the most idle time. A loop delimited by long idle gaps instead (the sharpest break in
+   the sorted gap lengths, regular pieces) wins when its iterations hold several
+   periods (the same few kernels every step, a sleep or data wait between steps). An
+   iteration starts at the first host work of its loop body (the first op or Python
+   frame after the previous kernel's launch, not torch.profiler's own step()). The same
+   warm-up rule as for steps then applies (keeping MIN_DETECTED_KEPT). Source "detected".
+4. When nothing repeats: the device's first to last activity, or the host span when
+   there is no GPU activity. Source "whole".
+
+Everything from the trace's first event to the window's start is start-up, split into
+`StartupPart`s by what the host was doing (CUDA context creation, lazy loading,
+allocation, compile, autotune, data creation, model building, other); where the kinds
+overlap (a cudaMalloc inside a compiled region) the more specific kind takes the time,
+so the parts add up to `startup_us`.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
+from tracelens.errors import TracelensError
+from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 
+# --------------------------------------------------------------------------------------
+# thresholds
+# --------------------------------------------------------------------------------------
+#: A first step/iteration at least this much slower than the median of the others is a
+#: warm-up candidate: steady steps of the real traces vary by less than 1.4x (the
+#: num_workers=4 ResNet, worker0.1623212756351, has a 1.44x first step with no cold start).
+WARMUP_MIN_RATIO = 1.5
+#: ... and slower by more than this: sub-millisecond steps jitter by more than 1.5x
+#: (elementwise_fp32's 0.4 ms vs 0.15 ms steps) without any cold start.
+WARMUP_MIN_EXCESS_US = 1_000.0
+#: Cold-start work must explain at least this share of the first step's excess time, so
+#: that one first-call cudaMalloc in a slow data-loading step does not make it a warm-up.
+COLD_START_MIN_SHARE = 0.10
+#: Steps left after excluding a warm-up step (the brief's rule: a single remaining marked
+#: step is not a steady state worth trusting over the user's own marks).
+MIN_STEPS_KEPT = 2
+#: Detected iterations left after excluding a warm-up: the repetition itself showed the
+#: steady state, so one clean iteration beats a window that is 99% warm-up (HTA's AlexNet
+#: benchmark: a 12.8 s warm-up forward and one 27 ms measured forward).
+MIN_DETECTED_KEPT = 1
+#: An op call this many times slower than the median of its later calls (and longer than
+#: FIRST_CALL_MIN_US) is first-call work: cuDNN benchmark mode, cuBLASLt heuristics,
+#: lazy initialisation inside the op.
+FIRST_CALL_RATIO = 10.0
+FIRST_CALL_MIN_US = 1_000.0
+#: A cudaFree this long is `cudaFree(0)` creating the CUDA context, not a free.
+CUDA_INIT_FREE_MIN_US = 10_000.0
 
+#: At least this many repetitions make a loop.
+MIN_ITERATIONS = 2
+#: Random sign projections for the name autocorrelation: the noise on a lag's match
+#: count is about sqrt(n / dims), under 1% of n for n >= 1,300 tokens; the candidates
+#: it proposes are then counted exactly.
+PROJECTION_DIMS = 8
+#: Candidate periods measured exactly (the best lags of the approximate score).
+CANDIDATE_LAGS = 16
+#: A stretch "repeats" where at least this share of its tokens equal the token one
+#: period later (averaged over a period): tolerates one-off kernels and a few swaps
+#: between streams.
+REPEAT_MIN_SHARE = 0.5
+#: Tokens a match may be displaced by (one-off kernels, or fewer, in one iteration than
+#: in the next).
+FUZZY_SHIFT = 2
+#: ... but only one shift per this many tokens of period: in a short period, a token a
+#: few places away is just another token of the same iteration.
+FUZZY_MIN_PERIOD_PER_SHIFT = 10
+#: Weight of a match one or two tokens off against an exact one when periods compete.
+SHIFTED_MATCH_WEIGHT = 0.5
+#: The repeating stretch must cover at least this share of the tokens of the trace
+#: (or MIN_ITERATIONS periods, whichever is more) to be the steady state; less is
+#: incidental (a sweep that repeats one shape twice).
+MIN_STRETCH_SHARE = 0.3
+#: Stretches within this share of the longest are about as long (harmonics 2p, 3p cover
+#: the same stretch as p): the one with most exact matches wins among them.
+LONGER_PERIOD_MIN_GAIN = 0.05
+#: Anchor candidates followed beyond the repeating stretch.
+ANCHORS_FOLLOWED = 16
+#: An anchor's occurrences may be this far (share of the period) from even spacing.
+ANCHOR_SPACING_TOLERANCE = 0.5
+#: A last iteration shorter than this share of the median one is cut off by the end of
+#: the trace: not a whole iteration.
+LAST_ITERATION_MIN_SHARE = 0.8
+#: Loops delimited by idle time (a sync or a data wait at each step's end): the long
+#: gaps are those above the sharpest break (at least GAP_BREAK_MIN_RATIO) in the sorted
+#: gap lengths, and longer than GAP_TOKEN_MIN_US (launch latency alone is 5-20 µs).
+GAP_BREAK_MIN_RATIO = 3.0
+GAP_TOKEN_MIN_US = 20.0
+#: Gaps shorter than this are clock noise when taking ratios.
+GAP_FLOOR_US = 1.0
+#: An idle-delimited loop has at least this many tokens per iteration on average (fewer
+#: is a host-bound stream of single kernels, not a loop).
+MIN_TOKENS_PER_GAP_LOOP = 2
+#: ... and at least this many iterations: two pieces are as likely two phases of a run
+#: (power_gemm: random inputs, then zeros) as two steps.
+MIN_GAP_LOOP_ITERATIONS = 3
+#: Its pieces are regular when their token counts are within this share of the median.
+GAP_LOOP_COUNT_TOLERANCE = 0.25
+#: It wins over the names' period when its iterations are at least this many periods
+#: long (the names repeat inside it) and it covers this share of the names' stretch.
+LONGER_LOOP_FACTOR = 1.8
+GAP_LOOP_MIN_COVER = 0.5
+#: Both searches found the same loop when their periods agree within this share.
+SAME_LOOP_TOLERANCE = 0.2
+#: ... and then it wins only when it covers this much more (the anchors are phase-aligned).
+GAP_LOOP_MORE_COVER = 1.25
+#: An anchor "opens the stretch" when its first occurrence is this close to its start.
+PHASE_SLACK_SHARE = 0.02
+PHASE_SLACK_TOKENS = 2
+#: Breaks in the sorted gap lengths tried (the sharpest first).
+GAP_BREAK_CANDIDATES = 8
+#: Names of the startup detail.
+DETAIL_TOP = 3
+
+STARTUP_KINDS = (
+    "cuda_init",
+    "lazy_loading",
+    "allocation",
+    "compile",
+    "autotune",
+    "data_creation",
+    "model_building",
+    "other",
+)
+#: Where kinds overlap, the earlier one in this list takes the time (the more specific:
+#: a cudaMalloc inside a compiled region is allocation, a conv's autotune inside
+#: torch.compile is autotune; weights created in a module's __init__ are model building).
+_PRIORITY = (
+    "cuda_init",
+    "lazy_loading",
+    "allocation",
+    "autotune",
+    "compile",
+    "model_building",
+    "data_creation",
+    "other",
+)
+#: Kinds that make a slow first step a warm-up ("other" here is first-call work only).
+_COLD_KINDS = frozenset({"cuda_init", "lazy_loading", "allocation", "autotune", "compile", "first_call"})
+
+_CUDA_INIT_CALLS = frozenset(
+    {
+        "cudaGetDeviceCount",
+        "cuInit",
+        "cuDevicePrimaryCtxRetain",
+        "cuDevicePrimaryCtxReset",
+        "cuCtxCreate",
+        "cudaSetDevice",
+        "cudaDeviceGetStreamPriorityRange",  # torch's lazy_init: the first call creates the context
+        "hipInit",
+        "hipGetDeviceCount",
+        "hipSetDevice",
+        "hipDeviceGetStreamPriorityRange",
+    }
+)
+_LAZY_PREFIXES = ("cuModuleLoad", "cuModuleGetFunction", "cuLibrary", "cudaGetFuncBySymbol", "hipModuleLoad")
+_LAZY_OVERHEAD = ("Lazy Function Loading",)
+_ALLOC_CALLS = frozenset(
+    {
+        "cudaMalloc",
+        "cudaMallocAsync",
+        "cudaMallocHost",
+        "cudaHostAlloc",
+        "cudaFree",
+        "cudaFreeHost",
+        "cudaMallocManaged",
+        "cuMemAlloc",
+        "cuMemAlloc_v2",
+        "cuMemCreate",
+        "cuMemMap",
+        "hipMalloc",
+        "hipHostMalloc",
+        "hipFree",
+        "hipExtMallocWithFlags",
+    }
+)
+_COMPILE_MARKERS = (
+    "Torch-Compiled Region",
+    "TorchDynamo",
+    "CompiledFunction",
+    "torch/_dynamo/convert_frame",
+    "torch/_dynamo/output_graph",
+    "torch/_dynamo/symbolic_convert",
+    "torch/_inductor/compile_fx",
+    "torch/_inductor/codecache",
+    "torch/_inductor/graph",
+    "torch/_functorch/aot_autograd",
+    "triton/compiler/compiler.py",
+    "torch/jit/_script",
+)
+_AUTOTUNE_MARKERS = ("cudnnFind", "cudnnGet", "autotune", "Autotune", "benchmark_", "select_algorithm")
+_DATA_OPS = frozenset(
+    {
+        "aten::randn",
+        "aten::rand",
+        "aten::randint",
+        "aten::randperm",
+        "aten::normal_",
+        "aten::uniform_",
+        "aten::empty",
+        "aten::empty_strided",
+        "aten::zeros",
+        "aten::ones",
+        "aten::full",
+        "aten::arange",
+        "aten::tensor",
+        "aten::copy_",
+        "aten::to",
+        "aten::_to_copy",
+        "aten::lift_fresh",
+        "aten::from_file",
+    }
+)
+_MODEL_FRAME_RE = re.compile(
+    r"torch/nn/modules/.*: __init__|from_config|from_pretrained|_init_weights|init_weights|post_init"
+    r"|torch/nn/init\.py|load_state_dict|: _apply$|: to$"
+)
+#: Op names whose slow first call is algorithm search (cuDNN benchmark mode, cuBLASLt).
+_AUTOTUNE_FIRST_CALL = ("conv", "cudnn", "miopen", "mm", "linear", "matmul", "gemm", "bmm")
+#: Python frames of torch.profiler itself (prof.step() between iterations).
+_PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py")
+_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+#: Blocking host calls: each is a token of the device sequence (placed where it returns),
+#: so a loop that synchronises every step shows its step even when all its kernels have
+#: the same name (power_gemm: 8 identical GEMMs, then torch.cuda.synchronize()).
+_SYNC_CALLS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
+
+
+class WindowError(TracelensError):
+    """A --window or --steps that does not select anything in this trace."""
+
+    exit_code = 2
+
+
+# --------------------------------------------------------------------------------------
+# the result
+# --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepSpan:
-    index: int
+    index: int  # ProfilerStep#N number, or 0..n-1 for detected iterations
     start_us: float
     end_us: float
-    warmup: bool = False
+    warmup: bool = False  # excluded from the window as warm-up
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
 
 
 @dataclass(frozen=True)
 class StartupPart:
-    what: str
-    time_us: float
+    what: str  # one of STARTUP_KINDS
+    time_us: float  # host wall time of that kind before the window (non-overlapping)
     count: int
-    detail: str
+    detail: str  # the top few op/call names
 
 
 @dataclass(frozen=True)
 class Window:
     start_us: float
     end_us: float
-    source: str
-    steps: tuple[StepSpan, ...]
-    excluded_steps: tuple[StepSpan, ...]
-    startup_us: float
+    source: str  # "steps" | "detected" | "whole" | "user"
+    steps: tuple[StepSpan, ...]  # steps/iterations inside the window
+    excluded_steps: tuple[StepSpan, ...]  # warm-up steps left out (reported apart)
+    startup_us: float  # from the trace's first event to start_us
     startup: tuple[StartupPart, ...]
-    reason: str
+    reason: str  # one sentence: which window was chosen and why
+
+    @property
+    def dur_us(self) -> float:
+        return self.end_us - self.start_us
 
 
+@dataclass(frozen=True)
+class Iterations:
+    """What the repetition search found (the test and `--steps` read it too)."""
+
+    spans: tuple[StepSpan, ...]
+    period_tokens: int
+    tokens: int  # length of the coded sequence
+    stretch_tokens: int  # tokens inside the repeating stretch
+    what: str  # "kernels" | "kernels and idle gaps" | "top-level ops"
+
+
+# --------------------------------------------------------------------------------------
+# entry point
+# --------------------------------------------------------------------------------------
 def find_window(
     model: TraceModel,
     device: int | None,
@@ -45,18 +340,780 @@ def find_window(
     user_window: tuple[float, float] | None = None,
     user_steps: tuple[int, int] | None = None,
 ) -> Window:
-    st = model.steps.sort_values("cpu_ts")
-    if len(st):
-        start = float(st["cpu_ts"].min())
-        end = float(np.nanmax([st["cpu_end"].max(), st["gpu_end"].max()]))
-        starts = st["cpu_ts"].to_numpy()
-        ends = np.concatenate([starts[1:], [end]])
-        spans = tuple(StepSpan(int(s), float(a), float(b)) for s, a, b in zip(st["step"], starts, ends, strict=True))
-        return Window(start, end, "steps", spans, (), start, (), "the profiled steps")
+    """The window to analyse on `device` (None: the busiest GPU), and the start-up before it."""
+    dev = device if device is not None else (model.meta.active_devices[0] if model.meta.active_devices else None)
+    t0 = _trace_start(model)
+    marked = _marked_steps(model)
+    if user_window is not None:
+        return _user_window(model, dev, t0, user_window, marked)
+    if user_steps is not None:
+        return _user_steps(model, dev, t0, user_steps, marked)
+    if marked:
+        return _window_from_steps(model, t0, marked)
+    found = detect_iterations(model, dev)
+    if found is not None:
+        return _window_from_iterations(model, t0, found)
+    return _whole(model, dev, t0)
+
+
+# --------------------------------------------------------------------------------------
+# ProfilerStep marks
+# --------------------------------------------------------------------------------------
+def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
+    """ProfilerSteps as a partition: each runs to the next one's host start, the last to
+    the end of its host or GPU work (the per-step ledger splits the window the same way)."""
+    st = model.steps
+    if st.empty:
+        return ()
+    st = st.sort_values("cpu_ts", kind="stable")
+    starts = st["cpu_ts"].to_numpy(dtype=np.float64)
+    cpu_end = st["cpu_end"].to_numpy(dtype=np.float64)
+    gpu_end = st["gpu_end"].to_numpy(dtype=np.float64)
+    last_end = float(np.nanmax([np.nanmax(cpu_end), np.nanmax(gpu_end) if np.isfinite(gpu_end).any() else np.nan]))
+    numbers = st["step"].to_numpy()
+    spans = []
+    for i, number in enumerate(numbers):
+        end = float(starts[i + 1]) if i + 1 < len(starts) else last_end
+        spans.append(StepSpan(int(number), float(starts[i]), max(end, float(starts[i]))))
+    return tuple(spans)
+
+
+def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]) -> Window:
+    kept, excluded, why = _split_warmup(model, steps, MIN_STEPS_KEPT)
+    start, end = kept[0].start_us, kept[-1].end_us
+    reason = (
+        f"the {len(kept)} profiled steps (ProfilerStep#{kept[0].index}-{kept[-1].index})"
+        + (f"; step {excluded[0].index} left out as warm-up ({why})" if excluded else "")
+        + "."
+    )
+    return _make(model, t0, start, end, "steps", kept, excluded, reason)
+
+
+def _split_warmup(
+    model: TraceModel, spans: tuple[StepSpan, ...], min_kept: int
+) -> tuple[tuple[StepSpan, ...], tuple[StepSpan, ...], str]:
+    """(kept, excluded warm-up, why) by the first-step rule in the module docstring."""
+    if len(spans) < min_kept + 1:
+        return spans, (), ""
+    first, rest = spans[0], spans[1:]
+    median = float(np.median([s.dur_us for s in rest]))
+    excess = first.dur_us - median
+    if first.dur_us < WARMUP_MIN_RATIO * median or excess <= WARMUP_MIN_EXCESS_US:
+        return spans, (), ""
+    cold, names = _cold_start_us(model, first, rest[0].start_us, rest[-1].end_us)
+    if cold < COLD_START_MIN_SHARE * excess:
+        return spans, (), ""
+    flagged = StepSpan(first.index, first.start_us, first.end_us, warmup=True)
+    why = f"{first.dur_us / 1e3:.1f} ms vs a median of {median / 1e3:.1f} ms, {cold / 1e3:.1f} ms of {names} inside"
+    return rest, (flagged,), why
+
+
+def _cold_start_us(model: TraceModel, span: StepSpan, ref_lo: float, ref_hi: float) -> tuple[float, str]:
+    """Wall time of cold-start work inside `span`, and the names of its kinds."""
+    parts = _classify_host(model, span.start_us, span.end_us, ref_lo, ref_hi)
+    cold = [iv for what, iv in parts.intervals.items() if what in _COLD_KINDS and len(iv)]
+    if not cold:
+        return 0.0, ""
+    merged = _merge(np.concatenate(cold))
+    kinds = sorted(
+        (what for what in _COLD_KINDS if len(parts.intervals.get(what, ()))), key=lambda k: _PRIORITY_INDEX[k]
+    )
+    return float((merged[:, 1] - merged[:, 0]).sum()), ", ".join(k.replace("_", " ") for k in kinds)
+
+
+# --------------------------------------------------------------------------------------
+# detected iterations
+# --------------------------------------------------------------------------------------
+def detect_iterations(model: TraceModel, device: int | None) -> Iterations | None:
+    """Iterations of the loop that issued the device's work (or the host's top-level ops),
+    or None when nothing repeats; ProfilerStep marks are not looked at."""
+    seq = _token_sequence(model, device)
+    if seq is None:
+        return None
+    codes, last_end, idle_before = seq.codes, seq.work_end, seq.idle
+    n = len(codes)
+    by_names: list[int] = []
+    period = 0
+    found = _find_repetition(codes)
+    if found is not None:
+        period, lo, hi = found
+        by_names = _anchor_bounds(codes, idle_before + seq.host_gap, period, lo, hi)
+    by_gaps = _gap_bounds(idle_before)
+    what = seq.what
+    bounds = by_names
+    if by_gaps:
+        seg = float(np.median(np.diff(by_gaps)))
+        covered = by_gaps[-1] - by_gaps[0]
+        names_cover = by_names[-1] - by_names[0] if by_names else 0
+        # The loop delimited by idle time (a sync or data wait every step) is the outer
+        # loop when it is longer than the names' period: the names then repeat inside it
+        # (the same few kernels every step). When both find the same loop, the one that
+        # covers more of the trace wins.
+        outer = seg >= LONGER_LOOP_FACTOR * period and covered >= GAP_LOOP_MIN_COVER * names_cover
+        same = abs(seg - period) <= SAME_LOOP_TOLERANCE * max(period, 1) and covered > GAP_LOOP_MORE_COVER * names_cover
+        if not by_names or outer or same:
+            bounds, period, what = by_gaps, round(seg), f"{seq.what} between idle gaps"
+    if len(bounds) < MIN_ITERATIONS + 1:
+        return None
+    first_ts = _openings(model, seq, np.asarray(bounds[:-1]))
+    spans = []
+    for i in range(len(bounds) - 1):
+        a, b = bounds[i], bounds[i + 1]
+        start = float(first_ts[i])
+        end = float(first_ts[i + 1]) if i + 2 < len(bounds) else float(np.max(last_end[a:b]))
+        spans.append(StepSpan(i, start, max(end, start)))
+    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what)
+
+
+@dataclass(frozen=True)
+class _Tokens:
+    codes: np.ndarray  # name code per token, in GPU (or host) order
+    ts: np.ndarray  # when the token starts (GPU, or host for ops)
+    launch: np.ndarray  # host row that launched it (-1: none)
+    launch_ts: np.ndarray  # host start of that call
+    prev_launch: np.ndarray  # latest launch of the tokens before it
+    work_end: np.ndarray  # end of the token's GPU work and of its launch call
+    idle: np.ndarray  # GPU idle time just before the token
+    host_gap: np.ndarray  # host time between this token's launch and the previous one's
+    what: str
+
+
+def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
+    """The device's activity in GPU order, else the busiest thread's top-level ops."""
     act = model.gpu_activity()
-    if device is not None:
+    if device is not None and len(act):
         act = act[act["device"] == device]
-    if act.empty:
-        return Window(0.0, model.span_us, "whole", (), (), 0.0, (), "the whole trace")
-    start, end = float(act["ts"].min()), float(act["end"].max())
-    return Window(start, end, "whole", (), (), start, (), "the GPU's first to last activity")
+    host = model.host
+    h_ts = host["ts"].to_numpy(dtype=np.float64)
+    h_end = host["end"].to_numpy(dtype=np.float64)
+    if len(act) >= MIN_ITERATIONS and len(host):
+        act = act.sort_values("ts", kind="stable")
+        codes = act["name"].cat.codes.to_numpy().astype(np.int64)
+        ts = act["ts"].to_numpy(dtype=np.float64)
+        end = act["end"].to_numpy(dtype=np.float64)
+        launch = act["launch"].to_numpy()
+        has = launch >= 0
+        li = np.clip(launch, 0, None)
+        # Kernels launched before the trace began (a GPU-bound loop queues far ahead):
+        # launched at the trace's start, as far as this trace can tell.
+        launch_ts = np.where(has, h_ts[li], _trace_start(model))
+        syncs = _sync_rows(model)
+        if len(syncs):
+            # sync tokens: coded after every name, placed at the sync's return, launched
+            # "by" themselves (so an iteration cut there starts at the sync's call)
+            s_codes = len(host["name"].cat.categories) + host["name"].cat.codes.to_numpy()[syncs].astype(np.int64)
+            codes = np.concatenate([codes, s_codes])
+            ts = np.concatenate([ts, h_end[syncs]])
+            end = np.concatenate([end, h_end[syncs]])
+            launch = np.concatenate([launch, syncs])
+            has = np.concatenate([has, np.ones(len(syncs), dtype=bool)])
+            li = np.clip(launch, 0, None)
+            launch_ts = np.concatenate([launch_ts, h_ts[syncs]])
+            o = np.argsort(ts, kind="stable")
+            codes, ts, end, launch, li, launch_ts = (x[o] for x in (codes, ts, end, launch, li, launch_ts))
+            has = has[o]
+        prev_launch = np.concatenate([[-np.inf], np.maximum.accumulate(launch_ts)[:-1]])
+        work_end = np.maximum(end, np.where(has, h_end[li], end))
+        run_end = np.maximum.accumulate(end)
+        idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
+        host_gap = np.concatenate([[0.0], np.clip(launch_ts[1:] - prev_launch[1:], 0, None)])
+        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, "kernels")
+    ops = _top_level_ops(model)
+    if len(ops) < MIN_ITERATIONS:
+        return None
+    codes = ops["name"].cat.codes.to_numpy().astype(np.int64)
+    ts = ops["ts"].to_numpy(dtype=np.float64)
+    end = ops["end"].to_numpy(dtype=np.float64)
+    run_end = np.maximum.accumulate(end)
+    idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
+    none = np.full(len(ts), -1)
+    prev = np.concatenate([[-np.inf], ts[:-1]])
+    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), "top-level ops")
+
+
+def _openings(model: TraceModel, seq: _Tokens, idx: np.ndarray) -> np.ndarray:
+    """Host start of iterations opening at tokens `idx` (increasing). An iteration cannot
+    open after its first kernel started, and openings keep the tokens' order (a launch
+    the trace links wrongly must not send one back)."""
+    if seq.what == "top-level ops":
+        return seq.ts[idx].astype(np.float64)
+    raw = _iteration_openings(model, seq.launch[idx], seq.launch_ts[idx], seq.prev_launch[idx])
+    out: np.ndarray = np.maximum.accumulate(np.minimum(raw, seq.ts[idx]))
+    return out
+
+
+def _iteration_openings(
+    model: TraceModel, launch: np.ndarray, launch_ts: np.ndarray, prev_launch: np.ndarray
+) -> np.ndarray:
+    """Host time at which an iteration opening at each token starts: the first top-level
+    host range or Python frame of the launching thread that began after the previous
+    token's launch (the loop body's Python, a DataLoader's __next__, the forward's first
+    op; a conv whose cuDNN search runs seconds before its kernel), never before that
+    previous launch, so iterations stay in order."""
+    host = model.host
+    out = launch_ts.copy()
+    kind = host["kind"].to_numpy()
+    idx = np.arange(len(host))
+    top = ((host["range_root"].to_numpy() == idx) & ((kind == Kind.CPU_OP) | (kind == Kind.USER_ANNOTATION))) | (
+        kind == Kind.PYTHON
+    )
+    if not top.any():
+        return out
+    thread = host["pid"].to_numpy().astype(np.int64) * 1_000_003 + host["tid"].to_numpy().astype(np.int64)
+    t_ts = host["ts"].to_numpy(dtype=np.float64)
+    has = np.flatnonzero(launch >= 0)
+    if not len(has):
+        return out
+    # rows sorted by (thread, ts) so that one searchsorted finds each token's candidate
+    top_rows = np.flatnonzero(top)
+    order = np.lexsort((t_ts[top_rows], thread[top_rows]))
+    top_rows = top_rows[order]
+    key_thread = thread[top_rows]
+    key_ts = t_ts[top_rows]
+    tok_thread = thread[launch[has]]
+    lo_ts = prev_launch[has]
+    # first top-level row on the same thread with ts > previous launch
+    left = np.searchsorted(key_thread, tok_thread, side="left")
+    right = np.searchsorted(key_thread, tok_thread, side="right")
+    key_end = host["end"].to_numpy(dtype=np.float64)[top_rows]
+    cats = host["name"].cat.categories
+    prof_cat = np.fromiter((str(c).startswith(_PROFILER_FRAMES) for c in cats), dtype=bool, count=len(cats))
+    codes = host["name"].cat.codes.to_numpy()[top_rows]
+    key_prof = (codes >= 0) & prof_cat[np.clip(codes, 0, None)] if len(cats) else np.zeros(len(top_rows), bool)
+    cand = np.full(len(has), np.inf)
+    for j in range(len(has)):
+        a, b = int(left[j]), int(right[j])
+        if a == b or not np.isfinite(lo_ts[j]):
+            continue
+        k = a + int(np.searchsorted(key_ts[a:b], lo_ts[j], side="right"))
+        # torch.profiler's own step() closes the previous iteration: open after it
+        while k < b and key_prof[k]:
+            k = a + int(np.searchsorted(key_ts[a:b], key_end[k], side="left"))
+        if k < b:
+            cand[j] = key_ts[k]
+    ok = cand <= launch_ts[has]
+    out[has[ok]] = cand[ok]
+    return out
+
+
+def _sync_rows(model: TraceModel) -> np.ndarray:
+    """Host rows of blocking runtime/driver calls, by position."""
+    host = model.host
+    kind = host["kind"].to_numpy()
+    call = (kind == Kind.RUNTIME) | (kind == Kind.DRIVER)
+    cats = host["name"].cat.categories
+    is_sync = np.fromiter((str(c) in _SYNC_CALLS for c in cats), dtype=bool, count=len(cats))
+    codes = host["name"].cat.codes.to_numpy()
+    ok = call & (codes >= 0) & is_sync[np.clip(codes, 0, None)] if len(cats) else np.zeros(len(host), bool)
+    return np.flatnonzero(ok)
+
+
+def _top_level_ops(model: TraceModel) -> pd.DataFrame:
+    """Outermost CPU ops of the busiest thread, in time order."""
+    host = model.host
+    if host.empty:
+        return host
+    idx = np.arange(len(host))
+    top = host[(host["kind"].to_numpy() == Kind.CPU_OP) & (host["op_root"].to_numpy() == idx)]
+    if top.empty:
+        return top
+    key = top["pid"].astype(np.int64) * 1_000_003 + top["tid"].astype(np.int64)
+    busiest = key.value_counts().index[0]
+    return top[key == busiest].sort_values("ts", kind="stable")
+
+
+def _gap_bounds(idle: np.ndarray) -> list[int]:
+    """Iteration starts (plus the end) where the loop is delimited by long GPU idle gaps,
+    [] when there is no such loop. Each sharp break in the sorted gap lengths is a
+    candidate threshold; the pieces between the gaps above it must be regular (similar
+    token counts); the threshold whose regular run covers the most tokens wins, the
+    finer one on a tie (a phase change is a break too, but its pieces hold many steps)."""
+    n = len(idle)
+    gaps = idle[1:]
+    kmax = min(len(gaps), n // MIN_TOKENS_PER_GAP_LOOP)
+    if kmax < MIN_ITERATIONS:
+        return []
+    top = np.sort(gaps)[::-1][: kmax + 1]
+    ratio = top[:-1] / np.maximum(top[1:], GAP_FLOOR_US)
+    ratio[top[:-1] < GAP_TOKEN_MIN_US] = 0.0
+    best: tuple[int, int, list[int]] | None = None
+    for k in np.argsort(-ratio, kind="stable")[:GAP_BREAK_CANDIDATES]:
+        if ratio[k] < GAP_BREAK_MIN_RATIO:
+            break
+        starts = np.unique(np.concatenate([[0], np.flatnonzero(idle >= top[k]), [n]]))
+        counts = np.diff(starts)
+        med = float(np.median(counts))
+        regular = np.abs(counts - med) <= GAP_LOOP_COUNT_TOLERANCE * med
+        if regular.sum() < MIN_ITERATIONS:
+            continue
+        lo, hi = _longest_true_run(regular)
+        if hi - lo < MIN_GAP_LOOP_ITERATIONS:
+            continue
+        bounds = [int(x) for x in starts[lo : hi + 1]]
+        cover = bounds[-1] - bounds[0]
+        if (
+            best is None
+            or cover > best[0] * (1 + LONGER_PERIOD_MIN_GAIN)
+            or (cover >= best[0] * (1 - LONGER_PERIOD_MIN_GAIN) and len(bounds) > best[1])
+        ):
+            best = (cover, len(bounds), bounds)
+    return best[2] if best is not None else []
+
+
+def _find_repetition(codes: np.ndarray) -> tuple[int, int, int] | None:
+    """(period, lo, hi): the period whose repeating stretch [lo, hi) of tokens is longest."""
+    n = len(codes)
+    max_lag = n // MIN_ITERATIONS
+    if max_lag < 1:
+        return None
+    matches = _lag_matches(codes, max_lag)
+    share = matches / (n - np.arange(max_lag + 1))
+    k = min(CANDIDATE_LAGS, max_lag)
+    # the best lags by share (a loop after a long set-up) and by count (a loop whose
+    # iterations hold a shorter repetition, layers in a forward)
+    lags = {int(x) + 1 for x in np.argsort(-share[1:], kind="stable")[:k]}
+    lags |= {int(x) + 1 for x in np.argsort(-matches[1:], kind="stable")[:k]}
+    found: list[tuple[int, int, int, float]] = []  # (period, lo, hi, match score)
+    for p in sorted(lags):
+        lo, hi, fuzzy = _longest_repeat(codes, p)
+        if hi - lo < max(MIN_ITERATIONS * p, MIN_STRETCH_SHARE * n):
+            continue
+        exact = int(np.count_nonzero(codes[lo : hi - p] == codes[lo + p : hi]))
+        found.append((p, lo, hi, exact + SHIFTED_MATCH_WEIGHT * (fuzzy - exact)))
+    if not found:
+        return None
+    # The longest stretch. Among stretches about as long: not a harmonic of a shorter
+    # tied period (3p + a few one-off kernels), then the best matches, exact ones
+    # counting more than shifted ones (a lag that matches alternating kernels one token
+    # off is not a period).
+    longest = max(hi - lo for _, lo, hi, _ in found)
+    tied = [f for f in found if f[2] - f[1] >= (1 - LONGER_PERIOD_MIN_GAIN) * longest]
+    tied = [f for f in tied if not any(_is_harmonic(f[0], g[0]) for g in tied if g[0] < f[0])]
+    p, lo, hi, _ = max(tied, key=lambda f: (f[3], -f[0]))
+    return p, lo, hi
+
+
+def _is_harmonic(p: int, q: int) -> bool:
+    """p is about k * q for some k >= 2 (each period may carry a few one-off tokens)."""
+    k = round(p / q)
+    return k >= 2 and abs(p - k * q) <= k * FUZZY_SHIFT
+
+
+def _lag_matches(codes: np.ndarray, max_lag: int) -> np.ndarray:
+    """Approximate number of tokens equal to the token `lag` later, for lag 0..max_lag.
+
+    Each code gets a random sign per projection; the autocorrelation of the signs counts
+    equal pairs exactly (their product is 1) plus zero-mean noise for unequal ones (about
+    sqrt(n / PROJECTION_DIMS)), and costs one FFT per projection instead of one per
+    distinct name."""
+    n = len(codes)
+    rng = np.random.default_rng(0)
+    signs = rng.choice(np.array([-1.0, 1.0]), size=(int(codes.max()) + 1, PROJECTION_DIMS))
+    z = signs[codes]
+    size = 1 << int(np.ceil(np.log2(2 * n)))
+    f = np.fft.rfft(z, size, axis=0)
+    ac: np.ndarray = np.fft.irfft(f * np.conj(f), size, axis=0)[: max_lag + 1].mean(axis=1)
+    return ac
+
+
+def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int, int]:
+    """[lo, hi): the longest stretch of tokens whose share of matches one period later,
+    averaged over a period, is at least REPEAT_MIN_SHARE. A token matches when it equals
+    one of the tokens p-FUZZY_SHIFT .. p+FUZZY_SHIFT later: a one-off kernel in one
+    iteration shifts the rest by one, which an exact lag counts as a period of misses.
+    Also returns the number of matching tokens inside the stretch."""
+    n = len(codes)
+    if n - p < p:
+        return 0, 0, 0
+    match = np.zeros(n - p, dtype=bool)
+    shift = min(FUZZY_SHIFT, p // FUZZY_MIN_PERIOD_PER_SHIFT)
+    for d in range(-shift, shift + 1):
+        lag = p + d
+        if lag <= 0 or lag >= n:
+            continue
+        hit = codes[: n - lag] == codes[lag:]
+        m = min(len(hit), len(match))
+        match[:m] |= hit[:m]
+    w = p
+    csum = np.concatenate([[0.0], np.cumsum(match)])
+    share = (csum[w:] - csum[:-w]) / w  # share[i] = mean(match[i:i+w])
+    good = share >= REPEAT_MIN_SHARE
+    if not good.any():
+        return 0, 0, 0
+    lo, hi = _longest_true_run(good)
+    # The windows [lo, hi) cover match indices lo .. hi-2+w; the stretch runs from the
+    # first token that matches to the partner of the last one.
+    m_hi = min(hi - 1 + w, len(match))
+    hits = np.flatnonzero(match[lo:m_hi])
+    if not len(hits):
+        return 0, 0, 0
+    return lo + int(hits[0]), min(lo + int(hits[-1]) + 1 + p, n), len(hits)
+
+
+def _longest_true_run(mask: np.ndarray) -> tuple[int, int]:
+    """[start, end) of the longest run of True."""
+    edges = np.diff(np.concatenate([[0], mask.astype(np.int8), [0]]))
+    starts = np.flatnonzero(edges == 1)
+    ends = np.flatnonzero(edges == -1)
+    i = int(np.argmax(ends - starts))
+    return int(starts[i]), int(ends[i])
+
+
+def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, hi: int) -> list[int]:
+    """Token indices where iterations start, plus the end of the last whole iteration.
+
+    Cut at a name (or pair of names) that occurs once per period, evenly spaced, inside
+    the repeating stretch [lo, hi), followed back and forth beyond it while it keeps its
+    spacing (a first iteration that differs still starts with the same kernel). Of the
+    candidates, the one giving the most whole iterations wins, then the one after the most
+    idle time (where a loop turns over: data loading, a sync, the optimizer's Python)."""
+    expected = (hi - lo) / p
+    slack = PHASE_SLACK_SHARE * p + PHASE_SLACK_TOKENS
+    width = int(codes.max()) + 1
+    keys = (codes, np.concatenate([codes[:-1] * width + codes[1:], [-1]]))
+    best: tuple[int, int, int, float, list[int]] | None = None
+    for key in keys:
+        cands = _anchor_candidates(key[lo:hi], p, expected)
+        # followed beyond the stretch: only the most promising (they are many in a long
+        # iteration, and following one costs a pass over the sequence)
+        cands.sort(
+            key=lambda g: (len(g), int(g[0] <= slack), -int(g[0]), float(gap_before[lo + g].sum())), reverse=True
+        )
+        for pos in cands[:ANCHORS_FOLLOWED]:
+            starts = _extend(key, [lo + int(i) for i in pos], p)
+            bounds = _close_last(starts, len(codes), hi)
+            whole = len(bounds) - 1
+            # A loop's first kernel opens the repeating stretch (the profiler and the
+            # script's loop both start at an iteration boundary), so an anchor there
+            # beats one after more idle time (a blocking copy in mid-step, rank0.json);
+            # among anchors at the start, the earliest (the loop's first kernel).
+            at_start = starts[0] <= lo + slack
+            score = (whole, int(at_start), -starts[0] if at_start else 0, float(gap_before[starts].sum()))
+            if best is None or score > best[:4]:
+                best = (*score, bounds)
+    if best is not None:
+        return best[4]
+    return _close_last(list(range(lo, hi - p + 1, p)), len(codes), hi)
+
+
+def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndarray]:
+    """Positions of each key that occurs about once per period, evenly spaced."""
+    order = np.argsort(key, kind="stable")
+    sk = key[order]
+    first = np.concatenate([[0], np.flatnonzero(np.diff(sk)) + 1])
+    counts = np.diff(np.concatenate([first, [len(sk)]]))
+    lo_count, hi_count = max(MIN_ITERATIONS, int(np.floor(expected)) - 1), int(np.ceil(expected)) + 1
+    ok = (counts >= lo_count) & (counts <= hi_count) & (sk[first] >= 0)
+    out = []
+    for a, c in zip(first[ok].tolist(), counts[ok].tolist(), strict=True):
+        g = order[a : a + c]  # positions, increasing (stable sort)
+        d = np.diff(g)
+        if d.min() < (1 - ANCHOR_SPACING_TOLERANCE) * p or d.max() > (1 + ANCHOR_SPACING_TOLERANCE) * p:
+            continue
+        out.append(g)
+    return out
+
+
+def _extend(key: np.ndarray, starts: list[int], p: int) -> list[int]:
+    """Follow the anchor beyond the stretch while its occurrences keep the spacing."""
+    where = np.flatnonzero(key == key[starts[0]])
+    spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(p)
+    lo_d, hi_d = (1 - ANCHOR_SPACING_TOLERANCE) * spacing, (1 + ANCHOR_SPACING_TOLERANCE) * spacing
+    out = list(starts)
+    while True:
+        prev = where[(where < out[0]) & (out[0] - where >= lo_d) & (out[0] - where <= hi_d)]
+        if not len(prev):
+            break
+        out.insert(0, int(prev[np.argmin(np.abs(out[0] - prev - spacing))]))
+    while True:
+        nxt = where[(where > out[-1]) & (where - out[-1] >= lo_d) & (where - out[-1] <= hi_d)]
+        if not len(nxt):
+            break
+        out.append(int(nxt[np.argmin(np.abs(nxt - out[-1] - spacing))]))
+    return out
+
+
+def _close_last(starts: list[int], n: int, hi: int) -> list[int]:
+    """Starts plus the end of the last iteration when it is whole (it reaches at least
+    LAST_ITERATION_MIN_SHARE of the median spacing before the sequence ends)."""
+    if not starts:
+        return []
+    spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(hi - starts[0])
+    end = min(starts[-1] + round(spacing), n)
+    if spacing > 0 and end - starts[-1] >= LAST_ITERATION_MIN_SHARE * spacing:
+        return [*starts, end]
+    return starts
+
+
+def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> Window:
+    kept, excluded, why = _split_warmup(model, found.spans, MIN_DETECTED_KEPT)
+    start, end = kept[0].start_us, kept[-1].end_us
+    reason = (
+        f"no step marks: {len(found.spans)} iterations of a loop found in the trace's {found.what} "
+        f"(a period of {found.period_tokens} repeating over {found.stretch_tokens} of {found.tokens})"
+        + (f"; iteration 0 left out as warm-up ({why})" if excluded else "")
+        + "."
+    )
+    return _make(model, t0, start, end, "detected", kept, excluded, reason)
+
+
+# --------------------------------------------------------------------------------------
+# whole trace and user overrides
+# --------------------------------------------------------------------------------------
+def _whole(model: TraceModel, dev: int | None, t0: float) -> Window:
+    act = model.gpu_activity()
+    on_dev = act[act["device"] == dev] if dev is not None else act
+    if len(on_dev):
+        start, end = float(on_dev["ts"].min()), float(on_dev["end"].max())
+        reason = "no step marks and no repeating loop found: the GPU's first to last activity."
+    elif len(model.host):
+        start, end = float(model.host["ts"].min()), float(model.host["end"].max())
+        reason = "no step marks, no GPU activity and no repeating loop: the whole host span."
+    else:
+        start = end = t0
+        reason = "the trace has no events to window."
+    return _make(model, t0, start, end, "whole", (), (), reason)
+
+
+def _user_window(
+    model: TraceModel, dev: int | None, t0: float, window: tuple[float, float], marked: tuple[StepSpan, ...]
+) -> Window:
+    a, b = window
+    span = model.span_us
+    start, end = t0 + a * 1e6, t0 + b * 1e6
+    if not (np.isfinite(a) and np.isfinite(b)) or a < 0 or b <= a or start >= span:
+        raise WindowError(f"--window {a:g}:{b:g} is not inside the trace (0 to {(span - t0) / 1e6:.3f} s)")
+    end = min(end, span)
+    spans = marked or _detected_spans(model, dev)
+    inside = tuple(s for s in spans if s.start_us >= start and s.end_us <= end)
+    reason = f"the window asked for: {a:g} s to {b:g} s from the trace's start"
+    reason += f" ({len(inside)} whole steps inside)." if spans else "."
+    return _make(model, t0, start, end, "user", inside, (), reason)
+
+
+def _user_steps(
+    model: TraceModel, dev: int | None, t0: float, steps: tuple[int, int], marked: tuple[StepSpan, ...]
+) -> Window:
+    lo, hi = steps
+    spans = marked or _detected_spans(model, dev)
+    chosen = tuple(s for s in spans if lo <= s.index <= hi)
+    if not chosen:
+        have = f"{spans[0].index}-{spans[-1].index}" if spans else "none"
+        what = "steps" if marked else "detected iterations"
+        raise WindowError(f"--steps {lo}-{hi} selects no step (this trace's {what}: {have})")
+    what = "ProfilerSteps" if marked else "detected iterations"
+    reason = f"the {what} asked for: {chosen[0].index}-{chosen[-1].index}."
+    return _make(model, t0, chosen[0].start_us, chosen[-1].end_us, "user", chosen, (), reason)
+
+
+def _detected_spans(model: TraceModel, dev: int | None) -> tuple[StepSpan, ...]:
+    found = detect_iterations(model, dev)
+    return found.spans if found is not None else ()
+
+
+# --------------------------------------------------------------------------------------
+# start-up
+# --------------------------------------------------------------------------------------
+def _make(
+    model: TraceModel,
+    t0: float,
+    start: float,
+    end: float,
+    source: str,
+    steps: tuple[StepSpan, ...],
+    excluded: tuple[StepSpan, ...],
+    reason: str,
+) -> Window:
+    startup_us = max(start - t0, 0.0)
+    parts = _startup_parts(model, t0, start, end) if startup_us > 0 else ()
+    return Window(start, end, source, steps, excluded, startup_us, parts, reason)
+
+
+@dataclass(frozen=True)
+class _Classified:
+    intervals: dict[str, np.ndarray]  # kind -> (n, 2) clipped, merged intervals
+    counts: dict[str, int]
+    names: dict[str, dict[str, float]]  # kind -> name -> clipped µs
+
+
+def _startup_parts(model: TraceModel, t0: float, start: float, end: float) -> tuple[StartupPart, ...]:
+    """Host time from t0 to `start`, one part per kind, adding up to start - t0."""
+    cls = _classify_host(model, t0, start, start, end)
+    owned = _resolve_priority(cls.intervals, t0, start)
+    total = start - t0
+    parts = []
+    for what in STARTUP_KINDS:
+        t = owned.get(what, 0.0)
+        if what == "other":
+            t = max(total - sum(v for k, v in owned.items() if k != "other"), 0.0)
+        count = cls.counts.get(what, 0)
+        if t <= 0 and count == 0:
+            continue
+        top = sorted(cls.names.get(what, {}).items(), key=lambda kv: -kv[1])[:DETAIL_TOP]
+        detail = ", ".join(name for name, _ in top)
+        if what == "other" and not detail:
+            detail = "host work and idle time of no known start-up kind"
+        parts.append(StartupPart(what, t, count, detail))
+    return tuple(parts)
+
+
+def _classify_host(model: TraceModel, lo: float, hi: float, ref_lo: float, ref_hi: float) -> _Classified:
+    """Host events overlapping [lo, hi) by start-up kind; `first_call` marks op calls
+    FIRST_CALL_RATIO times slower than the median of their calls in [ref_lo, ref_hi)."""
+    host = model.host
+    empty = _Classified({}, {}, {})
+    if host.empty or hi <= lo:
+        return empty
+    ts = host["ts"].to_numpy(dtype=np.float64)
+    end = host["end"].to_numpy(dtype=np.float64)
+    rows = np.flatnonzero((end > lo) & (ts < hi))
+    if not len(rows):
+        return empty
+    names = host["name"]
+    cats = [str(c) for c in names.cat.categories]
+    kind_col = host["kind"].to_numpy()
+    codes = names.cat.codes.to_numpy()
+    r_codes = codes[rows]
+    r_kind = kind_col[rows]
+    labels = _labels(cats, r_codes, r_kind)
+    r_ts, r_end = ts[rows], end[rows]
+    # cudaFree(0) creating the context vs a free
+    is_free = labels == "allocation"
+    if is_free.any():
+        free_code = {i for i, c in enumerate(cats) if c in ("cudaFree", "hipFree")}
+        long_free = is_free & np.isin(r_codes, list(free_code)) & ((r_end - r_ts) >= CUDA_INIT_FREE_MIN_US)
+        labels[long_free] = "cuda_init"
+    # first calls: op calls much slower than their later calls
+    ref = np.flatnonzero((ts >= ref_lo) & (end <= ref_hi) & (kind_col == Kind.CPU_OP))
+    if len(ref):
+        med = pd.Series(end[ref] - ts[ref]).groupby(codes[ref]).median()
+        ops = np.flatnonzero((r_kind == Kind.CPU_OP) & ((r_end - r_ts) >= FIRST_CALL_MIN_US))
+        if len(ops):
+            m = med.reindex(r_codes[ops]).to_numpy()
+            slow = ops[np.isfinite(m) & ((r_end[ops] - r_ts[ops]) >= FIRST_CALL_RATIO * np.nan_to_num(m))]
+            for i in slow:
+                name = cats[int(r_codes[i])].lower()
+                if labels[i] == "":  # a slow first aten::to is still data creation
+                    labels[i] = "autotune" if any(t in name for t in _AUTOTUNE_FIRST_CALL) else "first_call"
+    out_iv: dict[str, np.ndarray] = {}
+    counts: dict[str, int] = {}
+    per_name: dict[str, dict[str, float]] = {}
+    lo_c, hi_c = np.maximum(r_ts, lo), np.minimum(r_end, hi)
+    for what in {str(x) for x in labels if x}:
+        sel = labels == what
+        iv = np.column_stack([lo_c[sel], hi_c[sel]])
+        out_iv[what] = _merge(iv)
+        counts[what] = int(sel.sum())
+        durs = pd.Series(hi_c[sel] - lo_c[sel]).groupby(r_codes[sel]).sum()
+        per_name[what] = {cats[int(c)]: float(v) for c, v in zip(durs.index.to_numpy(), durs.to_numpy(), strict=True)}
+    # first-call work outside the known kinds is reported as "other" in the start-up
+    if "first_call" in out_iv:
+        counts["other"] = counts.get("other", 0) + counts["first_call"]
+        per_name.setdefault("other", {}).update({f"first call of {k}": v for k, v in per_name["first_call"].items()})
+    return _Classified(out_iv, counts, per_name)
+
+
+def _labels(cats: list[str], codes: np.ndarray, kinds: np.ndarray) -> np.ndarray:
+    """Start-up kind of each row ("" for none), evaluated once per distinct (name, Kind)."""
+    key = codes.astype(np.int64) * _KIND_SPAN + kinds.astype(np.int64)
+    uniq, inverse = np.unique(key, return_inverse=True)
+    per_key = np.array(
+        [_kind_of(cats[int(k) // _KIND_SPAN], int(k) % _KIND_SPAN) if k >= 0 else "" for k in uniq], dtype=object
+    )
+    out: np.ndarray = per_key[inverse.ravel()] if len(uniq) else np.empty(0, dtype=object)
+    return out
+
+
+#: Kind values are below this (see schema.Kind), so name code * _KIND_SPAN + Kind is unique.
+_KIND_SPAN = 64
+
+
+def _kind_of(name: str, kind: int) -> str:
+    """The start-up kind of one host event by its name and Kind ("" for none)."""
+    if kind in (Kind.RUNTIME, Kind.DRIVER):
+        if name in _CUDA_INIT_CALLS or name.startswith("cuDevicePrimaryCtx"):
+            return "cuda_init"
+        if name.startswith(_LAZY_PREFIXES):
+            return "lazy_loading"
+        if name in _ALLOC_CALLS:
+            return "allocation"
+        if any(m in name for m in _AUTOTUNE_MARKERS):
+            return "autotune"
+        return ""
+    if kind == Kind.OVERHEAD:
+        return "lazy_loading" if name.startswith(_LAZY_OVERHEAD) else ""
+    if kind in (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON):
+        if kind == Kind.USER_ANNOTATION and _STEP_NAME.match(name):
+            return ""
+        if any(m in name for m in _COMPILE_MARKERS):
+            return "compile"
+        if any(m in name for m in _AUTOTUNE_MARKERS):
+            return "autotune"
+        if kind == Kind.PYTHON and _MODEL_FRAME_RE.search(name):
+            return "model_building"
+        if kind == Kind.CPU_OP and name in _DATA_OPS:
+            return "data_creation"
+    return ""
+
+
+_PRIORITY_INDEX = {k: i for i, k in enumerate((*_PRIORITY, "first_call"))}
+
+
+def _resolve_priority(intervals: dict[str, np.ndarray], lo: float, hi: float) -> dict[str, float]:
+    """Wall time each kind owns in [lo, hi) when overlaps go to the higher priority."""
+    kinds = sorted(intervals, key=lambda k: _PRIORITY_INDEX.get(k, len(_PRIORITY_INDEX)))
+    if not kinds:
+        return {}
+    edges = np.unique(np.concatenate([[lo, hi], *[iv.ravel() for iv in intervals.values()]]))
+    edges = edges[(edges >= lo) & (edges <= hi)]
+    if len(edges) < 2:
+        return {}
+    mids = (edges[:-1] + edges[1:]) / 2
+    widths = np.diff(edges)
+    owner = np.full(len(mids), -1)
+    for i, what in enumerate(kinds):
+        iv = intervals[what]
+        j = np.searchsorted(iv[:, 0], mids, side="right") - 1
+        inside = (j >= 0) & (mids < iv[np.clip(j, 0, None), 1])
+        owner[(owner < 0) & inside] = i
+    out: dict[str, float] = {}
+    for i, what in enumerate(kinds):
+        key = "other" if what == "first_call" else what
+        out[key] = out.get(key, 0.0) + float(widths[owner == i].sum())
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# small helpers
+# --------------------------------------------------------------------------------------
+def _trace_start(model: TraceModel) -> float:
+    firsts = [float(df["ts"].min()) for df in (model.host, model.gpu) if len(df)]
+    return min(firsts) if firsts else 0.0
+
+
+def _merge(iv: np.ndarray) -> np.ndarray:
+    """Union of (n, 2) intervals, sorted and disjoint."""
+    if not len(iv):
+        return np.empty((0, 2))
+    iv = iv[np.argsort(iv[:, 0], kind="stable")]
+    run_end = np.maximum.accumulate(iv[:, 1])
+    new = np.empty(len(iv), dtype=bool)
+    new[0] = True
+    new[1:] = iv[1:, 0] > run_end[:-1]
+    group = np.cumsum(new) - 1
+    out = np.zeros((int(new.sum()), 2))
+    out[:, 0] = iv[new, 0]
+    np.maximum.at(out[:, 1], group, run_end)
+    return out
+
+
+__all__: list[str] = [
+    "STARTUP_KINDS",
+    "Iterations",
+    "StartupPart",
+    "StepSpan",
+    "Window",
+    "WindowError",
+    "detect_iterations",
+    "find_window",
+]

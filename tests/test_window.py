@@ -1,0 +1,388 @@
+"""The steady-state window (tracelens.derive.window) on the real and sample traces, and
+on small synthetic traces for the edge cases.
+
+Detection is checked against the traces' own ProfilerSteps: the same trace with its
+step marks dropped must give about as many iterations and a window that overlaps the
+marked one. Traces where that cannot work are listed with the reason."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from conftest import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+
+from tracelens.derive.window import (
+    STARTUP_KINDS,
+    Window,
+    WindowError,
+    detect_iterations,
+    find_window,
+)
+from tracelens.model import TraceModel, load_trace
+
+ALL_TRACES = [*REAL_TRACES, *SAMPLE_TRACES]
+IDS = [p.name.split(".json")[0] for p in ALL_TRACES]
+
+#: Steps-marked traces where detection cannot recover the marked steps, and why.
+#: (detected count may differ; the window must still overlap)
+INNER_LOOP = {
+    # 50 rounds of the same 4 ops per step, no sync or idle gap at the step boundary:
+    # the loop that repeats is the round (250 iterations of 4 kernels).
+    "launch_bound.pt.trace.json.gz",
+    # the same GEMM (2 kernels) again and again, GPU-bound, nothing marks a step.
+    "gemm_bf16.pt.trace.json.gz",
+    # each step runs the same 9-kernel sequence twice.
+    "gemm_misaligned.pt.trace.json.gz",
+    # one ProfilerStep holding 5 runs of the same 979-kernel forward (the ensemble).
+    "google_owlv2-large-patch14-ensemble__1016001.json.gz",
+}
+#: Nothing repeats: detection must fall back to the whole GPU span.
+NO_REPEAT = {
+    # HTA's down-sampled trace keeps a sample of the kernels (its rank-0 twin keeps
+    # enough of both steps alike to be found).
+    "sampled_rank-1.json.gz",
+    # 14 kernels; the second step is 11 µs long and launches almost nothing.
+    "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+}
+#: Overlap (intersection over union) of the detected and the marked window. The lowest
+#: measured is 0.78 (gemm_misaligned: 0.3 ms steps, 5 ms of host work before the first
+#: kernel); 0.87-0.88 on rank0 (the last step's long blocking copy ends after the last
+#: iteration's kernels), host_bound_pageable and light_idle.
+MIN_OVERLAP = 0.75
+#: The brief's budget for detection on this 2-core machine is 0.5 s; the largest measured
+#: is ~0.15 s (df_index_resolver, 22k tokens) when the machine is idle. The test allows
+#: twice the budget so that a loaded CI box does not flake.
+MAX_SECONDS = 1.0
+
+
+def _without_steps(model: TraceModel) -> TraceModel:
+    return dataclasses.replace(model, steps=model.steps.iloc[0:0])
+
+
+def _overlap(a: Window, b: Window) -> float:
+    inter = max(0.0, min(a.end_us, b.end_us) - max(a.start_us, b.start_us))
+    union = max(a.end_us, b.end_us) - min(a.start_us, b.start_us)
+    return inter / union if union > 0 else 0.0
+
+
+def _check_basic(model: TraceModel, w: Window) -> None:
+    assert 0.0 <= w.start_us < w.end_us <= model.span_us + 1.0
+    assert w.reason.endswith(".") and len(w.reason) > 20
+    # start-up: the parts add up to the time before the window, kinds are known
+    assert w.startup_us == pytest.approx(w.start_us - min(model.host["ts"].min(), model.gpu["ts"].min()), abs=1.0)
+    assert sum(p.time_us for p in w.startup) == pytest.approx(w.startup_us, rel=1e-6, abs=1.0)
+    assert all(p.what in STARTUP_KINDS and p.time_us >= 0 for p in w.startup)
+    for s in w.steps:
+        assert w.start_us - 1e-6 <= s.start_us <= s.end_us <= w.end_us + 1e-6
+        assert not s.warmup
+    assert all(s.warmup for s in w.excluded_steps)
+
+
+@pytest.mark.parametrize("path", ALL_TRACES, ids=IDS)
+def test_window_is_inside_the_trace_and_follows_its_steps(path: Path) -> None:
+    model = model_of(path)
+    w = find_window(model, None)
+    _check_basic(model, w)
+    if len(model.steps):
+        assert w.source == "steps"
+        marked = sorted(model.steps["step"].tolist())
+        got = sorted([s.index for s in w.excluded_steps] + [s.index for s in w.steps])
+        assert got == marked
+        # a warm-up is only ever the first step, and at least 2 steps stay
+        if w.excluded_steps:
+            assert [s.index for s in w.excluded_steps] == marked[:1] and len(w.steps) >= 2
+        assert w.start_us == w.steps[0].start_us
+        assert w.end_us >= float(model.steps["cpu_end"].max()) - 1e-6
+    else:
+        assert w.source in ("detected", "whole")
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in ALL_TRACES if len(model_of(p).steps)], ids=lambda p: p.name.split(".json")[0]
+)
+def test_detected_iterations_match_the_marked_steps(path: Path) -> None:
+    model = model_of(path)
+    marked = find_window(model, None)
+    bare = _without_steps(model)
+    t = time.perf_counter()
+    w = find_window(bare, None)
+    took = time.perf_counter() - t
+    assert took < MAX_SECONDS
+    _check_basic(bare, w)
+    true_n = len(model.steps)
+    got_n = len(w.steps) + len(w.excluded_steps)
+    if path.name in NO_REPEAT:
+        assert w.source == "whole"
+        assert _overlap(w, marked) > 0.9
+        return
+    assert w.source == "detected"
+    assert _overlap(w, marked) >= MIN_OVERLAP
+    if path.name in INNER_LOOP:
+        assert got_n > true_n  # a loop inside the step, found more often
+    else:
+        assert abs(got_n - true_n) <= 1 or abs(got_n - true_n) <= 0.2 * true_n, (got_n, true_n)
+
+
+@pytest.mark.parametrize("name", ["host_sync_mask", "host_bound_pinned", "train_step", "conv_train"])
+def test_sample_loops_recover_their_steps_exactly(name: str) -> None:
+    model = model_of(sample(name))
+    w = find_window(_without_steps(model), None)
+    assert w.source == "detected"
+    assert len(w.steps) == len(model.steps)
+    # each detected iteration lines up with a marked step (within 10% of a step; the
+    # first within 20%: with no launch before it, it opens at its first launch, after
+    # the step's Python, 0.3 ms on host_bound_pinned's 2.2 ms steps)
+    marked = model.steps.sort_values("cpu_ts")["cpu_ts"].to_numpy()
+    step = float(np.median(np.diff(marked)))
+    starts = np.array([s.start_us for s in w.steps])
+    assert abs(starts[0] - marked[0]) < 0.2 * step
+    assert np.abs(starts[1:] - marked[1:]).max() < 0.1 * step
+
+
+def test_power_gemm_finds_every_synchronised_step() -> None:
+    """8 identical GEMMs then torch.cuda.synchronize(): only the sync marks the step."""
+    model = model_of(sample("power_gemm"))
+    w = find_window(_without_steps(model), None)
+    assert abs(len(w.steps) + len(w.excluded_steps) - len(model.steps)) <= 1
+
+
+def test_warmup_step_is_excluded_when_slow_and_cold() -> None:
+    # light_idle: step 0 holds CUDA context creation (cudaDeviceGetStreamPriorityRange,
+    # 128 ms) and the inputs' creation; the other 20 steps are 51 ms.
+    w = find_window(model_of(sample("light_idle")), None)
+    assert [s.index for s in w.excluded_steps] == [0]
+    assert len(w.steps) == 20 and w.steps[0].index == 1
+    assert "warm-up" in w.reason and "cuda init" in w.reason
+    assert w.startup_us > 200_000
+    kinds = {p.what: p for p in w.startup}
+    assert kinds["cuda_init"].time_us > 100_000
+    assert "cudaDeviceGetStreamPriorityRange" in kinds["cuda_init"].detail
+
+
+def test_steady_slow_first_step_without_cold_start_is_kept() -> None:
+    """worker0.1623212756351's first step is 1.44x the median (a DataLoader with
+    workers filling up), with no cold start: not a warm-up."""
+    w = find_window(model_of(real("worker0.1623212756351.pt.trace.json.gz")), None)
+    assert not w.excluded_steps and len(w.steps) == 6
+
+
+@needs_real
+def test_alexnet_benchmark_warmup_goes_to_startup() -> None:
+    """HTA's AlexNet benchmark: CUDA start-up (29.9 s in cudaDeviceGetStreamPriorityRange),
+    a 12.8 s warm-up forward (cuDNN's algorithm search inside the first convolutions),
+    then one measured 27 ms forward. Only the measured forward is the window."""
+    model = model_of(real("benchmark_result_2869224_1695835535_trace.json.gz"))
+    w = find_window(model, None)
+    assert w.source == "detected"
+    assert len(w.steps) == 1 and len(w.excluded_steps) == 1
+    assert w.dur_us < 200_000  # the measured forward, not the 12.8 s one
+    assert w.startup_us > 0.99 * (w.end_us - 0.0) - w.dur_us
+    kinds = {p.what: p.time_us for p in w.startup}
+    assert kinds["cuda_init"] > 29e6
+    assert kinds["autotune"] > 4e6  # first aten::cudnn_convolution calls
+    # The measured forward's kernels lie inside the window; the warm-up's do not.
+    k = model.kernels()
+    inside = k[(k["ts"] >= w.start_us) & (k["end"] <= w.end_us)]
+    assert 30 <= len(inside) <= 45
+
+
+def test_startup_of_a_whole_script_capture() -> None:
+    """power_gemm was captured as a whole script: setup before the first step."""
+    w = find_window(_without_steps(model_of(sample("power_gemm"))), None)
+    kinds = {p.what: p for p in w.startup}
+    assert kinds["cuda_init"].time_us > 100_000
+    assert kinds["data_creation"].time_us > 10_000
+    assert "aten::randn" in kinds["data_creation"].detail
+
+
+def test_user_window_and_steps_override() -> None:
+    model = model_of(sample("host_sync_mask"))
+    w = find_window(model, None, user_window=(0.005, 0.015))
+    assert w.source == "user" and w.start_us == pytest.approx(5000.0) and w.end_us == pytest.approx(15000.0)
+    assert all(s.start_us >= 5000.0 and s.end_us <= 15000.0 for s in w.steps)
+    w = find_window(model, None, user_steps=(3, 5))
+    assert w.source == "user" and [s.index for s in w.steps] == [3, 4, 5]
+    # detected iterations by index when there are no marks
+    w = find_window(_without_steps(model), None, user_steps=(0, 1))
+    assert w.source == "user" and [s.index for s in w.steps] == [0, 1]
+    with pytest.raises(WindowError) as err:
+        find_window(model, None, user_steps=(50, 60))
+    assert err.value.exit_code == 2 and "selects no step" in str(err.value)
+    with pytest.raises(WindowError):
+        find_window(model, None, user_window=(10.0, 5.0))
+    with pytest.raises(WindowError):
+        find_window(model, None, user_window=(500.0, 600.0))
+
+
+# --------------------------------------------------------------------------------------
+# synthetic edge cases
+# --------------------------------------------------------------------------------------
+class _Trace:
+    """A minimal Kineto trace: ops that launch one kernel each, optional syncs."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.t = 1_000.0
+        self.corr = 0
+
+    def op(self, name: str, kernel: str | None = None, dur: float = 10.0, kernel_dur: float = 3.0) -> None:
+        self.corr += 1
+        c = self.corr
+        self.events.append(
+            {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": self.t, "dur": dur,
+             "args": {"External id": c}}
+        )  # fmt: skip
+        if kernel is not None:
+            self.events.append(
+                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                 "ts": self.t + 1, "dur": 4, "args": {"External id": c, "correlation": c}}
+            )  # fmt: skip
+            self.events.append(
+                {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": self.t + 6,
+                 "dur": kernel_dur, "args": {"External id": c, "correlation": c, "device": 0, "stream": 7}}
+            )  # fmt: skip
+        self.t += dur + 2
+
+    def call(self, name: str, dur: float) -> None:
+        self.events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": self.t, "dur": dur, "args": {}}
+        )
+        self.t += dur + 2
+
+    def load(self, tmp_path: Path) -> TraceModel:
+        p = tmp_path / "t.json"
+        p.write_text(json.dumps({"traceEvents": self.events}))
+        return load_trace(p)
+
+
+def test_no_kernels_uses_top_level_ops(tmp_path: Path) -> None:
+    tr = _Trace()
+    tr.op("aten::empty")
+    for _ in range(6):
+        for name in ("aten::linear", "aten::relu", "aten::linear", "aten::sum"):
+            tr.op(name)
+        tr.t += 50
+    w = find_window(tr.load(tmp_path), None)
+    assert w.source == "detected" and len(w.steps) == 6
+    assert "top-level ops" in w.reason
+
+
+def test_one_kernel_is_the_whole_span(tmp_path: Path) -> None:
+    tr = _Trace()
+    tr.op("aten::randn", "normal_kernel")
+    tr.op("aten::add")
+    w = find_window(tr.load(tmp_path), None)
+    assert w.source == "whole"
+    assert w.end_us > w.start_us
+
+
+def test_empty_host_trace_has_a_degenerate_window(tmp_path: Path) -> None:
+    tr = _Trace()
+    tr.op("aten::randn")
+    w = find_window(tr.load(tmp_path), None)
+    assert w.source == "whole" and w.startup_us == 0.0
+
+
+def test_two_loops_take_the_longer_one(tmp_path: Path) -> None:
+    tr = _Trace()
+    tr.call("cudaDeviceGetStreamPriorityRange", 5_000)  # context creation
+    tr.op("aten::randn", "normal_kernel", dur=300)
+    for _ in range(5):  # a short first loop (evaluation, say)
+        for k in ("a", "b", "c"):
+            tr.op("aten::x", k)
+        tr.t += 40
+    for _ in range(12):  # the long training loop
+        for k in ("p", "q", "r", "s", "q"):
+            tr.op("aten::y", k)
+        tr.call("cudaDeviceSynchronize", 20)
+        tr.t += 80
+    model = tr.load(tmp_path)
+    found = detect_iterations(model, 0)
+    assert found is not None
+    assert found.period_tokens == 6  # 5 kernels and the sync
+    w = find_window(model, None)
+    assert len(w.steps) + len(w.excluded_steps) == 12
+    # everything before the training loop is start-up: the first loop and the set-up
+    assert w.startup_us > 5_000
+    kinds = {p.what: p.time_us for p in w.startup}
+    assert kinds["cuda_init"] == pytest.approx(5_000, abs=1)
+    assert kinds["data_creation"] == pytest.approx(300, abs=1)
+
+
+def test_first_iteration_with_extra_kernels_leaves_them_to_startup(tmp_path: Path) -> None:
+    tr = _Trace()
+    for i in range(6):
+        if i == 0:  # cuDNN's search: extra kernels in a long first call
+            tr.call("cudaMalloc", 2_000)
+            tr.op("aten::cudnn_convolution", "search_kernel", dur=5_000)
+        for k in ("conv", "bn", "relu", "pool"):
+            tr.op("aten::z", k)
+        tr.call("cudaStreamSynchronize", 10)
+        tr.t += 100
+    w = find_window(tr.load(tmp_path), None)
+    assert w.source == "detected"
+    assert len(w.steps) + len(w.excluded_steps) == 6
+    assert w.startup_us > 7_000
+    kinds = {p.what: p.time_us for p in w.startup}
+    assert kinds["allocation"] == pytest.approx(2_000, abs=1)
+    # the search kernel's op does not recur in the window: not a "first call", other
+    assert kinds["other"] >= 5_000
+
+
+def test_slow_first_call_inside_the_first_iteration_is_a_detected_warmup(tmp_path: Path) -> None:
+    tr = _Trace()
+    for i in range(6):
+        # the first convolution call runs cuDNN's search before its kernel
+        tr.op("aten::cudnn_convolution", "conv", dur=8_000 if i == 0 else 10)
+        for k in ("bn", "relu", "pool"):
+            tr.op("aten::z", k)
+        tr.call("cudaStreamSynchronize", 10)
+        tr.t += 100
+    w = find_window(tr.load(tmp_path), None)
+    assert w.source == "detected"
+    assert len(w.excluded_steps) == 1 and len(w.steps) == 5
+    assert "warm-up" in w.reason and "autotune" in w.reason
+    assert {p.what: p.time_us for p in w.startup}["autotune"] == pytest.approx(8_000, abs=1)
+
+
+def test_one_off_kernels_inside_iterations_do_not_break_detection(tmp_path: Path) -> None:
+    tr = _Trace()
+    rng = np.random.default_rng(1)
+    body = [f"k{i}" for i in range(30)]
+    for it in range(8):
+        for j, k in enumerate(body):
+            tr.op("aten::w", k)
+            if rng.random() < 0.03:  # a one-off kernel (a logging reduction, say)
+                tr.op("aten::extra", f"once_{it}_{j}")
+        tr.call("cudaStreamSynchronize", 10)
+        tr.t += 200
+    w = find_window(tr.load(tmp_path), None)
+    assert w.source == "detected" and abs(len(w.steps) - 8) <= 1
+
+
+def test_idle_delimited_loop_of_identical_kernels(tmp_path: Path) -> None:
+    """8 identical GEMMs per step and a 5 ms wait for data between steps, no sync: only
+    the idle gaps show the step."""
+    tr = _Trace()
+    for _ in range(10):
+        for _ in range(8):
+            tr.op("aten::mm", "gemm", kernel_dur=5)
+        tr.t += 5_000
+    found = detect_iterations(tr.load(tmp_path), 0)
+    assert found is not None and "idle gaps" in found.what
+    assert len(found.spans) in (9, 10) and found.period_tokens == 8
+
+
+@needs_real
+def test_detection_is_fast_on_the_largest_traces() -> None:
+    for name in ("df_index_resolver.json.gz", "resnet_kineto.json.gz", "control.json.gz"):
+        bare = _without_steps(model_of(real(name)))
+        t = time.perf_counter()
+        detect_iterations(bare, None if not bare.meta.active_devices else bare.meta.active_devices[0])
+        assert time.perf_counter() - t < MAX_SECONDS
