@@ -50,6 +50,13 @@ def context_of(path: Path) -> AnalysisContext:
 
 
 @cache
+def whole_context_of(path: Path) -> AnalysisContext:
+    """The whole trace as the window: for benchmark sweeps, whose parts are not one loop."""
+    model = model_of(path)
+    return AnalysisContext(model, user_window=(0.0, model.span_us / 1e6 + 1.0))
+
+
+@cache
 def report_of(path: Path) -> Report:
     return build_report(model_of(path))
 

@@ -29,7 +29,8 @@ import numpy as np
 import pytest
 from conftest import context_of, needs_real, real
 
-from tracelens.derive.ledger import IDLE_CAUSES
+from tracelens.derive.ledger import IDLE_CAUSES, compute_ledger
+from tracelens.derive.window import Window
 
 hta = pytest.importorskip("hta.trace_analysis", reason="holistictraceanalysis not installed (pip install -e .[hta])")
 pytestmark = [pytest.mark.hta, needs_real, pytest.mark.filterwarnings("ignore")]
@@ -70,11 +71,12 @@ def test_idle_breakdown_matches_hta(name: str, tmp_path: Path) -> None:
     path = real(name)
     start_raw, end_raw, hta_by = _hta_idle(path, tmp_path)
     ctx = context_of(path)
-    dev = ctx.ledger.primary
-    assert dev is not None
     meta = ctx.model.meta
     origin_raw = meta.origin_us - (meta.base_time_ns / 1000.0 if meta.base_time_ns else 0.0)
     a0, a1 = start_raw - origin_raw, end_raw - origin_raw
+    # The ledger over HTA's window (its kernels' span), not our steady-state window.
+    dev = compute_ledger(ctx.model, Window(a0, a1, "user", (), (), 0.0, (), "HTA's"), lambda _: "unknown").primary
+    assert dev is not None
     g = dev.gaps
     s = np.clip(g["start"].to_numpy(), a0, a1)
     e = np.clip(g["end"].to_numpy(), a0, a1)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import context_of, model_of, needs_real, real, report_of, sample
+from conftest import context_of, model_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers import misaligned_matmul, wave_quantization
 from tracelens.analyzers.matmul_shapes import Tile, matmul_rows, parse_tile, shape_of, tiles_for, waves_of
@@ -88,7 +88,7 @@ def test_small_or_exact_shapes_not_flagged() -> None:
     assert rows[(2048, 2048, 2048)].wave_efficiency == 1.0  # 128 tiles on 128 persistent CTAs
     assert rows[(2304, 2304, 2304)].wave_efficiency < 0.85  # 216 tiles on 132 SMs
     # The sweep runs each shape 3 times: nothing costs enough to be worth a finding.
-    assert wave_quantization.analyze(context_of(sample("matmul_sweep"))) == []
+    assert wave_quantization.analyze(whole_context_of(sample("matmul_sweep"))) == []
 
 
 @needs_real

@@ -5,7 +5,7 @@ are memory-bound, a tiny-op loop is latency-bound; no achieved rate passes the p
 from __future__ import annotations
 
 import pytest
-from conftest import context_of, needs_real, real, report_of, sample
+from conftest import context_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers.op_costs import dtype_from_kernel, op_cost
 from tracelens.analyzers.roofline import FOREACH_CHUNK_ELEMENTS, MODEL_ERROR_SHARE, for_context
@@ -196,7 +196,7 @@ def test_fusion_chain_estimate_against_the_compiled_kernel() -> None:
     """roofline_cases' eager chain is found as one five-pass chain per call; the fused
     time it predicts (all but the longest pass) is within 30% of the Triton kernel that
     torch.compile made of the same function in the same run (measured: 282 vs 385 µs)."""
-    roof = for_context(context_of(sample("roofline_cases")))
+    roof = for_context(whole_context_of(sample("roofline_cases")))
     chain = roof.chains[0]
     assert [op.split("::")[-1] for op in chain.ops] == ["mul", "add", "gelu", "mul", "add"] and chain.count == 3
     compiled = next(k for k in roof.kernels if k.family == "compiled")

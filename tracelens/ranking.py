@@ -350,7 +350,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             notes=notes,
         )
     unit = ("iteration" if ctx.window.source == "detected" else "step") if ctx.ledger.windowed_by_steps else "window"
-    per = max(steps, 1) if unit == "step" else 1
+    per = max(steps, 1) if unit != "window" else 1
     kids = [f for f in findings if f.parent == top.category and f.expected_gain_us > 0]
     part = max(kids, key=lambda f: f.expected_gain_us) if kids else None
     title = top.title + (f"; the largest part: {part.title}" if part is not None else "")

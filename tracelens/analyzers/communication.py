@@ -73,6 +73,9 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     idle_in = overlap(wait_iv, ts[roots], end[roots]) if len(roots) else np.zeros(0)
     nbytes = 0
     calls: list[tuple[str, float, float, int]] = []  # kind, duration, idle inside, bytes
+    last_size = 0
+    order = np.argsort(ts[roots], kind="stable") if len(roots) else np.zeros(0, dtype=np.int64)
+    roots, idle_in = roots[order], idle_in[order]
     for r, idle in zip(roots, idle_in, strict=True):
         name = model.arrays.name(int(r))
         src = user_source(model, int(r))
@@ -81,8 +84,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         by_site[key][1] += 1
         src_of[key] = src
         durs_by_kind[name].append(float(end[r] - ts[r]))
+        # gloo runs the collective on its own thread, as an op without shapes: its size is
+        # that of the c10d op that issued it just before.
         size = _message_bytes(ctx, int(r))
-        nbytes += size
+        nbytes += size  # counted once: from the op that carries the shapes
+        if size:
+            last_size = size
+        elif name.startswith("gloo:"):
+            size = last_size
         calls.append((name, float(end[r] - ts[r]), float(idle), size))
     # The time a collective needs is its fastest call of the kind (or, on the host, its
     # bytes at gloo's loopback rate, whichever is less); the rest of the idle inside it

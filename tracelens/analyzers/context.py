@@ -27,10 +27,10 @@ class AnalysisContext:
     @cached_property
     def window(self) -> Window:
         model = self.model
-        if len(model.steps) == 1 and self.user_window is None and self.user_steps is None:
-            # One ProfilerStep is no loop: a whole-run capture (tracelens capture of a
-            # script without step marks) or one profiled call. Look for the iterations
-            # inside it, and keep the step only when none repeat.
+        if len(model.steps) == 1 and _whole_run_capture(model) and self.user_window is None and not self.user_steps:
+            # tracelens capture of a script without step marks wraps the whole run in one
+            # ProfilerStep: that is no loop. Look for the iterations inside it, and keep
+            # the step only when none repeat.
             inner = find_window(replace(model, steps=model.steps.iloc[0:0]), self.device)
             if inner.source == "detected":
                 return inner
@@ -57,6 +57,12 @@ class AnalysisContext:
 
     def share(self, time_us: float) -> float:
         return float(time_us) / self.window_us if self.window_us > 0 else 0.0
+
+
+def _whole_run_capture(model: TraceModel) -> bool:
+    """Whether `tracelens capture` recorded this trace with no step marks from the script."""
+    meta = str(model.meta.metadata.get("tracelens", ""))
+    return "'steps_marked': 0" in meta or '"steps_marked": 0' in meta
 
 
 def fmt_us(us: float) -> str:

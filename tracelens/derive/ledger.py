@@ -556,20 +556,72 @@ def _classify_gaps(
         }
     )
     gaps = _split_after_sync(gaps, launch_ts, host_end)
-    # What the host sat in for most of a gap it was responsible for names the gap; this
-    # runs after the split so that the host work after a sync is looked at too.
-    g_start, g_end = gaps["start"].to_numpy(), gaps["end"].to_numpy()
-    dur = g_end - g_start
-    cause = gaps["cause"].to_numpy().copy()
-    open_gap = gaps["host_side"].to_numpy(dtype=bool) & (cause != "host_sync")
-    for iv, name in ((compile_iv, "compilation"), (prof_iv, "profiler"), (alloc_iv, "allocation"),
-                     (comm_iv, "communication")):  # fmt: skip
+    # The parts of a gap the host spent inside a collective, the allocator, the compiler
+    # or the profiler are those causes, to the microsecond; this runs after the split so
+    # that the host work after a sync is looked at too.
+    for iv, name in ((comm_iv, "communication"), (alloc_iv, "allocation"), (compile_iv, "compilation"),
+                     (prof_iv, "profiler")):  # fmt: skip
         if len(iv):
-            cause[open_gap & (overlap(iv, g_start, g_end) >= COVER_SHARE * dur)] = name
+            eligible = gaps["host_side"].to_numpy(dtype=bool) & ~np.isin(
+                gaps["cause"].to_numpy(), ["host_sync", "communication", "allocation", "compilation", "profiler"]
+            )
+            gaps = _carve(gaps, eligible, iv, name)
     # A sync inside a collective (gloo copies CUDA tensors to the host) is its wait.
+    cause = gaps["cause"].to_numpy().copy()
     cause[(cause == "host_sync") & gaps["sync_comm"].to_numpy(dtype=bool)] = "communication"
     gaps["cause"] = cause
-    return gaps.drop(columns=["sync_comm", "host_side"])
+    return gaps.drop(columns=["sync_comm", "host_side"]).sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def _carve(gaps: pd.DataFrame, eligible: np.ndarray, iv: np.ndarray, cause: str) -> pd.DataFrame:
+    """Split the eligible gaps where they meet the sorted, disjoint intervals `iv`: the
+    overlapping pieces get `cause`, the rest keep theirs; every piece keeps its gap's
+    links (next kernel, launch, sync)."""
+    idx = np.flatnonzero(eligible)
+    if not len(idx):
+        return gaps
+    s = gaps["start"].to_numpy()[idx]
+    e = gaps["end"].to_numpy()[idx]
+    lo = np.searchsorted(iv[:, 1], s, side="right")
+    hi = np.searchsorted(iv[:, 0], e, side="left")
+    n = np.clip(hi - lo, 0, None)
+    hit = n > 0
+    if not hit.any():
+        return gaps
+    owner = np.repeat(np.arange(len(idx)), n)
+    j = np.repeat(lo, n) + (np.arange(n.sum()) - np.repeat(np.cumsum(n) - n, n))
+    p_s = np.maximum(s[owner], iv[j, 0])
+    p_e = np.minimum(e[owner], iv[j, 1])
+    ok = p_e > p_s
+    owner, p_s, p_e = owner[ok], p_s[ok], p_e[ok]
+    if not len(owner):
+        return gaps
+    # Boundaries of each gap that was hit, in order: its start, each covered piece's start
+    # and end, its end. Segments between consecutive boundaries alternate outside,
+    # inside, outside, ...
+    hit_gaps = np.unique(owner)
+    rank_in_gap = np.arange(len(owner)) - np.searchsorted(owner, owner, side="left")
+    pts = np.concatenate([s[hit_gaps], p_s, p_e, e[hit_gaps]])
+    who = np.concatenate([hit_gaps, owner, owner, hit_gaps])
+    seq = np.concatenate([np.zeros(len(hit_gaps)), 2 * rank_in_gap + 1, 2 * rank_in_gap + 2,
+                          np.full(len(hit_gaps), np.inf)])  # fmt: skip
+    order = np.lexsort((seq, who))
+    pts, who = pts[order], who[order]
+    first = np.searchsorted(who, who, side="left")
+    pos_in_gap = np.arange(len(pts)) - first
+    same = who[1:] == who[:-1]
+    seg_s, seg_e, seg_w = pts[:-1][same], pts[1:][same], who[:-1][same]
+    inside = (pos_in_gap[:-1][same] % 2) == 1
+    keep = seg_e > seg_s
+    seg_s, seg_e, seg_w, inside = seg_s[keep], seg_e[keep], seg_w[keep], inside[keep]
+    base = gaps.iloc[idx[seg_w]].copy()
+    base["start"] = seg_s
+    base["end"] = seg_e
+    cause_col = base["cause"].to_numpy().copy()
+    cause_col[inside] = cause
+    base["cause"] = cause_col
+    rest = gaps.drop(index=gaps.index[idx[hit_gaps]])
+    return pd.concat([rest, base], ignore_index=True)
 
 
 def _split_after_sync(gaps: pd.DataFrame, launch_ts: np.ndarray, host_end: np.ndarray) -> pd.DataFrame:

@@ -114,6 +114,9 @@ ANCHOR_SPACING_TOLERANCE = 0.5
 #: A last iteration shorter than this share of the median one is cut off by the end of
 #: the trace: not a whole iteration.
 LAST_ITERATION_MIN_SHARE = 0.8
+#: A last detected iteration longer than this many median iterations holds what came
+#: after the loop (teardown): it is cut there, or at the end of its GPU work if later.
+LAST_ITERATION_MAX_SHARE = 1.5
 #: Loops delimited by idle time (a sync or a data wait at each step's end): the long
 #: gaps are those above the sharpest break (at least GAP_BREAK_MIN_RATIO) in the sorted
 #: gap lengths, and longer than GAP_TOKEN_MIN_US (launch latency alone is 5-20 µs).
@@ -845,8 +848,27 @@ def _close_last(starts: list[int], n: int, hi: int) -> list[int]:
     return starts
 
 
+def _cap_last(model: TraceModel, spans: tuple[StepSpan, ...]) -> tuple[StepSpan, ...]:
+    """The last detected iteration runs to wherever the next token would have been: after
+    the loop that is teardown (destroy_process_group, joining workers, writing results),
+    not an iteration. Cut it at LAST_ITERATION_MAX_SHARE of the median iteration, or at
+    the end of the GPU work it holds if that is later."""
+    if len(spans) < 3:
+        return spans
+    last = spans[-1]
+    med = float(np.median([s.end_us - s.start_us for s in spans[:-1]]))
+    limit = last.start_us + LAST_ITERATION_MAX_SHARE * med
+    if last.end_us <= limit:
+        return spans
+    act = model.gpu_activity()
+    inside = act[(act["ts"] >= last.start_us) & (act["ts"] < last.end_us)]
+    gpu_end = float(inside["end"].max()) if len(inside) else last.start_us
+    end = min(last.end_us, max(limit, gpu_end))
+    return (*spans[:-1], StepSpan(last.index, last.start_us, end, last.warmup))
+
+
 def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> Window:
-    kept, excluded, why = _split_warmup(model, found.spans, MIN_DETECTED_KEPT)
+    kept, excluded, why = _split_warmup(model, _cap_last(model, found.spans), MIN_DETECTED_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
     reason = (
         f"no step marks: {len(found.spans)} iterations of a loop found in the trace's {found.what} "
