@@ -62,9 +62,11 @@ def build_report(
     *,
     user_window: tuple[float, float] | None = None,
     user_steps: tuple[int, int] | None = None,
+    ctx: AnalysisContext | None = None,
 ) -> Report:
     t0 = time.perf_counter()
-    ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
+    if ctx is None:
+        ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
     ranked = rank(settle(ctx, run_all(ctx)))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(

@@ -296,7 +296,7 @@ STARTUP_NOTE_SHARE = 0.05
 def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     dev = ctx.ledger.primary
     win = ctx.window
-    out = [f"Analysed window: {win.reason}."]
+    out = [f"Analysed window: {win.reason.rstrip('.')}."]
     if win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us:
         parts = ", ".join(f"{p.what.replace('_', ' ')} {fmt_us(p.time_us)}" for p in win.startup[:4])
         out.append(

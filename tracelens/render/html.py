@@ -14,7 +14,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from tracelens.render import format as fmt
-from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS
+from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT
 from tracelens.report import ClockTimeline, Report, RooflineSummary, Timeline
 
 #: Minimum distance between step labels on the timeline.
@@ -217,5 +217,6 @@ def render_html(report: Report) -> str:
         bound_colours=BOUND_COLOURS,
         colours=CAUSE_COLOURS,
         labels=CAUSE_LABELS,
+        short_labels=CAUSE_SHORT,
         max_step_rows=MAX_STEP_ROWS,
     )

@@ -1,0 +1,475 @@
+"""`tracelens diff`: did a change help, and why.
+
+Both traces are analysed with the same rules (each gets its steady-state window and its
+ledger), then compared per step: the change in step time is split by ledger cause, and
+because each ledger adds up to its window, the causes' changes add up to the change in
+step time exactly. Underneath, kernels and top-level ops are matched by name (and Python
+source for ops), host syncs by site, and the counts that explain launch-bound and
+allocation changes are set side by side. The verdict says faster or slower per step,
+whether that is beyond the step-to-step noise, the cause that moved most, and whether
+the before's primary bottleneck is gone.
+
+Like assemble.py, this is the one place that sees the models; renderers get a DiffReport.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from tracelens import __version__
+from tracelens.analyzers.base import MEDIUM_SHARE
+from tracelens.analyzers.context import AnalysisContext
+from tracelens.assemble import build_report
+from tracelens.derive.ledger import ALLOC_APIS, CAUSES, blocking_call_rows
+from tracelens.model.schema import Kind
+from tracelens.model.sources import user_source
+from tracelens.model.trace import TraceModel, name_matches
+from tracelens.report import Report, TraceInfo
+
+DIFF_SCHEMA_VERSION = 1
+#: The noise band of a per-step mean difference: this many standard errors (about 95%).
+NOISE_SIGMAS = 2.0
+#: Changes listed, largest first.
+MAX_CHANGES = 25
+#: A matched kernel or op whose per-step time moved by less than this share of its
+#: before time (and less than MIN_CHANGE_US) is "same".
+SAME_SHARE = 0.05
+MIN_CHANGE_US = 1.0
+#: Names in reports are cut to this length (the traces keep the full name).
+MAX_NAME_CHARS = 300
+
+
+@dataclass(frozen=True)
+class CauseChange:
+    cause: str
+    before_us: float  # per step
+    after_us: float
+    change_us: float  # after minus before
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: str  # kernel, op (GPU time of the kernels a top-level op launched), sync, host (host work waited for)
+    name: str
+    source: str
+    before_us: float  # per step
+    after_us: float
+    before_count: float  # per step
+    after_count: float
+    status: str  # new, removed, faster, slower, same
+
+
+@dataclass(frozen=True)
+class Counter:
+    label: str
+    before: float
+    after: float
+    unit: str  # count, per_s, us
+
+
+@dataclass(frozen=True)
+class Verdict:
+    before_step_us: float
+    after_step_us: float
+    change_us: float  # after minus before, mean per step; negative is faster (the causes add up to it)
+    change_share: float  # of the before step
+    median_change_us: float  # after minus before, median step (robust to one slow step)
+    noise_us: float  # the step-to-step noise band of the difference (0 when unknown)
+    within_noise: bool
+    main_cause: str | None
+    before_primary: str | None
+    after_primary: str | None
+    primary_gone: bool
+    text: str
+
+
+@dataclass(frozen=True)
+class Side:
+    trace: TraceInfo
+    window_source: str
+    window_reason: str
+    steps: int
+    step_us: float
+    step_spread_us: float  # standard deviation of the steps' spans
+    primary: str | None
+    headline: str
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    schema_version: int
+    tool: str
+    tool_version: str
+    generated_at: str
+    before: Side
+    after: Side
+    notes: tuple[str, ...]  # what differs besides the code: GPU, versions, capture options
+    verdict: Verdict
+    causes: tuple[CauseChange, ...]
+    changes: tuple[Change, ...]
+    counters: tuple[Counter, ...]
+
+
+@dataclass(frozen=True)
+class _Analysed:
+    model: TraceModel
+    ctx: AnalysisContext
+    report: Report
+    steps: int
+    step_us: float
+    spans: np.ndarray
+
+
+def _analyse(model: TraceModel) -> _Analysed:
+    ctx = AnalysisContext(model)
+    rep = build_report(model, ctx=ctx)
+    win = ctx.window_us
+    n = max(len(ctx.window.steps), 1)
+    spans = np.array([s.end_us - s.start_us for s in ctx.window.steps]) if ctx.window.steps else np.array([win])
+    return _Analysed(model, ctx, rep, n, win / n, spans)
+
+
+def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
+    b, a = _analyse(before), _analyse(after)
+    causes = _causes(b, a)
+    change = a.step_us - b.step_us
+    noise = _noise(b.spans, a.spans)
+    within = noise > 0 and abs(change) <= noise
+    moved = [c for c in causes if c.change_us * change > 0] if change else []
+    main = max(moved, key=lambda c: abs(c.change_us)).cause if moved else None
+    before_primary = b.report.summary.primary
+    after_primary = a.report.summary.primary
+    gone = before_primary is not None and not any(
+        f.category.value == before_primary and f.share >= MEDIUM_SHARE for f in a.report.findings
+    )
+    changes = _changes(b, a)
+    verdict = Verdict(
+        before_step_us=b.step_us,
+        after_step_us=a.step_us,
+        change_us=change,
+        change_share=change / b.step_us if b.step_us > 0 else 0.0,
+        median_change_us=float(np.median(a.spans) - np.median(b.spans)),
+        noise_us=noise,
+        within_noise=within,
+        main_cause=main,
+        before_primary=before_primary,
+        after_primary=after_primary,
+        primary_gone=gone,
+        text=_verdict_text(
+            b,
+            a,
+            change,
+            noise,
+            within,
+            main,
+            before_primary,
+            gone,
+            changes,
+            float(np.median(a.spans) - np.median(b.spans)),
+        ),
+    )
+    return DiffReport(
+        schema_version=DIFF_SCHEMA_VERSION,
+        tool="tracelens",
+        tool_version=__version__,
+        generated_at=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        before=_side(b),
+        after=_side(a),
+        notes=_environment_notes(b.report.trace, a.report.trace, b, a),
+        verdict=verdict,
+        causes=causes,
+        changes=changes,
+        counters=_counters(b, a),
+    )
+
+
+def _side(x: _Analysed) -> Side:
+    w = x.ctx.window
+    return Side(
+        trace=x.report.trace,
+        window_source=w.source,
+        window_reason=w.reason,
+        steps=x.steps,
+        step_us=x.step_us,
+        step_spread_us=float(np.std(x.spans, ddof=1)) if len(x.spans) > 1 else 0.0,
+        primary=x.report.summary.primary,
+        headline=x.report.summary.headline,
+    )
+
+
+def _noise(b: np.ndarray, a: np.ndarray) -> float:
+    """NOISE_SIGMAS standard errors of the difference of the mean step times; 0 when
+    either side has a single step (no spread to measure)."""
+    if len(b) < 2 or len(a) < 2:
+        return 0.0
+    se = math.sqrt(float(np.var(b, ddof=1)) / len(b) + float(np.var(a, ddof=1)) / len(a))
+    return NOISE_SIGMAS * se
+
+
+def _causes(b: _Analysed, a: _Analysed) -> tuple[CauseChange, ...]:
+    def per_step(x: _Analysed) -> dict[str, float]:
+        dev = x.ctx.ledger.primary
+        if dev is None:
+            return {}
+        return {c: dev.by_cause.get(c, 0.0) / x.steps for c in CAUSES}
+
+    pb, pa = per_step(b), per_step(a)
+    out = [
+        CauseChange(c, pb.get(c, 0.0), pa.get(c, 0.0), pa.get(c, 0.0) - pb.get(c, 0.0))
+        for c in CAUSES
+        if pb.get(c, 0.0) > 0 or pa.get(c, 0.0) > 0
+    ]
+    return tuple(sorted(out, key=lambda c: -abs(c.change_us)))
+
+
+def _cut(name: str) -> str:
+    return name if len(name) <= MAX_NAME_CHARS else name[: MAX_NAME_CHARS - 1] + "…"
+
+
+def _kernel_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
+    """Kernel name -> (time, count) per step inside the window."""
+    dev = x.ctx.ledger.primary
+    act = x.model.gpu_activity()
+    if dev is None or act.empty:
+        return {}
+    act = act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
+    g = act.groupby("name", observed=True)["dur"].agg(["sum", "size"])
+    return {str(k): (float(v["sum"]) / x.steps, float(v["size"]) / x.steps, "") for k, v in g.iterrows()}
+
+
+def _op_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
+    """(top-level op, source) -> (GPU time of the kernels it launched, calls) per step."""
+    dev = x.ctx.ledger.primary
+    act = x.model.gpu_activity()
+    if dev is None or act.empty or not len(x.model.host):
+        return {}
+    act = act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
+    launch = act["launch"].to_numpy()
+    ok = launch >= 0
+    root = x.model.host["op_root"].to_numpy()[launch[ok]]
+    dur = act["dur"].to_numpy()[ok]
+    by_root: dict[int, float] = defaultdict(float)
+    for r, d in zip(root, dur, strict=True):
+        if r >= 0:
+            by_root[int(r)] += float(d)
+    out: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    src_cache: dict[int, str] = {}
+    top_src: dict[tuple[str, str], tuple[float, str]] = {}
+    for r, d in by_root.items():
+        if r not in src_cache:
+            src = user_source(x.model, r)
+            src_cache[r] = src.label if src else ""
+        # Matched by name: before and after are often different scripts (a fix written
+        # as a copy), whose sources differ; the costliest source is shown.
+        key = (x.model.arrays.name(r), "")
+        out[key][0] += d
+        out[key][1] += 1
+        best = top_src.get(key)
+        if best is None or d > best[0]:
+            top_src[key] = (d, src_cache[r])
+    return {name: (v[0] / x.steps, v[1] / x.steps, top_src[(name, "")][1]) for (name, _), v in out.items()}
+
+
+def _sync_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
+    """Host sync constructs -> (GPU idle they cause, calls, costliest source) per step."""
+    out: dict[str, tuple[float, float, str]] = {}
+    best: dict[str, float] = {}
+    for f in x.report.findings:
+        if f.category.value != "host_sync":
+            continue
+        for site in f.sites:
+            key = site.description.split(":")[0]
+            t, n, src = out.get(key, (0.0, 0.0, ""))
+            if site.time_us >= best.get(key, -1.0):
+                best[key] = site.time_us
+                src = site.source.label if site.source else ""
+            out[key] = (t + site.time_us / x.steps, n + site.count / x.steps, src)
+    return out
+
+
+def _host_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
+    """Host work the GPU waited for (the host_bound finding's sites) -> (idle, calls,
+    source) per step."""
+    out: dict[str, tuple[float, float, str]] = {}
+    for f in x.report.findings:
+        if f.category.value != "host_bound":
+            continue
+        for site in f.sites:
+            t, n, src = out.get(site.description, (0.0, 0.0, ""))
+            out[site.description] = (t + site.time_us / x.steps, n + site.count / x.steps,
+                                     src or (site.source.label if site.source else ""))  # fmt: skip
+    return out
+
+
+#: Which kind of change explains which ledger cause, for the verdict's one example.
+KIND_OF_CAUSE = {"host_bound": "host", "host_sync": "sync", "launch_overhead": "op"}
+
+
+def _status(before: float, after: float, before_n: float, after_n: float) -> str:
+    if before_n == 0 and after_n > 0:
+        return "new"
+    if after_n == 0 and before_n > 0:
+        return "removed"
+    delta = after - before
+    if abs(delta) < max(SAME_SHARE * before, MIN_CHANGE_US):
+        return "same"
+    return "slower" if delta > 0 else "faster"
+
+
+def _changes(b: _Analysed, a: _Analysed) -> tuple[Change, ...]:
+    out: list[Change] = []
+    for kind, tb, ta in (
+        ("kernel", _kernel_table(b), _kernel_table(a)),
+        ("op", _op_table(b), _op_table(a)),
+        ("sync", _sync_table(b), _sync_table(a)),
+        ("host", _host_table(b), _host_table(a)),
+    ):
+        for name in set(tb) | set(ta):
+            bt, bn, bsrc = tb.get(name, (0.0, 0.0, ""))
+            at, an, asrc = ta.get(name, (0.0, 0.0, ""))
+            out.append(Change(kind, _cut(name), asrc or bsrc, bt, at, bn, an, _status(bt, at, bn, an)))
+    out = [c for c in out if c.status != "same"]
+    out.sort(key=lambda c: -abs(c.after_us - c.before_us))
+    return tuple(out[:MAX_CHANGES])
+
+
+def _count_calls(x: _Analysed, predicate: object) -> float:
+    host = x.model.host
+    if not len(host):
+        return 0.0
+    w = x.ctx.window
+    is_call = np.isin(host["kind"].to_numpy(), [int(Kind.RUNTIME), int(Kind.DRIVER)])
+    inside = (host["ts"].to_numpy() >= w.start_us) & (host["ts"].to_numpy() < w.end_us)
+    names = name_matches(host["name"], predicate)  # type: ignore[arg-type]
+    return float((is_call & inside & names).sum()) / x.steps
+
+
+def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
+    def kernels(x: _Analysed) -> float:
+        dev = x.ctx.ledger.primary
+        return dev.n_activities / x.steps if dev else 0.0
+
+    def syncs(x: _Analysed) -> float:
+        rows = blocking_call_rows(x.model)
+        ts = x.model.host["ts"].to_numpy()[rows]
+        w = x.ctx.window
+        return float(((ts >= w.start_us) & (ts < w.end_us)).sum()) / x.steps
+
+    def busy(x: _Analysed) -> float:
+        dev = x.ctx.ledger.primary
+        return dev.busy_us / dev.window_us if dev and dev.window_us else 0.0
+
+    out = [
+        Counter("GPU activities per step", kernels(b), kernels(a), "count"),
+        Counter("blocking syncs per step", syncs(b), syncs(a), "count"),
+        Counter(
+            "allocator calls per step",
+            _count_calls(b, ALLOC_APIS.__contains__),
+            _count_calls(a, ALLOC_APIS.__contains__),
+            "count",
+        ),
+        Counter(
+            "CUDA graph launches per step",
+            _count_calls(b, lambda n: "GraphLaunch" in n),
+            _count_calls(a, lambda n: "GraphLaunch" in n),
+            "count",
+        ),
+        Counter("GPU busy", busy(b), busy(a), "share"),
+    ]
+    return tuple(out)
+
+
+def _environment_notes(tb: TraceInfo, ta: TraceInfo, b: _Analysed, a: _Analysed) -> tuple[str, ...]:
+    notes = []
+    if tb.gpu_name != ta.gpu_name:
+        notes.append(f"Different GPUs: {tb.gpu_name} before, {ta.gpu_name} after: the comparison is not like for like.")
+    for k in sorted(set(tb.versions) | set(ta.versions)):
+        vb, va = tb.versions.get(k, ""), ta.versions.get(k, "")
+        if vb and va and vb != va:
+            notes.append(f"{k} differs: {vb} before, {va} after.")
+    for flag, label in ((tb.has_shapes != ta.has_shapes, "record_shapes"),
+                        (tb.has_python_stacks != ta.has_python_stacks, "with_stack")):  # fmt: skip
+        if flag:
+            notes.append(f"Captured with different options ({label}): profiler overhead differs between the two.")
+    if b.ctx.window.source != a.ctx.window.source:
+        notes.append(
+            f"The windows were found differently ({b.ctx.window.source} before, {a.ctx.window.source} after): "
+            "compare per-step numbers with care."
+        )
+    if b.steps == 1 or a.steps == 1:
+        notes.append("One side has a single step: the step-to-step noise cannot be measured.")
+    return tuple(notes)
+
+
+def _fmt(us: float) -> str:
+    a = abs(us)
+    if a >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if a >= 1e3:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.0f} µs"
+
+
+CAUSE_WORDS = {
+    "gpu_busy_compute": "compute-bound kernel time",
+    "gpu_busy_memory": "memory-bound kernel time",
+    "gpu_busy_latency": "latency-bound kernel time",
+    "gpu_busy_unknown": "unmodelled kernel time",
+    "gpu_busy_copy": "copy time",
+    "communication": "communication",
+    "host_sync": "GPU idle after host syncs",
+    "allocation": "allocator idle",
+    "compilation": "compile idle",
+    "profiler": "profiler overhead",
+    "launch_overhead": "launch-overhead idle",
+    "host_bound": "host-bound idle",
+    "idle_other": "idle with work queued",
+}
+
+
+def _verdict_text(
+    b: _Analysed,
+    a: _Analysed,
+    change: float,
+    noise: float,
+    within: bool,
+    main: str | None,
+    before_primary: str | None,
+    gone: bool,
+    changes: tuple[Change, ...],
+    median_change: float,
+) -> str:
+    if within:
+        head = (
+            f"Within noise: {_fmt(b.step_us)} -> {_fmt(a.step_us)} per step ({_fmt(change)}, the step-to-step "
+            f"noise is ±{_fmt(noise)})."
+        )
+    else:
+        word = "Faster" if change < 0 else "Slower"
+        median = ""
+        if b.steps > 2 and a.steps > 2 and abs(median_change - change) > 0.1 * abs(change):
+            median = f"; {_fmt(abs(median_change))} between the median steps"
+        head = (
+            f"{word} by {_fmt(abs(change))} per step on average ({abs(change) / b.step_us:.0%}): "
+            f"{_fmt(b.step_us)} -> {_fmt(a.step_us)}" + (f", noise ±{_fmt(noise)}" if noise > 0 else "") + median + "."
+        )
+    parts = [head]
+    if main is not None and not within:
+        want = KIND_OF_CAUSE.get(main, "kernel")
+        same_way = [c for c in changes if (c.after_us - c.before_us) * change > 0]
+        top = next((c for c in same_way if c.kind == want), same_way[0] if same_way else None)
+        detail = (
+            f"; the largest change underneath: {top.kind} {top.name[:80]} ({top.status}, "
+            f"{_fmt(top.before_us)} -> {_fmt(top.after_us)} per step)"
+            if top
+            else ""
+        )
+        parts.append(f"Mostly {CAUSE_WORDS.get(main, main)}{detail}.")
+    if before_primary is not None:
+        parts.append(f"The before's primary bottleneck ({before_primary}) is " + ("gone." if gone else "still there."))
+    return " ".join(parts)

@@ -1,0 +1,78 @@
+"""Renderers of a DiffReport (`tracelens diff`): Markdown for a PR description or an
+issue comment, self-contained HTML, JSON, and a terminal summary. Like the report
+renderers they see only the finished DiffReport."""
+
+from __future__ import annotations
+
+import msgspec
+import typer
+
+from tracelens.diff import DiffReport
+from tracelens.render import format as fmt
+from tracelens.render.causes import CAUSE_LABELS, CAUSE_SHORT
+from tracelens.render.html import environment
+from tracelens.render.json import _enc_hook
+from tracelens.render.markdown import md, md_lines
+
+_encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
+#: Rows of the terminal's cause and change lists.
+TERMINAL_ROWS = 6
+
+
+def counter(value: float, unit: str) -> str:
+    if unit == "share":
+        return fmt.pct(value)
+    if unit == "us":
+        return fmt.us(value)
+    return f"{value:,.1f}" if value != int(value) else f"{int(value):,}"
+
+
+def _env(autoescape: bool) -> object:
+    env = environment(autoescape=autoescape)
+    env.filters["metric"] = counter
+    if not autoescape:
+        env.filters["md"] = md
+        env.filters["md_lines"] = md_lines
+    return env
+
+
+def render_diff_markdown(d: DiffReport) -> str:
+    env = _env(False)
+    return env.get_template("diff.md.j2").render(d=d, labels=CAUSE_LABELS)  # type: ignore[attr-defined,no-any-return]
+
+
+def render_diff_html(d: DiffReport) -> str:
+    env = _env(True)
+    return env.get_template("diff.html.j2").render(d=d, labels=CAUSE_LABELS)  # type: ignore[attr-defined,no-any-return]
+
+
+def render_diff_json(d: DiffReport) -> str:
+    return msgspec.json.format(_encoder.encode(d), indent=2).decode() + "\n"
+
+
+def render_diff_terminal(d: DiffReport, outputs: list[str] | None = None) -> str:
+    v = d.verdict
+    colour = "bright_black" if v.within_noise else ("green" if v.change_us < 0 else "red")
+    lines = [
+        typer.style("tracelens diff", bold=True) + f"  {d.before.trace.file_name} -> {d.after.trace.file_name}",
+        typer.style(v.text, fg=colour, bold=True),
+    ]
+    lines += [typer.style("  Note: ", fg="cyan") + n for n in d.notes]
+    lines.append("")
+    lines.append(typer.style("Per step, by cause:", bold=True))
+    for c in d.causes[:TERMINAL_ROWS]:
+        lines.append(
+            f"  {CAUSE_SHORT.get(c.cause, c.cause):10s} {fmt.us(c.before_us):>9s} -> {fmt.us(c.after_us):>9s}"
+            f"  ({'+' if c.change_us > 0 else ''}{fmt.us(c.change_us)})"
+        )
+    if d.changes:
+        lines.append(typer.style("Largest changes:", bold=True))
+        for ch in d.changes[:TERMINAL_ROWS]:
+            lines.append(
+                f"  {ch.status:8s} {ch.kind:6s} {fmt.short(ch.name, 50)}  "
+                f"{fmt.us(ch.before_us)} -> {fmt.us(ch.after_us)}"
+            )
+    if outputs:
+        lines.append("")
+        lines.append("Reports: " + ", ".join(outputs))
+    return "\n".join(lines) + "\n"
