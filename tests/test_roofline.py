@@ -85,12 +85,12 @@ def test_coverage_reported_on_real_traces() -> None:
     owl = for_context(context_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz")))
     assert owl.coverage > 0.95
     mi300x = for_context(context_of(real("resnet_act_checkpoint.json.gz")))
-    # A quarter of its kernels have no launch record (ROCm dropped their runtime events);
-    # their kernel classes were modelled on other calls and lend them a bound.
-    assert 0.6 < mi300x.coverage < 0.8 and mi300x.classified > 0.95
-    assert mi300x.unmodelled[0].reason == "no_op"
+    # A quarter of its kernels have no launch record: they were launched in the
+    # profiler's warm-up steps (whose events it drops) and ran in the first profiled step.
+    # The window starts when that queued work is done, so what is left is modelled.
+    assert mi300x.coverage > 0.95 and mi300x.classified > 0.95
     qwen = for_context(context_of(real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")))
-    assert qwen.coverage > 0.65 and qwen.classified > 0.95  # 30% launched before the window
+    assert qwen.coverage > 0.95 and qwen.classified > 0.95  # the 30% launched before it are left out
     nccl = for_context(context_of(real("nccl_data.json.gz")))  # no record_shapes, NCCL-heavy
     assert nccl.coverage < 0.05 and nccl.communication_us > 0  # only foreach kernels, sized by grid
     assert {u.reason for u in nccl.unmodelled} == {"no_shapes"}

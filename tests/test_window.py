@@ -97,7 +97,10 @@ def test_window_is_inside_the_trace_and_follows_its_steps(path: Path) -> None:
         # a warm-up is only ever the first step, and at least 2 steps stay
         if w.excluded_steps:
             assert [s.index for s in w.excluded_steps] == marked[:1] and len(w.steps) >= 2
+        # The window starts with the first step (which starts later than its host span
+        # when the GPU was still running work queued before it).
         assert w.start_us == w.steps[0].start_us
+        assert w.steps[0].start_us >= float(model.steps["cpu_ts"].min()) - 1e-6
         assert w.end_us >= float(model.steps["cpu_end"].max()) - 1e-6
     else:
         assert w.source in ("detected", "whole")

@@ -24,6 +24,7 @@ import numpy as np
 from tracelens import __version__
 from tracelens.analyzers.base import MEDIUM_SHARE
 from tracelens.analyzers.context import AnalysisContext
+from tracelens.analyzers.launch_overhead import LAUNCH_APIS
 from tracelens.assemble import build_report
 from tracelens.derive.ledger import ALLOC_APIS, CAUSES, blocking_call_rows
 from tracelens.model.schema import Kind
@@ -130,8 +131,16 @@ def _analyse(model: TraceModel) -> _Analysed:
     rep = build_report(model, ctx=ctx)
     win = ctx.window_us
     n = max(len(ctx.window.steps), 1)
-    spans = np.array([s.end_us - s.start_us for s in ctx.window.steps]) if ctx.window.steps else np.array([win])
-    return _Analysed(model, ctx, rep, n, win / n, spans)
+    return _Analysed(model, ctx, rep, n, win / n, _step_samples(ctx))
+
+
+def _step_samples(ctx: AnalysisContext) -> np.ndarray:
+    """Each step's time, for the noise band and the median: the window's steps, which
+    begin when both the host and the GPU have begun them (derive/window.py)."""
+    steps = ctx.window.steps
+    if not steps:
+        return np.array([ctx.window_us])
+    return np.array([s.end_us - s.start_us for s in steps])
 
 
 def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
@@ -374,6 +383,12 @@ def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
             "count",
         ),
         Counter(
+            "kernel launch calls per step",
+            _count_calls(b, LAUNCH_APIS.__contains__),
+            _count_calls(a, LAUNCH_APIS.__contains__),
+            "count",
+        ),
+        Counter(
             "CUDA graph launches per step",
             _count_calls(b, lambda n: "GraphLaunch" in n),
             _count_calls(a, lambda n: "GraphLaunch" in n),
@@ -459,6 +474,16 @@ def _verdict_text(
             f"{_fmt(b.step_us)} -> {_fmt(a.step_us)}" + (f", noise ±{_fmt(noise)}" if noise > 0 else "") + median + "."
         )
     parts = [head]
+    if main == "launch_overhead" and not within:
+        launches = {c.label: c for c in _counters(b, a)}
+        k = launches["kernel launch calls per step"]
+        g = launches["CUDA graph launches per step"]
+        parts.append(
+            f"Mostly launch-overhead idle: kernel launch calls per step {k.before:,.0f} -> {k.after:,.0f}"
+            + (f", CUDA graph launches {g.before:,.0f} -> {g.after:,.0f}" if g.before or g.after else "")
+            + "."
+        )
+        main = None  # said
     if main is not None and not within:
         want = KIND_OF_CAUSE.get(main, "kernel")
         same_way = [c for c in changes if (c.after_us - c.before_us) * change > 0]

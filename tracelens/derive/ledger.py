@@ -102,8 +102,16 @@ COMM_OP_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "ProcessGr
 #: Python frames of torch.profiler itself (prof.step(), start/stop). A gap the host spent
 #: mostly inside them is the profiler's cost, not the program's.
 PROFILER_FRAME_MARKERS = ("torch/profiler/", "torch/autograd/profiler.py")
-#: Python frames and annotations of torch.compile's compiler (not its cache lookup).
-COMPILE_MARKERS = ("torch/_dynamo/convert_frame", "torch/_inductor/", "torch/_dynamo/output_graph", "compile_fx")
+#: Python frames and annotations of torch.compile's compiler (not its cache lookup, and
+#: not Inductor's compile-worker pool, whose thread idles beside the whole run).
+COMPILE_MARKERS = (
+    "torch/_dynamo/convert_frame",
+    "torch/_dynamo/output_graph",
+    "torch/_inductor/compile_fx",
+    "torch/_inductor/graph.py",
+    "torch/_inductor/codecache",
+)
+COMPILE_EXCLUDE = ("compile_worker",)
 
 #: A gap up to this long, with the launch arriving after the GPU drained, is launch
 #: overhead: one eager op costs 5-30 µs of host time (aten dispatch plus
@@ -395,7 +403,9 @@ def compute_ledger(model: TraceModel, window: Window, bound_of: Callable[[str], 
     alloc_iv = _named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
     prof_iv = _named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAME_MARKERS), (Kind.PYTHON,))
     compile_iv = _named_intervals(
-        model, lambda n: any(m in n for m in COMPILE_MARKERS), (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION)
+        model,
+        lambda n: any(m in n for m in COMPILE_MARKERS) and not any(x in n for x in COMPILE_EXCLUDE),
+        (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION),
     )
     launch_col = model.gpu["launch"].to_numpy()
     gpu_names = model.gpu["name"]

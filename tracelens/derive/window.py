@@ -946,9 +946,78 @@ def _make(
     excluded: tuple[StepSpan, ...],
     reason: str,
 ) -> Window:
+    if source in ("steps", "detected") and steps:
+        queued_end = _after_queued_work(model, start, end)
+        if queued_end > start:
+            # The GPU trails the host: when the first step begins on the host, the GPU is
+            # still running work queued before it (warm-up steps). That work is not the
+            # window's; the window starts when it is done.
+            reason = reason.rstrip(".") + (
+                f"; starting {(queued_end - start) / 1e3:.1f} ms later, when the GPU had finished the work "
+                "queued before the first step."
+            )
+            start = queued_end
+        steps = _gpu_aligned(model, steps, start, end)
     startup_us = max(start - t0, 0.0)
     parts = _startup_parts(model, t0, start, end) if startup_us > 0 else ()
     return Window(start, end, source, steps, excluded, startup_us, parts, reason)
+
+
+def _gpu_aligned(model: TraceModel, steps: tuple[StepSpan, ...], start: float, end: float) -> tuple[StepSpan, ...]:
+    """Steps as the GPU lives them: a step begins when the host has begun it and the GPU
+    has finished the work launched before it (or has started the step's own work, if that
+    comes first on another stream). In a loop whose GPU trails the host the host spans say
+    little about the steps; in a host-bound loop nothing moves. The steps stay contiguous
+    and inside [start, end]."""
+    act = model.gpu_activity()
+    if act.empty or not len(model.host) or len(steps) < 1:
+        return steps
+    launch = act["launch"].to_numpy()
+    ok = launch >= 0
+    launched_at = model.host["ts"].to_numpy()[launch[ok]]
+    a_ts, a_end = act["ts"].to_numpy()[ok], act["end"].to_numpy()[ok]
+    order = np.argsort(launched_at, kind="stable")
+    launched_at, a_ts, a_end = launched_at[order], a_ts[order], a_end[order]
+    prefix_end = np.maximum.accumulate(a_end) if len(a_end) else a_end
+    host_start = np.array([s.start_us for s in steps])
+    # The GPU's end of everything launched before each step began on the host.
+    k = np.searchsorted(launched_at, host_start, side="left")
+    spill = np.where(k > 0, prefix_end[np.clip(k - 1, 0, None)], -np.inf)
+    # The first activity each step launched (on any stream).
+    which = np.searchsorted(host_start, launched_at, side="right") - 1
+    first = np.full(len(steps), np.inf)
+    sel = which >= 0
+    np.minimum.at(first, which[sel], a_ts[sel])
+    begin = np.maximum(host_start, np.minimum(spill, first))
+    begin[0] = max(begin[0], start)
+    begin = np.maximum.accumulate(np.minimum(begin, end))
+    ends = np.concatenate([begin[1:], [max(steps[-1].end_us, begin[-1])]])
+    ends[-1] = min(max(ends[-1], begin[-1]), end)
+    return tuple(
+        StepSpan(s.index, float(b), float(e), s.warmup) for s, b, e in zip(steps, begin, ends, strict=True)
+    )
+
+
+def _after_queued_work(model: TraceModel, start: float, end: float) -> float:
+    """When the GPU is done with the work launched before `start` (start itself when none
+    runs past it): the earlier of that and the first activity launched inside the window."""
+    act = model.gpu_activity()
+    if act.empty or not len(model.host):
+        return start
+    launch = act["launch"].to_numpy()
+    host_ts = model.host["ts"].to_numpy()
+    launched_at = np.where(launch >= 0, host_ts[np.clip(launch, 0, None)], np.nan)
+    a_ts = act["ts"].to_numpy()
+    a_end = act["end"].to_numpy()
+    inside = (launched_at >= start) & (launched_at < end)
+    first_inside = float(a_ts[inside].min()) if inside.any() else float("inf")
+    # Work launched before the window, or before the profiler started (no launch record)
+    # and running ahead of the window's first launched work.
+    before = (launched_at < start) | ((launch < 0) & (a_ts < first_inside))
+    spill = before & (a_end > start)
+    if not spill.any():
+        return start
+    return max(start, min(float(a_end[spill].max()), first_inside))
 
 
 @dataclass(frozen=True)
