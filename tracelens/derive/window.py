@@ -19,8 +19,8 @@ Rules, in order:
    autocorrelation of the codes (FFT over random sign projections, O(n log n)) proposes
    candidate periods; for each, the longest stretch where the sequence matches itself one
    period later (a token may be FUZZY_SHIFT off, for one-off kernels) is measured
-   exactly. The longest stretch wins; among about equally long ones, harmonics of a
-   shorter period lose, then the most exact matches win. Inside the stretch an anchor (a
+   exactly. The longest stretch wins; among about equally long ones, the most matches
+   (exact ones counting double). Inside the stretch an anchor (a
    name, or a pair of names, occurring once per period at regular spacing, followed
    beyond the stretch while it keeps its spacing) cuts the iterations: the anchor giving
    the most whole iterations, then the one that opens the stretch, then the one after
@@ -501,7 +501,7 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         if len(syncs):
             # sync tokens: coded after every name, placed at the sync's return, launched
             # "by" themselves (so an iteration cut there starts at the sync's call)
-            s_codes = len(host["name"].cat.categories) + host["name"].cat.codes.to_numpy()[syncs].astype(np.int64)
+            s_codes = len(act["name"].cat.categories) + host["name"].cat.codes.to_numpy()[syncs].astype(np.int64)
             codes = np.concatenate([codes, s_codes])
             ts = np.concatenate([ts, h_end[syncs]])
             end = np.concatenate([end, h_end[syncs]])
@@ -682,21 +682,19 @@ def _find_repetition(codes: np.ndarray) -> tuple[int, int, int] | None:
         found.append((p, lo, hi, exact + SHIFTED_MATCH_WEIGHT * (fuzzy - exact)))
     if not found:
         return None
-    # The longest stretch. Among stretches about as long: not a harmonic of a shorter
-    # tied period (3p + a few one-off kernels), then the best matches, exact ones
-    # counting more than shifted ones (a lag that matches alternating kernels one token
-    # off is not a period).
+    # The longest stretch. Among stretches about as long, the best matches, exact ones
+    # counting more than shifted ones: the fundamental period beats its harmonics (2p
+    # overlaps one period less; 3p plus a few one-off kernels matches less exactly) and
+    # layers inside a step (their stretch matches less at every step's head and tail),
+    # and a lag that matches alternating kernels one token off is not a period.
     longest = max(hi - lo for _, lo, hi, _ in found)
     tied = [f for f in found if f[2] - f[1] >= (1 - LONGER_PERIOD_MIN_GAIN) * longest]
-    tied = [f for f in tied if not any(_is_harmonic(f[0], g[0]) for g in tied if g[0] < f[0])]
     p, lo, hi, _ = max(tied, key=lambda f: (f[3], -f[0]))
     return p, lo, hi
 
 
-def _is_harmonic(p: int, q: int) -> bool:
-    """p is about k * q for some k >= 2 (each period may carry a few one-off tokens)."""
-    k = round(p / q)
-    return k >= 2 and abs(p - k * q) <= k * FUZZY_SHIFT
+def _fuzzy_shift(p: int) -> int:
+    return min(FUZZY_SHIFT, p // FUZZY_MIN_PERIOD_PER_SHIFT)
 
 
 def _lag_matches(codes: np.ndarray, max_lag: int) -> np.ndarray:
@@ -726,7 +724,7 @@ def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int, int]:
     if n - p < p:
         return 0, 0, 0
     match = np.zeros(n - p, dtype=bool)
-    shift = min(FUZZY_SHIFT, p // FUZZY_MIN_PERIOD_PER_SHIFT)
+    shift = _fuzzy_shift(p)
     for d in range(-shift, shift + 1):
         lag = p + d
         if lag <= 0 or lag >= n:
