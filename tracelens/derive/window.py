@@ -327,7 +327,7 @@ class Iterations:
     period_tokens: int
     tokens: int  # length of the coded sequence
     stretch_tokens: int  # tokens inside the repeating stretch
-    what: str  # "kernels" | "kernels and idle gaps" | "top-level ops"
+    what: str  # what was coded: "kernels and syncs" (... "between long idle gaps"), "top-level ops"
 
 
 # --------------------------------------------------------------------------------------
@@ -381,8 +381,9 @@ def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
 def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]) -> Window:
     kept, excluded, why = _split_warmup(model, steps, MIN_STEPS_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
+    marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
     reason = (
-        f"the {len(kept)} profiled steps (ProfilerStep#{kept[0].index}-{kept[-1].index})"
+        f"the {_plural(len(kept), 'profiled step')} ({marks})"
         + (f"; step {excluded[0].index} left out as warm-up ({why})" if excluded else "")
         + "."
     )
@@ -452,7 +453,7 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         outer = seg >= LONGER_LOOP_FACTOR * period and covered >= GAP_LOOP_MIN_COVER * names_cover
         same = abs(seg - period) <= SAME_LOOP_TOLERANCE * max(period, 1) and covered > GAP_LOOP_MORE_COVER * names_cover
         if not by_names or outer or same:
-            bounds, period, what = by_gaps, round(seg), f"{seq.what} between idle gaps"
+            bounds, period, what = by_gaps, round(seg), f"{seq.what} between long idle gaps"
     if len(bounds) < MIN_ITERATIONS + 1:
         return None
     first_ts = _openings(model, seq, np.asarray(bounds[:-1]))
@@ -517,7 +518,7 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         run_end = np.maximum.accumulate(end)
         idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
         host_gap = np.concatenate([[0.0], np.clip(launch_ts[1:] - prev_launch[1:], 0, None)])
-        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, "kernels")
+        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, "kernels and syncs")
     ops = _top_level_ops(model)
     if len(ops) < MIN_ITERATIONS:
         return None
@@ -847,8 +848,8 @@ def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> 
     kept, excluded, why = _split_warmup(model, found.spans, MIN_DETECTED_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
     reason = (
-        f"no step marks: {len(found.spans)} iterations of a loop found in the trace's {found.what} "
-        f"(a period of {found.period_tokens} repeating over {found.stretch_tokens} of {found.tokens})"
+        f"no step marks: {_plural(len(found.spans), 'iteration')} of a loop found in the trace's {found.what} "
+        f"({found.period_tokens} per iteration, repeating over {found.stretch_tokens} of {found.tokens})"
         + (f"; iteration 0 left out as warm-up ({why})" if excluded else "")
         + "."
     )
@@ -1084,6 +1085,10 @@ def _resolve_priority(intervals: dict[str, np.ndarray], lo: float, hi: float) ->
 # --------------------------------------------------------------------------------------
 # small helpers
 # --------------------------------------------------------------------------------------
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _trace_start(model: TraceModel) -> float:
     firsts = [float(df["ts"].min()) for df in (model.host, model.gpu) if len(df)]
     return min(firsts) if firsts else 0.0
