@@ -137,6 +137,12 @@ GAP_LOOP_MIN_COVER = 0.5
 SAME_LOOP_TOLERANCE = 0.2
 #: ... and then it wins only when it covers this much more (the anchors are phase-aligned).
 GAP_LOOP_MORE_COVER = 1.25
+#: Iteration boundaries may move this many tokens from the anchor to where the loop
+#: turns over (most idle time before the same token in every iteration).
+PHASE_REFINE_TOKENS = 8
+#: The first detected iteration opens at most this many times the median host lead
+#: (opening to first launch) of the others before its first launch.
+FIRST_LEAD_FACTOR = 1.25
 #: An anchor "opens the stretch" when its first occurrence is this close to its start.
 PHASE_SLACK_SHARE = 0.02
 PHASE_SLACK_TOKENS = 2
@@ -538,7 +544,16 @@ def _openings(model: TraceModel, seq: _Tokens, idx: np.ndarray) -> np.ndarray:
     the trace links wrongly must not send one back)."""
     if seq.what == "top-level ops":
         return seq.ts[idx].astype(np.float64)
-    raw = _iteration_openings(model, seq.launch[idx], seq.launch_ts[idx], seq.prev_launch[idx])
+    launch, launch_ts, prev = seq.launch[idx], seq.launch_ts[idx], seq.prev_launch[idx].copy()
+    raw = _iteration_openings(model, launch, launch_ts, prev)
+    if len(idx) > MIN_ITERATIONS and not np.isfinite(prev[0]):
+        # The first iteration has no kernel before it to bound its opening: give it the
+        # host lead the other iterations have before their first launch (a DataLoader's
+        # batch, the loop body's Python), FIRST_LEAD_FACTOR times over at most.
+        lead = float(np.median(launch_ts[1:] - raw[1:]))
+        if lead > 0:
+            prev[0] = launch_ts[0] - FIRST_LEAD_FACTOR * lead
+            raw[0] = _iteration_openings(model, launch[:1], launch_ts[:1], prev[:1])[0]
     out: np.ndarray = np.maximum.accumulate(np.minimum(raw, seq.ts[idx]))
     return out
 
@@ -787,12 +802,32 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
             # beats one after more idle time (a blocking copy in mid-step, rank0.json);
             # among anchors at the start, the earliest (the loop's first kernel).
             at_start = starts[0] <= lo + slack
-            score = (whole, int(at_start), -starts[0] if at_start else 0, float(gap_before[starts].sum()))
+            score = (whole, int(at_start), -starts[0] if at_start else 0, float(np.median(gap_before[starts])))
             if best is None or score > best[:4]:
                 best = (*score, bounds)
     if best is not None:
-        return best[4]
+        return _refine_phase(codes, gap_before, best[4])
     return _close_last(list(range(lo, hi - p + 1, p)), len(codes), hi)
+
+
+def _refine_phase(codes: np.ndarray, gap_before: np.ndarray, bounds: list[int]) -> list[int]:
+    """Move every boundary by the same few tokens when the tokens there agree across
+    iterations and follow more idle time: the anchor is a name unique per iteration,
+    the loop turns over a few tokens away (the batch's copies before the first conv)."""
+    n = len(codes)
+    starts = np.asarray(bounds[:-1])
+    # the median: a warm-up iteration's long first call must not move every boundary
+    best_d, best_score = 0, float(np.median(gap_before[starts]))
+    for d in range(-PHASE_REFINE_TOKENS, PHASE_REFINE_TOKENS + 1):
+        moved = starts + d
+        if d == 0 or moved[0] < 0 or moved[-1] >= n or len(np.unique(codes[moved])) != 1:
+            continue
+        score = float(np.median(gap_before[moved]))
+        if score > best_score:
+            best_d, best_score = d, score
+    if best_d == 0:
+        return bounds
+    return [int(x) for x in starts + best_d] + [min(bounds[-1] + best_d, n)]
 
 
 def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndarray]:
