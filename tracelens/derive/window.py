@@ -114,6 +114,9 @@ ANCHOR_SPACING_TOLERANCE = 0.5
 #: A last iteration shorter than this share of the median one is cut off by the end of
 #: the trace: not a whole iteration.
 LAST_ITERATION_MIN_SHARE = 0.8
+#: A last detected iteration longer than this many median iterations holds what came
+#: after the loop (teardown): it is cut there, or at the end of its GPU work if later.
+LAST_ITERATION_MAX_SHARE = 1.5
 #: Loops delimited by idle time (a sync or a data wait at each step's end): the long
 #: gaps are those above the sharpest break (at least GAP_BREAK_MIN_RATIO) in the sorted
 #: gap lengths, and longer than GAP_TOKEN_MIN_US (launch latency alone is 5-20 µs).
@@ -137,7 +140,7 @@ GAP_LOOP_MIN_COVER = 0.5
 SAME_LOOP_TOLERANCE = 0.2
 #: ... and then it wins only when it covers this much more (the anchors are phase-aligned).
 GAP_LOOP_MORE_COVER = 1.25
-#: Iteration boundaries may move this many tokens from the anchor to where the loop
+#: Iteration boundaries may move back this many tokens from the anchor to where the loop
 #: turns over (most idle time before the same token in every iteration).
 PHASE_REFINE_TOKENS = 8
 #: The first detected iteration opens at most this many times the median host lead
@@ -811,23 +814,27 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
 
 
 def _refine_phase(codes: np.ndarray, gap_before: np.ndarray, bounds: list[int]) -> list[int]:
-    """Move every boundary by the same few tokens when the tokens there agree across
+    """Move every boundary back by the same few tokens when the tokens there agree across
     iterations and follow more idle time: the anchor is a name unique per iteration,
-    the loop turns over a few tokens away (the batch's copies before the first conv)."""
+    the loop turns over a few tokens earlier (the batch's copies before the first conv)."""
     n = len(codes)
     starts = np.asarray(bounds[:-1])
     # the median: a warm-up iteration's long first call must not move every boundary
     best_d, best_score = 0, float(np.median(gap_before[starts]))
-    for d in range(-PHASE_REFINE_TOKENS, PHASE_REFINE_TOKENS + 1):
+    # Only back: the anchor already opens the repeating stretch, and what follows it
+    # (torch.compile's guards before a compiled kernel) can idle longer than the turn.
+    for d in range(-PHASE_REFINE_TOKENS, 0):
         moved = starts + d
-        if d == 0 or moved[0] < 0 or moved[-1] >= n or len(np.unique(codes[moved])) != 1:
+        if moved[0] < 0 or moved[-1] >= n or len(np.unique(codes[moved])) != 1:
             continue
         score = float(np.median(gap_before[moved]))
         if score > best_score:
             best_d, best_score = d, score
     if best_d == 0:
         return bounds
-    return [int(x) for x in starts + best_d] + [min(bounds[-1] + best_d, n)]
+    # moved back, the last iteration keeps its end: the trace's last tokens are its tail,
+    # not the head of an iteration that never came
+    return [int(x) for x in starts + best_d] + [bounds[-1]]
 
 
 def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndarray]:
@@ -879,8 +886,27 @@ def _close_last(starts: list[int], n: int, hi: int) -> list[int]:
     return starts
 
 
+def _cap_last(model: TraceModel, spans: tuple[StepSpan, ...]) -> tuple[StepSpan, ...]:
+    """The last detected iteration runs to wherever the next token would have been: after
+    the loop that is teardown (destroy_process_group, joining workers, writing results),
+    not an iteration. Cut it at LAST_ITERATION_MAX_SHARE of the median iteration, or at
+    the end of the GPU work it holds if that is later."""
+    if len(spans) < 3:
+        return spans
+    last = spans[-1]
+    med = float(np.median([s.end_us - s.start_us for s in spans[:-1]]))
+    limit = last.start_us + LAST_ITERATION_MAX_SHARE * med
+    if last.end_us <= limit:
+        return spans
+    act = model.gpu_activity()
+    inside = act[(act["ts"] >= last.start_us) & (act["ts"] < last.end_us)]
+    gpu_end = float(inside["end"].max()) if len(inside) else last.start_us
+    end = min(last.end_us, max(limit, gpu_end))
+    return (*spans[:-1], StepSpan(last.index, last.start_us, end, last.warmup))
+
+
 def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> Window:
-    kept, excluded, why = _split_warmup(model, found.spans, MIN_DETECTED_KEPT)
+    kept, excluded, why = _split_warmup(model, _cap_last(model, found.spans), MIN_DETECTED_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
     reason = (
         f"no step marks: {_plural(len(found.spans), 'iteration')} of a loop found in the trace's {found.what} "
