@@ -45,6 +45,9 @@ NO_REPEAT = {
     # HTA's down-sampled trace keeps a sample of the kernels (its rank-0 twin keeps
     # enough of both steps alike to be found).
     "sampled_rank-1.json.gz",
+    # one profiled forward: after the tail of the previous one (queued before the trace
+    # began) only its 24 layers repeat, which is no loop.
+    "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
     # 14 kernels; the second step is 11 µs long and launches almost nothing.
     "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
 }

@@ -447,8 +447,11 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
     found = _find_repetition(codes)
     if found is not None:
         period, lo, hi = found
-        by_names = _anchor_bounds(codes, idle_before + seq.host_gap, period, lo, hi)
-    by_gaps = _gap_bounds(idle_before)
+        lo = max(lo, seq.first_launched)
+        if hi - lo >= MIN_ITERATIONS * period:
+            bounds = _anchor_bounds(codes, idle_before + seq.host_gap, period, lo, hi, seq.first_launched)
+            by_names = _launched(bounds, seq)
+    by_gaps = _launched(_gap_bounds(idle_before), seq)
     what = seq.what
     bounds = by_names
     if by_gaps:
@@ -475,6 +478,12 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
     return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what)
 
 
+def _launched(bounds: list[int], seq: _Tokens) -> list[int]:
+    """Bounds without iterations that start before the trace's first launch."""
+    kept = [b for b in bounds if b >= seq.first_launched]
+    return kept if len(kept) >= MIN_ITERATIONS + 1 else []
+
+
 @dataclass(frozen=True)
 class _Tokens:
     codes: np.ndarray  # name code per token, in GPU (or host) order
@@ -485,6 +494,7 @@ class _Tokens:
     work_end: np.ndarray  # end of the token's GPU work and of its launch call
     idle: np.ndarray  # GPU idle time just before the token
     host_gap: np.ndarray  # host time between this token's launch and the previous one's
+    first_launched: int  # first token whose launch the trace holds
     what: str
 
 
@@ -504,8 +514,7 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         launch = act["launch"].to_numpy()
         has = launch >= 0
         li = np.clip(launch, 0, None)
-        # Kernels launched before the trace began (a GPU-bound loop queues far ahead):
-        # launched at the trace's start, as far as this trace can tell.
+        # Kernels with no launch in the trace: launched at its start as far as it tells.
         launch_ts = np.where(has, h_ts[li], _trace_start(model))
         syncs = _sync_rows(model)
         if len(syncs):
@@ -527,7 +536,11 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         run_end = np.maximum.accumulate(end)
         idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
         host_gap = np.concatenate([[0.0], np.clip(launch_ts[1:] - prev_launch[1:], 0, None)])
-        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, "kernels and syncs")
+        # Kernels queued before the trace began (a GPU-bound loop runs far behind its
+        # host: 968 of resnet_act_checkpoint's) belong to iterations the trace does not
+        # hold: they help find the period, but no iteration starts among them.
+        first = int(np.argmax(has)) if has.any() else 0
+        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, first, "kernels and syncs")
     ops = _top_level_ops(model)
     if len(ops) < MIN_ITERATIONS:
         return None
@@ -538,7 +551,7 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
     idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
     none = np.full(len(ts), -1)
     prev = np.concatenate([[-np.inf], ts[:-1]])
-    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), "top-level ops")
+    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), 0, "top-level ops")
 
 
 def _openings(model: TraceModel, seq: _Tokens, idx: np.ndarray) -> np.ndarray:
@@ -776,7 +789,7 @@ def _longest_true_run(mask: np.ndarray) -> tuple[int, int]:
     return int(starts[i]), int(ends[i])
 
 
-def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, hi: int) -> list[int]:
+def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, hi: int, floor: int = 0) -> list[int]:
     """Token indices where iterations start, plus the end of the last whole iteration.
 
     Cut at a name (or pair of names) that occurs once per period, evenly spaced, inside
@@ -797,7 +810,7 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
             key=lambda g: (len(g), int(g[0] <= slack), -int(g[0]), float(gap_before[lo + g].sum())), reverse=True
         )
         for pos in cands[:ANCHORS_FOLLOWED]:
-            starts = _extend(key, [lo + int(i) for i in pos], p)
+            starts = _extend(key, [lo + int(i) for i in pos], p, floor)
             bounds = _close_last(starts, len(codes), hi)
             whole = len(bounds) - 1
             # A loop's first kernel opens the repeating stretch (the profiler and the
@@ -809,11 +822,11 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
             if best is None or score > best[:4]:
                 best = (*score, bounds)
     if best is not None:
-        return _refine_phase(codes, gap_before, best[4])
+        return _refine_phase(codes, gap_before, best[4], floor)
     return _close_last(list(range(lo, hi - p + 1, p)), len(codes), hi)
 
 
-def _refine_phase(codes: np.ndarray, gap_before: np.ndarray, bounds: list[int]) -> list[int]:
+def _refine_phase(codes: np.ndarray, gap_before: np.ndarray, bounds: list[int], floor: int) -> list[int]:
     """Move every boundary back by the same few tokens when the tokens there agree across
     iterations and follow more idle time: the anchor is a name unique per iteration,
     the loop turns over a few tokens earlier (the batch's copies before the first conv)."""
@@ -825,7 +838,7 @@ def _refine_phase(codes: np.ndarray, gap_before: np.ndarray, bounds: list[int]) 
     # (torch.compile's guards before a compiled kernel) can idle longer than the turn.
     for d in range(-PHASE_REFINE_TOKENS, 0):
         moved = starts + d
-        if moved[0] < 0 or moved[-1] >= n or len(np.unique(codes[moved])) != 1:
+        if moved[0] < floor or moved[-1] >= n or len(np.unique(codes[moved])) != 1:
             continue
         score = float(np.median(gap_before[moved]))
         if score > best_score:
@@ -855,9 +868,11 @@ def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndar
     return out
 
 
-def _extend(key: np.ndarray, starts: list[int], p: int) -> list[int]:
-    """Follow the anchor beyond the stretch while its occurrences keep the spacing."""
+def _extend(key: np.ndarray, starts: list[int], p: int, floor: int) -> list[int]:
+    """Follow the anchor beyond the stretch while its occurrences keep the spacing (not
+    back before `floor`)."""
     where = np.flatnonzero(key == key[starts[0]])
+    where = where[where >= floor]
     spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(p)
     lo_d, hi_d = (1 - ANCHOR_SPACING_TOLERANCE) * spacing, (1 + ANCHOR_SPACING_TOLERANCE) * spacing
     out = list(starts)
