@@ -37,8 +37,6 @@ INNER_LOOP = {
     "launch_bound.pt.trace.json.gz",
     # the same GEMM (2 kernels) again and again, GPU-bound, nothing marks a step.
     "gemm_bf16.pt.trace.json.gz",
-    # each step runs the same 9-kernel sequence twice.
-    "gemm_misaligned.pt.trace.json.gz",
     # one ProfilerStep holding 5 runs of the same 979-kernel forward (the ensemble).
     "google_owlv2-large-patch14-ensemble__1016001.json.gz",
 }
@@ -47,6 +45,9 @@ NO_REPEAT = {
     # HTA's down-sampled trace keeps a sample of the kernels (its rank-0 twin keeps
     # enough of both steps alike to be found).
     "sampled_rank-1.json.gz",
+    # one profiled forward: after the tail of the previous one (queued before the trace
+    # began) only its 24 layers repeat, which is no loop.
+    "Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz",
     # 14 kernels; the second step is 11 µs long and launches almost nothing.
     "mi250_minitoy_train_ROCm6_2_kineto.json.gz",
 }
@@ -370,6 +371,25 @@ def test_one_off_kernels_inside_iterations_do_not_break_detection(tmp_path: Path
         tr.t += 200
     w = find_window(tr.load(tmp_path), None)
     assert w.source == "detected" and abs(len(w.steps) - 8) <= 1
+
+
+def test_decode_loop_is_the_token_step_not_the_layer(tmp_path: Path) -> None:
+    """A decode loop: embedding, 12 identical layers of 6 kernels, the head and the
+    sampling's .item() each token. The layers repeat more often than the tokens do, but
+    only the token step repeats across the whole run."""
+    tr = _Trace()
+    for _ in range(8):
+        tr.op("aten::embedding", "embed")
+        for _ in range(12):
+            for k in ("norm", "qkv", "attn", "proj", "mlp_up", "mlp_down"):
+                tr.op("aten::layer", k)
+        for k in ("norm", "lm_head", "softmax", "argmax"):
+            tr.op("aten::head", k)
+        tr.call("cudaStreamSynchronize", 15)
+    found = detect_iterations(tr.load(tmp_path), 0)
+    assert found is not None
+    assert found.period_tokens == 1 + 12 * 6 + 4 + 1
+    assert len(found.spans) == 8
 
 
 def test_idle_delimited_loop_of_identical_kernels(tmp_path: Path) -> None:

@@ -19,8 +19,8 @@ Rules, in order:
    autocorrelation of the codes (FFT over random sign projections, O(n log n)) proposes
    candidate periods; for each, the longest stretch where the sequence matches itself one
    period later (a token may be FUZZY_SHIFT off, for one-off kernels) is measured
-   exactly. The longest stretch wins; among about equally long ones, harmonics of a
-   shorter period lose, then the most exact matches win. Inside the stretch an anchor (a
+   exactly. The longest stretch wins; among about equally long ones, the most matches
+   (exact ones counting double). Inside the stretch an anchor (a
    name, or a pair of names, occurring once per period at regular spacing, followed
    beyond the stretch while it keeps its spacing) cuts the iterations: the anchor giving
    the most whole iterations, then the one that opens the stretch, then the one after
@@ -140,6 +140,12 @@ GAP_LOOP_MIN_COVER = 0.5
 SAME_LOOP_TOLERANCE = 0.2
 #: ... and then it wins only when it covers this much more (the anchors are phase-aligned).
 GAP_LOOP_MORE_COVER = 1.25
+#: Iteration boundaries may move back this many tokens from the anchor to where the loop
+#: turns over (most idle time before the same token in every iteration).
+PHASE_REFINE_TOKENS = 8
+#: The first detected iteration opens at most this many times the median host lead
+#: (opening to first launch) of the others before its first launch.
+FIRST_LEAD_FACTOR = 1.25
 #: An anchor "opens the stretch" when its first occurrence is this close to its start.
 PHASE_SLACK_SHARE = 0.02
 PHASE_SLACK_TOKENS = 2
@@ -330,7 +336,7 @@ class Iterations:
     period_tokens: int
     tokens: int  # length of the coded sequence
     stretch_tokens: int  # tokens inside the repeating stretch
-    what: str  # "kernels" | "kernels and idle gaps" | "top-level ops"
+    what: str  # what was coded: "kernels and syncs" (... "between long idle gaps"), "top-level ops"
 
 
 # --------------------------------------------------------------------------------------
@@ -384,8 +390,9 @@ def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
 def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]) -> Window:
     kept, excluded, why = _split_warmup(model, steps, MIN_STEPS_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
+    marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
     reason = (
-        f"the {len(kept)} profiled steps (ProfilerStep#{kept[0].index}-{kept[-1].index})"
+        f"the {_plural(len(kept), 'profiled step')} ({marks})"
         + (f"; step {excluded[0].index} left out as warm-up ({why})" if excluded else "")
         + "."
     )
@@ -440,8 +447,11 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
     found = _find_repetition(codes)
     if found is not None:
         period, lo, hi = found
-        by_names = _anchor_bounds(codes, idle_before + seq.host_gap, period, lo, hi)
-    by_gaps = _gap_bounds(idle_before)
+        lo = max(lo, seq.first_launched)
+        if hi - lo >= MIN_ITERATIONS * period:
+            bounds = _anchor_bounds(codes, idle_before + seq.host_gap, period, lo, hi, seq.first_launched)
+            by_names = _launched(bounds, seq)
+    by_gaps = _launched(_gap_bounds(idle_before), seq)
     what = seq.what
     bounds = by_names
     if by_gaps:
@@ -455,7 +465,7 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         outer = seg >= LONGER_LOOP_FACTOR * period and covered >= GAP_LOOP_MIN_COVER * names_cover
         same = abs(seg - period) <= SAME_LOOP_TOLERANCE * max(period, 1) and covered > GAP_LOOP_MORE_COVER * names_cover
         if not by_names or outer or same:
-            bounds, period, what = by_gaps, round(seg), f"{seq.what} between idle gaps"
+            bounds, period, what = by_gaps, round(seg), f"{seq.what} between long idle gaps"
     if len(bounds) < MIN_ITERATIONS + 1:
         return None
     first_ts = _openings(model, seq, np.asarray(bounds[:-1]))
@@ -468,6 +478,12 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
     return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what)
 
 
+def _launched(bounds: list[int], seq: _Tokens) -> list[int]:
+    """Bounds without iterations that start before the trace's first launch."""
+    kept = [b for b in bounds if b >= seq.first_launched]
+    return kept if len(kept) >= MIN_ITERATIONS + 1 else []
+
+
 @dataclass(frozen=True)
 class _Tokens:
     codes: np.ndarray  # name code per token, in GPU (or host) order
@@ -478,6 +494,7 @@ class _Tokens:
     work_end: np.ndarray  # end of the token's GPU work and of its launch call
     idle: np.ndarray  # GPU idle time just before the token
     host_gap: np.ndarray  # host time between this token's launch and the previous one's
+    first_launched: int  # first token whose launch the trace holds
     what: str
 
 
@@ -497,14 +514,13 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         launch = act["launch"].to_numpy()
         has = launch >= 0
         li = np.clip(launch, 0, None)
-        # Kernels launched before the trace began (a GPU-bound loop queues far ahead):
-        # launched at the trace's start, as far as this trace can tell.
+        # Kernels with no launch in the trace: launched at its start as far as it tells.
         launch_ts = np.where(has, h_ts[li], _trace_start(model))
         syncs = _sync_rows(model)
         if len(syncs):
             # sync tokens: coded after every name, placed at the sync's return, launched
             # "by" themselves (so an iteration cut there starts at the sync's call)
-            s_codes = len(host["name"].cat.categories) + host["name"].cat.codes.to_numpy()[syncs].astype(np.int64)
+            s_codes = len(act["name"].cat.categories) + host["name"].cat.codes.to_numpy()[syncs].astype(np.int64)
             codes = np.concatenate([codes, s_codes])
             ts = np.concatenate([ts, h_end[syncs]])
             end = np.concatenate([end, h_end[syncs]])
@@ -520,7 +536,11 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         run_end = np.maximum.accumulate(end)
         idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
         host_gap = np.concatenate([[0.0], np.clip(launch_ts[1:] - prev_launch[1:], 0, None)])
-        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, "kernels")
+        # Kernels queued before the trace began (a GPU-bound loop runs far behind its
+        # host: 968 of resnet_act_checkpoint's) belong to iterations the trace does not
+        # hold: they help find the period, but no iteration starts among them.
+        first = int(np.argmax(has)) if has.any() else 0
+        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, first, "kernels and syncs")
     ops = _top_level_ops(model)
     if len(ops) < MIN_ITERATIONS:
         return None
@@ -531,7 +551,7 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
     idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
     none = np.full(len(ts), -1)
     prev = np.concatenate([[-np.inf], ts[:-1]])
-    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), "top-level ops")
+    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), 0, "top-level ops")
 
 
 def _openings(model: TraceModel, seq: _Tokens, idx: np.ndarray) -> np.ndarray:
@@ -540,7 +560,16 @@ def _openings(model: TraceModel, seq: _Tokens, idx: np.ndarray) -> np.ndarray:
     the trace links wrongly must not send one back)."""
     if seq.what == "top-level ops":
         return seq.ts[idx].astype(np.float64)
-    raw = _iteration_openings(model, seq.launch[idx], seq.launch_ts[idx], seq.prev_launch[idx])
+    launch, launch_ts, prev = seq.launch[idx], seq.launch_ts[idx], seq.prev_launch[idx].copy()
+    raw = _iteration_openings(model, launch, launch_ts, prev)
+    if len(idx) > MIN_ITERATIONS and not np.isfinite(prev[0]):
+        # The first iteration has no kernel before it to bound its opening: give it the
+        # host lead the other iterations have before their first launch (a DataLoader's
+        # batch, the loop body's Python), FIRST_LEAD_FACTOR times over at most.
+        lead = float(np.median(launch_ts[1:] - raw[1:]))
+        if lead > 0:
+            prev[0] = launch_ts[0] - FIRST_LEAD_FACTOR * lead
+            raw[0] = _iteration_openings(model, launch[:1], launch_ts[:1], prev[:1])[0]
     out: np.ndarray = np.maximum.accumulate(np.minimum(raw, seq.ts[idx]))
     return out
 
@@ -685,21 +714,19 @@ def _find_repetition(codes: np.ndarray) -> tuple[int, int, int] | None:
         found.append((p, lo, hi, exact + SHIFTED_MATCH_WEIGHT * (fuzzy - exact)))
     if not found:
         return None
-    # The longest stretch. Among stretches about as long: not a harmonic of a shorter
-    # tied period (3p + a few one-off kernels), then the best matches, exact ones
-    # counting more than shifted ones (a lag that matches alternating kernels one token
-    # off is not a period).
+    # The longest stretch. Among stretches about as long, the best matches, exact ones
+    # counting more than shifted ones: the fundamental period beats its harmonics (2p
+    # overlaps one period less; 3p plus a few one-off kernels matches less exactly) and
+    # layers inside a step (their stretch matches less at every step's head and tail),
+    # and a lag that matches alternating kernels one token off is not a period.
     longest = max(hi - lo for _, lo, hi, _ in found)
     tied = [f for f in found if f[2] - f[1] >= (1 - LONGER_PERIOD_MIN_GAIN) * longest]
-    tied = [f for f in tied if not any(_is_harmonic(f[0], g[0]) for g in tied if g[0] < f[0])]
     p, lo, hi, _ = max(tied, key=lambda f: (f[3], -f[0]))
     return p, lo, hi
 
 
-def _is_harmonic(p: int, q: int) -> bool:
-    """p is about k * q for some k >= 2 (each period may carry a few one-off tokens)."""
-    k = round(p / q)
-    return k >= 2 and abs(p - k * q) <= k * FUZZY_SHIFT
+def _fuzzy_shift(p: int) -> int:
+    return min(FUZZY_SHIFT, p // FUZZY_MIN_PERIOD_PER_SHIFT)
 
 
 def _lag_matches(codes: np.ndarray, max_lag: int) -> np.ndarray:
@@ -729,7 +756,7 @@ def _longest_repeat(codes: np.ndarray, p: int) -> tuple[int, int, int]:
     if n - p < p:
         return 0, 0, 0
     match = np.zeros(n - p, dtype=bool)
-    shift = min(FUZZY_SHIFT, p // FUZZY_MIN_PERIOD_PER_SHIFT)
+    shift = _fuzzy_shift(p)
     for d in range(-shift, shift + 1):
         lag = p + d
         if lag <= 0 or lag >= n:
@@ -762,7 +789,7 @@ def _longest_true_run(mask: np.ndarray) -> tuple[int, int]:
     return int(starts[i]), int(ends[i])
 
 
-def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, hi: int) -> list[int]:
+def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, hi: int, floor: int = 0) -> list[int]:
     """Token indices where iterations start, plus the end of the last whole iteration.
 
     Cut at a name (or pair of names) that occurs once per period, evenly spaced, inside
@@ -783,7 +810,7 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
             key=lambda g: (len(g), int(g[0] <= slack), -int(g[0]), float(gap_before[lo + g].sum())), reverse=True
         )
         for pos in cands[:ANCHORS_FOLLOWED]:
-            starts = _extend(key, [lo + int(i) for i in pos], p)
+            starts = _extend(key, [lo + int(i) for i in pos], p, floor)
             bounds = _close_last(starts, len(codes), hi)
             whole = len(bounds) - 1
             # A loop's first kernel opens the repeating stretch (the profiler and the
@@ -791,12 +818,36 @@ def _anchor_bounds(codes: np.ndarray, gap_before: np.ndarray, p: int, lo: int, h
             # beats one after more idle time (a blocking copy in mid-step, rank0.json);
             # among anchors at the start, the earliest (the loop's first kernel).
             at_start = starts[0] <= lo + slack
-            score = (whole, int(at_start), -starts[0] if at_start else 0, float(gap_before[starts].sum()))
+            score = (whole, int(at_start), -starts[0] if at_start else 0, float(np.median(gap_before[starts])))
             if best is None or score > best[:4]:
                 best = (*score, bounds)
     if best is not None:
-        return best[4]
+        return _refine_phase(codes, gap_before, best[4], floor)
     return _close_last(list(range(lo, hi - p + 1, p)), len(codes), hi)
+
+
+def _refine_phase(codes: np.ndarray, gap_before: np.ndarray, bounds: list[int], floor: int) -> list[int]:
+    """Move every boundary back by the same few tokens when the tokens there agree across
+    iterations and follow more idle time: the anchor is a name unique per iteration,
+    the loop turns over a few tokens earlier (the batch's copies before the first conv)."""
+    n = len(codes)
+    starts = np.asarray(bounds[:-1])
+    # the median: a warm-up iteration's long first call must not move every boundary
+    best_d, best_score = 0, float(np.median(gap_before[starts]))
+    # Only back: the anchor already opens the repeating stretch, and what follows it
+    # (torch.compile's guards before a compiled kernel) can idle longer than the turn.
+    for d in range(-PHASE_REFINE_TOKENS, 0):
+        moved = starts + d
+        if moved[0] < floor or moved[-1] >= n or len(np.unique(codes[moved])) != 1:
+            continue
+        score = float(np.median(gap_before[moved]))
+        if score > best_score:
+            best_d, best_score = d, score
+    if best_d == 0:
+        return bounds
+    # moved back, the last iteration keeps its end: the trace's last tokens are its tail,
+    # not the head of an iteration that never came
+    return [int(x) for x in starts + best_d] + [bounds[-1]]
 
 
 def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndarray]:
@@ -817,9 +868,11 @@ def _anchor_candidates(key: np.ndarray, p: int, expected: float) -> list[np.ndar
     return out
 
 
-def _extend(key: np.ndarray, starts: list[int], p: int) -> list[int]:
-    """Follow the anchor beyond the stretch while its occurrences keep the spacing."""
+def _extend(key: np.ndarray, starts: list[int], p: int, floor: int) -> list[int]:
+    """Follow the anchor beyond the stretch while its occurrences keep the spacing (not
+    back before `floor`)."""
     where = np.flatnonzero(key == key[starts[0]])
+    where = where[where >= floor]
     spacing = float(np.median(np.diff(starts))) if len(starts) > 1 else float(p)
     lo_d, hi_d = (1 - ANCHOR_SPACING_TOLERANCE) * spacing, (1 + ANCHOR_SPACING_TOLERANCE) * spacing
     out = list(starts)
@@ -871,8 +924,8 @@ def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> 
     kept, excluded, why = _split_warmup(model, _cap_last(model, found.spans), MIN_DETECTED_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
     reason = (
-        f"no step marks: {len(found.spans)} iterations of a loop found in the trace's {found.what} "
-        f"(a period of {found.period_tokens} repeating over {found.stretch_tokens} of {found.tokens})"
+        f"no step marks: {_plural(len(found.spans), 'iteration')} of a loop found in the trace's {found.what} "
+        f"({found.period_tokens} per iteration, repeating over {found.stretch_tokens} of {found.tokens})"
         + (f"; iteration 0 left out as warm-up ({why})" if excluded else "")
         + "."
     )
@@ -1177,6 +1230,10 @@ def _resolve_priority(intervals: dict[str, np.ndarray], lo: float, hi: float) ->
 # --------------------------------------------------------------------------------------
 # small helpers
 # --------------------------------------------------------------------------------------
+def _plural(n: int, what: str) -> str:
+    return f"{n} {what}" + ("" if n == 1 else "s")
+
+
 def _trace_start(model: TraceModel) -> float:
     firsts = [float(df["ts"].min()) for df in (model.host, model.gpu) if len(df)]
     return min(firsts) if firsts else 0.0
