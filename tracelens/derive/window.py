@@ -1046,9 +1046,7 @@ def _gpu_aligned(model: TraceModel, steps: tuple[StepSpan, ...], start: float, e
     begin = np.maximum.accumulate(np.minimum(begin, end))
     ends = np.concatenate([begin[1:], [max(steps[-1].end_us, begin[-1])]])
     ends[-1] = min(max(ends[-1], begin[-1]), end)
-    return tuple(
-        StepSpan(s.index, float(b), float(e), s.warmup) for s, b, e in zip(steps, begin, ends, strict=True)
-    )
+    return tuple(StepSpan(s.index, float(b), float(e), s.warmup) for s, b, e in zip(steps, begin, ends, strict=True))
 
 
 def _after_queued_work(model: TraceModel, start: float, end: float) -> float:
