@@ -115,6 +115,12 @@ CAUSAL_ARG = {
     "_scaled_dot_product_cudnn_attention_backward": 14,
     "_efficient_attention_backward": 14,
 }
+#: Attention ops whose q/k/v are (batch, seq, heads, dim), not (batch, heads, seq, dim):
+#: the flash and memory-efficient kernels' own entry points (the SDPA wrappers transpose).
+BSHD_ATTENTION = frozenset(
+    "_flash_attention_forward _flash_attention_backward _efficient_attention_forward "
+    "_efficient_attention_backward".split()
+)
 #: Flash-attention backward does about 2.5x the forward's matmul FLOPs (5 matmuls vs 2).
 ATTENTION_BWD_FACTOR = 2.5
 
@@ -396,8 +402,12 @@ def op_cost(
         q, k = (dims[start], dims[start + 1]) if len(dims) > start + 1 else ([], [])
         if len(q) != 4 or len(k) != 4:
             return None
-        b, h, lq, d = q
-        lk = k[2]
+        if name in BSHD_ATTENTION:
+            b, lq, h, d = q
+            lk = k[1]
+        else:
+            b, h, lq, d = q
+            lk = k[2]
         conc = [str(c) for c in (shapes.get("Concrete Inputs") or [])]
         pos = CAUSAL_ARG.get(name)
         if pos is not None and pos < len(conc) and conc[pos] != "":
