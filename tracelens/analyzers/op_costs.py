@@ -453,6 +453,10 @@ def op_cost(
         # An expanded source is read once per distinct element.
         if name == "copy_" and len(tensors) >= 2:
             return OpCost(0.0, float(tensors[0].nbytes + tensors[1].read_bytes), dtype, False, "copy")
+        if name in ("_to_copy", "to") and type_hint in DTYPE_BYTES:
+            # A cast writes the kernel's element type (bfloat16_copy_kernel: 2 bytes), not the input's.
+            return OpCost(0.0, float(tensors[0].read_bytes + tensors[0].numel * DTYPE_BYTES[type_hint]), dtype,
+                          False, "copy")  # fmt: skip
         return OpCost(0.0, float(tensors[0].read_bytes + in_bytes), dtype, False, "copy")
     if name in REDUCTIONS:
         return OpCost(float(biggest[0]), in_bytes, dtype, False, "reduction")

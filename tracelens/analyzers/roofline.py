@@ -28,18 +28,26 @@ from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_f
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT
 from tracelens.analyzers.op_costs import ADAM_FLOPS_PER_ELEMENT, CONV, OpCost, dtype_from_kernel, op_cost
-from tracelens.model.peaks import DevicePeaks, peaks_for
+from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel
 
 #: Kernels shorter than this on average are latency-bound whatever their intensity: the
 #: launch and ramp-up of a kernel take a few µs on current GPUs.
 LATENCY_US = 4.0
-#: Reaching less than this share of the roof means the kernel is not limited by either
-#: roof but by latency or too little parallelism.
-LATENCY_ROOF_SHARE = 0.1
-#: A model giving more than this share of the peak is wrong, not fast.
-MODEL_ERROR_SHARE = 1.1
+#: Nsight Compute's Speed Of Light rule: a kernel reaching less than 60% of both the compute
+#: and the memory roof is limited by latency (too little work in flight), not by either roof.
+NEAR_ROOF_SHARE = 0.6
+#: The compute roof is the datasheet peak at the boost clock, but SM clocks fall under load
+#: (1590 of 1980 MHz on the H200 under Nsight Compute on a bf16 GEMM, power-capped), while
+#: HBM's clock holds (3.2 GHz throughout): 60% at the clock the kernel ran is about 50% of
+#: the boost-clock FLOP/s.
+NEAR_COMPUTE_ROOF_SHARE = 0.5
+#: ... and so is one whose grid has fewer blocks than this share of the SMs ("grid is too
+#: small to fill the available resources"); persistent GEMMs launch about one block per SM.
+SMALL_GRID_SHARE = 0.5
+#: An achieved rate above the datasheet roof means the model (or the peak) is wrong.
+MODEL_ERROR_SHARE = 1.0
 COMM_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reduce_scatter", "sendrecv", "multimem")
 MAX_SITES = 8
 #: Unmodelled ops listed in the report.
@@ -48,19 +56,6 @@ MAX_UNMODELLED = 12
 MATH_FAMILIES = frozenset({"matmul", "conv", "attention"})
 #: Ops whose kernels are collectives whatever the kernel is called.
 COMM_OPS = ("record_param_comms", "c10d::", "nccl:", "symm_mem::", "_c10d_functional::")
-#: Kernel-name fragments of tensor-core kernels, which run fp32 matmuls as TF32.
-TF32_KERNEL_MARKERS = (
-    "tensorop",
-    "tf32",
-    "s1688",
-    "s16816",
-    "xmma",
-    "nvjet",
-    "cutlass_80",
-    "cutlass_90",
-    "sm80_",
-    "sm90_",
-)
 
 
 @dataclass(frozen=True)
@@ -77,8 +72,15 @@ class KernelRoof:
     bytes_per_s: float
     intensity: float
     roof_flops_per_s: float
-    roof_share: float
+    roof_share: float  # achieved fraction of the nearer roof (max of the two shares below)
     bound: str  # memory, compute, latency, communication, unknown
+    roof_name: str = ""  # the roof it was judged against: "memory bandwidth", "bf16 tensor cores", ...
+    roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
+    measured_ceiling: float = 0.0  # the sustained ceiling measured for that roof on this GPU, 0 if none
+    compute_share: float = 0.0  # achieved FLOP/s / the compute roof of its unit
+    memory_share: float = 0.0  # achieved bytes/s / the bandwidth roof
+    grid: int = 0  # median blocks per launch (0: not recorded)
+    unit: str = ""  # execution unit of the compute roof (fp32, tf32, bf16, fp16, fp8, int8)
 
 
 #: Elements each block of ATen's multi_tensor_apply kernels handles (kChunkSize in
@@ -105,6 +107,8 @@ AUX_KERNEL_MARKERS = (
     "winogradforward",  # the transforms of cuDNN's non-fused Winograd around its batched GEMM
     "winogradwgrad",
     "scalepackedtensor",
+    "compute_dot_do_o",  # cuDNN flash-attention backward's rowsum(dO * O) and dQ conversion passes
+    "convert_dq",
 )
 
 
@@ -419,6 +423,37 @@ def _fusion_chains(model: TraceModel, k: pd.DataFrame, att: _Attribution) -> tup
     return tuple(chains)
 
 
+def _transposed_source(shapes: dict[str, Any]) -> bool:
+    """Whether a copy reads a tensor whose innermost dimension is strided (a transposed or
+    permuted view): neither contiguous (stride 1) nor broadcast (stride 0)."""
+    dims = shapes.get("Input Dims") or []
+    strides = shapes.get("Input Strides") or []
+    for d, st in zip(dims, strides, strict=False):
+        ok = isinstance(d, list) and isinstance(st, list) and len(d) == len(st) > 0
+        if ok and all(isinstance(x, int) for x in d + st) and d[-1] > 1 and st[-1] not in (0, 1):
+            return True
+    return False
+
+
+def _median_grids(k: pd.DataFrame, comm: np.ndarray) -> dict[str, int]:
+    """Median blocks per launch of each kernel name (0 where the trace has no grids)."""
+    gx = k["grid_x"].to_numpy()
+    blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
+    names = k["name"].astype(str).to_numpy()[~comm]
+    dur = k["dur"].to_numpy(dtype=float)[~comm]
+    out: dict[str, int] = {}
+    # Weighted by time: one name can cover a big launch and many tiny ones (mul on a large
+    # tensor and on a scalar); the launches holding the time decide.
+    for n in np.unique(names):
+        sel = names == n
+        b, d = blocks[~comm][sel], dur[sel]
+        order = np.argsort(b)
+        cum = np.cumsum(d[order])
+        half = np.searchsorted(cum, cum[-1] / 2) if len(b) and cum[-1] > 0 else -1
+        out[str(n)] = int(b[order][half]) if half >= 0 else int(b.max(initial=0))
+    return out
+
+
 def compute_roofline(model: TraceModel, device: int | None, window: tuple[float, float]) -> Roofline:
     memo = model.memo
     key = ("roofline", device, window)
@@ -444,6 +479,8 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
     att = _attribute(model, k, comm)
     groups: dict[str, list[float]] = {}
     meta: dict[str, tuple[str, str, bool]] = {}
+    transposing: dict[str, float] = defaultdict(float)  # time in copies from a transposed source
+    transposed_op: dict[int, bool] = {}
     for i, name in enumerate(names):
         if comm[i]:
             continue
@@ -455,49 +492,69 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
             g[3] += att.bytes[i]
             g[4] += dur[i]
             meta.setdefault(name, att.meta[i])
+            o = int(att.owner[i])
+            if att.meta[i][1] == "copy" and o >= 0:
+                if o not in transposed_op:
+                    transposed_op[o] = _transposed_source(model.op_shapes(o))
+                if transposed_op[o]:
+                    transposing[name] += dur[i]
     modelled = float(dur[att.source == 1].sum())
     estimated = float(dur[att.source == 2].sum())
     comm_us = float(dur[comm].sum())
     unmodelled_us = float(dur.sum()) - comm_us - modelled - estimated
     rows = []
     errors = 0
+    sms = (dev.num_sms if dev else None) or 0
+    grid_of = _median_grids(k, comm)
     for name, (count, time_us, flops, nbytes, mtime) in groups.items():
         dtype, family, tc = meta.get(name, ("", "", False))
+        grid = grid_of.get(name, 0)
         if mtime <= 0:
-            rows.append(KernelRoof(name, int(count), time_us, 0, 0, dtype, family, tc, 0, 0, 0, 0, 0, "unknown"))
+            rows.append(KernelRoof(name, int(count), time_us, 0, 0, dtype, family, tc, 0, 0, 0, 0, 0, "unknown",
+                                   grid=grid))  # fmt: skip
             continue
         fps = flops / (mtime * 1e-6)
         bps = nbytes / (mtime * 1e-6)
         ai = flops / nbytes if nbytes > 0 else float("inf")
         if peaks is None:  # rates without roofs: no bound
             rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, 0, 0,
-                                   "unknown"))  # fmt: skip
+                                   "unknown", grid=grid))  # fmt: skip
             continue
-        # fp32 matmuls and convolutions on tensor-core kernels run TF32.
-        tf32 = dtype == "fp32" and tc and any(t in name.lower() for t in TF32_KERNEL_MARKERS)
-        peak = peaks.flops.get("tf32", 0.0) if tf32 and "tf32" in peaks.flops else peaks.peak(dtype, tc)
+        unit, peak = peaks.roof(dtype, tc, name)
         winograd = "winograd" in name.lower()
-        roof = min(peak, ai * peaks.bw) if ai != float("inf") else peak
-        share = (fps / roof) if roof > 0 and flops > 0 else (bps / peaks.bw if peaks.bw else 0.0)
+        compute_share = fps / peak if peak > 0 else 0.0
+        memory_share = bps / peaks.bw if peaks.bw > 0 else 0.0
         if winograd:
             # Winograd convolutions do fewer multiplies than the direct FLOPs we count:
             # their "FLOP/s" can pass the peak without the model being wrong.
-            share = min(share, 1.0)
-        # Errors are judged against the datasheet: a measured ceiling (e.g. a copy's) can be
-        # beaten a little by other kernels.
-        hard_peak = max(peak, peaks.flops.get("tf32" if tf32 else dtype, 0.0))
-        hard_bw = max(peaks.bw, peaks.bandwidth)
-        if not winograd and (fps > MODEL_ERROR_SHARE * hard_peak or bps > MODEL_ERROR_SHARE * hard_bw):
+            compute_share = min(compute_share, 1.0)
+        roof = min(peak, ai * peaks.bw) if ai != float("inf") else peak
+        share = max(compute_share, memory_share)
+        near_memory = memory_share >= compute_share
+        roof_name = "memory bandwidth" if near_memory else UNIT_NAMES.get(unit, unit)
+        roof_value = peaks.bw if near_memory else peak
+        ceiling = peaks.measured.get("bandwidth" if near_memory else unit, 0.0)
+        if compute_share > MODEL_ERROR_SHARE or memory_share > MODEL_ERROR_SHARE:
+            # Above the datasheet roof: the FLOP or byte model (or the peak) is wrong.
             errors += 1
             bound = "unknown"
-        elif time_us / count < LATENCY_US or share < LATENCY_ROOF_SHARE:
-            bound = "latency"
-        elif peak and ai < peak / peaks.bw:
+        elif transposing.get(name, 0.0) > mtime / 2 and time_us / count >= LATENCY_US and grid >= sms:
+            # A copy out of a transposed view reads one element per 32-byte sector: the memory
+            # pipeline, not DRAM bytes, is the limit (Nsight Compute: L1 96%, DRAM 23% on a
+            # 8192^2 fp32 transpose), so it is memory-bound below the DRAM roof.
             bound = "memory"
+        elif (
+            time_us / count < LATENCY_US
+            or (memory_share < NEAR_ROOF_SHARE and compute_share < NEAR_COMPUTE_ROOF_SHARE)
+            or 0 < grid < sms * SMALL_GRID_SHARE
+        ):
+            bound = "latency"
         else:
-            bound = "compute"
+            # The roof it is nearer to, each share taken against its own threshold.
+            bound = "memory" if memory_share / NEAR_ROOF_SHARE >= compute_share / NEAR_COMPUTE_ROOF_SHARE else "compute"
         rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, roof,
-                               share, bound))  # fmt: skip
+                               share, bound, roof_name, roof_value, ceiling, compute_share, memory_share, grid,
+                               unit))  # fmt: skip
     rows.sort(key=lambda r: -r.time_us)
     classified = sum(r.time_us for r in rows if r.bound != "unknown")
     unmodelled = tuple(
