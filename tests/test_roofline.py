@@ -306,3 +306,37 @@ def test_ncu_agreement() -> None:
     a = agreement(pairs)
     assert len(pairs) >= 200
     assert a.by_family >= 0.8 and a.by_time >= 0.9
+
+
+@needs_real
+def test_owlv2_eager_attention_leads() -> None:
+    """OWLv2 runs attention as bmm > softmax > dropout > bmm over 5185 tokens: the memory
+    answer leads with it and the SDPA fix; its matmuls are no longer a padding problem."""
+    rep = report_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
+    memory = next(q for q in rep.questions if q.id == "memory")
+    assert memory.status == "yes" and "scaled_dot_product_attention" in memory.answer
+    first = rep.findings[memory.finding_indexes[0]]
+    top = max((rep.findings[i] for i in memory.finding_indexes), key=lambda f: f.time_us)
+    assert top is first or top.title.startswith("Attention is written out")
+    assert "scaled_dot_product_attention" in top.advice and top.sites[0].kind == "eager_attention"
+    assert top.share > 0.3 and top.expected_gain_us > 0.8 * top.time_us
+    assert "16x5185x5185" in top.sites[0].description
+    assert not any(f.category == "misaligned_matmul" for f in rep.findings)
+
+
+def test_eager_attention_pattern() -> None:
+    """tests/data/ncu/ncu_attention: SDPA (not eager) plus bmm > mul > softmax > dropout > bmm
+    on 64x1024x1024 scores, once per profiled step; the SDPA training step has none."""
+    from tracelens.analyzers.roofline import eager_attention
+
+    path = REPO / "tests" / "data" / "ncu" / "ncu_attention.pt.trace.json.gz"
+    ctx = context_of(path)
+    calls = eager_attention(ctx.model, for_context(ctx).peaks)
+    assert len(calls) == 2
+    c = calls[0]
+    assert (c.batch, c.queries, c.keys, c.head_dim, c.dtype) == (64, 1024, 1024, 64, "bf16")
+    names = [ctx.model.arrays.name(r) for r in c.rows]
+    assert names[0] == "aten::bmm" and "aten::softmax" in names and "aten::dropout" in names
+    assert 0 < c.sdpa_us < c.time_us
+    train = context_of(REPO / "tests" / "data" / "ncu" / "ncu_train.pt.trace.json.gz")
+    assert eager_attention(train.model, for_context(train).peaks) == ()

@@ -13,6 +13,7 @@ from __future__ import annotations
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.analyzers.matmul_shapes import ALIGN_BYTES, DTYPE_BYTES, DTYPE_SHORT, MatmulRow, cached_matmul_rows
+from tracelens.analyzers.roofline import eager_attention_shapes
 
 #: Used when the trace has no aligned peer to compare with: the low end of what the H200
 #: measured (2.6-5x), so the gain is not overstated.
@@ -52,7 +53,8 @@ def _padded(value: int, itemsize: int) -> int:
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    rows = cached_matmul_rows(ctx.model)
+    attention = eager_attention_shapes(ctx)  # SDPA replaces these: not a padding problem
+    rows = [r for r in cached_matmul_rows(ctx.model) if (r.batch, r.m, r.n, r.k) not in attention]
     bad = [r for r in rows if not r.aligned]
     if not bad:
         return []

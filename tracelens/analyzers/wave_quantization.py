@@ -18,6 +18,7 @@ import math
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.analyzers.matmul_shapes import MatmulRow, Tile, cached_matmul_rows, tiles_for, waves_of
+from tracelens.analyzers.roofline import eager_attention_shapes
 
 #: Flag shapes whose waves are less than this full on average.
 FLAG_EFFICIENCY = 0.85
@@ -65,7 +66,8 @@ def nearest_full(row: MatmulRow) -> list[str]:
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    rows = cached_matmul_rows(ctx.model)
+    attention = eager_attention_shapes(ctx)  # SDPA replaces these matmuls
+    rows = [r for r in cached_matmul_rows(ctx.model) if (r.batch, r.m, r.n, r.k) not in attention]
     judged = [r for r in rows if r.waves >= 1.0 and r.slots > 0]
     flagged = []
     for r in judged:
