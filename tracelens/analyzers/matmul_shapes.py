@@ -336,9 +336,13 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
         tile = parse_tile(g.kernel)
         persistent = is_persistent(g.kernel)
         per_sm = ctas_per_sm(props, int(g.smem), int(g.regs), int(g.threads))
+        # The GPU holds SMs x CTAs/SM of this kernel at once: that is the capacity a wave is
+        # measured against, whatever the launch grid. A persistent kernel launched with fewer
+        # CTAs (grid 120 on 132 SMs) runs ceil(tiles / grid) rounds on that capacity: its
+        # idle SMs are lost like a partial wave's.
         slots = sms * per_sm
-        if persistent and g.grid > 0:
-            slots = min(slots, int(g.grid)) if slots else int(g.grid)
+        concurrent = min(slots, int(g.grid)) if persistent and g.grid > 0 and slots else (slots or int(g.grid))
+        slots = slots or int(g.grid)
         if tile is not None:
             tiles = tiles_for(g.m, g.n, g.batch, tile, int(g.grid), persistent)
             tile_text, tile_source = f"{tile.m}x{tile.n}", "name"
@@ -348,6 +352,10 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
         else:
             tiles, tile_text, tile_source = int(g.grid), "", "grid"
         waves, fill, eff = waves_of(tiles, slots) if slots else (0.0, 1.0, 1.0)
+        if slots and 0 < concurrent < slots and tiles > 0:
+            rounds = math.ceil(tiles / concurrent)
+            eff = tiles / (rounds * slots)
+            fill = waves - (rounds - 1) if waves > rounds - 1 else waves / rounds
         out.append(
             MatmulRow(
                 op=g.op, m=g.m, n=g.n, k=g.k, batch=g.batch, dtype=g.dtype, layout=g.layout, calls=int(g.calls),

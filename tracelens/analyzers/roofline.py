@@ -640,7 +640,7 @@ def _eager_attention_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | 
             "Replace the matmul > softmax (> dropout) > matmul sequence with "
             "torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=..., dropout_p=..., scale=...): "
             "one fused (flash or memory-efficient) kernel that never writes the Lq x Lk score matrix to memory. "
-            "Hugging Face models take attn_implementation=\"sdpa\" in from_pretrained where they support it. "
+            'Hugging Face models take attn_implementation="sdpa" in from_pretrained where they support it. '
             "Padding the sequence for aligned matmuls is a much smaller win."
         ),
         expected_gain_us=gain,
@@ -838,7 +838,9 @@ class EagerAttention:
 
 
 def _last2(d: Any) -> tuple[int, int] | None:
-    return (int(d[-2]), int(d[-1])) if isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d) else None
+    """The last two dims of a tensor's shape, or None for a non-tensor argument."""
+    ok = isinstance(d, list) and len(d) >= 2 and all(isinstance(x, int) for x in d)
+    return (int(d[-2]), int(d[-1])) if ok else None
 
 
 def _batch(d: list[int]) -> int:
@@ -881,14 +883,13 @@ def eager_attention(
         if st is not None and pos - st[4] > ATTN_MAX_GAP_OPS:
             st = state.pop(tid, None)
         if name in ATTN_MATMULS and name != "aten::einsum":
-            a, b = (dims[1], dims[2]) if name == "aten::baddbmm" and len(dims) >= 3 else (dims[:2] + [None, None])[:2]
+            a, b = (dims[1], dims[2]) if name == "aten::baddbmm" and len(dims) >= 3 else (*dims[:2], None, None)[:2]
             la, lb = _last2(a), _last2(b)
-            if st is not None and st[0] >= 1 and la is not None and la == st[2][1:3] and lb is not None:
-                if st[0] == 2:  # P @ V: done
-                    b_, lq, lk, d = st[2]
-                    found.append([(*st[1], r), b_, lq, lk, d, st[3]])
-                    state.pop(tid, None)
-                    continue
+            if st is not None and st[0] == 2 and la is not None and la == st[2][1:3] and lb is not None:
+                b_, lq, lk, d = st[2]  # P @ V: done
+                found.append([(*st[1], r), b_, lq, lk, d, st[3]])
+                state.pop(tid, None)
+                continue
             if la is not None and lb is not None and la[1] == lb[0] and lb[1] >= ATTN_MIN_KEYS:
                 if st is None or st[0] != 1 or st[2][1:3] != (la[0], lb[1]):
                     dtype = DTYPE_SHORT.get(str(types[0]), str(types[0])) if types else ""
@@ -899,9 +900,9 @@ def eager_attention(
         if st is None:
             continue
         shape = _last2(dims[0]) if dims else None
-        if name in ATTN_SOFTMAX and st[0] == 1 and shape == st[2][1:3]:
-            state[tid] = [2, (*st[1], r), st[2], st[3], pos]
-        elif name in ATTN_DROPOUT and st[0] == 2 and shape == st[2][1:3]:
+        softmax = name in ATTN_SOFTMAX and st[0] == 1
+        dropout = name in ATTN_DROPOUT and st[0] == 2
+        if (softmax or dropout) and shape == st[2][1:3]:
             state[tid] = [2, (*st[1], r), st[2], st[3], pos]
     if not found:
         memo[key] = ()
