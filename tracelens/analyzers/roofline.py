@@ -370,6 +370,10 @@ def _fusion_chains(model: TraceModel, k: pd.DataFrame, att: _Attribution) -> tup
     them), of comparable size, two passes or more."""
     order = np.lexsort((k["ts"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
     streams = (k["device"].to_numpy() * 1_000_003 + k["stream"].to_numpy())[order]
+    # A chain ends at a step (iteration) boundary: fusing compilers fuse within one
+    # iteration's graph, and a chain spanning iterations over-states the saving (14.7 ms
+    # claimed vs 11.6 ms measured eager-vs-compiled on a 5-iteration elementwise loop).
+    steps = k["step"].to_numpy()[order] if "step" in k.columns else np.full(len(order), -1)
     dur = k["dur"].to_numpy(dtype=float)[order]
     names = k["name"].astype(str).to_numpy()[order]
     nbytes = att.bytes[order]
@@ -409,6 +413,7 @@ def _fusion_chains(model: TraceModel, k: pd.DataFrame, att: _Attribution) -> tup
             fusible[j]
             and run
             and streams[j] == streams[run[-1]]
+            and steps[j] == steps[run[-1]]
             and nbytes[j] > 0
             and max(nbytes[j], nbytes[run[-1]]) <= CHAIN_SIZE_RATIO * min(nbytes[j], nbytes[run[-1]])
         )
