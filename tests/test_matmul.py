@@ -132,3 +132,20 @@ def test_report_carries_matmul_table() -> None:
     assert '"matmuls"' in data and '"wave_efficiency"' in data
     html = render_html(rep)
     assert "Matmul shapes" in html and "align1" in html
+
+
+@needs_real
+def test_unshaped_unaligned_gemms_from_kernel_names() -> None:
+    """HTA's rank0 (A100) runs 117 ms of TF32 GEMMs on CUTLASS align1 kernels under compiled
+    autograd functions that record no shapes: the kernel-name model (dtype, tile, operand
+    alignment) finds them, gives them the TF32 roof, and the padding finding lists them."""
+    ctx = context_of(real("rank0.json.gz"))
+    (f,) = misaligned_matmul.analyze(ctx)
+    fallbacks = [s for s in f.sites if "s1688gemm" in s.description]
+    assert len(fallbacks) >= 3 and all("TF32" in s.description and "align1" in s.description for s in fallbacks)
+    assert "117.6 ms" in f.title
+    from tracelens.analyzers.roofline import for_context
+
+    rows = [k for k in for_context(ctx).kernels if "s1688gemm" in k.name]
+    assert rows and all(k.family == "matmul" and k.unit == "tf32" for k in rows)
+    assert any(k.flops == 0 and k.roof_name == "TF32 tensor cores" for k in rows)

@@ -26,7 +26,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT
+from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT, gemm_from_name
 from tracelens.analyzers.op_costs import ADAM_FLOPS_PER_ELEMENT, CONV, OpCost, dtype_from_kernel, op_cost
 from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
 from tracelens.model.sources import user_source
@@ -515,8 +515,13 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
         dtype, family, tc = meta.get(name, ("", "", False))
         grid = grid_of.get(name, 0)
         if mtime <= 0:
-            rows.append(KernelRoof(name, int(count), time_us, 0, 0, dtype, family, tc, 0, 0, 0, 0, 0, "unknown",
-                                   grid=grid))  # fmt: skip
+            # No shapes (a CUDA-graph replay, a compiled region): a GEMM's name still gives its
+            # dtype and so its roof, though without FLOPs no rate or bound.
+            gm = gemm_from_name(name)
+            unit, peak = peaks.roof(gm.dtype, True, name) if gm and peaks else ("", 0.0)
+            rows.append(KernelRoof(name, int(count), time_us, 0, 0, gm.dtype if gm else dtype,
+                                   "matmul" if gm else family, bool(gm) or tc, 0, 0, 0, 0, 0, "unknown",
+                                   UNIT_NAMES.get(unit, ""), peak, grid=grid, unit=unit))  # fmt: skip
             continue
         fps = flops / (mtime * 1e-6)
         bps = nbytes / (mtime * 1e-6)
