@@ -110,7 +110,7 @@ _ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def identifier(name: str) -> str:
     """The function's own name: 'void at::native::(anonymous namespace)::foo<...>(...)' -> 'foo'."""
-    head = name.removeprefix("void ")
+    head = name.removeprefix("void ").replace("<unnamed>", "anon").replace("(anonymous namespace)", "anon")
     depth = 0
     cut = len(head)
     for j, ch in enumerate(head):  # drop template arguments and the parameter list
@@ -119,7 +119,7 @@ def identifier(name: str) -> str:
                 cut = j
                 break
             depth += 1
-        elif ch == "(" and depth == 0 and not head[j:].startswith("(anonymous"):
+        elif ch == "(" and depth == 0:
             cut = j
             break
     ids = _ID_RE.findall(head[:cut].split("::")[-1])

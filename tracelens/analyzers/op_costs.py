@@ -474,6 +474,9 @@ def op_cost(
         n_elems = sum(n for n, *_ in tensors)
         # fused Adam(W) reads params, grads and two moments (4 lists) and updates three.
         flops = ADAM_FLOPS_PER_ELEMENT * n_elems / 4 if "adam" in name else float(n_elems)
-        writes = 0.75 * in_bytes if "adam" in name else (0.0 if name.endswith("_") else in_bytes)
+        # Every other foreach op writes one list shaped like its first: in place (mul_, lerp_,
+        # addcmul_) the first list itself, out of place (sqrt, div) the result.
+        first = float(sum(t.nbytes for t in tensors if t.position == 0))
+        writes = 0.75 * in_bytes if "adam" in name else first
         return OpCost(float(flops), in_bytes + writes, dtype, False, "optimizer")
     return None
