@@ -174,6 +174,7 @@ class Roofline:
     classified_us: float = 0.0  # time in kernel classes that got a bound from a model
     unmodelled: tuple[Unmodelled, ...] = ()
     chains: tuple[FusionChain, ...] = ()
+    window: tuple[float, float] = (0.0, 0.0)  # the profiled window the kernels were taken from
 
     @property
     def total_us(self) -> float:
@@ -581,6 +582,7 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
         classified,
         unmodelled[:MAX_UNMODELLED],
         _fusion_chains(model, k[~comm], _subset(att, ~comm)),
+        window,
     )
     memo[key] = result
     return result
@@ -607,9 +609,7 @@ def _sites(rows: list[KernelRoof], describe: Callable[[KernelRoof], str]) -> tup
 def _eager_attention_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
     """Attention written as matmul > softmax > matmul: it writes and reads the [Lq x Lk]
     score matrix (several times) where a fused kernel keeps it on chip."""
-    dev = ctx.gpu_time.primary
-    window = (dev.window_start, dev.window_end) if dev else None
-    calls = eager_attention(ctx.model, roof.peaks, window)
+    calls = eager_attention(ctx.model, roof.peaks, roof.window)
     if not calls:
         return None
     total = sum(c.time_us for c in calls)
@@ -961,10 +961,8 @@ def eager_attention_shapes(ctx: AnalysisContext) -> set[tuple[int, int, int, int
     """(batch, M, N, K) of the matmuls inside eager attention (both orders of M and N): the
     matmul findings leave them to the eager-attention finding, whose fix removes them."""
     roof = for_context(ctx)
-    dev = ctx.gpu_time.primary
-    window = (dev.window_start, dev.window_end) if dev else None
     out: set[tuple[int, int, int, int]] = set()
-    for c in eager_attention(ctx.model, roof.peaks, window):
+    for c in eager_attention(ctx.model, roof.peaks, roof.window):
         for m, n, k in ((c.queries, c.keys, c.head_dim), (c.queries, c.head_dim, c.keys)):
             out |= {(c.batch, m, n, k), (c.batch, n, m, k)}
     return out
