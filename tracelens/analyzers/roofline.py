@@ -643,7 +643,7 @@ def _eager_attention_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | 
         )
     share = ctx.share(total)
     return Finding(
-        category=Category.MEMORY_BOUND,
+        category=Category.EAGER_ATTENTION,
         severity=severity_for(ctx.share(gain)),
         title=(
             f"Attention is written out as matmul > softmax > matmul: {len(calls)} calls take {fmt_us(total)} "
