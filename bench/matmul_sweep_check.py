@@ -46,7 +46,7 @@ def correlations(trace: Path, measured: Path, min_size: int) -> dict[str, tuple[
 
 def main() -> None:
     trace = Path(sys.argv[1]) if len(sys.argv) > 1 else REPO / "sample_traces" / "matmul_sweep.pt.trace.json.gz"
-    measured = trace.with_name("matmul_sweep.measured.json")
+    measured = trace.with_name(trace.name.replace(".pt.trace.json.gz", ".measured.json"))
     meas = {(x["m"], x["n"], x["k"]): x["tflops"] for x in json.loads(measured.read_text())["results"]}
     rows = sorted(matmul_rows(load_trace(trace)), key=lambda r: (r.m, r.n, r.k))
     print("| M x N x K | aligned | fallback kernel | tile | tiles | slots | waves | predicted efficiency "

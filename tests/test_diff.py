@@ -104,7 +104,9 @@ def test_h200_pairs_match_cuda_events(pair: str) -> None:
     measured = _event_us(a) - _event_us(b)
     assert d.verdict.change_us == pytest.approx(measured, rel=0.15)
     assert not d.verdict.within_noise
-    expected = {"compile": "gpu_busy_memory", "align": "gpu_busy_compute"}[pair]
+    # The K=4095 fallback kernel (cutlass_75 align1) runs at 13% of the bf16 roof: latency-
+    # bound by Nsight Compute's rule, so that is the ledger cause that shrinks.
+    expected = {"compile": "gpu_busy_memory", "align": "gpu_busy_latency"}[pair]
     assert d.verdict.main_cause == expected
     if pair == "align":
         assert any("align1" in c.name and c.status == "removed" for c in d.changes)

@@ -4,8 +4,11 @@ are memory-bound, a tiny-op loop is latency-bound; no achieved rate passes the p
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
-from conftest import context_of, needs_real, real, report_of, sample, whole_context_of
+from conftest import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers.op_costs import dtype_from_kernel, op_cost
 from tracelens.analyzers.roofline import FOREACH_CHUNK_ELEMENTS, MODEL_ERROR_SHARE, for_context
@@ -15,8 +18,9 @@ from tracelens.model.peaks import peaks_for
 
 def test_peak_table() -> None:
     h200 = peaks_for("NVIDIA H200")
-    assert h200 is not None and h200.peak("bf16", True) == pytest.approx(790e12)  # measured here
-    assert h200.flops["bf16"] == pytest.approx(989e12) and h200.bandwidth == pytest.approx(4.8e12)
+    assert h200 is not None and h200.peak("bf16", True) == pytest.approx(989.4e12)  # the datasheet is the roof
+    assert h200.measured["bf16"] == pytest.approx(790e12)  # measured here, shown beside it
+    assert h200.flops["bf16"] == pytest.approx(989.4e12) and h200.bandwidth == pytest.approx(4.8e12)
     assert peaks_for("NVIDIA H100 80GB HBM3").bandwidth == pytest.approx(3.35e12)  # type: ignore[union-attr]
     assert peaks_for("AMD Instinct MI300X").name == "MI300X"  # type: ignore[union-attr]
     assert peaks_for("Tesla V100-SXM2-32GB").name == "V100 SXM2"  # type: ignore[union-attr]
@@ -52,7 +56,9 @@ def test_op_models() -> None:
 def test_known_cases() -> None:
     gemm = for_context(context_of(sample("gemm_bf16")))
     top = gemm.kernels[0]
-    assert top.family == "matmul" and top.bound == "compute" and top.roof_share > 0.9
+    # 8192^3 bf16 at ~795 TFLOP/s: 80% of the 989 TFLOP/s datasheet roof.
+    assert top.family == "matmul" and top.bound == "compute" and 0.75 < top.roof_share <= 1.0
+    assert top.roof_name == "bf16 tensor cores" and top.measured_ceiling == pytest.approx(790e12)
     ew = for_context(context_of(sample("elementwise_fp32")))
     assert {k.bound for k in ew.kernels if k.family in ("elementwise", "copy")} == {"memory"}
     fastest = max(k.bytes_per_s for k in ew.kernels)
@@ -132,7 +138,10 @@ def test_foreach_kernels_sized_from_their_grid() -> None:
     elements = {g * FOREACH_CHUNK_ELEMENTS for g in per_op.values()}
     assert len(elements) == 1 and 67.2e6 < elements.pop() < 67.2e6 * 1.05
     optim = [r for r in roof.kernels if r.family == "optimizer"]
-    assert optim and all(r.bound in ("memory", "latency") for r in optim)
+    # One foreach kernel's grid estimate comes out at 106% of the bandwidth roof: reported
+    # as a model error (unknown), never as faster than the roof.
+    assert optim and all(r.bound in ("memory", "latency", "unknown") for r in optim)
+    assert all(r.memory_share <= 1.0 for r in optim if r.bound != "unknown")
 
 
 @needs_real
@@ -188,8 +197,8 @@ def test_fusion_and_attention_cases() -> None:
     # The ceilings measured in the same run agree with the peak table's H200 entry.
     ceilings = context_of(path).model.meta.metadata["tracelens_workload"]["ceilings"]
     assert roof.peaks is not None
-    assert ceilings["bf16_mm_flops_per_s"] == pytest.approx(roof.peaks.peak("bf16", True), rel=0.05)
-    assert ceilings["copy_bytes_per_s"] == pytest.approx(roof.peaks.bw, rel=0.05)
+    assert ceilings["bf16_mm_flops_per_s"] == pytest.approx(roof.peaks.measured["bf16"], rel=0.05)
+    assert ceilings["copy_bytes_per_s"] == pytest.approx(roof.peaks.measured["bandwidth"], rel=0.05)
 
 
 def test_fusion_chain_estimate_against_the_compiled_kernel() -> None:
@@ -228,3 +237,124 @@ def test_fusion_chains_on_real_traces() -> None:
     finding = next(f for f in roofline_analyze(ctx) if f.category.value == "memory_bound")
     site = finding.sites[0]
     assert site.kind == "fusion_chain" and site.source is not None and site.source.file.endswith("activations.py")
+
+
+def test_roof_per_dtype_and_gpu() -> None:
+    """The roof comes from the kernel and its dtype and from what the GPU has."""
+    h200, v100 = peaks_for("NVIDIA H200"), peaks_for("Tesla V100-SXM2-32GB")
+    assert h200 is not None and v100 is not None
+    ffma = "sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x64x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute"
+    assert h200.unit_for("fp32", True, ffma) == "fp32"  # fp32 GEMM on CUDA cores, not TF32
+    assert h200.unit_for("fp32", True, "sm90_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x256x32") == "tf32"
+    assert h200.unit_for("fp32", True, "cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4") == "tf32"
+    assert h200.unit_for("bf16", True, "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT") == "bf16"
+    assert h200.unit_for("fp8", True) == "fp8" and h200.unit_for("bf16", False) == "fp32"
+    # V100: no TF32, no bf16 tensor cores.
+    assert "tf32" not in v100.flops and "bf16" not in v100.flops
+    assert v100.unit_for("fp32", True, "cutlass_80_tensorop_s1688gemm") == "fp32"
+    assert v100.unit_for("bf16", True) == "fp32" and v100.unit_for("fp16", True) == "fp16"
+    a100 = peaks_for("A100-SXM4-80GB")
+    assert a100 is not None and a100.unit_for("fp8", True) == "fp16"  # no fp8 units on Ampere
+    for _, p in __import__("tracelens.model.peaks", fromlist=["TABLE"]).TABLE:
+        assert p.source and p.bandwidth > 0 and p.flops.get("fp32", 0) > 0
+        assert all(p.flops["fp32"] <= v for k, v in p.flops.items() if k != "fp32"), p.name
+
+
+def _all_traces() -> list[Path]:
+    from conftest import REAL_TRACES, SAMPLE_TRACES
+
+    return [*SAMPLE_TRACES, *REAL_TRACES, *sorted((REPO / "tests" / "data" / "ncu").glob("*.pt.trace.json.gz"))]
+
+
+@pytest.mark.parametrize("path", _all_traces(), ids=lambda p: p.name)
+def test_no_kernel_above_its_roof(path: Path) -> None:
+    """An achieved rate above the datasheet roof is a model error, reported as unknown:
+    no classified kernel in any sample, public or ncu trace is over 100% of either roof."""
+    roof = for_context(context_of(path))
+    for k in roof.kernels:
+        if k.bound in ("memory", "compute", "latency") and roof.peaks is not None and k.flops + k.bytes > 0:
+            assert k.compute_share <= 1.0 and k.memory_share <= 1.0 and k.roof_share <= 1.0, k.name
+            assert k.roof_name and k.roof_value > 0
+    if roof.peaks is not None:
+        assert roof.model_errors == sum(1 for k in roof.kernels if k.bound == "unknown" and k.flops + k.bytes > 0)
+
+
+@needs_real
+def test_qwen_flash_attention_rate() -> None:
+    """_flash_attention_forward takes (batch, seq, heads, dim): Qwen's 16x559x16x64 causal
+    attention is 4*16*16*559^2*64*0.5 FLOP per call; the rate must match the shapes' rate."""
+    path = real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
+    roof = for_context(context_of(path))
+    att = [k for k in roof.kernels if k.family == "attention" and k.flops > 0]
+    assert att
+    flops_per_call = 4 * 16 * 16 * 559 * 559 * 64 * 0.5
+    for k in att:
+        expected = flops_per_call * k.count / (k.time_us * 1e-6)
+        assert k.flops_per_s == pytest.approx(expected, rel=0.2)
+        assert k.flops_per_s > 20e12  # was 2.6 TFLOP/s with heads and sequence swapped
+
+
+def test_ncu_agreement() -> None:
+    """tracelens' bound against Nsight Compute's Speed Of Light verdict on the same six H200
+    workloads (bench/ncu_compare.py; CSVs and traces in tests/data/ncu). Measured: 75/90
+    families (83%), 90.7% of kernel time (was 60% / 43% before issue 10); the disagreements
+    are explained in bench/RESULTS.md."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from ncu_compare import agreement, all_pairs
+
+    data = REPO / "tests" / "data" / "ncu"
+    pairs = all_pairs(data, data)
+    a = agreement(pairs)
+    assert len(pairs) == 286  # every profiled launch paired with a trace kernel
+    assert a.by_family >= 0.8 and a.by_time >= 0.9
+
+
+@needs_real
+def test_owlv2_eager_attention_leads() -> None:
+    """OWLv2 runs attention as bmm > softmax > dropout > bmm over 5185 tokens: the eager
+    attention finding, with the SDPA fix, is the largest compute/memory gain; its matmuls
+    are no longer a padding problem. Where the memory question lists the eager_attention
+    category (the lead wires it in at merge), the memory answer leads with it."""
+    rep = report_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
+    eager = [f for f in rep.findings if f.category == "eager_attention"]
+    assert len(eager) == 1
+    top = eager[0]
+    assert "scaled_dot_product_attention" in top.advice and top.sites[0].kind == "eager_attention"
+    assert top.share > 0.3 and top.expected_gain_us > 0.8 * top.time_us
+    assert "16x5185x5185" in top.sites[0].description
+    roof_cats = {"memory_bound", "compute_bound", "misaligned_matmul", "wave_quantization", "eager_attention"}
+    assert top is max((f for f in rep.findings if f.category in roof_cats), key=lambda f: f.expected_gain_us)
+    assert not any(f.category == "misaligned_matmul" for f in rep.findings)
+    memory = next(q for q in rep.questions if q.id == "memory")
+    if "eager_attention" in memory.categories:
+        assert memory.status == "yes" and "scaled_dot_product_attention" in memory.answer
+
+
+def test_eager_attention_pattern() -> None:
+    """tests/data/ncu/ncu_attention: SDPA (not eager) plus bmm > mul > softmax > dropout > bmm
+    on 64x1024x1024 scores, once per profiled step; the SDPA training step has none."""
+    from tracelens.analyzers.roofline import eager_attention
+
+    path = REPO / "tests" / "data" / "ncu" / "ncu_attention.pt.trace.json.gz"
+    ctx = context_of(path)
+    calls = eager_attention(ctx.model, for_context(ctx).peaks)
+    assert len(calls) == 2
+    c = calls[0]
+    assert (c.batch, c.queries, c.keys, c.head_dim, c.dtype) == (64, 1024, 1024, 64, "bf16")
+    names = [ctx.model.arrays.name(r) for r in c.rows]
+    assert names[0] == "aten::bmm" and "aten::softmax" in names and "aten::dropout" in names
+    assert 0 < c.sdpa_us < c.time_us
+    train = context_of(REPO / "tests" / "data" / "ncu" / "ncu_train.pt.trace.json.gz")
+    assert eager_attention(train.model, for_context(train).peaks) == ()
+
+
+def test_fusion_chains_end_at_step_boundaries() -> None:
+    """elementwise_fp32 runs the same 6 passes per ProfilerStep, back to back across steps:
+    the chain is one step's 6 passes, 3 times (it was one run of 16 passes across steps,
+    claiming 12.1 ms where 10.3 ms is what fusing each step's graph can save)."""
+    roof = for_context(context_of(sample("elementwise_fp32")))
+    assert [(len(c.ops), c.count) for c in roof.chains] == [(6, 3)]
+    model = context_of(sample("elementwise_fp32")).model
+    k = model.kernels()
+    steps_of_chain_kernels = set(k[k["name"].astype(str).isin(roof.chains[0].kernels)]["step"])
+    assert len(steps_of_chain_kernels - {-1}) >= 3

@@ -248,17 +248,20 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
         RooflinePoint(
             name=_cut(k.name), time_us=k.time_us, intensity=k.intensity, flops_per_s=k.flops_per_s,
             bytes_per_s=k.bytes_per_s, roof_share=k.roof_share, bound=k.bound, family=k.family, dtype=k.dtype,
+            roof=k.roof_name, roof_value=k.roof_value,
         )
         for k in roof.kernels
         if k.bound in ("memory", "compute", "latency") and k.flops > 0
     )[:MAX_ROOFLINE_POINTS]  # fmt: skip
-    used = {d: p.peak(d, d != "fp32") for d in ("fp32", "bf16", "fp8") if p.flops.get(d)}
-    if "tf32" in p.flops:
-        used["tf32"] = p.flops["tf32"]
+    # The roofs the kernels were judged against (datasheet), one line per unit that was used.
+    units_order = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+    units = {k.unit for k in roof.kernels if k.unit} | {"fp32"}
+    used: dict[str, float] = {u: p.flops[u] for u in units_order if u in units and u in p.flops}
     return RooflineSummary(
         device=p.name,
         source=p.source + (" (measured here: " + ", ".join(sorted(p.measured)) + ")" if p.measured else ""),
         peak_flops=used, bandwidth=p.bw, datasheet_bandwidth=p.bandwidth, coverage=roof.coverage,
+        measured=dict(p.measured),
         communication_us=roof.communication_us, model_errors=roof.model_errors, points=points,
         classified=roof.classified, estimated_share=roof.estimated_us / roof.total_us if roof.total_us else 0.0,
         uncovered=tuple(
@@ -282,7 +285,8 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     busy = ctx.ledger.primary.busy_us if ctx.ledger.primary else 1.0
     g = act.groupby("name", observed=True).agg(count=("dur", "size"), total=("dur", "sum"), kind=("kind", "first"))
     g = g.sort_values("total", ascending=False).head(MAX_KERNEL_ROWS)
-    bounds = {k.name: k.bound for k in for_context(ctx).kernels}
+    roofs = {k.name: k for k in for_context(ctx).kernels}
+    bounds = {name: k.bound for name, k in roofs.items()}
     return tuple(
         KernelRow(
             name=_cut(str(name)),
@@ -292,8 +296,13 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
             share=float(row["total"]) / busy if busy else 0.0,
             kind=_KIND_NAMES.get(int(row["kind"]), "other"),
             bound=bounds.get(str(name), "unknown") if int(row["kind"]) == int(Kind.KERNEL) else "memory",
+            roof=r.roof_name if r else "",
+            roof_value=r.roof_value if r else 0.0,
+            roof_share=r.roof_share if r and r.bound != "unknown" else 0.0,
+            measured_ceiling=r.measured_ceiling if r else 0.0,
         )
         for name, row in g.iterrows()
+        for r in (roofs.get(str(name)),)
     )
 
 

@@ -47,7 +47,7 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         3,
         "memory",
         "Is it moving far more data than it reuses (memory-bandwidth bound)?",
-        (Category.MEMORY_BOUND,),
+        (Category.EAGER_ATTENTION, Category.MEMORY_BOUND),
         "",
     ),
     DiagnosticStep(
@@ -84,7 +84,6 @@ YES_SEVERITY = Severity.MEDIUM
 #: Findings that refine another: their time is part of the parent's (a misaligned matmul
 #: is compute-bound time done slowly), so it is never added to the parent's again.
 PARENT_OF: dict[Category, Category] = {
-    Category.MISALIGNED_MATMUL: Category.COMPUTE_BOUND,
     Category.WAVE_QUANTIZATION: Category.COMPUTE_BOUND,
     Category.POWER_THROTTLE: Category.COMPUTE_BOUND,
 }
@@ -102,6 +101,7 @@ LEDGER_POOL: dict[Category, tuple[str, ...]] = {
     Category.MEMORY_BOUND: ("gpu_busy_memory",),
     Category.COMPUTE_BOUND: ("gpu_busy_compute",),
     Category.MISALIGNED_MATMUL: (BUSY,),
+    Category.EAGER_ATTENTION: (BUSY,),
     Category.WAVE_QUANTIZATION: (BUSY,),
     Category.POWER_THROTTLE: (BUSY,),
 }

@@ -142,6 +142,8 @@ class RooflinePoint:
     bound: str
     family: str
     dtype: str
+    roof: str = ""  # the roof it was judged against
+    roof_value: float = 0.0  # datasheet FLOP/s or bytes/s of that roof
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,7 @@ class RooflineSummary:
     classified: float = 0.0
     estimated_share: float = 0.0  # foreach kernels sized from their launch grid
     uncovered: tuple[UncoveredOp, ...] = ()
+    measured: dict[str, float] = field(default_factory=dict)  # sustained ceilings measured on this GPU
 
 
 @dataclass(frozen=True)
@@ -182,6 +185,10 @@ class KernelRow:
     kind: str  # kernel, memcpy, memset
     # memory, compute, latency or unknown; unknown until the roofline analyzer exists.
     bound: str = "unknown"
+    roof: str = ""  # the roof it was judged against: "memory bandwidth", "bf16 tensor cores", ...
+    roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
+    roof_share: float = 0.0  # achieved fraction of that roof (never above 1: above is a model error)
+    measured_ceiling: float = 0.0  # sustained ceiling measured for that roof on this GPU, 0 if none
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ ANALYZERS: tuple[AnalyzerSpec, ...] = (
     AnalyzerSpec("launch", (Category.LAUNCH_OVERHEAD,), launch_overhead.analyze, ("cuda", "cpu")),
     AnalyzerSpec(
         "memory",
-        (Category.MEMORY_BOUND, Category.COMPUTE_BOUND),
+        (Category.EAGER_ATTENTION, Category.MEMORY_BOUND, Category.COMPUTE_BOUND),
         roofline.analyze,
         ("cuda", "record_shapes"),
         ("kernels", "roofline"),

@@ -21,6 +21,7 @@ class Category(StrEnum):
     COMMUNICATION = "communication"
     LAUNCH_OVERHEAD = "launch_overhead"
     MEMORY_BOUND = "memory_bound"
+    EAGER_ATTENTION = "eager_attention"  # attention written as matmul > softmax > matmul (issue 10)
     SHAPE_DYNAMISM = "shape_dynamism"
     ALLOCATION = "allocation"
     COMPUTE_BOUND = "compute_bound"

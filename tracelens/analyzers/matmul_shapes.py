@@ -96,6 +96,52 @@ def parse_tile(kernel: str) -> Tile | None:
     return None
 
 
+#: Operand types in cuBLAS/CUTLASS/xmma GEMM kernel names (first match wins): CUTLASS's
+#: s1688/s16816 are TF32 MMA on fp32 data, h/bf16 prefixes half types; xmma spells types.
+_GEMM_NAME_DTYPES = (
+    ("bf16", "bf16"),
+    ("tf32", "fp32"),
+    ("f16", "fp16"),
+    ("h1688", "fp16"),
+    ("h16816", "fp16"),
+    ("h884", "fp16"),
+    ("e4m3", "fp8_e4m3"),
+    ("s1688", "fp32"),
+    ("s16816", "fp32"),
+)
+_GEMM_NAME_RE = re.compile(r"gemm|nvjet|xmma", re.IGNORECASE)
+_ALIGN_RE = re.compile(r"align(\d+)\b")
+
+
+@dataclass(frozen=True)
+class GemmName:
+    """What a tensor-core GEMM kernel's name says when the trace records no shapes for it
+    (kernels replayed from a CUDA graph, or launched inside a compiled region)."""
+
+    dtype: str  # operand type (fp32 = TF32 tensor cores)
+    tile: Tile | None
+    align_elements: int  # vector width the kernel assumes for its operands (0: not named)
+    itemsize: int
+
+    @property
+    def misaligned(self) -> bool:
+        """Built for operands not aligned to 16 bytes: cuBLAS's fallback for odd leading dims."""
+        return 0 < self.align_elements * self.itemsize < ALIGN_BYTES
+
+
+def gemm_from_name(kernel: str) -> GemmName | None:
+    """The kernel-name model of a tensor-core GEMM: dtype, tile and operand alignment."""
+    low = kernel.lower()
+    if not _GEMM_NAME_RE.search(low) or not any(t in low for t in ("tensorop", "xmma", "nvjet", "s1688", "s16816")):
+        return None
+    dtype = next((d for marker, d in _GEMM_NAME_DTYPES if marker in low), "")
+    if not dtype or "ffma" in low or "simt" in low:
+        return None
+    align = _ALIGN_RE.search(low)
+    item = {"bf16": 2, "fp16": 2, "fp32": 4}.get(dtype, 1)
+    return GemmName(dtype, parse_tile(kernel), int(align.group(1)) if align else 0, item)
+
+
 def kernel_arch(kernel: str) -> int | None:
     """SM architecture a kernel was built for, from its name (cutlass_75 -> 75)."""
     m = _ARCH_RE.search(kernel)
@@ -336,9 +382,13 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
         tile = parse_tile(g.kernel)
         persistent = is_persistent(g.kernel)
         per_sm = ctas_per_sm(props, int(g.smem), int(g.regs), int(g.threads))
+        # The GPU holds SMs x CTAs/SM of this kernel at once: that is the capacity a wave is
+        # measured against, whatever the launch grid. A persistent kernel launched with fewer
+        # CTAs (grid 120 on 132 SMs) runs ceil(tiles / grid) rounds on that capacity: its
+        # idle SMs are lost like a partial wave's.
         slots = sms * per_sm
-        if persistent and g.grid > 0:
-            slots = min(slots, int(g.grid)) if slots else int(g.grid)
+        concurrent = min(slots, int(g.grid)) if persistent and g.grid > 0 and slots else (slots or int(g.grid))
+        slots = slots or int(g.grid)
         if tile is not None:
             tiles = tiles_for(g.m, g.n, g.batch, tile, int(g.grid), persistent)
             tile_text, tile_source = f"{tile.m}x{tile.n}", "name"
@@ -348,6 +398,10 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
         else:
             tiles, tile_text, tile_source = int(g.grid), "", "grid"
         waves, fill, eff = waves_of(tiles, slots) if slots else (0.0, 1.0, 1.0)
+        if slots and 0 < concurrent < slots and tiles > 0:
+            rounds = math.ceil(tiles / concurrent)
+            eff = tiles / (rounds * slots)
+            fill = waves - (rounds - 1) if waves > rounds - 1 else waves / rounds
         out.append(
             MatmulRow(
                 op=g.op, m=g.m, n=g.n, k=g.k, batch=g.batch, dtype=g.dtype, layout=g.layout, calls=int(g.calls),

@@ -10,9 +10,19 @@ similar size in the same trace where there is one, else the expected factor is u
 
 from __future__ import annotations
 
+import re
+
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.analyzers.matmul_shapes import ALIGN_BYTES, DTYPE_BYTES, DTYPE_SHORT, MatmulRow, cached_matmul_rows
+from tracelens.analyzers.matmul_shapes import (
+    ALIGN_BYTES,
+    DTYPE_BYTES,
+    DTYPE_SHORT,
+    MatmulRow,
+    cached_matmul_rows,
+    gemm_from_name,
+)
+from tracelens.analyzers.roofline import KernelRoof, eager_attention_shapes, for_context
 
 #: Used when the trace has no aligned peer to compare with: the low end of what the H200
 #: measured (2.6-5x), so the gain is not overstated.
@@ -51,14 +61,65 @@ def _padded(value: int, itemsize: int) -> int:
     return -(-value // align) * align
 
 
+#: Unshaped fallback kernels worth listing: at least this share of the profiled window.
+MIN_UNSHAPED_SHARE = 0.002
+
+
+def _kernel_id(name: str) -> str:
+    """cutlass_80_tensorop_s1688gemm_256x64_16x4_tn_align1 out of its `void cutlass::Kernel<...>(...)`."""
+    m = re.search(r"(?:cutlass|sm\d+_xmma|ampere|volta|turing)_\w+", name)
+    return m.group(0) if m else name[:90]
+
+
+def _unshaped_fallbacks(ctx: AnalysisContext) -> list[KernelRoof]:
+    """GEMM kernels with no shapes recorded whose names say they were built for unaligned
+    operands (`..._align1`): HTA's rank0 spends 117 ms in TF32 ones replayed under compiled
+    autograd functions."""
+    return [
+        k
+        for k in for_context(ctx).kernels
+        if k.flops == 0 and k.family == "matmul" and ctx.share(k.time_us) >= MIN_UNSHAPED_SHARE
+        for gm in (gemm_from_name(k.name),)
+        if gm is not None and gm.misaligned
+    ]
+
+
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    rows = cached_matmul_rows(ctx.model)
+    attention = eager_attention_shapes(ctx)  # SDPA replaces these: not a padding problem
+    rows = [r for r in cached_matmul_rows(ctx.model) if (r.batch, r.m, r.n, r.k) not in attention]
     bad = [r for r in rows if not r.aligned]
-    if not bad:
+    unshaped = _unshaped_fallbacks(ctx)
+    if not bad and not unshaped:
         return []
     sites = []
     total_time = total_lost = 0.0
     measured = 0
+    for k in unshaped:
+        gm = gemm_from_name(k.name)
+        assert gm is not None
+        lost = k.time_us * (1 - 1 / EXPECTED_SLOWDOWN)
+        total_time += k.time_us
+        total_lost += lost
+        tile = f", tile {gm.tile.m}x{gm.tile.n}" if gm.tile else ""
+        plural = "s" if gm.align_elements > 1 else ""
+        sites.append(
+            (
+                lost,
+                Site(
+                    description=(
+                        f"{_kernel_id(k.name)}: a {'TF32' if gm.dtype == 'fp32' else gm.dtype} GEMM kernel built "
+                        f"for operands aligned to {gm.align_elements} element{plural}{tile} "
+                        "(from its name; the trace records no shapes for it: a CUDA-graph replay or a compiled "
+                        f"region); expected about {EXPECTED_SLOWDOWN}x slower than aligned; pad the matmul's "
+                        f"dimensions to a multiple of {max(ALIGN_BYTES // gm.itemsize, 1)}"
+                    ),
+                    count=k.count,
+                    time_us=lost,
+                    kernels=(k.name,),
+                    kind="fallback_kernel",
+                ),
+            )
+        )
     for r in bad:
         peer = _peer_rate(r, rows)
         slowdown = peer / r.tflops if peer and r.tflops > 0 else EXPECTED_SLOWDOWN
@@ -100,10 +161,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         )
     sites.sort(key=lambda x: -x[0])
     share = ctx.share(total_lost)
-    fallback = sum(1 for r in bad if r.fallback_kernel)
-    many = len(bad) > 1
+    fallback = sum(1 for r in bad if r.fallback_kernel) + len(unshaped)
+    many = len(bad) + len(unshaped) > 1
+    what = f"{len(bad)} matmul shape{'s' if len(bad) > 1 else ''}" if bad else ""
+    if unshaped:
+        n = len(unshaped)
+        what += f"{' and ' if what else ''}{n} unaligned GEMM kernel{'s' if n > 1 else ''} without shapes"
     title = (
-        f"{len(bad)} matmul shape{'s' if many else ''} with a dimension not a multiple of 16 bytes "
+        f"{what} with a dimension not a multiple of 16 bytes "
         f"take{'' if many else 's'} {fmt_us(total_time)}; aligned, {'they' if many else 'it'} would save about "
         f"{fmt_us(total_lost)}"
     )
@@ -129,6 +194,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             ),
             evidence=(
                 Metric("misaligned shapes", len(bad), "count"),
+                Metric("unaligned GEMM kernels without shapes (from their names)", len(unshaped), "count"),
                 Metric("of them on a fallback kernel (align1 / older architecture)", fallback, "count"),
                 Metric("time in misaligned matmuls", total_time, "us"),
                 Metric("shapes compared with an aligned peer", measured, "count"),

@@ -115,6 +115,12 @@ CAUSAL_ARG = {
     "_scaled_dot_product_cudnn_attention_backward": 14,
     "_efficient_attention_backward": 14,
 }
+#: Attention ops whose q/k/v are (batch, seq, heads, dim), not (batch, heads, seq, dim):
+#: the flash and memory-efficient kernels' own entry points (the SDPA wrappers transpose).
+BSHD_ATTENTION = frozenset(
+    "_flash_attention_forward _flash_attention_backward _efficient_attention_forward "
+    "_efficient_attention_backward".split()
+)
 #: Flash-attention backward does about 2.5x the forward's matmul FLOPs (5 matmuls vs 2).
 ATTENTION_BWD_FACTOR = 2.5
 
@@ -396,8 +402,12 @@ def op_cost(
         q, k = (dims[start], dims[start + 1]) if len(dims) > start + 1 else ([], [])
         if len(q) != 4 or len(k) != 4:
             return None
-        b, h, lq, d = q
-        lk = k[2]
+        if name in BSHD_ATTENTION:
+            b, lq, h, d = q
+            lk = k[1]
+        else:
+            b, h, lq, d = q
+            lk = k[2]
         conc = [str(c) for c in (shapes.get("Concrete Inputs") or [])]
         pos = CAUSAL_ARG.get(name)
         if pos is not None and pos < len(conc) and conc[pos] != "":
@@ -443,6 +453,10 @@ def op_cost(
         # An expanded source is read once per distinct element.
         if name == "copy_" and len(tensors) >= 2:
             return OpCost(0.0, float(tensors[0].nbytes + tensors[1].read_bytes), dtype, False, "copy")
+        if name in ("_to_copy", "to") and type_hint in DTYPE_BYTES:
+            # A cast writes the kernel's element type (bfloat16_copy_kernel: 2 bytes), not the input's.
+            return OpCost(0.0, float(tensors[0].read_bytes + tensors[0].numel * DTYPE_BYTES[type_hint]), dtype,
+                          False, "copy")  # fmt: skip
         return OpCost(0.0, float(tensors[0].read_bytes + in_bytes), dtype, False, "copy")
     if name in REDUCTIONS:
         return OpCost(float(biggest[0]), in_bytes, dtype, False, "reduction")
@@ -460,6 +474,9 @@ def op_cost(
         n_elems = sum(n for n, *_ in tensors)
         # fused Adam(W) reads params, grads and two moments (4 lists) and updates three.
         flops = ADAM_FLOPS_PER_ELEMENT * n_elems / 4 if "adam" in name else float(n_elems)
-        writes = 0.75 * in_bytes if "adam" in name else (0.0 if name.endswith("_") else in_bytes)
+        # Every other foreach op writes one list shaped like its first: in place (mul_, lerp_,
+        # addcmul_) the first list itself, out of place (sqrt, div) the result.
+        first = float(sum(t.nbytes for t in tensors if t.position == 0))
+        writes = 0.75 * in_bytes if "adam" in name else first
         return OpCost(float(flops), in_bytes + writes, dtype, False, "optimizer")
     return None

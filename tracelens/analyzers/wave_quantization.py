@@ -6,9 +6,10 @@ the GPU runs as many tiles at once as it has slots (SMs x CTAs per SM, or the pe
 kernel's grid). With 133 tiles on 132 SMs the second wave runs 1 tile: half the time for
 1/133 of the work (the seed's 1792 vs 1793 on an A100's 108 SMs).
 
-Efficiency = waves / ceil(waves). Cost = the shape's time x (1 - efficiency): what the
-partial wave wastes. Only shapes with at least one full wave are judged here: a matmul
-too small to fill the GPU once is a parallelism problem, not quantization.
+Efficiency = tiles / (rounds x slots), slots = SMs x CTAs/SM the kernel can hold (not
+the launch grid: Hopper's persistent cuBLAS kernels launch one CTA per SM or fewer and
+loop), rounds = ceil(tiles / CTAs running at once). Cost = the shape's time x
+(1 - efficiency). Shapes from half a wave up are judged.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import math
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.analyzers.matmul_shapes import MatmulRow, Tile, cached_matmul_rows, tiles_for, waves_of
+from tracelens.analyzers.roofline import eager_attention_shapes
 
 #: Flag shapes whose waves are less than this full on average.
 FLAG_EFFICIENCY = 0.85
@@ -27,13 +29,18 @@ MIN_SHARE = 0.002
 #: How far to look for a neighbouring shape that fills its waves, in steps of 8.
 SEARCH_STEPS = 64
 MAX_SITES = 8
+#: Shapes down to half a wave are judged: a 1792^2 GEMM's 98 tiles on 132 SMs leave 26% of
+#: the GPU idle exactly as a partial second wave does. Below half a wave the matmul is too
+#: small to fill the GPU whatever its exact size: a parallelism problem (batch more work),
+#: not quantization a nudge of the shape fixes.
+MIN_WAVES_JUDGED = 0.5
 
 
 def nearest_full(row: MatmulRow) -> list[str]:
     """Neighbouring shapes (M or N changed in steps of 8) that waste no partial wave:
     smaller ones that drop it (one wave fewer: less time) and larger ones that fill it
     (the same number of waves: more work in the same time)."""
-    if not row.tile or not row.slots or row.waves < 1:
+    if not row.tile or not row.slots or row.waves <= 0:
         return []
     tm, tn = (int(x) for x in row.tile.split("x"))
     tile = Tile(tm, tn, "name")
@@ -65,8 +72,9 @@ def nearest_full(row: MatmulRow) -> list[str]:
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    rows = cached_matmul_rows(ctx.model)
-    judged = [r for r in rows if r.waves >= 1.0 and r.slots > 0]
+    attention = eager_attention_shapes(ctx)  # SDPA replaces these matmuls
+    rows = [r for r in cached_matmul_rows(ctx.model) if (r.batch, r.m, r.n, r.k) not in attention]
+    judged = [r for r in rows if r.waves >= MIN_WAVES_JUDGED and r.slots > 0]
     flagged = []
     for r in judged:
         waste = r.time_us * (1 - r.wave_efficiency)

@@ -1,13 +1,17 @@
-"""Device ceilings for the roofline: dense peak FLOP/s per dtype and memory bandwidth.
+"""Device roofs for the roofline: dense peak FLOP/s per execution unit and memory bandwidth.
 
 Datasheet numbers, dense (no 2:4 sparsity), boost clock, SXM/OAM parts unless the name
-says PCIe. They are upper bounds: sustained matmul throughput is lower (power limits,
-see power_throttle), so where this workplace measured a ceiling it is listed too and the
-classification uses the measured one.
+says PCIe. The datasheet peak is the roof every kernel is judged against: an achieved rate
+above it means the FLOP or byte model is wrong, never that the kernel is fast. Where this
+workplace measured a sustained ceiling (random data, the card's own clocks and power cap)
+it is kept beside the roof, for display only.
 
-Sources (vendor datasheets and whitepapers): NVIDIA V100, T4, A10, A100, L4, L40S, H100,
-H200, B200 datasheets; NVIDIA Turing (RTX 2080 Ti) whitepaper; AMD Instinct MI250/MI250X
-and MI300X datasheets. Override with TRACELENS_PEAKS='{"bf16": 700e12, "bandwidth": 3e12}'.
+Units (keys of `flops`): fp32 (CUDA cores, FFMA), tf32, bf16, fp16, fp8, int8 (tensor cores;
+int8 in TOPS). A key that is absent means the GPU has no such unit: V100, T4 and the RTX
+2080 Ti have neither TF32 nor bf16 tensor cores (bf16 runs on CUDA cores there), the A100,
+A10 and the AMD MI250(X) no fp8. For AMD parts fp32 is the matrix-core FP32 rate (the
+upper bound of the two FP32 paths). Override with
+TRACELENS_PEAKS='{"bf16": 700e12, "bandwidth": 3e12}'.
 """
 
 from __future__ import annotations
@@ -19,69 +23,109 @@ from dataclasses import dataclass, field
 TFLOPS = 1e12
 TBPS = 1e12
 
+#: Display names of the units.
+UNIT_NAMES = {
+    "fp32": "fp32 CUDA cores",
+    "tf32": "TF32 tensor cores",
+    "bf16": "bf16 tensor cores",
+    "fp16": "fp16 tensor cores",
+    "fp8": "fp8 tensor cores",
+    "int8": "int8 tensor cores",
+}
+#: Kernel-name fragments of fp32 matmul/conv kernels that run on TF32 tensor cores
+#: (cuBLAS/cuDNN xmma names spell the operand types, CUTLASS's s1688/s16816 are TF32 MMA shapes).
+TF32_MARKERS = ("tf32", "s1688", "s16816", "xmma_tf32")
+#: ... and of those that run on CUDA cores (FFMA), whatever else the name says.
+FFMA_MARKERS = ("ffma", "sgemm", "simt", "scudnn", "_f32f32_f32f32_f32", "cutlassf_f32")
+
 
 @dataclass(frozen=True)
 class DevicePeaks:
     name: str
-    flops: dict[str, float]  # dtype -> FLOP/s: fp32 (CUDA cores), tf32, bf16, fp16, fp8 (tensor cores)
-    bandwidth: float  # bytes/s
+    flops: dict[str, float]  # unit -> datasheet FLOP/s (int8: OP/s)
+    bandwidth: float  # datasheet bytes/s
     source: str
-    measured: dict[str, float] = field(default_factory=dict)  # ceilings measured in this workplace
+    measured: dict[str, float] = field(default_factory=dict)  # sustained ceilings measured in this workplace
+
+    def unit_for(self, dtype: str, tensor_core: bool, kernel: str = "") -> str:
+        """The execution unit whose peak is the roof for an op of this dtype on this GPU:
+        tensor-core work (matmul, conv, attention) on the dtype's tensor cores where the GPU
+        has them, fp32 matmuls on TF32 only when the kernel's name says so, everything else
+        (and what the GPU cannot run on tensor cores) on the fp32 CUDA cores."""
+        low = kernel.lower()
+        if not tensor_core:
+            return "fp32"
+        if dtype == "fp32":
+            tf32 = any(m in low for m in TF32_MARKERS) and not any(m in low for m in FFMA_MARKERS)
+            return "tf32" if tf32 and "tf32" in self.flops else "fp32"
+        if dtype.startswith("fp8"):
+            return next((u for u in ("fp8", "fp16") if u in self.flops), "fp32")
+        if dtype in ("bf16", "fp16", "int8") and dtype in self.flops:
+            return dtype
+        return "fp32"
+
+    def roof(self, dtype: str, tensor_core: bool, kernel: str = "") -> tuple[str, float]:
+        """(unit, datasheet FLOP/s) of the compute roof for this kernel."""
+        unit = self.unit_for(dtype, tensor_core, kernel)
+        return unit, self.flops.get(unit, 0.0)
 
     def peak(self, dtype: str, tensor_core: bool) -> float:
-        """The FLOP/s ceiling for an op of this dtype (measured where known, else the
-        datasheet): tensor-core dtypes on tensor cores, everything else on CUDA cores."""
-        key = "fp32"
-        if tensor_core and dtype.startswith("fp8"):
-            key = "fp8"
-        elif tensor_core and dtype in ("bf16", "fp16"):
-            key = dtype
-        return self.measured.get(key) or self.flops.get(key) or self.flops.get("fp32", 0.0)
+        """The datasheet FLOP/s roof for an op of this dtype."""
+        return self.roof(dtype, tensor_core)[1]
 
     @property
     def bw(self) -> float:
-        return self.measured.get("bandwidth") or self.bandwidth
+        """The bandwidth roof: the datasheet figure."""
+        return self.bandwidth
 
 
-def _p(fp32: float, tf32: float, bf16: float, fp8: float, bw_tb: float) -> dict[str, float]:
-    out = {"fp32": fp32 * TFLOPS, "bf16": bf16 * TFLOPS, "fp16": bf16 * TFLOPS}
-    if tf32:
-        out["tf32"] = tf32 * TFLOPS
-    if fp8:
-        out["fp8"] = fp8 * TFLOPS
-    return out
+def _p(fp32: float, tf32: float, bf16: float, fp16: float, fp8: float, int8: float) -> dict[str, float]:
+    """TFLOP/s (TOPS for int8) per unit; 0 = the GPU has no such unit."""
+    units = {"fp32": fp32, "tf32": tf32, "bf16": bf16, "fp16": fp16, "fp8": fp8, "int8": int8}
+    return {k: v * TFLOPS for k, v in units.items() if v}
 
+
+_HOPPER = _p(67, 494.7, 989.4, 989.4, 1978.9, 1978.9)
+_A100 = _p(19.5, 156, 312, 312, 0, 624)
 
 #: (substring of deviceProperties name, peaks). More specific names first.
 TABLE: tuple[tuple[str, DevicePeaks], ...] = (
     (
         "H200",
         DevicePeaks(
-            "H200 SXM",
-            _p(67, 495, 989, 1979, 0),
-            4.8 * TBPS,
-            "NVIDIA H200 datasheet",
+            "H200 SXM", _HOPPER, 4.8 * TBPS, "NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column, dense)",
+            # torch.mm 8192^3 bf16 on random data and a device-to-device copy (read + write),
+            # lent H200, 2026-11 (gpu-trace-facts.md).
             measured={"bf16": 790 * TFLOPS, "fp16": 790 * TFLOPS, "bandwidth": 4.3 * TBPS},
         ),
     ),
-    ("H100 PCIe", DevicePeaks("H100 PCIe", _p(51, 378, 756, 1513, 0), 2.0 * TBPS, "NVIDIA H100 datasheet")),
-    ("H100", DevicePeaks("H100 SXM", _p(67, 495, 989, 1979, 0), 3.35 * TBPS, "NVIDIA H100 datasheet")),
-    ("B200", DevicePeaks("B200", _p(75, 1100, 2250, 4500, 0), 8.0 * TBPS, "NVIDIA B200 datasheet (HGX B200 / 8)")),
-    ("A100-PCIE-40GB", DevicePeaks("A100 40GB PCIe", _p(19.5, 156, 312, 0, 0), 1.555 * TBPS, "NVIDIA A100 datasheet")),
-    ("A100-SXM4-40GB", DevicePeaks("A100 40GB SXM", _p(19.5, 156, 312, 0, 0), 1.555 * TBPS, "NVIDIA A100 datasheet")),
-    ("A100 80GB PCIe", DevicePeaks("A100 80GB PCIe", _p(19.5, 156, 312, 0, 0), 1.935 * TBPS, "NVIDIA A100 datasheet")),
-    ("A100", DevicePeaks("A100 80GB SXM", _p(19.5, 156, 312, 0, 0), 2.039 * TBPS, "NVIDIA A100 datasheet")),
-    ("L40S", DevicePeaks("L40S", _p(91.6, 183, 362, 733, 0), 0.864 * TBPS, "NVIDIA L40S datasheet")),
-    ("L4", DevicePeaks("L4", _p(30.3, 60, 121, 242, 0), 0.3 * TBPS, "NVIDIA L4 datasheet")),
-    ("A10", DevicePeaks("A10", _p(31.2, 62.5, 125, 0, 0), 0.6 * TBPS, "NVIDIA A10 datasheet")),
-    ("T4", DevicePeaks("T4", _p(8.1, 0, 65, 0, 0), 0.32 * TBPS, "NVIDIA T4 datasheet")),
-    ("V100", DevicePeaks("V100 SXM2", _p(15.7, 0, 125, 0, 0), 0.9 * TBPS, "NVIDIA V100 datasheet (fp16 tensor)")),
-    ("2080 Ti", DevicePeaks("RTX 2080 Ti", _p(13.4, 0, 107, 0, 0), 0.616 * TBPS, "NVIDIA Turing whitepaper")),
-    ("MI300X", DevicePeaks("MI300X", _p(163.4, 653.7, 1307.4, 2614.9, 0), 5.3 * TBPS, "AMD MI300X datasheet")),
-    ("MI250X", DevicePeaks("MI250X", _p(95.7, 0, 383, 0, 0), 3.2 * TBPS, "AMD MI250X datasheet")),
-    ("MI250", DevicePeaks("MI250", _p(90.5, 0, 362.1, 0, 0), 3.2 * TBPS, "AMD MI250 datasheet")),
-)
-# bf16 on V100/T4/2080 Ti has no tensor-core path; the fp16 figure is the tensor-core one.
+    ("H100 PCIe", DevicePeaks("H100 PCIe", _p(51, 378, 756, 756, 1513, 1513), 2.0 * TBPS,
+                              "NVIDIA H100 Tensor Core GPU datasheet (H100 PCIe column, dense)")),
+    ("H100 NVL", DevicePeaks("H100 NVL", _p(60, 418, 835, 835, 1671, 1671), 3.9 * TBPS,
+                             "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column, dense)")),
+    ("H100", DevicePeaks("H100 SXM", _HOPPER, 3.35 * TBPS,
+                         "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column, dense)")),
+    ("B200", DevicePeaks("B200", _p(75, 1100, 2250, 2250, 4500, 4500), 8.0 * TBPS,
+                         "NVIDIA HGX B200 datasheet (8-GPU figures / 8, dense)")),
+    ("A100-PCIE-40GB", DevicePeaks("A100 40GB PCIe", _A100, 1.555 * TBPS, "NVIDIA A100 Tensor Core GPU datasheet")),
+    ("A100-SXM4-40GB", DevicePeaks("A100 40GB SXM", _A100, 1.555 * TBPS, "NVIDIA A100 Tensor Core GPU datasheet")),
+    ("A100 80GB PCIe", DevicePeaks("A100 80GB PCIe", _A100, 1.935 * TBPS, "NVIDIA A100 Tensor Core GPU datasheet")),
+    ("A100", DevicePeaks("A100 80GB SXM", _A100, 2.039 * TBPS, "NVIDIA A100 Tensor Core GPU datasheet")),
+    # A100-PG509-200 (HTA's traces) is an A100 SXM module: caught by "A100".
+    ("L40S", DevicePeaks("L40S", _p(91.6, 183, 362, 362, 733, 733), 0.864 * TBPS, "NVIDIA L40S datasheet")),
+    ("L4", DevicePeaks("L4", _p(30.3, 60, 121, 121, 242, 242), 0.3 * TBPS, "NVIDIA L4 datasheet")),
+    ("A10", DevicePeaks("A10", _p(31.2, 62.5, 125, 125, 0, 250), 0.6 * TBPS, "NVIDIA A10 datasheet")),
+    ("T4", DevicePeaks("T4", _p(8.1, 0, 0, 65, 0, 130), 0.32 * TBPS, "NVIDIA T4 datasheet")),
+    ("V100 PCIe", DevicePeaks("V100 PCIe", _p(14, 0, 0, 112, 0, 0), 0.9 * TBPS, "NVIDIA V100 datasheet (PCIe)")),
+    # DGXS (DGX Station) and SXM2 V100s run at the SXM2 clocks.
+    ("V100", DevicePeaks("V100 SXM2", _p(15.7, 0, 0, 125, 0, 0), 0.9 * TBPS, "NVIDIA V100 datasheet (SXM2)")),
+    ("2080 Ti", DevicePeaks("RTX 2080 Ti", _p(13.4, 0, 0, 107.6, 0, 215.2), 0.616 * TBPS,
+                            "NVIDIA Turing architecture whitepaper (RTX 2080 Ti, fp16 accumulate)")),
+    ("MI300X", DevicePeaks("MI300X", _p(163.4, 653.7, 1307.4, 1307.4, 2614.9, 2614.9), 5.3 * TBPS,
+                           "AMD Instinct MI300X datasheet (dense)")),
+    ("MI250X", DevicePeaks("MI250X", _p(95.7, 0, 383, 383, 0, 383), 3.2 * TBPS, "AMD Instinct MI250X datasheet")),
+    ("MI250", DevicePeaks("MI250", _p(90.5, 0, 362.1, 362.1, 0, 362.1), 3.2 * TBPS, "AMD Instinct MI250 datasheet")),
+)  # fmt: skip
 
 
 def peaks_for(device_name: str | None) -> DevicePeaks | None:

@@ -1,0 +1,241 @@
+"""Compare tracelens' per-kernel `bound` with Nsight Compute's Speed Of Light verdict.
+
+    python bench/ncu_compare.py [--data tests/data/ncu] [--traces sample_traces] [-v]
+
+Inputs, per case of workloads/ncu_cases.py (captured by bench/ncu_compare_capture.sh on an
+H200): `<data>/<case>.csv.gz`, the output of `ncu --clock-control none --section
+SpeedOfLight --section LaunchStats --csv --page details` over one step, and
+`<traces>/ncu_<case>.pt.trace.json.gz` (both in tests/data/ncu by default), a torch.profiler trace of the same step.
+
+Nsight Compute's verdict per kernel launch comes from its SOLBottleneck rule:
+- "low compute throughput and memory bandwidth" or "grid is too small": latency;
+- otherwise ("Compute/Memory is more heavily utilized", "greater than 80.0%", "well-balanced"):
+  every unit (compute, memory) at or above NCU_NEAR_PCT (60%) of its peak, the threshold
+  of the rule itself: a kernel at 65% SM and 67% memory throughput is near both roofs, and
+  either answer agrees (the rule text names the higher one).
+Launches are paired with the trace's kernels by aligning the two sequences of function
+names (Nsight Compute and CUPTI demangle differently, so only the identifier is compared).
+A kernel family is a kernel name in the trace (one row of kernels[]); its Nsight Compute
+verdict is the one holding most of its launches' time. Agreement is printed by family and
+by time (each launch weighted by its Nsight Compute duration), per case and overall.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import difflib
+import gzip
+import io
+import re
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from tracelens.analyzers.context import AnalysisContext  # noqa: E402
+from tracelens.analyzers.roofline import for_context  # noqa: E402
+from tracelens.model import load_trace  # noqa: E402
+
+CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm")
+#: Nsight Compute's SOLBottleneck threshold for "utilizing greater than 80%".
+NCU_NEAR_PCT = 60.0
+
+
+@dataclass(frozen=True)
+class NcuKernel:
+    index: int
+    name: str
+    duration_us: float
+    sm_pct: float
+    mem_pct: float
+    dram_pct: float
+    grid: int
+    waves: float
+    rule: str  # the SOLBottleneck text
+    verdict: frozenset[str]
+
+
+def _num(text: str) -> float:
+    try:
+        return float(text.replace(",", ""))
+    except ValueError:
+        return 0.0
+
+
+def verdict_of(rule: str, sm: float, mem: float) -> frozenset[str]:
+    """Nsight Compute's SOLBottleneck rule text as a set of bounds."""
+    low = rule.lower()
+    if "too small" in low or "low compute throughput" in low:
+        return frozenset({"latency"})
+    if "compute is more heavily" in low:
+        return frozenset({"compute"})
+    if "memory is more heavily" in low:
+        return frozenset({"memory"})
+    near = {b for b, v in (("compute", sm), ("memory", mem)) if v >= NCU_NEAR_PCT}
+    return frozenset(near or {"compute" if sm >= mem else "memory"})
+
+
+def read_ncu(path: Path) -> list[NcuKernel]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:  # type: ignore[operator]
+        lines = [ln for ln in f if ln.startswith('"')]  # ncu and the program also print other lines
+    rows: dict[int, dict[str, str]] = defaultdict(dict)
+    for r in csv.DictReader(io.StringIO("".join(lines))):
+        i = int(r["ID"])
+        d = rows[i]
+        d["name"] = r["Kernel Name"]
+        if r["Rule Name"] == "SOLBottleneck":
+            d["rule"] = r["Rule Description"]
+        elif r["Metric Name"]:
+            d[r["Metric Name"]] = r["Metric Value"]
+    out = []
+    for i in sorted(rows):
+        d = rows[i]
+        sm, mem = _num(d.get("Compute (SM) Throughput", "0")), _num(d.get("Memory Throughput", "0"))
+        rule = d.get("rule", "")
+        dram, grid, waves = _num(d.get("DRAM Throughput", "0")), int(_num(d.get("Grid Size", "0"))), 0.0
+        waves = _num(d.get("Waves Per SM", "0"))
+        kern = NcuKernel(i, d["name"], _num(d.get("Duration", "0")) / 1e3, sm, mem, dram, grid, waves, rule,
+                         verdict_of(rule, sm, mem))  # fmt: skip
+        out.append(kern)
+    return out
+
+
+_ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def identifier(name: str) -> str:
+    """The function's own name: 'void at::native::(anonymous namespace)::foo<...>(...)' -> 'foo'."""
+    head = name.removeprefix("void ").replace("<unnamed>", "anon").replace("(anonymous namespace)", "anon")
+    depth = 0
+    cut = len(head)
+    for j, ch in enumerate(head):  # drop template arguments and the parameter list
+        if ch == "<":
+            if depth == 0 and j > 0:
+                cut = j
+                break
+            depth += 1
+        elif ch == "(" and depth == 0:
+            cut = j
+            break
+    ids = _ID_RE.findall(head[:cut].split("::")[-1])
+    return ids[-1] if ids else head
+
+
+@dataclass(frozen=True)
+class Pair:
+    case: str
+    family: str  # the trace's kernel name
+    ncu: NcuKernel
+    bound: str  # tracelens'
+    detail: str  # tracelens' shares of its roofs
+
+
+def last_step_kernels(path: Path) -> tuple[list[str], dict[str, str], dict[str, str]]:
+    """Kernel names of the trace's last ProfilerStep in launch order, tracelens' bound per
+    kernel name, and each name's share of the roof."""
+    model = load_trace(path)
+    roof = for_context(AnalysisContext(model))
+    bound = {r.name: r.bound for r in roof.kernels}
+    share = {r.name: f"C {r.compute_share:4.0%} M {r.memory_share:4.0%} grid {r.grid}" for r in roof.kernels}
+    k = model.kernels()
+    k = k[k["step"] >= 0]
+    last = k[k["step"] == k["step"].max()].sort_values("ts")
+    return [str(n) for n in last["name"]], bound, share
+
+
+def pairs_for(case: str, data: Path, traces: Path) -> list[Pair]:
+    ncu = read_ncu(data / f"{case}.csv.gz")
+    names, bound, detail = last_step_kernels(traces / f"ncu_{case}.pt.trace.json.gz")
+    a = [identifier(n.name) for n in ncu]
+    b = [identifier(n) for n in names]
+    out = []
+    for blk in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
+        for j in range(blk.size):
+            fam = names[blk.b + j]
+            out.append(Pair(case, fam, ncu[blk.a + j], bound.get(fam, "unknown"), detail.get(fam, "")))
+    return out
+
+
+def family_verdict(pairs: list[Pair]) -> frozenset[str]:
+    weight: dict[frozenset[str], float] = defaultdict(float)
+    for p in pairs:
+        weight[p.ncu.verdict] += p.ncu.duration_us
+    return max(weight, key=lambda v: weight[v])
+
+
+@dataclass(frozen=True)
+class Agreement:
+    families: int
+    families_agree: int
+    time_us: float
+    time_agree_us: float
+
+    @property
+    def by_family(self) -> float:
+        return self.families_agree / self.families if self.families else 0.0
+
+    @property
+    def by_time(self) -> float:
+        return self.time_agree_us / self.time_us if self.time_us else 0.0
+
+
+def agreement(pairs: list[Pair]) -> Agreement:
+    fams: dict[tuple[str, str], list[Pair]] = defaultdict(list)
+    for p in pairs:
+        fams[(p.case, p.family)].append(p)
+    agree = sum(1 for ps in fams.values() if ps[0].bound in family_verdict(ps))
+    t = sum(p.ncu.duration_us for p in pairs)
+    ta = sum(p.ncu.duration_us for p in pairs if p.bound in p.ncu.verdict)
+    return Agreement(len(fams), agree, t, ta)
+
+
+def all_pairs(data: Path, traces: Path, cases: tuple[str, ...] = CASES) -> list[Pair]:
+    return [p for c in cases for p in pairs_for(c, data, traces)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", type=Path, default=REPO / "tests" / "data" / "ncu")
+    parser.add_argument("--traces", type=Path, default=REPO / "tests" / "data" / "ncu")
+    parser.add_argument("-v", "--verbose", action="store_true", help="list every family")
+    args = parser.parse_args()
+    everything: list[Pair] = []
+    print("| case | launches paired | families agreeing | time agreeing |")
+    print("|---|---|---|---|")
+    for case in CASES:
+        ps = pairs_for(case, args.data, args.traces)
+        everything += ps
+        a = agreement(ps)
+        n = len(read_ncu(args.data / f"{case}.csv.gz"))
+        print(f"| {case} | {len(ps)}/{n} | {a.families_agree}/{a.families} ({a.by_family:.0%}) | {a.by_time:.1%} |")
+    a = agreement(everything)
+    print(f"| all | {len(everything)} | {a.families_agree}/{a.families} ({a.by_family:.0%}) | {a.by_time:.1%} |")
+    fams: dict[tuple[str, str], list[Pair]] = defaultdict(list)
+    for p in everything:
+        fams[(p.case, p.family)].append(p)
+    print("\nfamilies (disagreements first; ncu SM% / memory% / DRAM% are time-weighted):")
+    rows = []
+    for (case, fam), ps in fams.items():
+        v = family_verdict(ps)
+        t = sum(p.ncu.duration_us for p in ps)
+        w = [p.ncu.duration_us / t if t else 1 / len(ps) for p in ps]
+        sm = sum(x * p.ncu.sm_pct for x, p in zip(w, ps, strict=True))
+        mem = sum(x * p.ncu.mem_pct for x, p in zip(w, ps, strict=True))
+        dram = sum(x * p.ncu.dram_pct for x, p in zip(w, ps, strict=True))
+        ok = ps[0].bound in v
+        rows.append((ok, -t, case, fam, len(ps), t, "/".join(sorted(v)), ps[0].bound, sm, mem, dram, ps[0].detail))
+    rows.sort()
+    for ok, _, case, fam, n, t, v, b, sm, mem, dram, detail in rows:
+        if ok and not args.verbose:
+            continue
+        print(f"{'  ' if ok else '!!'} {case:11s} {n:3d}x {t:9.1f} us ncu={v:15s} tracelens={b:8s} "
+              f"SM {sm:3.0f}% mem {mem:3.0f}% DRAM {dram:3.0f}% | {detail} | {fam[:90]}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

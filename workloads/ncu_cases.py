@@ -1,0 +1,218 @@
+"""ncu_cases: the workloads tracelens' roofline is checked against Nsight Compute on.
+
+Each case is one step function, run two ways from the repository root:
+
+    python workloads/ncu_cases.py CASE --mode trace --out DIR   # torch.profiler trace
+    ncu --profile-from-start off ... python workloads/ncu_cases.py CASE --mode ncu
+
+``--mode trace`` writes ``DIR/ncu_CASE.pt.trace.json.gz`` through the shared harness
+(_profile.py: untraced warm-up, ProfilerStep annotations, shapes and stacks).
+``--mode ncu`` runs the same step untraced for warm-up (handles, Inductor compile,
+allocator growth), then exactly one step between cudaProfilerStart and cudaProfilerStop, so
+``ncu --profile-from-start off`` profiles that one step's kernels and nothing else.
+bench/ncu_compare_capture.sh runs both for every case; bench/ncu_compare.py compares
+Nsight Compute's verdict per kernel with tracelens' ``bound``.
+
+Cases (sizes on CUDA; ``--device cpu`` shrinks them for a smoke test):
+  train      2-layer transformer step (d 1024, SDPA causal), bf16 autocast, AdamW foreach
+  encoder    fp32 eval encoder (no TF32), 2 layers d 768, three sequence lengths
+  attention  SDPA bf16 forward+backward and eager attention (bmm > softmax > dropout > bmm)
+  compiled   torch.compile'd elementwise/norm chain (Triton kernels)
+  elementwise plain elementwise ops, a transposed copy, a cast and tiny ops
+  gemm       large bf16 GEMMs (8192^3, 4096^3, 2304^2 partial wave), fp32 and TF32 4096^3
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch
+import torch.nn.functional as F
+from _profile import make_parser, profile_steps, sync
+from torch import nn
+
+CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm")
+
+
+def _train(dev: torch.device, big: bool) -> Callable[[], None]:
+    from train_step import TinyLM
+
+    vocab, d, heads, layers, batch, seq = (8192, 1024, 16, 2, 8, 512) if big else (256, 64, 4, 2, 2, 32)
+    torch.manual_seed(0)
+    model = TinyLM(vocab, d, heads, layers).to(dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, weight_decay=0.1)
+    tokens = torch.randint(0, vocab, (batch, seq + 1), device=dev)
+    inp, tgt = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+
+    def step() -> None:
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+            logits = model(inp)
+        loss = F.cross_entropy(logits.float().view(-1, vocab), tgt.view(-1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+class _EncoderLayer(nn.Module):
+    def __init__(self, d: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(d, 3 * d)
+        self.proj = nn.Linear(d, d)
+        self.ln1 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+        self.ln2 = nn.LayerNorm(d)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, d = x.shape
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (t.view(b, s, self.heads, d // self.heads).transpose(1, 2) for t in (q, k, v))
+        a = F.scaled_dot_product_attention(q, k, v)
+        x = self.ln1(x + self.proj(a.transpose(1, 2).reshape(b, s, d)))
+        return self.ln2(x + self.fc2(F.gelu(self.fc1(x))))
+
+
+def _encoder(dev: torch.device, big: bool) -> Callable[[], None]:
+    torch.backends.cuda.matmul.allow_tf32 = False  # the fp32 CUDA-core roof is what this case checks
+    torch.backends.cudnn.allow_tf32 = False
+    d, heads, batch = (768, 12, 16) if big else (64, 4, 2)
+    lengths = (77, 197, 384) if big else (7, 13, 20)
+    torch.manual_seed(0)
+    model = nn.Sequential(*[_EncoderLayer(d, heads) for _ in range(2)]).to(dev).eval()
+    xs = [torch.randn(batch, s, d, device=dev) for s in lengths]
+
+    def step() -> None:
+        with torch.no_grad():
+            for x in xs:
+                model(x)
+
+    return step
+
+
+def _attention(dev: torch.device, big: bool) -> Callable[[], None]:
+    b, h, s, dh = (4, 16, 2048, 128) if big else (1, 2, 64, 16)
+    es = 1024 if big else 32
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    q, k, v = (torch.randn(b, h, s, dh, device=dev, dtype=dtype, requires_grad=True) for _ in range(3))
+    eq, ek, ev = (torch.randn(b * h, es, 64 if big else 16, device=dev, dtype=dtype, requires_grad=True)
+                  for _ in range(3))  # fmt: skip
+    scale = (64 if big else 16) ** -0.5
+
+    def step() -> None:
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        out.sum().backward()
+        # Eager attention, as older model code writes it (OWLv2, BERT): bmm > softmax > dropout > bmm
+        scores = torch.bmm(eq, ek.transpose(1, 2)) * scale
+        probs = F.dropout(torch.softmax(scores, dim=-1), p=0.1, training=True)
+        torch.bmm(probs, ev).sum().backward()
+
+    return step
+
+
+def _compiled(dev: torch.device, big: bool) -> Callable[[], None]:
+    rows, cols = (8192, 4096) if big else (64, 128)
+    x = torch.randn(rows, cols, device=dev)
+    w = torch.randn(cols, device=dev)
+    bias = torch.randn(cols, device=dev)
+
+    def chain(x: torch.Tensor) -> torch.Tensor:
+        y = F.gelu(x * w + bias)
+        y = y - y.mean(dim=-1, keepdim=True)
+        y = y * torch.rsqrt(y.pow(2).mean(dim=-1, keepdim=True) + 1e-5)
+        return (y + x).to(torch.bfloat16)
+
+    fn = torch.compile(chain)
+
+    def step() -> None:
+        fn(x)
+        fn(x * 0.5)  # one eager mul between two compiled calls
+
+    return step
+
+
+def _elementwise(dev: torch.device, big: bool) -> Callable[[], None]:
+    side = 8192 if big else 256
+    n = side * side  # 64M fp32 elements: 256 MB a tensor
+    x = torch.randn(n, device=dev)
+    z = torch.randn(n, device=dev)
+    w = torch.empty(n, device=dev)
+    tiny = torch.randn(4096, device=dev)
+
+    def step() -> None:
+        y = x * 1.5 + z
+        torch.exp(y, out=w)
+        w.add_(x)
+        y = torch.addcmul(w, x, z, value=0.5)
+        y.view(side, side).t().contiguous()  # transposed copy
+        w.copy_(x)  # plain copy
+        x.to(torch.bfloat16)  # cast
+        for _ in range(3):  # kernels far too small to fill the GPU
+            tiny.mul_(1.0001).add_(1e-4)
+
+    return step
+
+
+def _gemm(dev: torch.device, big: bool) -> Callable[[], None]:
+    sizes = ((8192, 8192, 8192), (4096, 4096, 4096), (2304, 2304, 2304), (1792, 1792, 1792)) if big else ((64,) * 3,)
+    dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
+    pairs = [(torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype))
+             for m, n, k in sizes]  # fmt: skip
+    f = 4096 if big else 64
+    a32, b32 = torch.randn(f, f, device=dev), torch.randn(f, f, device=dev)
+
+    def step() -> None:
+        for a, b in pairs:
+            torch.mm(a, b)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.mm(a32, b32)  # fp32 on CUDA cores
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.mm(a32, b32)  # TF32 tensor cores
+        torch.backends.cuda.matmul.allow_tf32 = False
+
+    return step
+
+
+BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
+    "train": _train,
+    "encoder": _encoder,
+    "attention": _attention,
+    "compiled": _compiled,
+    "elementwise": _elementwise,
+    "gemm": _gemm,
+}
+
+
+def main() -> None:
+    parser = make_parser(__doc__)
+    parser.add_argument("case", choices=CASES)
+    parser.add_argument("--mode", choices=("trace", "ncu"), default="trace")
+    args = parser.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        sys.exit("CUDA is not available (use --device cpu for a smoke test)")
+    step = BUILDERS[args.case](dev, dev.type == "cuda")
+    if args.mode == "trace":
+        profile_steps(step, name=f"ncu_{args.case}", steps=args.steps or 2, warmup=args.warmup or 1,
+                      out_dir=args.out, device=dev, metadata={"case": args.case})  # fmt: skip
+        return
+    for _ in range(3):  # warm-up outside the profiled range: compile, handles, allocator
+        step()
+    sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.cudart().cudaProfilerStart()
+    step()
+    sync(dev)
+    if dev.type == "cuda":
+        torch.cuda.cudart().cudaProfilerStop()
+    print(f"[ncu_{args.case}] one step done", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
