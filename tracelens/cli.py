@@ -67,16 +67,25 @@ def report(
         ),
     ],
     html: Annotated[
-        Path | None, typer.Option("--html", help="Write the self-contained HTML report here ('-': standard output).", show_default=False)
+        Path | None,
+        typer.Option(
+            "--html", help="Write the self-contained HTML report here ('-': standard output).", show_default=False
+        ),
     ] = None,
     markdown: Annotated[
         Path | None,
         typer.Option(
-            "--markdown", "--md", help="Write the Markdown summary (for a GitHub issue) here ('-': standard output).", show_default=False
+            "--markdown",
+            "--md",
+            help="Write the Markdown summary (for a GitHub issue) here ('-': standard output).",
+            show_default=False,
         ),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the JSON report (for machines) here ('-': standard output).", show_default=False)
+        Path | None,
+        typer.Option(
+            "--json", help="Write the JSON report (for machines) here ('-': standard output).", show_default=False
+        ),
     ] = None,
     out_dir: Annotated[
         Path,

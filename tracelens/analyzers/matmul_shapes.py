@@ -176,7 +176,7 @@ def waves_of(tiles: int, slots: int) -> tuple[float, float, float]:
     if tiles <= 0 or slots <= 0:
         return 0.0, 1.0, 1.0
     waves = tiles / slots
-    full = math.ceil(waves)
+    full = max(math.ceil(waves), 1)  # absurd slots (10**400) underflow waves to 0.0
     fill = waves - (full - 1)
     return waves, fill, waves / full
 

@@ -247,7 +247,9 @@ def _nesting_error(name: str) -> TraceInputError:
 
 
 #: A `\uD800`-`\uDFFF` escape, as a valid high+low pair (kept) or alone (repaired).
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
 _SURROGATE_PAIR_LEN = 12
 
 
@@ -652,10 +654,9 @@ _MAX_PROPERTY = 2**53
 def _sane_properties(p: dict[str, Any]) -> dict[str, Any]:
     """deviceProperties without absurd numbers (negative, NaN, 10**30 SMs): those are
     dropped, so every analyzer sees the property as unknown rather than divides by it."""
+    # Compare before any float(): an int of 400 digits does not convert.
     return {
-        k: v
-        for k, v in p.items()
-        if isinstance(v, bool) or not isinstance(v, int | float) or (math.isfinite(v) and 0 <= v < _MAX_PROPERTY)
+        k: v for k, v in p.items() if isinstance(v, bool) or not isinstance(v, int | float) or 0 <= v < _MAX_PROPERTY
     }
 
 
@@ -954,15 +955,23 @@ def _gpu_step_windows(steps: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
     return steps.merge(g, how="left", left_on="step", right_index=True)
 
 
+def _int64_or_none(value: int | None) -> int | None:
+    return value if value is not None and _INT64_MIN < value < _INT64_MAX else None
+
+
 def _memory_frame(events: list[RawEvent], origin: float) -> pd.DataFrame:
+    # Values beyond int64 (a Bytes of 2**63 and more) are no sizes: treat them as absent.
     rows = [
-        (e.ts - origin, a.mem_bytes, a.total_allocated, a.total_reserved, a.device_type, a.device_id, a.addr)
+        (
+            e.ts - origin,
+            *map(
+                _int64_or_none, (a.mem_bytes, a.total_allocated, a.total_reserved, a.device_type, a.device_id, a.addr)
+            ),
+        )
         for e in events
         if e.name == "[memory]" and (a := e.args) is not None
     ]
     cols = ["ts", "bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"]
-    # Values beyond int64 (a Bytes of 2**63 and more) are no sizes: treat them as absent.
-    rows = [(r[0], *(v if v is None or _INT64_MIN < v < _INT64_MAX else None for v in r[1:])) for r in rows]
     frame = pd.DataFrame(rows, columns=cols)
     for c in cols[1:]:
         frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("Int64")

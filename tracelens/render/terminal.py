@@ -1,10 +1,14 @@
-"""Terminal: a short colour summary (colour is dropped when output is not a terminal)."""
+"""Terminal: a short colour summary (colour is dropped when output is not a terminal).
+
+Every piece of text that can come from the trace or the command line goes through
+`plain`: no control characters (OSC/CSI sequences, CR, backspace) reach the terminal,
+and no piece is longer than a few lines."""
 
 from __future__ import annotations
 
 import typer
 
-from tracelens.render.format import pct, us
+from tracelens.render.format import pct, plain, us
 from tracelens.report import Report
 
 _STATUS_STYLE = {
@@ -24,6 +28,8 @@ _QUESTION_SHORT = {
     "compute": "Raw compute, matmul shapes, clocks?",
 }
 MAX_FINDINGS = 5
+#: Our own sentences (headline, advice, notes) may quote trace text; cap them too.
+MAX_PROSE = 1_000
 
 
 def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
@@ -32,7 +38,8 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
     lines: list[str] = []
     steps = f"{len(t.steps)} steps" if t.steps else "no ProfilerStep markers"
     lines.append(
-        typer.style("tracelens", bold=True) + f"  {t.file_name}  ({t.gpu_name}, {steps}, {us(gt.window_us)} profiled)"
+        typer.style("tracelens", bold=True)
+        + f"  {plain(t.file_name)}  ({plain(t.gpu_name)}, {steps}, {us(gt.window_us)} profiled)"
     )
     if gt.window_us > 0:
         lines.append(
@@ -44,16 +51,19 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
     lines.append("")
     s = report.summary
     if s.primary:
-        lines.append(typer.style("Primary bottleneck: ", bold=True) + typer.style(s.primary, fg="red", bold=True))
-        lines.append(f"  {s.headline}")
+        lines.append(
+            typer.style("Primary bottleneck: ", bold=True) + typer.style(plain(s.primary), fg="red", bold=True)
+        )
+        lines.append(f"  {plain(s.headline, MAX_PROSE)}")
         lines.append(
             f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}."
         )
-        lines.append("  Fix: " + s.primary_advice.replace("\n", "\n       "))
+        advice = "\n       ".join(plain(line, MAX_PROSE) for line in s.primary_advice.split("\n"))
+        lines.append("  Fix: " + advice)
     else:
-        lines.append(typer.style("No primary bottleneck: ", bold=True) + s.headline)
+        lines.append(typer.style("No primary bottleneck: ", bold=True) + plain(s.headline, MAX_PROSE))
     for note in s.notes:
-        lines.append(typer.style("  Note: ", fg="cyan") + note)
+        lines.append(typer.style("  Note: ", fg="cyan") + plain(note, MAX_PROSE))
     lines.append("")
     lines.append(typer.style("In diagnostic order:", bold=True))
     for q in report.questions:
@@ -67,10 +77,10 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
         lines.append(typer.style("Findings:", bold=True))
         for f in report.findings[:MAX_FINDINGS]:
             sev = typer.style(f"[{f.severity.value}]", fg=_SEVERITY_COLOUR.get(f.severity.value, "white"))
-            lines.append(f"  {sev} {f.category.value}: {f.title}")
+            lines.append(f"  {sev} {f.category.value}: {plain(f.title)}")
         if len(report.findings) > MAX_FINDINGS:
             lines.append(f"  … {len(report.findings) - MAX_FINDINGS} more in the full report")
     if outputs:
         lines.append("")
-        lines.append("Reports: " + ", ".join(outputs))
+        lines.append("Reports: " + ", ".join(plain(o) for o in outputs))
     return "\n".join(lines) + "\n"
