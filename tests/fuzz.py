@@ -486,6 +486,22 @@ def m_category(rng: random.Random, doc: Doc) -> str:
     return f"zero dur cat {cat}"
 
 
+def m_top(rng: random.Random, doc: Doc) -> str:
+    """The top level: Chrome's bare-array format, or traceEvents of another type, or
+    metadata keys of odd types."""
+    if not isinstance(doc.data, dict):
+        return "top (none)"
+    k = rng.choice(("array", "events", "meta", "meta"))
+    if k == "array":
+        doc.data = doc.data.get("traceEvents", [])
+    elif k == "events":
+        doc.data["traceEvents"] = rng.choice((None, {}, "x", 5, [[]], {"ph": "X"}))
+    else:
+        key = rng.choice(("baseTimeNanoseconds", "deviceProperties", "distributedInfo", "displayTimeUnit", "metadata"))
+        doc.data[key] = _value(rng, doc)
+    return f"top {k}"
+
+
 STRUCTURAL: tuple[Callable[[random.Random, Doc], str], ...] = (
     m_drop,
     m_duplicate,
@@ -505,6 +521,7 @@ STRUCTURAL: tuple[Callable[[random.Random, Doc], str], ...] = (
     m_memory,
     m_category,
     m_category,
+    m_top,
 )
 ODD_TOKENS = (b"1e400", b"null", b'"\\ud800"', b"[[[[[[", b"NaN", b"\x00", b"\xef\xbb\xbf", b"\xff\xfe", b"}", b",")
 
