@@ -106,7 +106,6 @@ GZIP_FLOOR_BYTES = 256 * 2**20
 MAX_JSON_BYTES = 4 * 2**30
 _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
-_READ_CHUNK = 1 << 20
 
 
 def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = None) -> tuple[bytes, int]:
@@ -153,9 +152,10 @@ def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = Non
 
 
 def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
-    """Decompress every gzip member, at most `_gzip_limit` bytes in all. Whitespace or
-    NUL padding after the last member (an editor's newline, a block-padded copy) is
-    ignored and noted; anything else there is corruption."""
+    """Decompress every gzip member, at most MAX_GZIP_RATIO times the file (GZIP_FLOOR_BYTES
+    for any file, MAX_JSON_BYTES in all). Whitespace or NUL padding after the last member
+    (an editor's newline, a block-padded copy) is ignored and noted; anything else there
+    is corruption."""
     limit = min(MAX_JSON_BYTES, max(GZIP_FLOOR_BYTES, MAX_GZIP_RATIO * len(data)))
     out: list[bytes] = []
     total = 0
@@ -465,13 +465,12 @@ def _dedupe(evs: list[RawEvent]) -> tuple[list[RawEvent], int]:
 MAX_NAME_CHARS = 8192
 
 
-def _capped_names(evs: list[RawEvent]) -> tuple[list[str], int]:
+def _capped_names(evs: list[RawEvent]) -> list[str]:
     names = [e.name for e in evs]
-    long = [i for i, n in enumerate(names) if len(n) > MAX_NAME_CHARS]
     half = MAX_NAME_CHARS // 2
-    for i in long:
+    for i in [i for i, n in enumerate(names) if len(n) > MAX_NAME_CHARS]:
         names[i] = names[i][:half] + "…" + names[i][-half + 1 :]
-    return names, len(long)
+    return names
 
 
 def _opt_int(values: Sequence[int | None]) -> np.ndarray:
@@ -784,7 +783,7 @@ def build_model(
     host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
     host = _host_frame(host_ev, host_kinds, origin)
     gpu = _gpu_frame(gpu_ev, kinds[is_gpu], origin)
-    cut = int(host.attrs.pop("names_cut", 0)) + int(gpu.attrs.pop("names_cut", 0))
+    cut = sum(len(e.name) > MAX_NAME_CHARS for e in host_ev) + sum(len(e.name) > MAX_NAME_CHARS for e in gpu_ev)
     if cut:
         notes.append(f"{cut} names longer than {MAX_NAME_CHARS:,} characters were shortened")
     _nest(host)
@@ -857,7 +856,7 @@ def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Dat
     op_kind = int(Kind.CPU_OP)
     # Ops keep their decoded args; shape fields stay raw JSON until an analyzer asks.
     shapes: list[EventArgs | None] = [a if k == op_kind else None for a, k in zip(args, kinds.tolist(), strict=True)]
-    names, cut = _capped_names(evs)
+    names = _capped_names(evs)
     frame = pd.DataFrame(
         {
             "kind": kinds,
@@ -873,7 +872,6 @@ def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Dat
             "shapes": np.array(shapes, dtype=object),
         }
     )
-    frame.attrs["names_cut"] = cut
     return frame
 
 
@@ -903,7 +901,7 @@ def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Data
     block = _triples([a.block if a is not None else None for a in args])
 
     ext = [_external_id(a) for a in args]
-    names, cut = _capped_names(evs)
+    names = _capped_names(evs)
     frame = pd.DataFrame(
         {
             "kind": kinds,
@@ -927,7 +925,6 @@ def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Data
             "sync_kind": pd.Categorical([a.cuda_sync_kind if a is not None else None for a in args]),
         }
     )
-    frame.attrs["names_cut"] = cut
     return frame
 
 
