@@ -134,6 +134,11 @@ PENDING: tuple[tuple[re.Pattern[str], str], ...] = (
         "matmul_shapes: tflops is FLOPs/0 = NaN (written as null) for a matmul whose kernels have zero duration "
         "(pending/matmul_tflops_nan_zero_dur_kernel.json)",
     ),
+    (
+        re.compile(r"^\$\.((questions|findings)\[\d+\](\.sites\[\d+\])?|summary)\.\w+ is null"),
+        "misaligned_matmul: the finding's time is NaN (written as null; its question's too) when the matmul's "
+        "kernels have zero duration (pending/finding_time_nan_zero_dur_matmul.json)",
+    ),
 )
 
 
