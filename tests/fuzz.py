@@ -813,11 +813,18 @@ def preload() -> None:
     import tracelens.render  # noqa: F401
 
 
-def fuzz(seed: int, cases: int | None, seconds: float | None, jobs: int, log: Callable[[str], None]) -> Summary:
+def fuzz(
+    seed: int,
+    cases: int | None,
+    seconds: float | None,
+    jobs: int,
+    log: Callable[[str], None],
+    seed_files: tuple[str, ...] = SEED_FILES,
+) -> Summary:
     """Run cases 0, 1, ... of `seed` until `cases` are done or `seconds` have passed,
     `jobs` children at a time."""
     preload()
-    seeds = load_seeds()
+    seeds = load_seeds(seed_files)
     summary = Summary()
     t0 = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="tracelens-fuzz-"))
@@ -928,6 +935,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--save", type=Path, default=None, help="write each failing input here, minimised")
     ap.add_argument("--replay", type=Path, default=None, help="run the inputs in this folder instead")
+    ap.add_argument(
+        "--seed-files", nargs="+", default=None, help="seed traces (.json.gz) instead of the small defaults"
+    )
     args = ap.parse_args(argv)
     if args.replay is not None:
         fails = replay(args.replay)
@@ -936,7 +946,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"replayed {args.replay}: {len(fails)} failing")
         return 1 if fails else 0
     seconds = args.seconds if args.seconds is not None or args.cases is not None else 60.0
-    summary = fuzz(args.seed, args.cases, seconds, max(args.jobs, 1), lambda s: print(s, flush=True))
+    files = tuple(str(Path(f).resolve()) for f in args.seed_files) if args.seed_files else SEED_FILES
+    summary = fuzz(args.seed, args.cases, seconds, max(args.jobs, 1), lambda s: print(s, flush=True), files)
     print(
         f"fuzz seed {args.seed}: {summary.cases} cases in {summary.seconds:.0f} s, exit 0: {summary.exit0}, "
         f"exit 2: {summary.exit2}, failing: {len(summary.failures)}, peak RSS {summary.max_rss / 2**20:.0f} MiB"

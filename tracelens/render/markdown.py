@@ -8,7 +8,9 @@ characters and caps each piece, and the whole summary fits one GitHub comment.
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 
 from tracelens.render.format import plain
 from tracelens.render.html import environment
@@ -59,13 +61,6 @@ def md_lines(text: object) -> str:
     return "<br>".join(md(line) for line in str(text).split("\n"))
 
 
-def render_markdown(report: Report) -> str:
-    env = environment(autoescape=False)
-    env.filters["md"] = md
-    env.filters["md_lines"] = md_lines
-    return fit_comment(env.get_template("report.md.j2").render(r=report))
-
-
 _TRUNCATED = "\n\n_Cut here to fit one GitHub comment: the HTML and JSON reports have everything._\n"
 
 
@@ -81,3 +76,21 @@ def fit_comment(text: str, limit: int = MAX_MARKDOWN_CHARS) -> str:
     head = text[: max(cut, 0)]
     closing = "\n</details>\n" if head.count("<details>") > head.count("</details>") else ""
     return head + _TRUNCATED + closing + footer
+
+
+def _fits_one_comment(render: Callable[[Report], str]) -> Callable[[Report], str]:
+    """Whatever the template makes of a report, what comes out fits one GitHub comment."""
+
+    @functools.wraps(render)
+    def fitted(report: Report) -> str:
+        return fit_comment(render(report))
+
+    return fitted
+
+
+@_fits_one_comment
+def render_markdown(report: Report) -> str:
+    env = environment(autoescape=False)
+    env.filters["md"] = md
+    env.filters["md_lines"] = md_lines
+    return env.get_template("report.md.j2").render(r=report)

@@ -1,10 +1,12 @@
 """Terminal: a short colour summary (colour is dropped when output is not a terminal).
 
-Every piece of text that can come from the trace or the command line goes through
-`plain`: no control characters (OSC/CSI sequences, CR, backspace) reach the terminal,
-and no piece is longer than a few lines."""
+Every piece of text that can come from the trace or the command line is made `plain`
+before it is laid out: no control characters (OSC/CSI sequences, CR, backspace) reach
+the terminal, and no piece is longer than a few lines."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import typer
 
@@ -32,14 +34,32 @@ MAX_FINDINGS = 5
 MAX_PROSE = 1_000
 
 
+def _plain_text(report: Report) -> Report:
+    """The report with every text field the summary prints made plain (names, paths,
+    sentences quoting them); numbers and our own labels are left as they are."""
+    t, s = report.trace, report.summary
+    return dataclasses.replace(
+        report,
+        trace=dataclasses.replace(t, file_name=plain(t.file_name), gpu_name=plain(t.gpu_name)),
+        summary=dataclasses.replace(
+            s,
+            primary=None if s.primary is None else plain(s.primary),
+            headline=plain(s.headline, MAX_PROSE),
+            primary_advice="\n".join(plain(line, MAX_PROSE) for line in s.primary_advice.split("\n")),
+            notes=tuple(plain(n, MAX_PROSE) for n in s.notes),
+        ),
+        findings=tuple(dataclasses.replace(f, title=plain(f.title)) for f in report.findings),
+    )
+
+
 def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
+    report, outputs = _plain_text(report), [plain(o) for o in outputs or ()]
     t = report.trace
     gt = report.gpu_time.total
     lines: list[str] = []
     steps = f"{len(t.steps)} steps" if t.steps else "no ProfilerStep markers"
     lines.append(
-        typer.style("tracelens", bold=True)
-        + f"  {plain(t.file_name)}  ({plain(t.gpu_name)}, {steps}, {us(gt.window_us)} profiled)"
+        typer.style("tracelens", bold=True) + f"  {t.file_name}  ({t.gpu_name}, {steps}, {us(gt.window_us)} profiled)"
     )
     if gt.window_us > 0:
         lines.append(
@@ -51,19 +71,16 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
     lines.append("")
     s = report.summary
     if s.primary:
-        lines.append(
-            typer.style("Primary bottleneck: ", bold=True) + typer.style(plain(s.primary), fg="red", bold=True)
-        )
-        lines.append(f"  {plain(s.headline, MAX_PROSE)}")
+        lines.append(typer.style("Primary bottleneck: ", bold=True) + typer.style(s.primary, fg="red", bold=True))
+        lines.append(f"  {s.headline}")
         lines.append(
             f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}."
         )
-        advice = "\n       ".join(plain(line, MAX_PROSE) for line in s.primary_advice.split("\n"))
-        lines.append("  Fix: " + advice)
+        lines.append("  Fix: " + s.primary_advice.replace("\n", "\n       "))
     else:
-        lines.append(typer.style("No primary bottleneck: ", bold=True) + plain(s.headline, MAX_PROSE))
+        lines.append(typer.style("No primary bottleneck: ", bold=True) + s.headline)
     for note in s.notes:
-        lines.append(typer.style("  Note: ", fg="cyan") + plain(note, MAX_PROSE))
+        lines.append(typer.style("  Note: ", fg="cyan") + note)
     lines.append("")
     lines.append(typer.style("In diagnostic order:", bold=True))
     for q in report.questions:
@@ -77,10 +94,10 @@ def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
         lines.append(typer.style("Findings:", bold=True))
         for f in report.findings[:MAX_FINDINGS]:
             sev = typer.style(f"[{f.severity.value}]", fg=_SEVERITY_COLOUR.get(f.severity.value, "white"))
-            lines.append(f"  {sev} {f.category.value}: {plain(f.title)}")
+            lines.append(f"  {sev} {f.category.value}: {f.title}")
         if len(report.findings) > MAX_FINDINGS:
             lines.append(f"  … {len(report.findings) - MAX_FINDINGS} more in the full report")
     if outputs:
         lines.append("")
-        lines.append("Reports: " + ", ".join(plain(o) for o in outputs))
+        lines.append("Reports: " + ", ".join(outputs))
     return "\n".join(lines) + "\n"
