@@ -139,6 +139,11 @@ PENDING: tuple[tuple[re.Pattern[str], str], ...] = (
         "misaligned_matmul: the finding's time is NaN (written as null; its question's too) when the matmul's "
         "kernels have zero duration (pending/finding_time_nan_zero_dur_matmul.json)",
     ),
+    (
+        re.compile(r"^\$\.sources\[\d+\]\.cost_us is null"),
+        "assemble: a source line's cost_us is NaN (written as null) when it sums a NaN finding time "
+        "(zero-duration matmul kernels) (pending/sources_cost_nan_zero_dur_kernels.json)",
+    ),
 )
 
 
