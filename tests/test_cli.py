@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -139,3 +140,226 @@ def test_base_install_never_pulls_torch() -> None:
         text=True,
     )
     assert out.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------------------
+# Never destroy a file (issue 14): outputs that are the input, links, non-regular files.
+# --------------------------------------------------------------------------------------
+def _refused(out: subprocess.CompletedProcess[str], what: str) -> None:
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tracelens: error:") and what in lines[0], out.stderr
+
+
+def test_output_onto_the_input_is_refused(tmp_path: Path) -> None:
+    trace = tmp_path / "t.json.gz"
+    trace.write_bytes(sample("launch_bound").read_bytes())
+    before = digest(trace)
+    _refused(run("report", trace, "--json", trace), "is the input trace")
+    # Through a symlink and a hard link too, whichever report it is.
+    (tmp_path / "link").symlink_to(trace)
+    _refused(run("report", trace, "--html", tmp_path / "link"), "is the input trace")
+    os.link(trace, tmp_path / "hard")
+    _refused(run("report", tmp_path / "hard", "--md", trace), "is the input trace")
+    assert digest(trace) == before
+
+
+def test_default_names_onto_the_input_are_refused(tmp_path: Path) -> None:
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    trace = reports / "run.json"
+    trace.write_bytes(gzip.decompress(sample("launch_bound").read_bytes()))
+    before = digest(trace)
+    _refused(run("report", "reports/run.json", cwd=tmp_path), "is the input trace")  # reports/run.json
+    _refused(run("report", "run.json", "--out-dir", ".", cwd=reports), "is the input trace")
+    assert digest(trace) == before
+    assert sorted(p.name for p in reports.iterdir()) == ["run.json"]  # no work was done
+
+
+def test_two_reports_on_one_path_are_refused(tmp_path: Path) -> None:
+    _refused(run("report", sample("launch_bound"), "--md", tmp_path / "a", "--json", tmp_path / "a"), "twice")
+    _refused(run("report", sample("launch_bound"), "--md", "-", "--json", "-"), "standard output")
+
+
+def test_outputs_write_through_symlinks(tmp_path: Path) -> None:
+    real_file = tmp_path / "real.json"
+    real_file.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real_file)
+    out = run("report", sample("launch_bound"), "--json", link, "-q")
+    assert out.returncode == 0, out.stderr
+    assert link.is_symlink() and json.loads(real_file.read_text())["summary"]["primary"] == "launch_overhead"
+    # A dangling link gets its target created.
+    dangling = tmp_path / "dangling.md"
+    dangling.symlink_to(tmp_path / "new.md")
+    assert run("report", sample("launch_bound"), "--md", dangling, "-q").returncode == 0
+    assert dangling.is_symlink() and (tmp_path / "new.md").read_text().startswith("### tracelens")
+
+
+def test_stdout_outputs(tmp_path: Path) -> None:
+    out = run("report", sample("launch_bound"), "--json", "-")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["summary"]["primary"] == "launch_overhead"
+    assert "Primary bottleneck" in out.stderr  # the summary moved out of the report's way
+    # /dev/stdout is written in place, never renamed over.
+    out = run("report", sample("launch_bound"), "--md", "/dev/stdout", "-q")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("### tracelens") and Path("/dev/stdout").exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_fifo_input_and_output(tmp_path: Path) -> None:
+    fifo = tmp_path / "in.json"
+    os.mkfifo(fifo)
+    _refused(run("report", fifo, "--json", tmp_path / "o.json"), "not a regular file")
+    _refused(run("report", "/dev/zero", "--json", tmp_path / "o.json"), "not a regular file")
+    # A FIFO output is written into, not replaced.
+    out_fifo = tmp_path / "out.md"
+    os.mkfifo(out_fifo)
+    proc = subprocess.Popen([PY, "-m", "tracelens", "report", str(sample("launch_bound")), "--md", str(out_fifo), "-q"])
+    with open(out_fifo) as fh:
+        text = fh.read()
+    assert proc.wait(timeout=120) == 0
+    assert text.startswith("### tracelens") and out_fifo.is_fifo()
+
+
+def test_non_utf8_and_control_characters_in_paths(tmp_path: Path) -> None:
+    odd = os.fsencode(tmp_path) + b"/tr\xff\xfe\x1b]0;x\x07.json.gz"
+    with open(odd, "wb") as fh:
+        fh.write(sample("launch_bound").read_bytes())
+    out_dir = tmp_path / "out"
+    res = subprocess.run(
+        [os.fsencode(PY), b"-m", b"tracelens", b"report", odd, b"--out-dir", os.fsencode(out_dir)],
+        capture_output=True,
+        timeout=300,
+    )
+    assert res.returncode == 0, res.stderr
+    assert b"\x1b" not in res.stdout and b"\xff" not in res.stdout and "\ufffd".encode() in res.stdout
+    report = json.loads(next(out_dir.glob("*.json")).read_text())
+    assert "\ufffd" in report["trace"]["file_name"]
+    assert not [p for p in out_dir.iterdir() if p.name.endswith(".tmp")]
+    # A missing file with such a name: one clean line.
+    res = subprocess.run(
+        [os.fsencode(PY), b"-m", b"tracelens", b"report", odd + b"nope"], capture_output=True, timeout=60
+    )
+    assert res.returncode == 2 and res.stderr.count(b"\n") == 1 and b"\x1b" not in res.stderr
+
+
+def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    import fuzz
+
+    # 120,000 events: about 10 s of work, long enough to interrupt.
+    trace = tmp_path / "big.json"
+    trace.write_text(json.dumps(fuzz.tiny_trace(30_000)))
+    proc = subprocess.Popen(
+        [PY, "-m", "tracelens", "report", str(trace), "--out-dir", str(tmp_path / "out")],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(2.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    if proc.returncode == 0:
+        pytest.skip("the report finished before the signal")
+    assert proc.returncode == 130, err
+    # Progress lines (a load over a second reports its stages), then one line; no
+    # traceback, no blank line, no click "Aborted!".
+    lines = err.rstrip("\n").split("\n")
+    assert lines[-1] == "tracelens: interrupted", err
+    assert all(line.startswith("tracelens: ") for line in lines) and "Aborted" not in err, err
+    assert not [p for p in tmp_path.rglob("*.tmp")]
+
+
+_WRITER = """
+import sys
+from tracelens.output import write_atomic
+text = "x" * 50_000_000
+print("ready", flush=True)
+while True:
+    write_atomic(sys.argv[1], text)
+"""
+
+
+def test_sigint_during_writes_leaves_no_temp_file(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    target = tmp_path / "r.html"
+    for delay in (0.05, 0.2, 0.35, 0.5):
+        proc = subprocess.Popen([PY, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(delay)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+        assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")], delay
+        if target.exists():  # whatever is there is one whole report
+            assert target.stat().st_size == 50_000_000
+
+
+# --------------------------------------------------------------------------------------
+# Nothing unescaped: a trace whose names carry terminal escapes, mentions and HTML.
+# --------------------------------------------------------------------------------------
+CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
+
+
+def test_hostile_trace_text_is_neutralised(tmp_path: Path) -> None:
+    trace = CORPUS / "injection_text.json"
+    out = run("report", trace, "--md", tmp_path / "r.md", "--html", tmp_path / "r.html", "--json", tmp_path / "r.json")
+    assert out.returncode == 0, out.stderr
+    term = out.stdout
+    for ch in ("\x1b", "\x07", "\r", "\x08", "\x9b", "\u202e"):
+        assert ch not in term, repr(ch)
+    assert max(len(line) for line in term.splitlines()) < 2_000
+    md = (tmp_path / "r.md").read_text()
+    assert len(md) < 65_536
+    for raw in ("@octocat", "@org/team", " #123", "pytorch/pytorch#1", "GH-12", "#1}", "<img", "[a](", "http://"):
+        assert raw not in md, raw
+    assert "@&#8203;octocat" in md and "#&#8203;123" in md and "GH&#8203;-12" in md
+    assert not any(ch in md for ch in ("\x1b", "\x07", "\x08", "\x9b"))
+    html = (tmp_path / "r.html").read_text()
+    assert '<meta http-equiv="Content-Security-Policy" content="default-src \'none\';' in html
+    assert "<img src=x>" not in html and "&lt;img src=x&gt;" in html
+    # No external request: nothing is loaded from anywhere (links to docs are fine: they
+    # are only followed by a click, and the CSP blocks fetches anyway).
+    for attr in ("src=", "@import", "url(", "srcset="):
+        for m in re.finditer(re.escape(attr), html):
+            value = html[m.end() : m.end() + 12].strip("\"'( ")
+            assert not value.startswith(("http", "//")), html[m.start() - 40 : m.end() + 40]
+    data = json.loads((tmp_path / "r.json").read_text())
+    assert data["trace"]["gpu_name"].startswith("@octocat")  # the JSON keeps the data as it was
+
+
+def test_markdown_fits_one_github_comment() -> None:
+    from tracelens.render.markdown import GITHUB_COMMENT_LIMIT, MAX_MARKDOWN_CHARS, fit_comment
+
+    body = (
+        "### tracelens\n\n<details><summary>x</summary>\n\n"
+        + "| a | b |\n" * 20_000
+        + "\n</details>\n\n<sub>Generated</sub>\n"
+    )
+    cut = fit_comment(body)
+    assert len(cut) <= MAX_MARKDOWN_CHARS < GITHUB_COMMENT_LIMIT
+    assert cut.count("<details>") == cut.count("</details>") == 1 and cut.endswith("<sub>Generated</sub>\n")
+    assert "Cut here to fit" in cut
+    assert fit_comment("short") == "short"
+
+
+def test_json_is_strict_even_with_nan() -> None:
+    import dataclasses
+
+    from conftest import report_of
+
+    from tracelens.render import render_json
+
+    rep = report_of(sample("launch_bound"))
+    bad = dataclasses.replace(rep, summary=dataclasses.replace(rep.summary, primary_share=float("nan")))
+    text = render_json(bad)
+
+    def no_constants(name: str) -> float:
+        raise ValueError(name)
+
+    data = json.loads(text, parse_constant=no_constants)
+    assert data["summary"]["primary_share"] is None

@@ -150,3 +150,164 @@ def test_sample_trace_links_kernels_to_ops() -> None:
     launchers = m.host["kind"].to_numpy()[linked["launch"].to_numpy()]
     assert (launchers == Kind.DRIVER).any()
     assert np.isfinite(m.steps["gpu_ts"]).all()
+
+
+# --------------------------------------------------------------------------------------
+# Odd input (issue 14): repaired or skipped and noted, or refused with TraceInputError.
+# Each builds on fuzz.tiny_trace(): 2 steps, each one aten::mm -> cuLaunchKernelEx -> kernel.
+# --------------------------------------------------------------------------------------
+import copy  # noqa: E402
+import gzip  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+
+import fuzz  # noqa: E402
+
+from tracelens.errors import TraceInputError  # noqa: E402
+from tracelens.model import load_trace  # noqa: E402
+from tracelens.model import loader as loader_mod  # noqa: E402
+
+
+def _write(tmp_path: Path, data: bytes | dict[str, object], name: str = "t.json") -> Path:
+    p = tmp_path / name
+    p.write_bytes(json.dumps(data).encode("utf-8", "surrogatepass") if isinstance(data, dict) else data)
+    return p
+
+
+def _kernel(d: dict[str, object]) -> dict[str, object]:
+    return next(e for e in d["traceEvents"] if e.get("cat") == "kernel")  # type: ignore[attr-defined, no-any-return]
+
+
+def test_tiny_trace_is_a_clean_baseline(tmp_path: Path) -> None:
+    m = load_trace(_write(tmp_path, fuzz.tiny_trace()))
+    assert len(m.kernels()) == 2 and len(m.steps) == 2 and m.meta.notes == ()
+
+
+def test_exact_duplicate_events_count_once(tmp_path: Path) -> None:
+    d = fuzz.tiny_trace()
+    d["traceEvents"] += [copy.deepcopy(_kernel(d)) for _ in range(2000)]  # type: ignore[operator]
+    m = load_trace(_write(tmp_path, d))
+    assert len(m.kernels()) == 2
+    assert any("2000 exact repeats" in n for n in m.meta.notes)
+
+
+def test_negative_step_is_not_a_window(tmp_path: Path) -> None:
+    d = fuzz.tiny_trace()
+    d["traceEvents"][2]["dur"] = -40_000.0  # type: ignore[index]  # ProfilerStep#1
+    m = load_trace(_write(tmp_path, d))
+    assert m.steps["step"].tolist() == [2]
+    assert any("ProfilerStep ranges with no positive duration" in n for n in m.meta.notes)
+
+
+def test_huge_ints_in_args_and_memory_events(tmp_path: Path) -> None:
+    d = fuzz.tiny_trace()
+    _kernel(d)["args"]["device"] = 2**70  # type: ignore[index]
+    d["traceEvents"].append(  # type: ignore[attr-defined]
+        {"ph": "i", "name": "[memory]", "pid": 7, "tid": 7, "ts": 1100, "args": {"Bytes": 2**63 + 5, "Device Id": 0}}
+    )
+    m = load_trace(_write(tmp_path, d))
+    assert m.gpu["device"].tolist().count(0) == 2  # fell back to the row's pid (0)
+    assert m.memory["bytes"].isna().all() and len(m.memory) == 1
+
+
+def test_absurd_device_properties_are_dropped(tmp_path: Path) -> None:
+    d = fuzz.tiny_trace()
+    props = d["deviceProperties"][0]  # type: ignore[index]
+    props["numSms"] = 10**30
+    props["sharedMemPerMultiprocessor"] = -1
+    props["regsPerMultiprocessor"] = "@@"
+    raw = json.dumps(d).replace('"@@"', "1" + "0" * 400).encode()
+    dev = load_trace(_write(tmp_path, raw)).meta.primary_device
+    assert dev is not None and dev.num_sms is None
+    assert {"numSms", "sharedMemPerMultiprocessor", "regsPerMultiprocessor"}.isdisjoint(dev.properties)
+    assert dev.properties["maxThreadsPerMultiprocessor"] == 2048
+
+
+def test_matmul_waves_survive_absurd_slots() -> None:
+    from tracelens.analyzers.matmul_shapes import waves_of
+
+    waves, fill, eff = waves_of(10, 10**400)
+    assert waves >= 0 and 0 <= fill <= 1 and 0 <= eff <= 1
+
+
+def test_long_names_are_cut(tmp_path: Path) -> None:
+    d = fuzz.tiny_trace()
+    _kernel(d)["name"] = "void k<" + "x" * 70_000 + ">()"
+    m = load_trace(_write(tmp_path, d))
+    names = m.kernels()["name"].astype(str)
+    assert names.str.len().max() <= loader_mod.MAX_NAME_CHARS
+    long = names.iloc[0]
+    assert long.startswith("void k<") and long.endswith(">()") and "…" in long
+    assert any("names longer than" in n for n in m.meta.notes)
+
+
+def test_lone_surrogates_and_bad_utf8_are_repaired(tmp_path: Path) -> None:
+    d = fuzz.tiny_trace()
+    d["traceEvents"][3]["name"] = "aten::mm\ud800"  # type: ignore[index]
+    m = load_trace(_write(tmp_path, d))
+    assert "aten::mm\ufffd" in set(m.host["name"].astype(str))
+    assert any("surrogate" in n for n in m.meta.notes)
+    raw = json.dumps(fuzz.tiny_trace()).encode().replace(b'"aten::mm"', b'"aten::mm\xff"', 1)
+    m = load_trace(_write(tmp_path, raw))
+    assert "aten::mm\ufffd" in set(m.host["name"].astype(str))
+    assert any("not UTF-8" in n for n in m.meta.notes)
+
+
+def test_unreadable_events_are_skipped_and_counted(tmp_path: Path) -> None:
+    d = fuzz.tiny_trace()
+    d["traceEvents"][4]["ph"] = None  # type: ignore[index]  # the first cuLaunchKernelEx
+    d["traceEvents"] += [5, "x", [], None]  # type: ignore[operator]
+    raw = json.dumps(d).encode().replace(b'"ts": 1040.0', b'"ts": 1e400', 1)  # the first kernel
+    m = load_trace(_write(tmp_path, raw))
+    assert len(m.kernels()) == 1
+    assert any("6 entries of traceEvents were not readable events" in n for n in m.meta.notes)
+
+
+def test_gzip_with_bom_padding_and_members(tmp_path: Path) -> None:
+    raw = json.dumps(fuzz.tiny_trace()).encode()
+    for name, data, note in (
+        ("bom.json.gz", gzip.compress(b"\xef\xbb\xbf" + raw), None),
+        ("nl.json.gz", gzip.compress(raw) + b"\n", "padding after the gzip stream"),
+        ("two.json.gz", gzip.compress(raw[:100]) + gzip.compress(raw[100:]), None),
+    ):
+        m = load_trace(_write(tmp_path, data, name))
+        assert len(m.kernels()) == 2, name
+        assert note is None or any(note in n for n in m.meta.notes), m.meta.notes
+    with pytest.raises(TraceInputError, match="unexpected bytes after the gzip stream"):
+        load_trace(_write(tmp_path, gzip.compress(raw) + b"garbage", "junk.json.gz"))
+
+
+def test_gzip_bomb_is_refused_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The real floor is 256 MiB; lowered so the test stays small: 20 MB of spaces is a
+    # 1,000x ratio, five times the bound.
+    monkeypatch.setattr(loader_mod, "GZIP_FLOOR_BYTES", 2**20)
+    bomb = gzip.compress(b" " * 20_000_000 + json.dumps(fuzz.tiny_trace()).encode(), 9)
+    with pytest.raises(TraceInputError, match="decompression bomb"):
+        load_trace(_write(tmp_path, bomb, "bomb.json.gz"))
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b'{"traceEvents": [], "zz": ' + b"[" * 1000 + b"]" * 1000 + b"}", "nested too deeply"),
+        (b'{"traceEvents": [{"ph": "X", "args": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}]}", "nested too deeply"),
+        # A value of an unexpected type sends the decode down the tolerant path; the
+        # truncation after it must still be a clear error.
+        (json.dumps({"traceEvents": [{"ph": "X", "ts": "abc"}, {"ph": "X"}]}).encode()[:-10], "truncated"),
+    ],
+)
+def test_malformed_json_is_a_clear_error(tmp_path: Path, raw: bytes, message: str) -> None:
+    with pytest.raises(TraceInputError, match=message):
+        load_trace(_write(tmp_path, raw))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_non_regular_files_are_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.json"
+    os.mkfifo(fifo)  # no writer: open() would wait forever
+    with pytest.raises(TraceInputError, match="not a regular file"):
+        load_trace(fifo)
+    for dev in ("/dev/zero", "/dev/urandom"):  # would never end
+        if Path(dev).exists():
+            with pytest.raises(TraceInputError, match="not a regular file"):
+                load_trace(dev)

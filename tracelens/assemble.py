@@ -20,7 +20,7 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
-from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows
+from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel
@@ -265,7 +265,8 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
         communication_us=roof.communication_us, model_errors=roof.model_errors, points=points,
         classified=roof.classified, estimated_share=roof.estimated_us / roof.total_us if roof.total_us else 0.0,
         uncovered=tuple(
-            UncoveredOp(_cut(u.op), u.reason, u.time_us, u.time_us / roof.total_us) for u in roof.unmodelled
+            UncoveredOp(_cut(u.op), u.reason, u.time_us, u.time_us / roof.total_us if roof.total_us > 0 else 0.0)
+            for u in roof.unmodelled
         ),
     )  # fmt: skip
 
@@ -293,7 +294,7 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
             count=int(row["count"]),
             total_us=float(row["total"]),
             mean_us=float(row["total"]) / max(int(row["count"]), 1),
-            share=float(row["total"]) / busy if busy else 0.0,
+            share=_own_busy(act, str(name), ctx) / busy if busy else 0.0,
             kind=_KIND_NAMES.get(int(row["kind"]), "other"),
             bound=bounds.get(str(name), "unknown") if int(row["kind"]) == int(Kind.KERNEL) else "memory",
             roof=r.roof_name if r else "",
@@ -304,6 +305,17 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
         for name, row in g.iterrows()
         for r in (roofs.get(str(name)),)
     )
+
+
+def _own_busy(act: pd.DataFrame, name: str, ctx: AnalysisContext) -> float:
+    """The time a kernel name keeps the GPU busy inside the window: the union of its
+    events, clipped to the window, so events that overlap (two streams, a repeated event)
+    or run past the window count once and its share of busy stays <= 1."""
+    dev = ctx.ledger.primary
+    lo, hi = (dev.window_start, dev.window_end) if dev is not None else (-np.inf, np.inf)
+    k = act[act["name"] == name]
+    iv = merge_intervals(np.clip(k["ts"].to_numpy(), lo, hi), np.clip(k["end"].to_numpy(), lo, hi))
+    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
 
 
 def replace_name(row: MatmulRow) -> MatmulRow:

@@ -4,12 +4,14 @@
     tracelens capture [OPTIONS] SCRIPT [ARGS...]   (or -m MODULE [ARGS...])
 
 Errors a user can cause print one line and exit non-zero (see tracelens.errors); the
-input trace is only ever read.
+input trace is only ever read, and an output path that is the input is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -18,7 +20,7 @@ from typing import Annotated
 import typer
 
 from tracelens import __version__
-from tracelens.errors import TracelensError
+from tracelens.errors import Interrupted, TracelensError
 
 app = typer.Typer(
     name="tracelens",
@@ -52,7 +54,7 @@ def _main(
 
 
 def _progress(message: str) -> None:
-    typer.echo(f"tracelens: {message}", err=True)
+    _say(message)
 
 
 @app.command()
@@ -65,16 +67,25 @@ def report(
         ),
     ],
     html: Annotated[
-        Path | None, typer.Option("--html", help="Write the self-contained HTML report here.", show_default=False)
+        Path | None,
+        typer.Option(
+            "--html", help="Write the self-contained HTML report here ('-': standard output).", show_default=False
+        ),
     ] = None,
     markdown: Annotated[
         Path | None,
         typer.Option(
-            "--markdown", "--md", help="Write the Markdown summary (for a GitHub issue) here.", show_default=False
+            "--markdown",
+            "--md",
+            help="Write the Markdown summary (for a GitHub issue) here ('-': standard output).",
+            show_default=False,
         ),
     ] = None,
     json_out: Annotated[
-        Path | None, typer.Option("--json", help="Write the JSON report (for machines) here.", show_default=False)
+        Path | None,
+        typer.Option(
+            "--json", help="Write the JSON report (for machines) here ('-': standard output).", show_default=False
+        ),
     ] = None,
     out_dir: Annotated[
         Path,
@@ -95,26 +106,38 @@ def report(
     """
     from tracelens.assemble import build_report
     from tracelens.model import load_trace
-    from tracelens.output import default_stem, write_atomic
+    from tracelens.output import check_outputs, default_stem, is_stdout, write_report
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
 
+    _interrupt_as_error()
+    if html is None and markdown is None and json_out is None:
+        stem = default_stem(trace)
+        html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
+    wanted = [(p, kind) for p, kind in ((html, "html"), (markdown, "md"), (json_out, "json")) if p is not None]
+    # Before any work: a report must never overwrite the trace it is made from.
+    check_outputs(trace, [p for p, _ in wanted])
     t0 = time.perf_counter()
     model = load_trace(trace, progress=_progress)
     load_s = time.perf_counter() - t0
     rep = build_report(model, load_seconds=load_s)
-    targets: list[tuple[Path, str]] = []
-    if html is None and markdown is None and json_out is None:
-        stem = default_stem(trace)
-        html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
-    if html is not None:
-        targets.append((html, render_html(rep)))
-    if markdown is not None:
-        targets.append((markdown, render_markdown(rep)))
-    if json_out is not None:
-        targets.append((json_out, render_json(rep)))
-    written = [str(write_atomic(path, text)) for path, text in targets]
+    renderers = {"html": render_html, "md": render_markdown, "json": render_json}
+    written = [write_report(path, renderers[kind](rep)) for path, kind in wanted]
     if not quiet:
-        typer.echo(render_terminal(rep, written), nl=False)
+        # With a report on standard output the summary goes to stderr, out of its way.
+        to_stderr = any(is_stdout(p) for p, _ in wanted)
+        typer.echo(render_terminal(rep, written), nl=False, err=to_stderr)
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise Interrupted()
+
+
+def _interrupt_as_error() -> None:
+    """Ctrl-C becomes `Interrupted` (one line, exit 130) rather than KeyboardInterrupt,
+    which click turns into a blank line and "Aborted!". Only `report` does this: capture
+    hands Ctrl-C to the user's script."""
+    with contextlib.suppress(ValueError):  # not the main thread (an embedding caller)
+        signal.signal(signal.SIGINT, _raise_interrupted)
 
 
 def _parse_steps(text: str) -> tuple[int, int, int, int]:
@@ -251,23 +274,34 @@ def capture(
     raise typer.Exit(result.exit_code)
 
 
-def main() -> None:
+def _say(message: str) -> None:
+    """One line on stderr: trace text and paths quoted in it cannot drive the terminal."""
+    from tracelens.render.format import plain
+
+    typer.echo(f"tracelens: {plain(message, limit=MAX_ERROR_CHARS)}", err=True)
+
+
+#: An error line quotes a path and perhaps a decoder message; beyond this it is noise.
+MAX_ERROR_CHARS = 1000
+
+
+def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping user errors to one line and an exit code."""
     try:
         # Without standalone mode click returns the exit code of typer.Exit instead of
         # raising it; pass it on (capture's exit code is the script's).
-        code = app(standalone_mode=False)
+        code = app(args=argv, standalone_mode=False)
         sys.exit(code if isinstance(code, int) else 0)
     except TracelensError as exc:
-        typer.echo(f"tracelens: error: {exc}", err=True)
+        _say(f"error: {exc}" if not isinstance(exc, Interrupted) else "interrupted")
         sys.exit(exc.exit_code)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
-        typer.echo("tracelens: aborted", err=True)
+        _say("aborted")
         sys.exit(130)
     except KeyboardInterrupt:
-        typer.echo("tracelens: interrupted", err=True)
+        _say("interrupted")
         sys.exit(130)
     except Exception as exc:
         # Usage errors (click's, vendored by typer) know how to show themselves.
@@ -279,9 +313,8 @@ def main() -> None:
         # A bug in tracelens: one line for the user, the traceback on request.
         if os.environ.get("TRACELENS_DEBUG"):
             raise
-        typer.echo(
-            f"tracelens: internal error: {type(exc).__name__}: {exc} "
-            "(set TRACELENS_DEBUG=1 for the traceback, and please report it)",
-            err=True,
+        _say(
+            f"internal error: {type(exc).__name__}: {exc} "
+            "(set TRACELENS_DEBUG=1 for the traceback, and please report it)"
         )
         sys.exit(1)

@@ -20,6 +20,25 @@ class TraceInputError(TracelensError):
     exit_code = 2
 
 
+class UsageError(TracelensError):
+    """The command line asks for something unsafe or contradictory, e.g. an output path
+    that is the input trace (writing it would destroy the trace). Refused before any work."""
+
+    exit_code = 2
+
+
+class Interrupted(TracelensError):
+    """Ctrl-C (SIGINT) during `tracelens report`: exit 130, as a shell reports SIGINT.
+
+    Raised by the CLI's own SIGINT handler instead of KeyboardInterrupt, so it passes
+    through click (which would print a blank line and "Aborted!") to the one-line error."""
+
+    exit_code = 130
+
+    def __init__(self) -> None:
+        super().__init__("interrupted")
+
+
 class OutputError(TracelensError):
     """A report could not be written (directory missing and not creatable, no permission)."""
 

@@ -1,37 +1,154 @@
-"""Writing reports: atomically (temp file in the same directory, then rename), so a
-reader never sees half a report and a failed run never clobbers the last good one."""
+"""Writing reports without ever destroying a file the user cares about.
+
+- A regular file is written atomically (temp file in the same directory, then rename), so
+  a reader never sees half a report and a failed run never clobbers the last good one.
+  SIGINT is held off while the temp file exists, so Ctrl-C never leaves `*.tmp` behind.
+- A symlink is written through (its target is replaced, the link stays); a non-regular
+  file (a FIFO, /dev/stdout, a terminal) is written in place, never replaced by a rename.
+- `-` is standard output.
+- An output that is the input trace (the same file, also through links) is refused
+  before any work (`check_outputs`).
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import re
+import signal
+import stat
+import sys
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from tracelens.errors import OutputError
+from tracelens.errors import OutputError, UsageError
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: The output path that means standard output.
+STDOUT = "-"
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> Path:
+def is_stdout(path: str | os.PathLike[str]) -> bool:
+    return os.fspath(path) == STDOUT
+
+
+def display_path(path: str | os.PathLike[str]) -> str:
+    """A path as printable text: bytes that are not UTF-8 (kept by Python as lone
+    surrogates) become U+FFFD instead of failing the write to a UTF-8 stream."""
+    return _SURROGATE.sub("\ufffd", os.fspath(path))
+
+
+def _identity(path: str | os.PathLike[str]) -> tuple[int, int] | None:
+    """(device, inode) of what `path` names after following links; None if it does not exist."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def check_outputs(trace: str | os.PathLike[str], outputs: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse (UsageError, exit 2) outputs that would overwrite the input trace, two
+    outputs that are the same file, or more than one output on standard output."""
+    if sum(is_stdout(p) for p in outputs) > 1:
+        raise UsageError("only one report can go to standard output ('-')")
+    trace_id = _identity(trace)
+    seen: dict[object, str] = {}
+    for out in outputs:
+        if is_stdout(out):
+            continue
+        ident = _identity(out)
+        if ident is not None and ident == trace_id:
+            raise UsageError(f"{display_path(out)}: is the input trace; refusing to overwrite it with a report")
+        # A new file is identified by its resolved path; an existing one by its inode
+        # (two different links to one file are the same output).
+        key: object = ident if ident is not None else os.path.realpath(out)
+        if key in seen:
+            same = "is given twice" if seen[key] == display_path(out) else f"is the same file as {seen[key]}"
+            raise UsageError(f"{display_path(out)}: {same}; give each report its own path")
+        seen[key] = display_path(out)
+
+
+def write_report(path: str | os.PathLike[str], text: str) -> str:
+    """Write one report; return how to name it to the user."""
+    if is_stdout(path):
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except OSError as exc:
+            raise OutputError(f"standard output: cannot write ({exc.strerror or exc})") from exc
+        return "standard output"
+    target = Path(path)
+    try:
+        st = os.stat(target)  # follows links: what the path finally names
+    except FileNotFoundError:
+        st = None
+    except OSError as exc:
+        raise OutputError(f"{display_path(target)}: cannot write ({exc.strerror or exc})") from exc
+    if st is not None and stat.S_ISDIR(st.st_mode):
+        raise OutputError(f"{display_path(target)}: is a directory")
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        _write_in_place(target, text)  # /dev/stdout, a FIFO, a terminal
+        return display_path(path)
+    if target.is_symlink():
+        # Write through the link: replace the file it points to, keep the link itself.
+        target = Path(os.path.realpath(target))
+    write_atomic(target, text, mode=stat.S_IMODE(st.st_mode) if st is not None else None)
+    return display_path(path)
+
+
+def _write_in_place(target: Path, text: str) -> None:
+    """A FIFO, device or terminal: open and write it; a rename would replace the node."""
+    try:
+        with open(target, "w", encoding="utf-8", errors="replace", newline="\n") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise OutputError(f"{display_path(target)}: cannot write ({exc.strerror or exc})") from exc
+
+
+@contextlib.contextmanager
+def _sigint_held() -> Iterator[None]:
+    """Hold SIGINT (it is delivered when the block ends) while a temp file exists."""
+    can_mask = hasattr(signal, "pthread_sigmask")
+    if can_mask:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        if can_mask:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
+    """Temp file beside `path`, then rename over it. `mode` defaults to what a plain
+    open() would give a new file; an existing file keeps its own."""
     target = Path(path)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise OutputError(f"{target.parent}: cannot create directory ({exc.strerror or exc})") from exc
+        raise OutputError(f"{display_path(target.parent)}: cannot create directory ({exc.strerror or exc})") from exc
     if target.is_dir():
-        raise OutputError(f"{target}: is a directory")
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
-    except OSError as exc:
-        raise OutputError(f"{target.parent}: cannot write ({exc.strerror or exc})") from exc
-    try:
-        os.chmod(tmp, public_mode())
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise OutputError(f"{target}: cannot write ({exc.strerror or exc})") from exc
+        raise OutputError(f"{display_path(target)}: is a directory")
+    # Encode first: a failure here (it cannot happen with errors="replace", but a
+    # MemoryError can) must not leave a temp file.
+    data = text.encode("utf-8", "replace")
+    with _sigint_held():
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+        except OSError as exc:
+            raise OutputError(f"{display_path(target.parent)}: cannot write ({exc.strerror or exc})") from exc
+        try:
+            os.chmod(tmp, public_mode() if mode is None else mode)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, target)
+        except BaseException as exc:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise OutputError(f"{display_path(target)}: cannot write ({exc.strerror or exc})") from exc
+            raise
     return target
 
 

@@ -9,6 +9,7 @@ a question, findings are sorted by the time they cost.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from tracelens.analyzers import BUILT_CATEGORIES
@@ -114,10 +115,14 @@ NEAR_TIE = 0.8
 CHILD_HEADLINE_SHARE = 0.5
 
 
+def _finite(x: float) -> float:
+    return float(x) if math.isfinite(x) else 0.0
+
+
 def _capped(f: Finding, room_us: float, window_us: float, parent: Category | None = None) -> Finding:
-    time_us = max(min(f.time_us, room_us), 0.0)
+    time_us = max(min(_finite(f.time_us), room_us), 0.0)
     share = time_us / window_us if window_us > 0 else 0.0
-    gain = max(min(f.expected_gain_us, time_us), 0.0)
+    gain = max(min(_finite(f.expected_gain_us), time_us), 0.0)
     return replace(f, time_us=time_us, share=share, expected_gain_us=gain, severity=severity_for(share), parent=parent)
 
 

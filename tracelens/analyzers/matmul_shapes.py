@@ -222,7 +222,7 @@ def waves_of(tiles: int, slots: int) -> tuple[float, float, float]:
     if tiles <= 0 or slots <= 0:
         return 0.0, 1.0, 1.0
     waves = tiles / slots
-    full = math.ceil(waves)
+    full = max(math.ceil(waves), 1)  # absurd slots (10**400) underflow waves to 0.0
     fill = waves - (full - 1)
     return waves, fill, waves / full
 
@@ -306,7 +306,9 @@ def group_shapes(table: pd.DataFrame) -> pd.DataFrame:
         .reset_index()
     )
     g["flops"] = 2.0 * g["m"] * g["n"] * g["k"] * g["batch"] * g["calls"]
-    g["tflops"] = g["flops"] / (g["time_us"] * 1e-6) / 1e12
+    # Zero-duration kernels (a broken or mutated trace) have no rate, not an infinite one.
+    secs = (g["time_us"] * 1e-6).where(g["time_us"] > 0)
+    g["tflops"] = (g["flops"] / secs / 1e12).fillna(0.0)
     return g.sort_values("time_us", ascending=False, kind="stable").reset_index(drop=True)
 
 

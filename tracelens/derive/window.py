@@ -1027,6 +1027,8 @@ def _gpu_aligned(model: TraceModel, steps: tuple[StepSpan, ...], start: float, e
         return steps
     launch = act["launch"].to_numpy()
     ok = launch >= 0
+    if not ok.any():  # no launch records: nothing to align the steps with
+        return steps
     launched_at = model.host["ts"].to_numpy()[launch[ok]]
     a_ts, a_end = act["ts"].to_numpy()[ok], act["end"].to_numpy()[ok]
     order = np.argsort(launched_at, kind="stable")

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import gzip
 import math
 import os
 import re
+import stat
 import time
 import zlib
 from collections.abc import Callable, Sequence
@@ -34,7 +34,6 @@ from tracelens.model.schema import (
     EventArgs,
     Kind,
     LooseEvent,
-    LooseTraceFile,
     RawEvent,
     TraceFile,
 )
@@ -48,6 +47,16 @@ _NO_ROW = -1
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
+#: Lone surrogates: undecodable bytes of a path (Python's surrogateescape) or a repaired
+#: `\ud800` escape. No UTF-8 output can carry them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _printable(path: str | os.PathLike[str]) -> str:
+    """A path as text any UTF-8 stream can carry (undecodable bytes become U+FFFD)."""
+    return _SURROGATE.sub("\ufffd", os.fspath(path))
+
+
 def _is_step_name(name: str) -> bool:
     return name.startswith("ProfilerStep#")
 
@@ -58,8 +67,11 @@ _NEST_SLACK_US = 1.0
 
 _file_decoder = msgspec.json.Decoder(TraceFile)
 _array_decoder = msgspec.json.Decoder(list[RawEvent])
-_loose_file_decoder = msgspec.json.Decoder(LooseTraceFile)
-_loose_array_decoder = msgspec.json.Decoder(list[LooseEvent])
+_event_decoder = msgspec.json.Decoder(RawEvent)
+_counter_decoder = msgspec.json.Decoder(CounterTraceFile)
+_loose_event_decoder = msgspec.json.Decoder(LooseEvent)
+_raw_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_raw_array_decoder = msgspec.json.Decoder(list[msgspec.Raw])
 
 
 class _Progress:
@@ -81,28 +93,98 @@ class _Progress:
 # --------------------------------------------------------------------------------------
 # bytes
 # --------------------------------------------------------------------------------------
-def read_trace_bytes(path: str | os.PathLike[str]) -> tuple[bytes, int]:
-    """Return the decompressed JSON bytes and the file's size. Raises TraceInputError."""
+#: Decompressed JSON may be this many times the gzip file before it is refused as a
+#: decompression bomb. Real traces compress 10-31x (shared/real_traces and sample_traces:
+#: 9.9x to 30.3x); gzip's ceiling is about 1,030x (a file of one repeated byte).
+MAX_GZIP_RATIO = 200
+#: ...but small files may always expand this far (a tiny trace of repeated events
+#: compresses better than a big one).
+GZIP_FLOOR_BYTES = 256 * 2**20
+#: No trace is decoded beyond this: the loader needs several times the JSON size in
+#: memory, so a larger file could only end in an out-of-memory kill. The largest public
+#: trace we test on is 56 MB of JSON.
+MAX_JSON_BYTES = 4 * 2**30
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+
+
+def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = None) -> tuple[bytes, int]:
+    """Return the decompressed JSON bytes and the file's size. Raises TraceInputError.
+
+    Only regular files are read (a FIFO, /dev/zero or a terminal would block or never
+    end), and never more than a trace can be: see MAX_GZIP_RATIO and MAX_JSON_BYTES.
+    """
     p = Path(path)
-    if not p.exists():
-        raise TraceInputError(f"{p}: no such file")
-    if p.is_dir():
-        raise TraceInputError(f"{p}: is a directory, not a trace file")
+    shown = _printable(p)
     try:
-        data = p.read_bytes()
+        st = os.stat(p)
+    except FileNotFoundError:
+        raise TraceInputError(f"{shown}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise TraceInputError(f"{shown}: cannot read ({getattr(exc, 'strerror', None) or exc})") from exc
+    if stat.S_ISDIR(st.st_mode):
+        raise TraceInputError(f"{shown}: is a directory, not a trace file")
+    if not stat.S_ISREG(st.st_mode):
+        raise TraceInputError(f"{shown}: not a regular file (a pipe, device or socket); save the trace to a file first")
+    if st.st_size > MAX_JSON_BYTES:
+        raise TraceInputError(f"{shown}: {st.st_size:,} bytes is larger than tracelens reads ({MAX_JSON_BYTES:,})")
+    try:
+        # O_NONBLOCK: should the file have become a FIFO since the stat, open() must not
+        # wait for a writer. Read one byte past the size seen, so a file growing under us
+        # is noticed rather than read forever.
+        fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(MAX_JSON_BYTES + 1)
     except OSError as exc:
-        raise TraceInputError(f"{p}: cannot read ({exc.strerror or exc})") from exc
+        raise TraceInputError(f"{shown}: cannot read ({exc.strerror or exc})") from exc
     size = len(data)
-    if data[:3] == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark some editors add
+    if size > MAX_JSON_BYTES:
+        raise TraceInputError(f"{shown}: larger than tracelens reads ({MAX_JSON_BYTES:,} bytes)")
+    if data[:3] == _BOM:  # a UTF-8 byte-order mark some editors add
         data = data[3:]
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (EOFError, OSError, zlib.error) as exc:
-            raise TraceInputError(f"{p}: truncated or corrupt gzip file ({exc})") from exc
+    if data[:2] == _GZIP_MAGIC:
+        data = _gunzip(data, shown, notes if notes is not None else [])
+        if data[:3] == _BOM:  # a BOM inside the gzip stream
+            data = data[3:]
     if not _first_byte(data):
-        raise TraceInputError(f"{p}: file is empty")
+        raise TraceInputError(f"{shown}: file is empty")
     return data, size
+
+
+def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
+    """Decompress every gzip member, at most MAX_GZIP_RATIO times the file (GZIP_FLOOR_BYTES
+    for any file, MAX_JSON_BYTES in all). Whitespace or NUL padding after the last member
+    (an editor's newline, a block-padded copy) is ignored and noted; anything else there
+    is corruption."""
+    limit = min(MAX_JSON_BYTES, max(GZIP_FLOOR_BYTES, MAX_GZIP_RATIO * len(data)))
+    out: list[bytes] = []
+    total = 0
+    rest = data
+    while True:
+        inflater = zlib.decompressobj(wbits=31)
+        try:
+            chunk = inflater.decompress(rest, limit - total + 1)
+            while chunk:
+                total += len(chunk)
+                out.append(chunk)
+                if total > limit:
+                    raise TraceInputError(
+                        f"{shown}: decompresses to more than {limit:,} bytes ({MAX_GZIP_RATIO}x the file):"
+                        " not a trace (a decompression bomb?)"
+                    )
+                chunk = inflater.decompress(inflater.unconsumed_tail, limit - total + 1)
+        except zlib.error as exc:
+            raise TraceInputError(f"{shown}: truncated or corrupt gzip file ({exc})") from exc
+        if not inflater.eof:
+            raise TraceInputError(f"{shown}: truncated or corrupt gzip file (the compressed stream ends early)")
+        rest = inflater.unused_data
+        if rest[:2] == _GZIP_MAGIC:
+            continue  # another member (concatenated gzip files are one stream)
+        if rest.strip(b" \t\r\n\x00"):
+            raise TraceInputError(f"{shown}: truncated or corrupt gzip file (unexpected bytes after the gzip stream)")
+        if rest:
+            notes.append(f"{len(rest)} bytes of padding after the gzip stream were ignored")
+        return b"".join(out)
 
 
 def _first_byte(data: bytes) -> bytes:
@@ -115,7 +197,9 @@ def _first_byte(data: bytes) -> bytes:
 # --------------------------------------------------------------------------------------
 # decoding
 # --------------------------------------------------------------------------------------
-def _decode(data: bytes, name: str, notes: list[str]) -> tuple[list[RawEvent], dict[str, msgspec.Raw]]:
+def _decode(
+    data: bytes, name: str, notes: list[str], repaired: bool = False
+) -> tuple[list[RawEvent], dict[str, msgspec.Raw]]:
     """One typed pass over the whole file. Raises TraceInputError."""
     is_array = _first_byte(data) == b"["  # Chrome's "JSON Array Format": bare events
     # Decoding creates ~10^5 small objects; the cyclic GC would rescan them repeatedly
@@ -132,10 +216,14 @@ def _decode(data: bytes, name: str, notes: list[str]) -> tuple[list[RawEvent], d
                 raise TraceInputError(f"{name}: not a Chrome/Kineto trace (top level is not an object)") from exc
             return _decode_loose(data, name, is_array, notes)
         except msgspec.DecodeError as exc:
-            msg = str(exc)
-            if "truncated" in msg.lower():
-                raise TraceInputError(f"{name}: JSON is truncated ({msg})") from exc
-            raise TraceInputError(f"{name}: not a JSON trace ({msg})") from exc
+            # Text other tools read (a lone surrogate escape, stray non-UTF-8 bytes) is
+            # repaired once; anything else is a file that is not JSON.
+            fixed = None if repaired else _repair_text(data, notes)
+            if fixed is not None:
+                return _decode(fixed, name, notes, repaired=True)
+            raise _json_error(name, exc) from exc
+        except RecursionError as exc:
+            raise _nesting_error(name) from exc
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -143,6 +231,51 @@ def _decode(data: bytes, name: str, notes: list[str]) -> tuple[list[RawEvent], d
         raise TraceInputError(f"{name}: no 'traceEvents' list: not a Chrome/Kineto trace")
     meta = {key: raw for key in TraceFile.__struct_fields__ if key != "traceEvents" and len(raw := getattr(top, key))}
     return top.traceEvents, meta
+
+
+def _json_error(name: str, exc: msgspec.DecodeError) -> TraceInputError:
+    msg = str(exc)
+    if "truncated" in msg.lower():
+        return TraceInputError(f"{name}: JSON is truncated ({msg})")
+    return TraceInputError(f"{name}: not a JSON trace ({msg})")
+
+
+def _nesting_error(name: str) -> TraceInputError:
+    # msgspec recurses once per level; about 1,000 levels exhaust Python's stack limit.
+    # No trace nests deeper than args inside an event (5 levels).
+    return TraceInputError(f"{name}: JSON nested too deeply to be a trace")
+
+
+#: A `\uD800`-`\uDFFF` escape, as a valid high+low pair (kept) or alone (repaired).
+_SURROGATE_ESCAPE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}|\\u[dD][89a-fA-F][0-9a-fA-F]{2}"
+)
+_SURROGATE_PAIR_LEN = 12
+
+
+def _repair_text(data: bytes, notes: list[str]) -> bytes | None:
+    """Repair what JSON decoders differ on, or None if there is nothing to repair: lone
+    UTF-16 surrogate escapes (Python's json writes them for unpaired surrogates in
+    names) become U+FFFD escapes; bytes that are not UTF-8 become U+FFFD."""
+    count = 0
+
+    def lone(m: re.Match[bytes]) -> bytes:
+        nonlocal count
+        if len(m.group(0)) == _SURROGATE_PAIR_LEN:
+            return m.group(0)
+        count += 1
+        return rb"\ufffd"
+
+    fixed = _SURROGATE_ESCAPE.sub(lone, data) if b"\\u" in data else data
+    if count:
+        notes.append(f"{count} lone UTF-16 surrogate escapes in strings were replaced by U+FFFD")
+    try:
+        fixed.decode("utf-8")
+    except UnicodeDecodeError:
+        fixed = fixed.decode("utf-8", "replace").encode("utf-8")
+        notes.append("bytes that are not UTF-8 were replaced by U+FFFD")
+        count += 1
+    return fixed if count else None
 
 
 def _clean_args(args: dict[str, object] | None) -> EventArgs | None:
@@ -154,14 +287,14 @@ def _clean_args(args: dict[str, object] | None) -> EventArgs | None:
         kept[key] = value
     try:
         return msgspec.convert(kept, EventArgs, strict=False)
-    except msgspec.ValidationError:
+    except (msgspec.ValidationError, RecursionError):
         pass
     # Drop keys one at a time until conversion succeeds (rare: odd vintages only).
     for key in list(kept):
         trial = {k: v for k, v in kept.items() if k != key}
         try:
             return msgspec.convert(trial, EventArgs, strict=False)
-        except msgspec.ValidationError:
+        except (msgspec.ValidationError, RecursionError):
             continue
     return None
 
@@ -169,7 +302,7 @@ def _clean_args(args: dict[str, object] | None) -> EventArgs | None:
 def _as_float(value: object) -> float:
     try:
         return float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: an int beyond float range
         return float("nan")
 
 
@@ -177,43 +310,72 @@ def _decode_loose(
     data: bytes, name: str, is_array: bool, notes: list[str]
 ) -> tuple[list[RawEvent], dict[str, msgspec.Raw]]:
     """The tolerant path: a value of an unexpected type somewhere (e.g. AMD's string
-    `bytes`). Events are decoded generically and each one's args cleaned."""
+    `bytes`, a `"ph": null`, a `ts` out of float range). Each event is decoded on its own:
+    typed if it can be, else generically with its args cleaned, else skipped and counted."""
     try:
         if is_array:
-            loose = _loose_array_decoder.decode(data)
+            raws = _raw_array_decoder.decode(data)
             top: dict[str, msgspec.Raw] = {}
         else:
-            loose_top = _loose_file_decoder.decode(data)
-            if loose_top.traceEvents is None:
+            top = _raw_top_decoder.decode(data)
+            events_raw = top.pop("traceEvents", None)
+            if events_raw is None:
                 raise TraceInputError(f"{name}: no 'traceEvents' list: not a Chrome/Kineto trace")
-            loose = loose_top.traceEvents
-            top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
-            top.pop("traceEvents", None)
+            raws = _raw_array_decoder.decode(events_raw)
     except msgspec.ValidationError as exc:
         raise TraceInputError(f"{name}: traceEvents is not a list of trace events ({exc})") from exc
-    notes.append("some event fields had unexpected types; they were coerced or dropped")
+    except msgspec.DecodeError as exc:
+        raise _json_error(name, exc) from exc
+    except RecursionError as exc:
+        raise _nesting_error(name) from exc
     out: list[RawEvent] = []
-    for ev in loose:
+    coerced = skipped = 0
+    for raw in raws:
+        try:
+            out.append(_event_decoder.decode(raw))
+            continue
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            pass
+        try:
+            ev = _loose_event_decoder.decode(raw)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError):
+            skipped += 1  # not an event at all: a number, a list, an out-of-range ts
+            continue
+        if not isinstance(ev.ph, str):
+            skipped += 1  # "ph": null: what the event is cannot be known
+            continue
+        coerced += 1
         pid: int | str = ev.pid if isinstance(ev.pid, int | str) else str(ev.pid)
         tid: int | str = ev.tid if isinstance(ev.tid, int | str) else str(ev.tid)
         out.append(
             RawEvent(
                 ph=ev.ph,
-                name=ev.name,
-                cat=ev.cat,
+                name=_as_text(ev.name),
+                cat=_as_text(ev.cat),
                 pid=pid,
                 tid=tid,
                 ts=_as_float(ev.ts),
                 dur=_as_float(ev.dur),
-                args=_clean_args(ev.args),
+                args=_clean_args(ev.args if isinstance(ev.args, dict) else None),
             )
         )
+    if coerced:
+        notes.append(f"{coerced} events had fields of unexpected types; they were coerced or dropped")
+    if skipped:
+        notes.append(f"{skipped} entries of traceEvents were not readable events and were skipped")
     return out, top
+
+
+def _as_text(value: object) -> str:
+    """A name or category of another type: numbers keep their digits, the rest is empty."""
+    if isinstance(value, str):
+        return value
+    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else ""
 
 
 def _decode_counters(data: bytes) -> pd.DataFrame:
     """Counter events ("ph": "C"), decoded in a second pass only when present."""
-    probes = msgspec.json.decode(data, type=CounterTraceFile).traceEvents or []
+    probes = _counter_decoder.decode(data).traceEvents or []
     rows: list[tuple[str, str, float, float]] = []
     for probe in probes:
         if probe.ph != "C" or not len(probe.args):
@@ -268,9 +430,55 @@ def _to_int(value: int | str | None) -> int | None:
         return None
 
 
+#: Times (µs) beyond this, about 3,000 years, are not timestamps or durations of a run.
+_MAX_TIME_US = 1e17
+
+
 def _finite_times(evs: list[RawEvent]) -> tuple[list[RawEvent], int]:
-    ok = [e for e in evs if math.isfinite(e.ts) and math.isfinite(e.dur) and abs(e.ts) < 1e17]
+    ok = [
+        e
+        for e in evs
+        if math.isfinite(e.ts) and math.isfinite(e.dur) and abs(e.ts) < _MAX_TIME_US and abs(e.dur) < _MAX_TIME_US
+    ]
     return ok, len(evs) - len(ok)
+
+
+#: The columns that make an event itself: no two distinct events share kind (category),
+#: name, thread or stream, start, duration, correlation and external id (none do in the
+#: 17 public traces or sample_traces).
+_HOST_IDENTITY = ["kind", "name", "pid", "tid", "ts", "dur", "external_id", "correlation"]
+_GPU_IDENTITY = ["kind", "name", "device", "stream", "ts", "dur", "external_id", "correlation"]
+
+
+def _drop_repeats(frame: pd.DataFrame, identity: list[str]) -> tuple[pd.DataFrame, int]:
+    """Drop repeats of one event (a trace merged twice, a buffer flushed twice): they would
+    count twice per kernel but once in GPU busy. Vectorised (a hash per row); the first
+    of each is kept, and rows are renumbered so row links stay positions."""
+    if len(frame) < 2:
+        return frame, 0
+    repeat = frame.duplicated(subset=identity).to_numpy()
+    n = int(repeat.sum())
+    if not n:
+        return frame, 0
+    return frame[~repeat].reset_index(drop=True), n
+
+
+#: Names longer than this are cut (start and end kept). The longest real names are C++
+#: template kernels of about 5,100 characters; a 64 KB name is not a name but it would
+#: widen every fixed-width string array made from a name column to its length.
+MAX_NAME_CHARS = 8192
+
+
+def _capped_names(evs: list[RawEvent], notes: list[str]) -> list[str]:
+    names = [e.name for e in evs]
+    if not names or max(map(len, names)) <= MAX_NAME_CHARS:  # C-speed check: the common case
+        return names
+    half = MAX_NAME_CHARS // 2
+    long = [i for i, n in enumerate(names) if len(n) > MAX_NAME_CHARS]
+    for i in long:
+        names[i] = names[i][:half] + "…" + names[i][-half + 1 :]
+    notes.append(f"{len(long)} names longer than {MAX_NAME_CHARS:,} characters were shortened")
+    return names
 
 
 def _opt_int(values: Sequence[int | None]) -> np.ndarray:
@@ -373,18 +581,24 @@ def _nest(host: pd.DataFrame) -> None:
     host["py_frame"] = py
 
 
-def _steps(host: pd.DataFrame) -> pd.DataFrame:
+def _steps(host: pd.DataFrame, notes: list[str] | None = None) -> pd.DataFrame:
     kinds = host["kind"].to_numpy()
     names = host["name"]
     is_range = (kinds == Kind.CPU_OP) | (kinds == Kind.USER_ANNOTATION)
     cand = host[is_range & name_matches(names, _is_step_name)]
     rows = []
+    empty = 0
     for name, ts, end in zip(cand["name"], cand["ts"], cand["end"], strict=True):
         m = _STEP_RE.match(str(name))
-        if m:
+        if m and not end > ts:
+            # A step of negative (clamped to zero) duration spans nothing: it cannot be a window.
+            empty += 1
+        elif m:
             number = int(m.group(1))
             if number < _INT64_MAX:
                 rows.append((number, float(ts), float(end)))
+    if empty and notes is not None:
+        notes.append(f"{empty} ProfilerStep ranges with no positive duration were not used as steps")
     steps = pd.DataFrame(rows, columns=["step", "cpu_ts", "cpu_end"])
     return steps.sort_values("cpu_ts", kind="stable").drop_duplicates("step").reset_index(drop=True)
 
@@ -409,7 +623,7 @@ def _devices(top: dict[str, msgspec.Raw], vendor_hint: str) -> tuple[DeviceInfo,
         return ()
     try:
         props = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.MsgspecError, RecursionError):
         return ()
     out: list[DeviceInfo] = []
     if not isinstance(props, list):
@@ -417,6 +631,7 @@ def _devices(top: dict[str, msgspec.Raw], vendor_hint: str) -> tuple[DeviceInfo,
     for i, p in enumerate(props):
         if not isinstance(p, dict):
             continue
+        p = _sane_properties(p)
         name = str(p.get("name", "") or "")
         is_amd = "AMD" in name.upper() or "maxSharedMemoryPerMultiProcessor" in p
         vendor = "amd" if is_amd else ("nvidia" if name or "computeMajor" in p else vendor_hint)
@@ -436,6 +651,20 @@ def _devices(top: dict[str, msgspec.Raw], vendor_hint: str) -> tuple[DeviceInfo,
             )
         )
     return tuple(out)
+
+
+#: A device property (SM count, memory, registers, clocks) at or beyond this is no
+#: measurement: 2**53 bytes is 8 PiB, and larger ints lose precision as floats.
+_MAX_PROPERTY = 2**53
+
+
+def _sane_properties(p: dict[str, Any]) -> dict[str, Any]:
+    """deviceProperties without absurd numbers (negative, NaN, 10**30 SMs): those are
+    dropped, so every analyzer sees the property as unknown rather than divides by it."""
+    # Compare before any float(): an int of 400 digits does not convert.
+    return {
+        k: v for k, v in p.items() if isinstance(v, bool) or not isinstance(v, int | float) or 0 <= v < _MAX_PROPERTY
+    }
 
 
 _VERSION_KEYS = (
@@ -460,7 +689,7 @@ def _small_metadata(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
             continue
         try:
             meta[key] = msgspec.json.decode(raw)
-        except msgspec.DecodeError:
+        except (msgspec.MsgspecError, RecursionError):
             continue
     return meta
 
@@ -489,10 +718,10 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
     Raises TraceInputError for anything that is not a readable torch.profiler trace.
     """
     tick = _Progress(progress)
-    name = str(path)
-    data, file_bytes = read_trace_bytes(path)
-    tick("read")
+    name = _printable(path)
     notes: list[str] = []
+    data, file_bytes = read_trace_bytes(path, notes)
+    tick("read")
     events, top = _decode(data, name, notes)
     tick(f"decoded {len(events):,} events")
     if not events:
@@ -501,7 +730,7 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
     if any(e.ph == "C" for e in events):
         try:
             counters = _decode_counters(data)
-        except (msgspec.ValidationError, msgspec.DecodeError, ValueError, TypeError):
+        except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
             note = "counter events ('ph': 'C') could not be read and were ignored"
             model = dataclasses.replace(model, meta=dataclasses.replace(model.meta, notes=(*model.meta.notes, note)))
         else:
@@ -557,11 +786,15 @@ def build_model(
     # 2021 traces file ProfilerStep#N under `Operator`: it is an annotation, not an op.
     is_step = np.fromiter((e.name.startswith("ProfilerStep#") for e in host_ev), dtype=bool, count=len(host_ev))
     host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
-    host = _host_frame(host_ev, host_kinds, origin)
-    gpu = _gpu_frame(gpu_ev, kinds[is_gpu], origin)
+    host = _host_frame(host_ev, host_kinds, origin, notes)
+    gpu = _gpu_frame(gpu_ev, kinds[is_gpu], origin, notes)
+    host, host_repeats = _drop_repeats(host, _HOST_IDENTITY)
+    gpu, gpu_repeats = _drop_repeats(gpu, _GPU_IDENTITY)
+    if host_repeats or gpu_repeats:
+        notes.append(f"{host_repeats + gpu_repeats} exact repeats of events were ignored (each event counted once)")
     _nest(host)
 
-    steps = _steps(host)
+    steps = _steps(host, notes)
     host["step"] = _assign_steps(host["ts"].to_numpy(), steps)
 
     # runtime/driver call <-> GPU activity by correlation id (flows are not 1:1; see
@@ -617,7 +850,7 @@ def build_model(
     )
 
 
-def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.DataFrame:
+def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float, notes: list[str]) -> pd.DataFrame:
     n = len(evs)
     args = [e.args for e in evs]
     ts = np.fromiter((e.ts for e in evs), dtype=np.float64, count=n) - origin
@@ -629,10 +862,11 @@ def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Dat
     op_kind = int(Kind.CPU_OP)
     # Ops keep their decoded args; shape fields stay raw JSON until an analyzer asks.
     shapes: list[EventArgs | None] = [a if k == op_kind else None for a, k in zip(args, kinds.tolist(), strict=True)]
+    names = _capped_names(evs, notes)
     frame = pd.DataFrame(
         {
             "kind": kinds,
-            "name": pd.Categorical([e.name for e in evs]),
+            "name": pd.Categorical(names),
             "pid": _int_or_code([e.pid for e in evs]),
             "tid": _int_or_code([e.tid for e in evs]),
             "ts": ts,
@@ -647,7 +881,7 @@ def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Dat
     return frame
 
 
-def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.DataFrame:
+def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float, notes: list[str]) -> pd.DataFrame:
     n = len(evs)
     args = [e.args for e in evs]
     ts = np.fromiter((e.ts for e in evs), dtype=np.float64, count=n) - origin
@@ -655,12 +889,17 @@ def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Data
     dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
     pid = _int_or_code([e.pid for e in evs])
     tid = _int_or_code([e.tid for e in evs])
+    # Ids beyond int64 (a device of 2**70) are no ids: fall back to pid/tid.
     dev = np.fromiter(
-        (a.device if a is not None and a.device is not None else -1 for a in args), dtype=np.int64, count=n
+        (a.device if a is not None and a.device is not None and 0 <= a.device < _INT64_MAX else -1 for a in args),
+        dtype=np.int64,
+        count=n,
     )
     dev = np.where(dev >= 0, dev, pid)
     stream = np.fromiter(
-        (a.stream if a is not None and isinstance(a.stream, int) else -1 for a in args), dtype=np.int64, count=n
+        (a.stream if a is not None and isinstance(a.stream, int) and 0 <= a.stream < _INT64_MAX else -1 for a in args),
+        dtype=np.int64,
+        count=n,
     )
     stream = np.where(stream >= 0, stream, tid)
 
@@ -668,10 +907,11 @@ def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Data
     block = _triples([a.block if a is not None else None for a in args])
 
     ext = [_external_id(a) for a in args]
-    return pd.DataFrame(
+    names = _capped_names(evs, notes)
+    frame = pd.DataFrame(
         {
             "kind": kinds,
-            "name": pd.Categorical([e.name for e in evs]),
+            "name": pd.Categorical(names),
             "device": dev,
             "stream": stream,
             "ts": ts,
@@ -691,6 +931,7 @@ def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float) -> pd.Data
             "sync_kind": pd.Categorical([a.cuda_sync_kind if a is not None else None for a in args]),
         }
     )
+    return frame
 
 
 _NO_DIMS = (-1, -1, -1)
@@ -717,9 +958,19 @@ def _gpu_step_windows(steps: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
     return steps.merge(g, how="left", left_on="step", right_index=True)
 
 
+def _int64_or_none(value: int | None) -> int | None:
+    return value if value is not None and _INT64_MIN < value < _INT64_MAX else None
+
+
 def _memory_frame(events: list[RawEvent], origin: float) -> pd.DataFrame:
+    # Values beyond int64 (a Bytes of 2**63 and more) are no sizes: treat them as absent.
     rows = [
-        (e.ts - origin, a.mem_bytes, a.total_allocated, a.total_reserved, a.device_type, a.device_id, a.addr)
+        (
+            e.ts - origin,
+            *map(
+                _int64_or_none, (a.mem_bytes, a.total_allocated, a.total_reserved, a.device_type, a.device_id, a.addr)
+            ),
+        )
         for e in events
         if e.name == "[memory]" and (a := e.args) is not None
     ]
@@ -765,9 +1016,11 @@ def _base_time_ns(top: dict[str, msgspec.Raw]) -> int | None:
         return None
     try:
         value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
+    except (msgspec.MsgspecError, RecursionError):
         return None
-    return int(value) if isinstance(value, int | float) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not abs(value) < 2**62:
+        return None  # not a time, or one no clock gives
+    return int(value)
 
 
 def _index_or(value: object, default: int) -> int:

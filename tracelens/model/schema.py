@@ -130,17 +130,18 @@ class RawEvent(msgspec.Struct, gc=False):
 
 
 class LooseEvent(msgspec.Struct):
-    """Fallback record used when a trace's arg values have unexpected types: args are
-    decoded generically and cleaned before conversion to `EventArgs`."""
+    """Fallback record for one event whose values have unexpected types: every field is
+    decoded generically, then coerced (or the event skipped) by the loader; args are
+    cleaned before conversion to `EventArgs`."""
 
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    pid: int | str | float | None = 0
-    tid: int | str | float | None = 0
-    ts: float | str | None = 0.0
-    dur: float | str | None = 0.0
-    args: dict[str, Any] | None = None
+    ph: Any = ""
+    name: Any = ""
+    cat: Any = ""
+    pid: Any = 0
+    tid: Any = 0
+    ts: Any = 0.0
+    dur: Any = 0.0
+    args: Any = None
 
 
 class TraceFile(msgspec.Struct, gc=False):
@@ -175,12 +176,6 @@ class TraceFile(msgspec.Struct, gc=False):
     # Metadata our workload scripts add (workloads/): what ran and what was measured.
     tracelens_workload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     tracelens_sweep: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
-
-
-class LooseTraceFile(msgspec.Struct):
-    """The tolerant variant of `TraceFile`, for traces with unexpected value types."""
-
-    traceEvents: list[LooseEvent] | None = None
 
 
 class CounterProbe(msgspec.Struct):

@@ -183,7 +183,10 @@ class TraceModel:
         ):
             raw = getattr(args, attr)
             if len(raw) and key not in out:
-                out[key] = msgspec.json.decode(raw)
+                try:
+                    out[key] = msgspec.json.decode(raw)
+                except msgspec.ValidationError:  # a number out of float range (1e400): no shapes
+                    continue
         return out
 
     def host_chain(self, row: int) -> list[int]:

@@ -10,9 +10,10 @@ import typer
 from tracelens.diff import DiffReport
 from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_LABELS, CAUSE_SHORT
+from tracelens.render.format import plain
 from tracelens.render.html import environment
 from tracelens.render.json import _enc_hook
-from tracelens.render.markdown import md, md_lines
+from tracelens.render.markdown import fit_comment, md, md_lines
 
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 #: Rows of the terminal's cause and change lists.
@@ -38,7 +39,8 @@ def _env(autoescape: bool) -> object:
 
 def render_diff_markdown(d: DiffReport) -> str:
     env = _env(False)
-    return env.get_template("diff.md.j2").render(d=d, labels=CAUSE_LABELS)  # type: ignore[attr-defined,no-any-return]
+    text = env.get_template("diff.md.j2").render(d=d, labels=CAUSE_LABELS)  # type: ignore[attr-defined]
+    return fit_comment(str(text))
 
 
 def render_diff_html(d: DiffReport) -> str:
@@ -54,10 +56,11 @@ def render_diff_terminal(d: DiffReport, outputs: list[str] | None = None) -> str
     v = d.verdict
     colour = "bright_black" if v.within_noise else ("green" if v.change_us < 0 else "red")
     lines = [
-        typer.style("tracelens diff", bold=True) + f"  {d.before.trace.file_name} -> {d.after.trace.file_name}",
-        typer.style(v.text, fg=colour, bold=True),
+        typer.style("tracelens diff", bold=True)
+        + f"  {plain(d.before.trace.file_name)} -> {plain(d.after.trace.file_name)}",
+        typer.style(plain(v.text, 2000), fg=colour, bold=True),
     ]
-    lines += [typer.style("  Note: ", fg="cyan") + n for n in d.notes]
+    lines += [typer.style("  Note: ", fg="cyan") + plain(n, 2000) for n in d.notes]
     lines.append("")
     lines.append(typer.style("Per step, by cause:", bold=True))
     for c in d.causes[:TERMINAL_ROWS]:
@@ -69,10 +72,10 @@ def render_diff_terminal(d: DiffReport, outputs: list[str] | None = None) -> str
         lines.append(typer.style("Largest changes:", bold=True))
         for ch in d.changes[:TERMINAL_ROWS]:
             lines.append(
-                f"  {ch.status:8s} {ch.kind:6s} {fmt.short(ch.name, 50)}  "
+                f"  {ch.status:8s} {ch.kind:6s} {plain(fmt.short(ch.name, 50))}  "
                 f"{fmt.us(ch.before_us)} -> {fmt.us(ch.after_us)}"
             )
     if outputs:
         lines.append("")
-        lines.append("Reports: " + ", ".join(outputs))
+        lines.append("Reports: " + ", ".join(plain(o) for o in outputs))
     return "\n".join(lines) + "\n"

@@ -3,8 +3,31 @@
 from __future__ import annotations
 
 import math
+import re
 
 from tracelens.analyzers.base import Metric
+
+#: Characters a terminal acts on rather than shows: C0 controls (ESC starts OSC 0 title,
+#: OSC 52 clipboard and OSC 8 link sequences, CSI colours and cursor moves; CR and BS
+#: overwrite what was printed), DEL, C1 controls (8-bit CSI/OSC), and the bidirectional
+#: overrides and isolates that make text display in another order than it reads.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+#: Lone surrogates: undecodable bytes of a path (Python's surrogateescape) or a `\ud800`
+#: escape in the JSON. No UTF-8 stream can carry them.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+#: Trace text longer than this (a 30,000-character function name) is cut in the middle
+#: wherever it is shown; real kernel names reach about 5,100 characters, and what matters
+#: for recognising one is its start and end.
+MAX_TEXT = 300
+
+
+def plain(text: object, limit: int | None = MAX_TEXT) -> str:
+    """Untrusted text (trace names, paths, messages quoting them) made safe to print on
+    a terminal: control characters shown as `?`, lone surrogates (undecodable path
+    bytes) as U+FFFD, and at most `limit` characters."""
+    s = _SURROGATE.sub("\ufffd", str(text))
+    s = _CONTROL.sub("?", s)
+    return short(s, limit) if limit is not None else s
 
 
 def us(value: float) -> str:
@@ -67,7 +90,7 @@ def short(name: str, width: int = 90) -> str:
     """Shorten a long (C++ template) kernel name, keeping its start and end."""
     if len(name) <= width:
         return name
-    keep = width - 1
+    keep = max(width - 1, 1)
     head = keep * 2 // 3
     return name[:head] + "…" + name[-(keep - head) :]
 

@@ -24,4 +24,7 @@ def to_builtins(report: Report) -> object:
 
 
 def render_json(report: Report) -> str:
+    """Strict JSON whatever the report holds: msgspec writes NaN and ±inf as null, never
+    as the non-standard NaN/Infinity tokens (the last guard; analyzers should not make
+    them in the first place, and tests/fuzz.py reports every null where a number belongs)."""
     return msgspec.json.format(_encoder.encode(report), indent=2).decode() + "\n"

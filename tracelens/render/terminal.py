@@ -1,11 +1,17 @@
-"""Terminal: a short colour summary (colour is dropped when output is not a terminal)."""
+"""Terminal: a short colour summary (colour is dropped when output is not a terminal).
+
+Every piece of text that can come from the trace or the command line is made `plain`
+before it is laid out: no control characters (OSC/CSI sequences, CR, backspace) reach
+the terminal, and no piece is longer than a few lines."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import typer
 
 from tracelens.render.causes import CAUSE_SHORT
-from tracelens.render.format import pct, us
+from tracelens.render.format import pct, plain, us
 from tracelens.report import Report
 
 _STATUS_STYLE = {
@@ -25,9 +31,30 @@ _QUESTION_SHORT = {
     "compute": "Raw compute, matmul shapes, clocks?",
 }
 MAX_FINDINGS = 5
+#: Our own sentences (headline, advice, notes) may quote trace text; cap them too.
+MAX_PROSE = 1_000
+
+
+def _plain_text(report: Report) -> Report:
+    """The report with every text field the summary prints made plain (names, paths,
+    sentences quoting them); numbers and our own labels are left as they are."""
+    t, s = report.trace, report.summary
+    return dataclasses.replace(
+        report,
+        trace=dataclasses.replace(t, file_name=plain(t.file_name), gpu_name=plain(t.gpu_name)),
+        summary=dataclasses.replace(
+            s,
+            primary=None if s.primary is None else plain(s.primary),
+            headline=plain(s.headline, MAX_PROSE),
+            primary_advice="\n".join(plain(line, MAX_PROSE) for line in s.primary_advice.split("\n")),
+            notes=tuple(plain(n, MAX_PROSE) for n in s.notes),
+        ),
+        findings=tuple(dataclasses.replace(f, title=plain(f.title)) for f in report.findings),
+    )
 
 
 def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
+    report, outputs = _plain_text(report), [plain(o) for o in outputs or ()]
     t = report.trace
     gt = report.gpu_time.total
     lines: list[str] = []
