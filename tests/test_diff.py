@@ -129,3 +129,49 @@ def test_h200_cuda_graph_pair() -> None:
 def test_h200_repeat_is_within_noise() -> None:
     d = build_diff(model_of(sample("diff_repeat_before")), model_of(sample("diff_repeat_after")))
     assert d.verdict.within_noise and "Within noise" in d.verdict.text
+
+
+def test_diff_command_writes_three_reports(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = Path(str(tmp_path))
+    b, a = sample("host_bound_pageable"), sample("host_bound_pinned")
+    r = subprocess.run(
+        [sys.executable, "-m", "tracelens", "diff", str(b), str(a), "--out-dir", str(out)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "Faster by" in r.stdout
+    names = sorted(p.suffix for p in out.iterdir())
+    assert names == [".html", ".json", ".md"]
+    data = json.loads(next(out.glob("*.json")).read_text())
+    assert data["verdict"]["change_us"] < 0
+    # The inputs are never an output.
+    r = subprocess.run(
+        [sys.executable, "-m", "tracelens", "diff", str(b), str(a), "--json", str(b)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_report_steps_and_window_override(tmp_path: object) -> None:
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = Path(str(tmp_path)) / "r.json"
+    t = sample("train_step")
+    r = subprocess.run(
+        [sys.executable, "-m", "tracelens", "report", str(t), "--steps", "3-4", "--json", str(out), "-q"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    w = json.loads(out.read_text())["window"]
+    assert w["source"] == "user" and w["steps"] == 2
+    r = subprocess.run(
+        [sys.executable, "-m", "tracelens", "report", str(t), "--window", "50:60", "--json", str(out), "-q"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert r.returncode == 2 and "not inside the trace" in r.stderr

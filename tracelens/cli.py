@@ -92,6 +92,22 @@ def report(
         typer.Option("--out-dir", help="Where the reports go when no --html/--markdown/--json is given."),
     ] = Path("reports"),
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            help="Analyse START:END seconds from the trace's start instead of the steady state tracelens finds.",
+            show_default=False,
+        ),
+    ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            "--steps",
+            help="Analyse steps N-M (ProfilerStep numbers, or detected iteration indexes) instead.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Explain a trace: ranked findings with their cost, source and fix.
 
@@ -110,6 +126,12 @@ def report(
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
 
     _interrupt_as_error()
+    if window and steps:
+        raise typer.BadParameter("--window and --steps are alternatives")
+    if window:
+        _parse_window(window)  # a bad range fails before any work
+    if steps:
+        _parse_step_range(steps)
     if html is None and markdown is None and json_out is None:
         stem = default_stem(trace)
         html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
@@ -119,13 +141,85 @@ def report(
     t0 = time.perf_counter()
     model = load_trace(trace, progress=_progress)
     load_s = time.perf_counter() - t0
-    rep = build_report(model, load_seconds=load_s)
+    rep = build_report(
+        model,
+        load_seconds=load_s,
+        user_window=_parse_window(window) if window else None,
+        user_steps=_parse_step_range(steps) if steps else None,
+    )
     renderers = {"html": render_html, "md": render_markdown, "json": render_json}
     written = [write_report(path, renderers[kind](rep)) for path, kind in wanted]
     if not quiet:
         # With a report on standard output the summary goes to stderr, out of its way.
         to_stderr = any(is_stdout(p) for p, _ in wanted)
         typer.echo(render_terminal(rep, written), nl=False, err=to_stderr)
+
+
+@app.command()
+def diff(
+    before: Annotated[Path, typer.Argument(help="The trace before the change.", show_default=False)],
+    after: Annotated[Path, typer.Argument(help="The trace after the change.", show_default=False)],
+    html: Annotated[
+        Path | None, typer.Option("--html", help="Write the HTML diff here ('-': standard output).", show_default=False)
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown",
+            "--md",
+            help="Write the Markdown diff (for a PR) here ('-': standard output).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Write the JSON diff here ('-': standard output).", show_default=False)
+    ] = None,
+    out_dir: Annotated[
+        Path, typer.Option("--out-dir", help="Where the diffs go when no --html/--markdown/--json is given.")
+    ] = Path("reports"),
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+) -> None:
+    """Did a change help, and why: the change in step time split by cause, and what
+    changed underneath (kernels, ops, syncs, host work).
+
+    Examples:
+
+      tracelens diff before.pt.trace.json.gz after.pt.trace.json.gz
+
+      tracelens diff before.json after.json --md pr-comment.md
+    """
+    from tracelens.diff import build_diff
+    from tracelens.model import load_trace
+    from tracelens.output import check_outputs, default_stem, is_stdout, write_report
+    from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
+
+    _interrupt_as_error()
+    if html is None and markdown is None and json_out is None:
+        stem = f"{default_stem(before)}-vs-{default_stem(after)}.diff"
+        html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
+    wanted = [(p, kind) for p, kind in ((html, "html"), (markdown, "md"), (json_out, "json")) if p is not None]
+    outputs = [p for p, _ in wanted]
+    check_outputs(before, outputs)
+    check_outputs(after, outputs)
+    d = build_diff(load_trace(before, progress=_progress), load_trace(after, progress=_progress))
+    renderers = {"html": render_diff_html, "md": render_diff_markdown, "json": render_diff_json}
+    written = [write_report(path, renderers[kind](d)) for path, kind in wanted]
+    if not quiet:
+        to_stderr = any(is_stdout(p) for p, _ in wanted)
+        typer.echo(render_diff_terminal(d, written), nl=False, err=to_stderr)
+
+
+def _parse_step_range(text: str) -> tuple[int, int]:
+    """ "3-5" -> steps 3..5 (inclusive); "4" -> step 4."""
+    try:
+        lo_s, _, hi_s = text.partition("-")
+        lo = int(lo_s)
+        hi = int(hi_s) if hi_s else lo
+    except ValueError as exc:
+        raise typer.BadParameter("expected N-M, e.g. 3-5") from exc
+    if lo < 0 or hi < lo:
+        raise typer.BadParameter("expected 0 <= N <= M")
+    return (lo, hi)
 
 
 def _raise_interrupted(signum: int, frame: object) -> None:
