@@ -308,12 +308,6 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
             f"Start-up before the window ({fmt_us(win.startup_us)}) is reported apart and not blamed"
             + (f": {parts}." if parts else ".")
         )
-    if win.excluded_steps:
-        out.append(
-            "Left out as warm-up: "
-            + ", ".join(f"step {s.index} ({fmt_us(s.end_us - s.start_us)})" for s in win.excluded_steps)
-            + "."
-        )
     if dev is None or dev.window_us <= 0:
         return tuple(out)
     other = dev.share("idle_other")

@@ -114,6 +114,9 @@ ANCHOR_SPACING_TOLERANCE = 0.5
 #: A last iteration shorter than this share of the median one is cut off by the end of
 #: the trace: not a whole iteration.
 LAST_ITERATION_MIN_SHARE = 0.8
+#: A window that starts this much later than its first step's host start, because the
+#: GPU was still running work queued before it, says so in its reason.
+QUEUED_NOTE_MIN_US = 100.0
 #: A last detected iteration longer than this many median iterations holds what came
 #: after the loop (teardown): it is cut there, or at the end of its GPU work if later.
 LAST_ITERATION_MAX_SHARE = 1.5
@@ -1001,7 +1004,7 @@ def _make(
 ) -> Window:
     if source in ("steps", "detected") and steps:
         queued_end = _after_queued_work(model, start, end)
-        if queued_end > start:
+        if queued_end - start >= QUEUED_NOTE_MIN_US:
             # The GPU trails the host: when the first step begins on the host, the GPU is
             # still running work queued before it (warm-up steps). That work is not the
             # window's; the window starts when it is done.
@@ -1009,7 +1012,7 @@ def _make(
                 f"; starting {(queued_end - start) / 1e3:.1f} ms later, when the GPU had finished the work "
                 "queued before the first step."
             )
-            start = queued_end
+        start = max(start, queued_end)
         steps = _gpu_aligned(model, steps, start, end)
     startup_us = max(start - t0, 0.0)
     parts = _startup_parts(model, t0, start, end) if startup_us > 0 else ()
