@@ -50,7 +50,7 @@ def test_capture_cpu_script_passes_exit_code_and_argv(tmp_path: Path) -> None:
     # 5 steps end with the default warm-up: the trace is the set-aside start of the run.
     assert "ended during its warm-up" in res.stderr and meta["window"]["recorded"]["kind"] == "start"
     steps = {e["name"] for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")}
-    assert {"ProfilerStep#0", "ProfilerStep#4"} <= steps  # one per optimizer.step()
+    assert "ProfilerStep#0" in steps  # (how many more fit in the first 3 s depends on the machine)
     # ... and the report ran on it and says why most questions can't be answered.
     assert (tmp_path / "reports" / "t.pt.trace.html").exists()
     m = load_trace(out)
@@ -388,3 +388,50 @@ def test_malformed_export_is_salvaged(tmp_path: Path) -> None:
     assert 0.8 * n_good < kept < n_good and data["tracelens"]["recorded"]["salvaged"] is True
     m = load_trace(stats.path)
     assert len(m.kernels()) > 0
+
+
+# -- the H200 captures (sample_traces/capture_*.pt.trace.json.gz; no GPU needed) -------
+
+SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
+#: Python files of torch.compile's compiler (not its runtime): none may be in the window.
+COMPILER_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codegen/")
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [("capture_mask_sum", "explicit"), ("capture_train_loader", "optimizer"), ("capture_compile", "forward")],
+)
+def test_h200_captures_hold_steps_5_to_24(name: str, source: str) -> None:
+    """`tracelens capture` with the default window on the H200: each recorded steps 5-24
+    of its script (explicit marks, optimizer steps, outermost module calls)."""
+    path = SAMPLES / f"{name}.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip(f"{path.name} not committed")
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    meta = data["tracelens"]
+    assert meta["gpu"] == "NVIDIA H200" and meta["step_source"] == source and meta["all_threads"] is True
+    rec = meta["window"]["recorded"]
+    assert (rec["kind"], rec["first_step"], rec["last_step"], rec["reason"]) == ("steps", 5, 25, "20 steps")
+    steps = sorted(
+        {int(e["name"][13:]) for e in data["traceEvents"] if str(e.get("name", "")).startswith("ProfilerStep#")}
+    )
+    assert steps == list(range(5, 25))
+    frames = [e["name"] for e in data["traceEvents"] if e.get("cat") == "python_function"]
+    assert not [f for f in frames if f.startswith(COMPILER_FILES)]  # the first compile is outside
+    m = load_trace(path)
+    assert len(m.steps) == 20 and len(m.kernels()) > 0
+
+
+def test_h200_dataloader_capture_has_every_threads_ops() -> None:
+    path = SAMPLES / "capture_train_loader.pt.trace.json.gz"
+    if not path.exists():
+        pytest.skip("not committed")
+    data = json.loads(gzip.decompress(path.read_bytes()))
+    ops = [e for e in data["traceEvents"] if e.get("cat") in ("cpu_op", "user_annotation")]
+    by_tid: dict[object, set[str]] = {}
+    for e in ops:
+        by_tid.setdefault(e["tid"], set()).add(e["name"])
+    # the main thread (optimizer), autograd's backward thread and the pin-memory thread
+    assert len(by_tid) >= 3
+    main = next(t for t, names in by_tid.items() if "Optimizer.step#AdamW.step" in names)
+    assert any("aten::pin_memory" in names for t, names in by_tid.items() if t != main)

@@ -228,7 +228,7 @@ class _Recorder:
     """Starts and stops torch.profiler for the window; each finished recording is
     exported at once to a temporary file, which replaces the one kept before."""
 
-    def __init__(self, torch: Any, make: Callable[[], Any], tmpdir: Path, quiet: _Quiet, notes: list[str]) -> None:
+    def __init__(self, torch: Any, make: Callable[[bool], Any], tmpdir: Path, quiet: _Quiet, notes: list[str]) -> None:
         self.torch = torch
         self.make = make
         self.tmpdir = tmpdir
@@ -241,14 +241,14 @@ class _Recorder:
         self._last: Any = None
         self.fallback: Any = None
 
-    def start(self, step_num: int) -> bool:
+    def start(self, step_num: int, provisional: bool = False) -> bool:
         if self.prof is not None:
             # The provisional recording of the start: stopped, and kept unexported until
             # the new recording holds a whole step, in case the script ends before that.
             self.free_fallback()
             if self._stop():
                 self.fallback, self._last = self._last, None
-        prof = self.make()
+        prof = self.make(not provisional)
         prof.step_num = step_num  # ProfilerStep#N labels continue the script's count
         # Without a schedule torch.profiler marks no ProfilerStep ranges; tracelens
         # starts and stops it itself (window.py) but wants the marks.
@@ -266,7 +266,7 @@ class _Recorder:
         """Start and stop a profiler once before the script runs, so that a later start
         from the timer's signal handler imports nothing (an import interrupted by the
         handler failed as a circular import)."""
-        prof = self.make()
+        prof = self.make(False)
         with contextlib.suppress(Exception), self.quiet():
             prof.start()
             prof.stop()
@@ -335,6 +335,34 @@ class _Recorder:
             self.kept.unlink(missing_ok=True)
         self.kept = raw
 
+    def set_aside(self) -> None:
+        """Stop the provisional recording and keep it, unexported, as the fallback."""
+        self.free_fallback()
+        if self._stop():
+            self.fallback, self._last = self._last, None
+
+    def export_fallback(self) -> None:
+        """Export the set-aside start of the run as the kept trace."""
+        if self.fallback is None:
+            return
+        self.prof, self.fallback = self.fallback, None
+        self._last = self.prof
+        self.prof = None
+        self.n += 1
+        raw = self.tmpdir / f"recording{self.n}.json"
+        t0 = time.perf_counter()
+        try:
+            with self.quiet():
+                self._last.export_chrome_trace(str(raw))
+        except Exception as exc:
+            self.notes.append(f"the profiler's export failed ({type(exc).__name__}: {exc})")
+            return
+        finally:
+            self._last = None
+        self.export_s = time.perf_counter() - t0
+        self.kept = raw
+        _collect()
+
     def drop(self) -> None:
         self._stop()
         self._last = None
@@ -360,12 +388,16 @@ class _Capture:
 
     def apply(self, action: Action) -> None:
         if action is Action.START:
-            if not self.recorder.start(self.window.current.first_step if self.window.current else self.window.steps):
+            cur = self.window.current
+            provisional = cur is not None and cur.kind == "start"
+            if not self.recorder.start(cur.first_step if cur else self.window.steps, provisional):
                 self.window.start_failed()
         elif action is Action.STOP:
             self.recorder.stop()
         elif action is Action.STEP:
             self.recorder.step()
+        elif action is Action.SET_ASIDE:
+            self.recorder.set_aside()
         self.changed.set()
 
     def mark(self, source: str) -> None:
@@ -381,6 +413,20 @@ class _Capture:
             self.apply(self.window.step(self.now()))
         finally:
             self.busy = False
+
+    def compile_started(self) -> None:
+        if not self.active or self.busy or os.getpid() != self.pid:
+            return
+        self.busy = True
+        try:
+            if self.window.drop_provisional():
+                self.recorder.drop()
+                self.recorder.notes.append(
+                    "torch.compile started during the warm-up: the recording of the run's start was dropped"
+                )
+        finally:
+            self.busy = False
+            self.changed.set()
 
     def tick(self) -> None:
         if not self.active or self.busy or os.getpid() != self.pid:
@@ -424,6 +470,9 @@ def _timer(cap: _Capture, main_ident: int, stop: threading.Event) -> None:
         cap.changed.clear()
 
 
+_COMPILE_HOOK_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+
+
 class _Hooks:
     """optimizer.step() and outermost nn.Module calls as step marks."""
 
@@ -447,6 +496,10 @@ class _Hooks:
             def pre(_m: Any, _a: Any) -> None:
                 if compiling():  # traced by dynamo: a constant, so no graph break
                     return
+                if not self.compile_hooked and "torch._dynamo" in sys.modules:
+                    self.hook_compile()
+                if self.depth == 0:
+                    cap.window.step_begun = True
                 self.depth += 1
 
             def post(_m: Any, _a: Any, _r: Any) -> None:
@@ -464,6 +517,26 @@ class _Hooks:
         except ImportError:
             pass
         cap.on_source = self._source_changed
+        # torch.compile(module) warns that our global hooks fire for its wrapper too; the
+        # depth count makes that harmless, and the warning is about tracelens, not the
+        # script: keep it out of the script's output.
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+        self.compile_hooked = False
+        self.compile_handle: Any = None
+
+    def hook_compile(self) -> None:
+        """Once the script has imported torch._dynamo (torch.compile did), learn when a
+        compile starts (importing it ourselves costs ~2 s, so only then)."""
+        self.compile_hooked = True
+        try:
+            from torch._dynamo.callback import callback_handler
+
+            def on_start(*_a: Any) -> None:
+                self.cap.compile_started()
+
+            self.compile_handle = callback_handler.register_start_callback(on_start)
+        except (ImportError, AttributeError):
+            pass
 
     def _source_changed(self, source: str) -> None:
         if source != "forward":
@@ -477,7 +550,16 @@ class _Hooks:
         self.forward.clear()
 
     def remove(self) -> None:
+        if self.compile_handle is not None:
+            with contextlib.suppress(Exception):
+                from torch._dynamo.callback import callback_handler
+
+                callback_handler.remove_start_callback(self.compile_handle)
+            self.compile_handle = None
         self.remove_forward()
+        kept = [f for f in warnings.filters if getattr(f[1], "pattern", None) != _COMPILE_HOOK_WARNING]
+        warnings.filters.clear()  # type: ignore[attr-defined]
+        warnings.filters.extend(kept)  # type: ignore[attr-defined]
         for h in self.handles:
             h.remove()
         self.handles.clear()
@@ -538,14 +620,18 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
         notes.append("no GPU visible to torch: the trace has CPU activity only")
     config = all_threads_config(torch)
 
-    def make() -> Any:
+    def make(stacks: bool = True) -> Any:
+        # The provisional recording of the start runs without Python stacks: under
+        # with_stack the imports and model building are millions of Python events, and
+        # stopping that recording blocked the script (a CPU Llama generate run: 45 s
+        # under capture for 5.7 s unprofiled).
         kwargs: dict[str, Any] = {}
         if config is not None:
             kwargs["experimental_config"] = config
         return profile(
             activities=activities,
             record_shapes=opts.record_shapes,
-            with_stack=opts.with_stack,
+            with_stack=opts.with_stack and stacks,
             profile_memory=opts.profile_memory,
             **kwargs,
         )
@@ -571,7 +657,7 @@ def _run(
     opts: CaptureOptions,
     torch: Any,
     run: Callable[[], None],
-    make: Callable[[], Any],
+    make: Callable[[bool], Any],
     out: Path,
     notes: list[str],
     sampler: NvmlSampler | None,
@@ -654,6 +740,10 @@ def _run(
                     window.kept = window.provisional
                 else:
                     cap.apply(action)
+                if recorder.kept is None and recorder.fallback is not None and window.provisional is not None:
+                    # Nothing better was recorded: the start of the run it is.
+                    recorder.export_fallback()
+                    window.kept = window.provisional
                 recorder.free_fallback()
                 samples = sampler.stop() if sampler is not None else None
     with _no_interrupts():
@@ -693,7 +783,8 @@ def _finish(
     elif rec.kind == "start":
         notes.append(
             f"the script ended during its warm-up ({window.steps} steps marked, {wall:.1f} s): "
-            f"the trace holds its first {(rec.t_end or wall):.1f} s, start-up included"
+            f"the trace holds its first {(rec.t_end or wall):.1f} s, start-up included, without Python stacks "
+            "(use --all or --steps to record them)"
         )
     elif rec.kind == "time" and window.steps == 0 and lim.mode is Mode.DEFAULT:
         notes.append(

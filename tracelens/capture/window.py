@@ -36,6 +36,11 @@ DURATION_S = 10.0
 #: Without step marks, warm-up by time: CUDA context creation, library loading and a
 #: small model's building take a few seconds.
 WARMUP_S = 5.0
+#: Longest provisional recording of the run's start (kept only if the script ends
+#: during its warm-up). Short: the start is model building and compiling, whose Python
+#: under with_stack is millions of events (a CPU torch.compile run reached 6.6 GB RSS
+#: in its first minute); tests/data/cpu_train.py's 5 steps fit in it.
+PROVISIONAL_S = 3.0
 #: Most timed events kept in the written trace by default (~320 bytes each in Kineto's
 #: JSON, so ~330 MB uncompressed; the report loads that in seconds).
 MAX_EVENTS = 1_000_000
@@ -62,6 +67,7 @@ class Action(Enum):
     START = "start"  # start a recording (dropping the provisional one if it still runs)
     STOP = "stop"  # stop the recording; its trace replaces the one kept so far
     STEP = "step"  # mark a step inside the recording (ProfilerStep#N)
+    SET_ASIDE = "set_aside"  # stop the provisional recording, keep it unexported
 
 
 @dataclass
@@ -118,6 +124,9 @@ class Window:
         self.kept: Recording | None = None  # the recording whose trace is kept so far
         self.time_mode = False  # the current/kept recording was started by time
         self.provisional: Recording | None = None  # the start of the run, set aside
+        #: An outermost module call has begun: step marks are coming, so no time-based
+        #: recording (a first forward that compiles or autotunes can take a minute).
+        self.step_begun = False
 
     # -- events -------------------------------------------------------------------------
     def begin(self) -> Action:
@@ -179,24 +188,28 @@ class Window:
         """A timer tick: time-based starts and stops."""
         lim = self.limits
         if self.phase is Phase.PROVISIONAL:
-            if lim.duration_s is not None and now >= lim.duration_s:
-                self.kept = self._end(now, f"{lim.duration_s:g} s")
-                self.phase = Phase.WAITING
-                return Action.STOP
-            if self.steps == 0 and now >= lim.warmup_s:
+            if self._time_start_allowed() and now >= lim.warmup_s:
                 return self._start("time", now)
+            if now >= self._provisional_end():
+                self.provisional = self._end(now, f"{self._provisional_end():g} s (start of the run)")
+                self.phase = Phase.WAITING
+                return Action.SET_ASIDE
             return Action.NONE
         if self.phase is Phase.WAITING:
             if lim.mode is Mode.TIME and lim.window_s is not None and now >= lim.window_s[0]:
                 return self._start("time", now)
-            start_done = self.kept is not None and self.kept.kind == "start"
-            if lim.mode is Mode.DEFAULT and self.steps == 0 and start_done and now >= lim.warmup_s:
+            if self._time_start_allowed() and self.kept is None and now >= lim.warmup_s:
                 return self._start("time", now)
             return Action.NONE
         if self.phase is Phase.RECORDING and self.current is not None:
             if lim.mode is Mode.TIME and lim.window_s is not None and now >= lim.window_s[1]:
                 return self._stop(now, f"window end {lim.window_s[1]:g} s")
             if lim.mode is not Mode.ALL and self._over_duration(now):
+                if self.time_mode and lim.mode is Mode.DEFAULT:
+                    # Kept, but step marks that come later still get their recording.
+                    self.kept = self._end(now, f"{lim.duration_s:g} s")
+                    self.phase = Phase.WAITING
+                    return Action.STOP
                 return self._stop(now, f"{lim.duration_s:g} s")
         return Action.NONE
 
@@ -219,14 +232,12 @@ class Window:
         """When the next tick is due (seconds since start), or None."""
         lim = self.limits
         if self.phase is Phase.PROVISIONAL:
-            times = [lim.warmup_s] if self.steps == 0 else []
-            if lim.duration_s is not None:
-                times.append(lim.duration_s)
-            return min(times) if times else None
+            times = [lim.warmup_s] if self._time_start_allowed() else []
+            return min([*times, self._provisional_end()])
         if self.phase is Phase.WAITING:
             if lim.mode is Mode.TIME and lim.window_s is not None:
                 return lim.window_s[0]
-            if lim.mode is Mode.DEFAULT and self.steps == 0 and self.kept is not None and self.kept.kind == "start":
+            if self._time_start_allowed() and self.kept is None:
                 return lim.warmup_s
             return None
         if self.phase is Phase.RECORDING and self.current is not None:
@@ -236,7 +247,22 @@ class Window:
                 return self.current.t_start + lim.duration_s
         return None
 
+    def drop_provisional(self) -> bool:
+        """A torch.compile starts during the provisional recording: stop it unkept (the
+        compiler's Python would fill it). True when there was one to drop."""
+        if self.phase is not Phase.PROVISIONAL:
+            return False
+        self.phase, self.current = Phase.WAITING, None
+        return True
+
     # -- helpers ------------------------------------------------------------------------
+    def _time_start_allowed(self) -> bool:
+        return self.limits.mode is Mode.DEFAULT and self.steps == 0 and not self.step_begun
+
+    def _provisional_end(self) -> float:
+        d = self.limits.duration_s
+        return min(PROVISIONAL_S, d) if d is not None else PROVISIONAL_S
+
     def _over_duration(self, now: float) -> bool:
         d = self.limits.duration_s
         return d is not None and self.current is not None and now - self.current.t_start >= d

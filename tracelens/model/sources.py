@@ -327,6 +327,9 @@ _OP_KEYS = {
 #: Builtins that turn a tensor into a Python scalar (tensor.__float__ etc. have no frame).
 _SCALAR_FUNCS = frozenset({"float", "int", "bool", "complex"})
 _REPR_FUNCS = frozenset({"print", "str", "repr", "format"})
+_PY_PREDICATES = frozenset(
+    {"isinstance", "hasattr", "callable", "len", "bool", "issubclass", "all", "any", "float", "int"}
+)
 
 
 @dataclass(frozen=True)
@@ -561,7 +564,9 @@ def _may_be_tensor_truth(test: ast.AST) -> bool:
             return False
         return not any(_is_python_scalar(x) for x in [test.left, *test.comparators])
     if isinstance(test, ast.Call):
-        return _call_name(test) not in {"isinstance", "hasattr", "callable", "len", "bool", "issubclass", "all", "any"}
+        # Builtins that return Python values (`any(...)`), not tensor methods (`x.any()`).
+        builtin = isinstance(test.func, ast.Name) and test.func.id in _PY_PREDICATES
+        return not builtin and _call_name(test) not in {"item", "tolist"}
     return not _is_python_scalar(test)
 
 
