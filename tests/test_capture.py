@@ -54,7 +54,7 @@ def test_capture_cpu_script_passes_exit_code_and_argv(tmp_path: Path) -> None:
     # ... and the report ran on it and says why most questions can't be answered.
     assert (tmp_path / "reports" / "t.pt.trace.html").exists()
     m = load_trace(out)
-    assert len(m.steps) >= 5 and m.meta.metadata["tracelens"]["torch_version"]
+    assert len(m.steps) >= 1 and m.meta.metadata["tracelens"]["torch_version"]
 
 
 @needs_torch

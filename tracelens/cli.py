@@ -295,7 +295,9 @@ def capture(
     for note in result.notes:
         _progress(note)
     if result.trace is None:
-        raise typer.Exit(result.exit_code)
+        from tracelens.capture.runner import exit_process
+
+        exit_process(result.exit_code)
     st = result.stats
     rec = result.recorded
     if rec is not None and rec.t_end is not None:
@@ -320,7 +322,9 @@ def capture(
         except Exception as exc:  # the trace is the product; a failed report must not hide it
             msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
             _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
-    raise typer.Exit(result.exit_code)
+    from tracelens.capture.runner import exit_process
+
+    exit_process(result.exit_code)
 
 
 def _progress_raw(message: str) -> None:

@@ -28,7 +28,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tracelens import __version__
 from tracelens.capture.nvml import DEFAULT_INTERVAL_S, NvmlSampler, SamplerResult
@@ -214,19 +214,35 @@ class _Quiet:
                     fh.write(f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}\n".encode())
 
 
-def _collect() -> None:
-    """Collect the stopped profiler's garbage now. Seen on torch 2.13 (CPU) with
-    profile_all_threads: a stopped profile left to a later, automatic collection crashed
-    the process (SIGSEGV inside gc, 4 of 4 runs of tests/data/cpu_train.py 40); collected
-    right after stop and export, 0 of 6 crashed. It runs outside the recorded window."""
-    import gc
+#: Every profile object tracelens started, kept until the process ends. Seen on torch
+#: 2.13 (CPU) with profile_all_threads: destroying a stopped profile crashed the process
+#: inside the garbage collector (SIGSEGV; 4 of 4 runs of tests/data/cpu_train.py 40 when
+#: left to an automatic collection, 1 of 20 of `cpu_train.py 5` when collected at once
+#: right after stop), so none is ever destroyed: `exit_process` ends the process
+#: without finalising them.
+_KEEP: list[Any] = []
 
-    gc.collect()
+
+def exit_process(code: int) -> NoReturn:
+    """End the process as Python would (atexit functions, flushed streams) but without
+    destroying the kept profile objects (see _KEEP)."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
 
 
 class _Recorder:
-    """Starts and stops torch.profiler for the window; each finished recording is
-    exported at once to a temporary file, which replaces the one kept before."""
+    """Starts and stops torch.profiler for the window. Every stopped recording that may
+    be kept is exported at once, before another one starts: exporting a profile after a
+    later profiler session crashed torch 2.13 (SIGSEGV in export_chrome_trace, 1 run in
+    ~25 of tests/data/cpu_train.py 5). The start of the run, set aside, is one such file
+    (`fallback`); the kept recording is another (`kept`)."""
 
     def __init__(self, torch: Any, make: Callable[[bool], Any], tmpdir: Path, quiet: _Quiet, notes: list[str]) -> None:
         self.torch = torch
@@ -236,19 +252,17 @@ class _Recorder:
         self.notes = notes
         self.prof: Any = None
         self.kept: Path | None = None
+        self.fallback: Path | None = None
         self.export_s = 0.0
         self.n = 0
-        self._last: Any = None
-        self.fallback: Any = None
 
     def start(self, step_num: int, provisional: bool = False) -> bool:
         if self.prof is not None:
-            # The provisional recording of the start: stopped, and kept unexported until
-            # the new recording holds a whole step, in case the script ends before that.
-            self.free_fallback()
-            if self._stop():
-                self.fallback, self._last = self._last, None
+            # The provisional recording of the start: set aside until the new recording
+            # holds a whole step, in case the script ends before that.
+            self.set_aside()
         prof = self.make(not provisional)
+        _KEEP.append(prof)
         prof.step_num = step_num  # ProfilerStep#N labels continue the script's count
         # Without a schedule torch.profiler marks no ProfilerStep ranges; tracelens
         # starts and stops it itself (window.py) but wants the marks.
@@ -267,16 +281,15 @@ class _Recorder:
         from the timer's signal handler imports nothing (an import interrupted by the
         handler failed as a circular import)."""
         prof = self.make(False)
+        _KEEP.append(prof)
         with contextlib.suppress(Exception), self.quiet():
             prof.start()
             prof.stop()
-        del prof
-        _collect()
 
     def free_fallback(self) -> None:
         if self.fallback is not None:
+            self.fallback.unlink(missing_ok=True)
             self.fallback = None
-            _collect()
 
     def step(self) -> None:
         if self.prof is None:
@@ -288,10 +301,11 @@ class _Recorder:
             self.notes.append(f"the profiler failed at a step mark ({type(exc).__name__}: {exc})")
             self.drop()
 
-    def _stop(self) -> bool:
+    def _stop(self) -> Any:
+        """Stop the running recording; the profile, or None when it cannot be exported."""
         prof, self.prof = self.prof, None
         if prof is None:
-            return False
+            return None
         if not _profiler_on(self.torch):
             # The script ran torch.profiler itself while tracelens recorded: that ends
             # the process-wide session, and exporting it then crashes inside torch.
@@ -299,24 +313,16 @@ class _Recorder:
                 "the script ran torch.profiler itself while tracelens was recording, which ended that recording "
                 "(profile the script with one or the other)"
             )
-            return False
+            return None
         try:
             with self.quiet():
                 prof.stop()
         except Exception as exc:
             self.notes.append(f"the profiler failed to stop cleanly ({type(exc).__name__}: {exc})")
-            return False
-        self._last = prof
-        return True
+            return None
+        return prof
 
-    def stop(self, use_fallback: bool = False) -> None:
-        """Stop and export the recording (or, with use_fallback, export the set-aside
-        start of the run instead, dropping the recording)."""
-        if not self._stop():
-            return
-        prof = self._last
-        if use_fallback and self.fallback is not None:
-            prof, self.fallback = self.fallback, None
+    def _export(self, prof: Any) -> Path | None:
         self.n += 1
         raw = self.tmpdir / f"recording{self.n}.json"
         t0 = time.perf_counter()
@@ -326,47 +332,45 @@ class _Recorder:
         except Exception as exc:
             self.notes.append(f"the profiler's export failed ({type(exc).__name__}: {exc})")
             raw.unlink(missing_ok=True)
-            return
-        finally:
-            self._last = None
+            return None
         self.export_s = time.perf_counter() - t0
-        _collect()
-        if self.kept is not None:
+        return raw
+
+    def stop(self, use_fallback: bool = False) -> None:
+        """Stop and export the recording; it replaces the kept one. With use_fallback the
+        set-aside start of the run is kept instead and the recording is not exported."""
+        prof = self._stop()
+        if use_fallback and self.fallback is not None:
+            self._keep(self.fallback)
+            self.fallback = None
+            return
+        if prof is not None:
+            raw = self._export(prof)
+            if raw is not None:
+                self._keep(raw)
+
+    def _keep(self, raw: Path) -> None:
+        if self.kept is not None and self.kept != raw:
             self.kept.unlink(missing_ok=True)
         self.kept = raw
 
     def set_aside(self) -> None:
-        """Stop the provisional recording and keep it, unexported, as the fallback."""
-        self.free_fallback()
-        if self._stop():
-            self.fallback, self._last = self._last, None
+        """Stop the provisional recording and export it as the fallback."""
+        prof = self._stop()
+        if prof is not None:
+            raw = self._export(prof)
+            if raw is not None:
+                self.free_fallback()
+                self.fallback = raw
 
     def export_fallback(self) -> None:
-        """Export the set-aside start of the run as the kept trace."""
-        if self.fallback is None:
-            return
-        self.prof, self.fallback = self.fallback, None
-        self._last = self.prof
-        self.prof = None
-        self.n += 1
-        raw = self.tmpdir / f"recording{self.n}.json"
-        t0 = time.perf_counter()
-        try:
-            with self.quiet():
-                self._last.export_chrome_trace(str(raw))
-        except Exception as exc:
-            self.notes.append(f"the profiler's export failed ({type(exc).__name__}: {exc})")
-            return
-        finally:
-            self._last = None
-        self.export_s = time.perf_counter() - t0
-        self.kept = raw
-        _collect()
+        """Keep the set-aside start of the run (nothing better was recorded)."""
+        if self.fallback is not None:
+            self._keep(self.fallback)
+            self.fallback = None
 
     def drop(self) -> None:
         self._stop()
-        self._last = None
-        _collect()
 
 
 class _Capture:
