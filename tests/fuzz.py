@@ -87,6 +87,8 @@ NULLABLE = frozenset(
         # findings[].parent: the category a finding refines, null for a top-level one; the
         # diff's main cause and primaries are null when there is none.
         "parent",
+        # PySource.call_line: the calling statement's line, null when it is not inferred.
+        "call_line",
         "main_cause",
         "before_primary",
         "after_primary",

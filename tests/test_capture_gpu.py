@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_cuda(), reason="needs
 
 def _capture(tmp_path: Path, out: Path, *args: str) -> None:
     res = subprocess.run(
-        [sys.executable, "-m", "tracelens", "capture", "--no-report", "-o", str(out), *args],
+        # --all: these check phases across the whole run, not the default steady-state window
+        [sys.executable, "-m", "tracelens", "capture", "--all", "--no-report", "-o", str(out), *args],
         capture_output=True,
         text=True,
         cwd=tmp_path,

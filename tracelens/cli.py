@@ -234,16 +234,16 @@ def _interrupt_as_error() -> None:
         signal.signal(signal.SIGINT, _raise_interrupted)
 
 
-def _parse_steps(text: str) -> tuple[int, int, int, int]:
-    """ "5-9" -> profile steps 5..9: wait, warmup, active, repeat."""
+def _parse_steps(text: str) -> tuple[int, int]:
+    """ "5-9" -> record steps 5..9 (step 0 is the part before the first step mark)."""
     try:
         lo_s, hi_s = text.split("-", 1)
         lo, hi = int(lo_s), int(hi_s)
     except ValueError as exc:
         raise typer.BadParameter("expected N-M, e.g. 5-9") from exc
-    if lo < 1 or hi < lo:
-        raise typer.BadParameter("expected 1 <= N <= M (step 0 is warm-up for the profiler)")
-    return (lo - 1, 1, hi - lo + 1, 1)
+    if lo < 0 or hi < lo:
+        raise typer.BadParameter("expected 0 <= N <= M")
+    return (lo, hi)
 
 
 def _parse_window(text: str) -> tuple[float, float]:
@@ -293,30 +293,52 @@ def capture(
         str | None,
         typer.Option(
             "--steps",
-            help="Profile steps N-M only. Steps are optimizer.step() calls, or tracelens.capture.step() calls "
-            "where the script makes them.",
+            help="Record steps N-M (default: 5-24 after a warm-up). Steps are tracelens.capture.step() calls, "
+            "else optimizer.step() calls, else the ends of the outermost nn.Module calls; step 0 is the part "
+            "before the first mark.",
             show_default=False,
         ),
     ] = None,
     schedule: Annotated[
         str | None,
-        typer.Option("--schedule", help="torch.profiler schedule WAIT,WARMUP,ACTIVE[,REPEAT].", show_default=False),
-    ] = None,
-    window: Annotated[
-        str | None,
         typer.Option(
-            "--window",
-            help="Profile the steps that start between START and END seconds into the run (START:END). "
-            "Needs step marks (optimizer.step() or tracelens.capture.step()).",
+            "--schedule",
+            help="torch.profiler-style WAIT,WARMUP,ACTIVE[,1]: as --steps W+U-(W+U+A-1).",
             show_default=False,
         ),
     ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option("--window", help="Record from START to END seconds into the run (START:END).", show_default=False),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(
+            "--duration",
+            help="Longest recording in seconds (default 10; none with --steps, --window).",
+            show_default=False,
+        ),
+    ] = None,
+    max_events: Annotated[
+        int | None,
+        typer.Option(
+            "--max-events",
+            help="Most timed events kept in the trace (default 1,000,000; the rest are cut).",
+            show_default=False,
+        ),
+    ] = None,
+    record_all: Annotated[
+        bool, typer.Option("--all", help="Record the whole run, start-up included, with no limits.")
+    ] = False,
     stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (with_stack).")] = True,
     shapes: Annotated[bool, typer.Option("--shapes/--no-shapes", help="Record input shapes (record_shapes).")] = True,
     memory: Annotated[bool, typer.Option("--memory", help="Record allocator events (profile_memory).")] = False,
     nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and throttle reasons.")] = True,
     nvml_interval_ms: Annotated[float, typer.Option("--nvml-interval-ms", help="NVML sampling period.")] = 10.0,
     report_after: Annotated[bool, typer.Option("--report/--no-report", help="Report on the trace afterwards.")] = True,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show the profiler's own messages (else they go to a .capture.log).")
+    ] = False,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
         "reports"
     ),
@@ -324,9 +346,11 @@ def capture(
     """Run a Python script under torch.profiler (CPU + GPU, shapes, stacks) with an NVML
     clock/power sampler beside it, write one trace, then report on it.
 
-    Put tracelens options before the script; everything after the script goes to it.
-    The script's exit code passes through; the trace is written even if it fails or
-    you press Ctrl-C.
+    By default a warm-up is skipped (5 steps, or 5 s when the script marks no steps) and a
+    bounded steady state is recorded (20 steps, at most 10 s and 1,000,000 events); the
+    limits are printed. Put tracelens options before the script; everything after the
+    script goes to it. The script's exit code passes through; the trace is written even
+    if it fails, you press Ctrl-C or it gets SIGTERM.
 
     Examples:
 
@@ -334,15 +358,41 @@ def capture(
 
       tracelens capture --steps 10-14 train.py
 
-      tracelens capture -m mypkg.infer --batch 8
+      tracelens capture --all -m mypkg.infer --batch 8
     """
     from tracelens.capture.runner import CaptureOptions, default_trace_path
     from tracelens.capture.runner import capture as run_capture
+    from tracelens.capture.window import MAX_EVENTS, Limits, Mode
 
     if target is None and module is None:
         raise typer.BadParameter("give a script, or -m MODULE")
-    if sum(x is not None for x in (steps, schedule, window)) > 1:
-        raise typer.BadParameter("--steps, --schedule and --window are alternatives")
+    if sum(x is not None for x in (steps, schedule, window)) + record_all > 1:
+        raise typer.BadParameter("--steps, --schedule, --window and --all are alternatives")
+    if duration is not None and duration <= 0:
+        raise typer.BadParameter("--duration must be > 0")
+    if max_events is not None and max_events < 1:
+        raise typer.BadParameter("--max-events must be >= 1")
+    limits = Limits()
+    if steps or schedule:
+        if steps:
+            lo, hi = _parse_steps(steps)
+        else:
+            assert schedule is not None
+            wait, warm, active, _repeat = _parse_schedule(schedule)
+            lo, hi = wait + warm, wait + warm + active - 1
+        limits = Limits(mode=Mode.STEPS, warmup_steps=lo, steps=hi - lo + 1, duration_s=None)
+    elif window:
+        limits = Limits(mode=Mode.TIME, window_s=_parse_window(window), duration_s=None, steps=None)
+    elif record_all:
+        limits = Limits(mode=Mode.ALL, steps=None, duration_s=None, max_events=None)
+    if duration is not None:
+        limits.duration_s = duration
+    if max_events is not None:
+        limits.max_events = max_events
+    elif record_all:
+        limits.max_events = None
+    else:
+        limits.max_events = MAX_EVENTS
     name = module or target
     assert name is not None
     opts = CaptureOptions(
@@ -353,19 +403,49 @@ def capture(
         record_shapes=shapes,
         with_stack=stack,
         profile_memory=memory,
-        schedule=_parse_steps(steps) if steps else (_parse_schedule(schedule) if schedule else None),
+        limits=limits,
         nvml=nvml,
         nvml_interval_s=nvml_interval_ms / 1000.0,
-        window_s=_parse_window(window) if window else None,
+        verbose=verbose,
     )
-    result = run_capture(opts)
+    result = run_capture(opts, echo=_progress_raw)
     for note in result.notes:
         _progress(note)
-    if result.trace is not None:
-        _progress(f"trace written: {result.trace} ({result.steps} steps marked, {result.wall_s:.1f} s)")
-        if report_after:
+    if result.trace is None:
+        from tracelens.capture.runner import exit_process
+
+        exit_process(result.exit_code)
+    st = result.stats
+    rec = result.recorded
+    if rec is not None and rec.t_end is not None:
+        whole = rec.last_step is not None and rec.last_step > rec.first_step
+        steps_txt = f"steps {rec.first_step}-{(rec.last_step or 1) - 1}, " if whole else ""
+        _progress(
+            f"recorded {steps_txt}{rec.t_start:.1f}-{rec.t_end:.1f} s of {result.wall_s:.1f} s "
+            f"({rec.kind} recording; end: {rec.reason})"
+        )
+    if st is not None:
+        _progress(
+            f"trace written: {result.trace} ({st.bytes / 1e6:.1f} MB, {st.events:,} events; "
+            f"export {result.export_s:.1f} s, write {st.seconds:.1f} s)"
+        )
+    if result.log is not None:
+        _progress(f"the profiler's messages: {result.log}")
+    if st is not None and st.ops == 0 and st.kernels == 0:
+        _progress("the trace holds no torch ops, so there is nothing to report")
+    elif report_after:
+        try:
             report(result.trace, None, None, None, out_dir, False)
-    raise typer.Exit(result.exit_code)
+        except Exception as exc:  # the trace is the product; a failed report must not hide it
+            msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
+            _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
+    from tracelens.capture.runner import exit_process
+
+    exit_process(result.exit_code)
+
+
+def _progress_raw(message: str) -> None:
+    typer.echo(message, err=True)
 
 
 def _say(message: str) -> None:

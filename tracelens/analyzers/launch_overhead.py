@@ -102,7 +102,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     launch_calls = calls[name_matches(calls["name"], LAUNCH_APIS.__contains__)]
     in_window = launch_calls[(launch_calls["ts"] >= dev.window_start) & (launch_calls["ts"] <= dev.window_end)]
     launches_per_s = len(in_window) / (dev.window_us / 1e6) if dev.window_us > 0 else 0.0
-    median_launch_api = float(in_window["dur"].median()) if len(in_window) else float("nan")
+    median_launch_api = float(in_window["dur"].median()) if len(in_window) else 0.0  # no launch calls recorded
 
     regions = dev.regions
     in_region = launch_gaps["in_region"].to_numpy(dtype=bool) if "in_region" in launch_gaps else np.zeros(0, bool)

@@ -2,30 +2,55 @@
 
 The script runs as `__main__` in this process (runpy), with `sys.argv` set to the script
 and its arguments, as `python script.py args` would. Its exit code and exceptions pass
-through; the trace is written whatever happens (Ctrl-C included). torch is imported
-here and nowhere else in tracelens.
+through (Python's own code when it never ran torch: a syntax error is 1, `--help` is 0);
+the trace is written whatever happens: an exception, Ctrl-C, SIGTERM (what `timeout`,
+Slurm, docker and systemd send). torch is imported here and nowhere else in tracelens.
+
+What is recorded is decided by `window.Window` (a warm-up, then a bounded steady state by
+default); `_Recorder` starts and stops the profiler for it, exporting each finished
+recording at once so a later failure cannot lose it. The profiler's own chatter (USDT
+lines on stderr, its UserWarnings) goes to a log file, not into the script's output.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
+import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
-from collections.abc import Callable
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tracelens import __version__
 from tracelens.capture.nvml import DEFAULT_INTERVAL_S, NvmlSampler, SamplerResult
-from tracelens.capture.trace_file import finish_trace
+from tracelens.capture.trace_file import TraceStats, finish_trace
+from tracelens.capture.window import Action, Limits, Mode, Recording, Window
 from tracelens.errors import CaptureError
 
-#: Exit code when the user interrupts the script, as a shell reports SIGINT.
+#: Exit codes when a signal ends the script, as a shell reports them (128 + signal).
 INTERRUPTED_EXIT = 130
+TERMINATED_EXIT = 143
+#: The signal the timer thread sends the main thread so that time-based starts and stops
+#: run there, between bytecodes (the profiler is not started from other threads).
+#: SIGURG is ignored by default and scripts rarely handle it.
+TICK_SIGNAL = signal.SIGURG
+#: After a tick the timer waits this long for the main thread to act before resending
+#: (the main thread may be inside a long C call, or inside tracelens itself).
+TICK_RETRY_S = 0.5
+
+
+class Terminated(BaseException):
+    """Raised in the script's main thread on SIGTERM (a BaseException, so the script's
+    `except Exception` does not swallow it)."""
 
 
 @dataclass
@@ -37,12 +62,11 @@ class CaptureOptions:
     record_shapes: bool = True
     with_stack: bool = True
     profile_memory: bool = False
-    # (wait, warmup, active, repeat) of torch.profiler.schedule, or None for the whole run
-    schedule: tuple[int, int, int, int] | None = None
-    # (start, end) seconds after the script starts; checked at step boundaries
-    window_s: tuple[float, float] | None = None
+    limits: Limits = field(default_factory=Limits)
     nvml: bool = True
     nvml_interval_s: float = DEFAULT_INTERVAL_S
+    #: Show the profiler's own messages instead of writing them to the log file.
+    verbose: bool = False
 
 
 @dataclass
@@ -53,42 +77,25 @@ class CaptureResult:
     steps: int
     wall_s: float
     sampler: SamplerResult | None
-
-
-class _StepHook:
-    """Marks profiler steps. Scripts may call `tracelens.capture.step()` once per
-    iteration; otherwise every optimizer.step() is a step (training scripts get
-    ProfilerStep#N markers for free). The explicit call wins once seen."""
-
-    def __init__(self) -> None:
-        self.prof: Any = None
-        self.steps = 0
-        self.explicit = False
-
-    def step(self, explicit: bool) -> None:
-        if self.prof is None:
-            return
-        if explicit:
-            self.explicit = True
-        elif self.explicit:
-            return
-        self.steps += 1
-        self.prof.step()
-
-
-_HOOK = _StepHook()
-
-
-def step() -> None:
-    """Mark the end of one iteration of the profiled program (a no-op when not running
-    under `tracelens capture`)."""
-    _HOOK.step(explicit=True)
+    stats: TraceStats | None = None
+    recorded: Recording | None = None
+    export_s: float = 0.0
+    log: Path | None = None
 
 
 def default_trace_path(target: str, out_dir: Path = Path("reports")) -> Path:
     stem = Path(target).stem if not target.endswith(".py") else Path(target).name[:-3]
     stamp = time.strftime("%Y%m%d-%H%M%S")
     return out_dir / f"{stem}-{stamp}.pt.trace.json.gz"
+
+
+def log_path(out: Path) -> Path:
+    name = out.name
+    for suffix in (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+            break
+    return out.with_name(name + ".capture.log")
 
 
 def _check_writable(out: Path) -> None:
@@ -102,7 +109,13 @@ def _check_writable(out: Path) -> None:
         raise CaptureError(f"{parent}: not writable")
 
 
-def _profiler_still_on(torch: Any) -> bool:
+def _profiler_on(torch: Any) -> bool:
+    """Whether a torch.profiler session is on. torch.autograd.profiler keeps a flag that
+    every profile's start sets and every stop clears (the C-side check reads the calling
+    thread's state, which is False under profile_all_threads)."""
+    flag = getattr(torch.autograd.profiler, "_is_profiler_enabled", None)
+    if isinstance(flag, bool):
+        return flag
     try:
         return bool(torch._C._autograd._profiler_enabled())
     except Exception:  # private API moved: assume it is on
@@ -110,10 +123,8 @@ def _profiler_still_on(torch: Any) -> bool:
 
 
 def _join_script_threads() -> None:
-    import threading
-
     for t in threading.enumerate():
-        if t is not threading.current_thread() and not t.daemon and t.name != "tracelens-nvml":
+        if t is not threading.current_thread() and not t.daemon and not t.name.startswith("tracelens-"):
             t.join()
 
 
@@ -163,9 +174,442 @@ def _resolve_target(opts: CaptureOptions) -> Callable[[], None]:
     return run_script
 
 
+def all_threads_config(torch: Any) -> Any:
+    """torch.profiler's experimental config recording every thread's ops (by default only
+    the thread that started the profiler is traced: 63 of 252 ops in a four-thread test),
+    or None where this torch lacks it."""
+    try:
+        return torch._C._profiler._ExperimentalConfig(profile_all_threads=True)
+    except (AttributeError, TypeError, RuntimeError):
+        return None
+
+
+class _Quiet:
+    """Sends the profiler's own output (C++ lines on fd 2, Python warnings) to a log
+    while tracelens calls into it; the script's output is untouched otherwise."""
+
+    def __init__(self, log: Path, verbose: bool) -> None:
+        self.log = log
+        self.verbose = verbose
+        self.lines = 0
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        if self.verbose:
+            yield
+            return
+        sys.stderr.flush()
+        saved = os.dup(2)
+        with open(self.log, "ab") as fh:
+            os.dup2(fh.fileno(), 2)
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    yield
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                os.close(saved)
+                for w in caught:
+                    fh.write(f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}\n".encode())
+
+
+#: Every profile object tracelens started, kept until the process ends. Seen on torch
+#: 2.13 (CPU) with profile_all_threads: destroying a stopped profile crashed the process
+#: inside the garbage collector (SIGSEGV; 4 of 4 runs of tests/data/cpu_train.py 40 when
+#: left to an automatic collection, 1 of 20 of `cpu_train.py 5` when collected at once
+#: right after stop), so none is ever destroyed: `exit_process` ends the process
+#: without finalising them.
+_KEEP: list[Any] = []
+
+
+def exit_process(code: int) -> NoReturn:
+    """End the process as Python would (atexit functions, flushed streams) but without
+    destroying the kept profile objects (see _KEEP)."""
+    import atexit
+
+    try:
+        atexit._run_exitfuncs()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+
+
+class _Recorder:
+    """Starts and stops torch.profiler for the window. Every stopped recording that may
+    be kept is exported at once, before another one starts: exporting a profile after a
+    later profiler session crashed torch 2.13 (SIGSEGV in export_chrome_trace, 1 run in
+    ~25 of tests/data/cpu_train.py 5). The start of the run, set aside, is one such file
+    (`fallback`); the kept recording is another (`kept`)."""
+
+    def __init__(self, torch: Any, make: Callable[[bool], Any], tmpdir: Path, quiet: _Quiet, notes: list[str]) -> None:
+        self.torch = torch
+        self.make = make
+        self.tmpdir = tmpdir
+        self.quiet = quiet
+        self.notes = notes
+        self.prof: Any = None
+        self.kept: Path | None = None
+        self.fallback: Path | None = None
+        self.export_s = 0.0
+        self.n = 0
+
+    def start(self, step_num: int, provisional: bool = False) -> bool:
+        if self.prof is not None:
+            # The provisional recording of the start: set aside until the new recording
+            # holds a whole step, in case the script ends before that.
+            self.set_aside()
+        prof = self.make(not provisional)
+        _KEEP.append(prof)
+        prof.step_num = step_num  # ProfilerStep#N labels continue the script's count
+        # Without a schedule torch.profiler marks no ProfilerStep ranges; tracelens
+        # starts and stops it itself (window.py) but wants the marks.
+        prof.record_steps = True
+        try:
+            with self.quiet():
+                prof.start()
+        except Exception as exc:  # e.g. the script's own profiler is running
+            self.notes.append(f"the profiler could not start ({type(exc).__name__}: {exc})")
+            return False
+        self.prof = prof
+        return True
+
+    def prewarm(self) -> None:
+        """Start and stop a profiler once before the script runs, so that a later start
+        from the timer's signal handler imports nothing (an import interrupted by the
+        handler failed as a circular import)."""
+        prof = self.make(False)
+        _KEEP.append(prof)
+        with contextlib.suppress(Exception), self.quiet():
+            prof.start()
+            prof.stop()
+
+    def free_fallback(self) -> None:
+        if self.fallback is not None:
+            self.fallback.unlink(missing_ok=True)
+            self.fallback = None
+
+    def step(self) -> None:
+        if self.prof is None:
+            return
+        self.free_fallback()  # the recording now holds a whole step
+        try:
+            self.prof.step()
+        except Exception as exc:
+            self.notes.append(f"the profiler failed at a step mark ({type(exc).__name__}: {exc})")
+            self.drop()
+
+    def _stop(self) -> Any:
+        """Stop the running recording; the profile, or None when it cannot be exported."""
+        prof, self.prof = self.prof, None
+        if prof is None:
+            return None
+        if not _profiler_on(self.torch):
+            # The script ran torch.profiler itself while tracelens recorded: that ends
+            # the process-wide session, and exporting it then crashes inside torch.
+            self.notes.append(
+                "the script ran torch.profiler itself while tracelens was recording, which ended that recording "
+                "(profile the script with one or the other)"
+            )
+            return None
+        try:
+            with self.quiet():
+                prof.stop()
+        except Exception as exc:
+            self.notes.append(f"the profiler failed to stop cleanly ({type(exc).__name__}: {exc})")
+            return None
+        return prof
+
+    def _export(self, prof: Any) -> Path | None:
+        self.n += 1
+        raw = self.tmpdir / f"recording{self.n}.json"
+        t0 = time.perf_counter()
+        try:
+            with self.quiet():
+                prof.export_chrome_trace(str(raw))
+        except Exception as exc:
+            self.notes.append(f"the profiler's export failed ({type(exc).__name__}: {exc})")
+            raw.unlink(missing_ok=True)
+            return None
+        self.export_s = time.perf_counter() - t0
+        return raw
+
+    def stop(self, use_fallback: bool = False) -> None:
+        """Stop and export the recording; it replaces the kept one. With use_fallback the
+        set-aside start of the run is kept instead and the recording is not exported."""
+        prof = self._stop()
+        if use_fallback and self.fallback is not None:
+            self._keep(self.fallback)
+            self.fallback = None
+            return
+        if prof is not None:
+            raw = self._export(prof)
+            if raw is not None:
+                self._keep(raw)
+
+    def _keep(self, raw: Path) -> None:
+        if self.kept is not None and self.kept != raw:
+            self.kept.unlink(missing_ok=True)
+        self.kept = raw
+
+    def set_aside(self) -> None:
+        """Stop the provisional recording and export it as the fallback."""
+        prof = self._stop()
+        if prof is not None:
+            raw = self._export(prof)
+            if raw is not None:
+                self.free_fallback()
+                self.fallback = raw
+
+    def export_fallback(self) -> None:
+        """Keep the set-aside start of the run (nothing better was recorded)."""
+        if self.fallback is not None:
+            self._keep(self.fallback)
+            self.fallback = None
+
+    def drop(self) -> None:
+        self._stop()
+
+
+class _Capture:
+    """Glue: step marks, timer ticks and the script's end drive the window; its actions
+    drive the recorder. Everything here runs in the script's main thread."""
+
+    def __init__(self, window: Window, recorder: _Recorder) -> None:
+        self.window = window
+        self.recorder = recorder
+        self.t0 = time.perf_counter()
+        self.pid = os.getpid()
+        self.busy = False
+        self.active = False
+        self.changed = threading.Event()
+        self.on_source: Callable[[str], None] = lambda _s: None
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def apply(self, action: Action) -> None:
+        if action is Action.START:
+            cur = self.window.current
+            provisional = cur is not None and cur.kind == "start"
+            if not self.recorder.start(cur.first_step if cur else self.window.steps, provisional):
+                self.window.start_failed()
+        elif action is Action.STOP:
+            self.recorder.stop()
+        elif action is Action.STEP:
+            self.recorder.step()
+        elif action is Action.SET_ASIDE:
+            self.recorder.set_aside()
+        self.changed.set()
+
+    def mark(self, source: str) -> None:
+        if not self.active or self.busy or os.getpid() != self.pid:
+            return  # not capturing, re-entered, or a forked worker (DataLoader)
+        self.busy = True
+        try:
+            before = self.window.source
+            if not self.window.accept(source):
+                return
+            if self.window.source != before:
+                self.on_source(source)
+            self.apply(self.window.step(self.now()))
+        finally:
+            self.busy = False
+
+    def compile_started(self) -> None:
+        if not self.active or self.busy or os.getpid() != self.pid:
+            return
+        self.busy = True
+        try:
+            if self.window.drop_provisional():
+                self.recorder.drop()
+                self.recorder.notes.append(
+                    "torch.compile started during the warm-up: the recording of the run's start was dropped"
+                )
+        finally:
+            self.busy = False
+            self.changed.set()
+
+    def tick(self) -> None:
+        if not self.active or self.busy or os.getpid() != self.pid:
+            return
+        self.busy = True
+        try:
+            self.apply(self.window.tick(self.now()))
+        finally:
+            self.busy = False
+            self.changed.set()
+
+
+_CURRENT: _Capture | None = None
+
+
+def step() -> None:
+    """Mark the end of one iteration of the profiled program (a no-op when not running
+    under `tracelens capture`)."""
+    if _CURRENT is not None:
+        _CURRENT.mark("explicit")
+
+
+def _timer(cap: _Capture, main_ident: int, stop: threading.Event) -> None:
+    """Wakes the main thread (TICK_SIGNAL) when the window's next deadline passes."""
+    while not stop.is_set():
+        deadline = cap.window.next_deadline()
+        if deadline is None:
+            cap.changed.wait(1.0)
+            cap.changed.clear()
+            continue
+        wait = deadline - cap.now()
+        if wait > 0:
+            cap.changed.wait(min(wait, 1.0))
+            cap.changed.clear()
+            continue
+        if stop.is_set():
+            return
+        with contextlib.suppress(OSError, ValueError):
+            signal.pthread_kill(main_ident, TICK_SIGNAL)
+        cap.changed.wait(TICK_RETRY_S)
+        cap.changed.clear()
+
+
+_COMPILE_HOOK_WARNING = r"Using `torch.compile\(module\)` when there are global hooks"
+
+
+class _Hooks:
+    """optimizer.step() and outermost nn.Module calls as step marks."""
+
+    def __init__(self, torch: Any, cap: _Capture) -> None:
+        self.torch = torch
+        self.cap = cap
+        self.handles: list[Any] = []
+        self.forward: list[Any] = []
+        self.depth = 0
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            self.handles.append(register_optimizer_step_post_hook(lambda *_a: cap.mark("optimizer")))
+        except ImportError:  # torch < 2.0
+            pass
+        try:
+            from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+            compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
+
+            def pre(_m: Any, _a: Any) -> None:
+                if compiling():  # traced by dynamo: a constant, so no graph break
+                    return
+                if not self.compile_hooked and "torch._dynamo" in sys.modules:
+                    self.hook_compile()
+                if self.depth == 0:
+                    cap.window.step_begun = True
+                self.depth += 1
+
+            def post(_m: Any, _a: Any, _r: Any) -> None:
+                if compiling():
+                    return
+                self.depth = max(0, self.depth - 1)
+                if self.depth == 0:
+                    cap.mark("forward")
+
+            self.forward.append(register_module_forward_pre_hook(pre))
+            try:
+                self.forward.append(register_module_forward_hook(post, always_call=True))
+            except TypeError:  # torch < 2.1: no always_call
+                self.forward.append(register_module_forward_hook(post))
+        except ImportError:
+            pass
+        cap.on_source = self._source_changed
+        # torch.compile(module) warns that our global hooks fire for its wrapper too; the
+        # depth count makes that harmless, and the warning is about tracelens, not the
+        # script: keep it out of the script's output.
+        warnings.filterwarnings("ignore", message=_COMPILE_HOOK_WARNING, category=UserWarning)
+        self.compile_hooked = False
+        self.compile_handle: Any = None
+
+    def hook_compile(self) -> None:
+        """Once the script has imported torch._dynamo (torch.compile did), learn when a
+        compile starts (importing it ourselves costs ~2 s, so only then)."""
+        self.compile_hooked = True
+        try:
+            from torch._dynamo.callback import callback_handler
+
+            def on_start(*_a: Any) -> None:
+                self.cap.compile_started()
+
+            self.compile_handle = callback_handler.register_start_callback(on_start)
+        except (ImportError, AttributeError):
+            pass
+
+    def _source_changed(self, source: str) -> None:
+        if source != "forward":
+            # optimizer/explicit marks win: drop the global module hooks (they slow
+            # every module call a little).
+            self.remove_forward()
+
+    def remove_forward(self) -> None:
+        for h in self.forward:
+            h.remove()
+        self.forward.clear()
+
+    def remove(self) -> None:
+        if self.compile_handle is not None:
+            with contextlib.suppress(Exception):
+                from torch._dynamo.callback import callback_handler
+
+                callback_handler.remove_start_callback(self.compile_handle)
+            self.compile_handle = None
+        self.remove_forward()
+        kept = [f for f in warnings.filters if getattr(f[1], "pattern", None) != _COMPILE_HOOK_WARNING]
+        warnings.filters.clear()  # type: ignore[attr-defined]
+        warnings.filters.extend(kept)  # type: ignore[attr-defined]
+        for h in self.handles:
+            h.remove()
+        self.handles.clear()
+
+
+@contextlib.contextmanager
+def _signals(cap: _Capture) -> Iterator[None]:
+    """SIGTERM ends the script like Ctrl-C does (the trace is written); TICK_SIGNAL runs
+    the window's timer in the main thread."""
+    pid = os.getpid()
+
+    def on_term(signum: int, _frame: Any) -> None:
+        if os.getpid() != pid:  # a forked child inherited this: behave as the default
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        raise Terminated()
+
+    def on_tick(_signum: int, _frame: Any) -> None:
+        cap.tick()
+
+    old_term = signal.signal(signal.SIGTERM, on_term)
+    old_tick = signal.signal(TICK_SIGNAL, on_tick)
+    try:
+        yield
+    finally:
+        signal.signal(TICK_SIGNAL, old_tick)
+        signal.signal(signal.SIGTERM, old_term)
+
+
+@contextlib.contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """While the trace is written, SIGINT and SIGTERM wait: a second Ctrl-C must not
+    lose what the first one asked to keep."""
+    old = {s: signal.signal(s, signal.SIG_IGN) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
 def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> CaptureResult:
+    global _CURRENT
     torch = _import_torch()
-    from torch.profiler import ProfilerAction, ProfilerActivity, profile, schedule
+    from torch.profiler import ProfilerActivity, profile
 
     run = _resolve_target(opts)
     # Resolved now: the script may chdir.
@@ -178,6 +622,23 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
         activities.append(ProfilerActivity.CUDA)  # also HIP on ROCm builds
     else:
         notes.append("no GPU visible to torch: the trace has CPU activity only")
+    config = all_threads_config(torch)
+
+    def make(stacks: bool = True) -> Any:
+        # The provisional recording of the start runs without Python stacks: under
+        # with_stack the imports and model building are millions of Python events, and
+        # stopping that recording blocked the script (a CPU Llama generate run: 45 s
+        # under capture for 5.7 s unprofiled).
+        kwargs: dict[str, Any] = {}
+        if config is not None:
+            kwargs["experimental_config"] = config
+        return profile(
+            activities=activities,
+            record_shapes=opts.record_shapes,
+            with_stack=opts.with_stack and stacks,
+            profile_memory=opts.profile_memory,
+            **kwargs,
+        )
 
     sampler: NvmlSampler | None = None
     if has_gpu and opts.nvml and torch.version.hip is None:
@@ -188,115 +649,153 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
     elif has_gpu and opts.nvml:
         notes.append("ROCm GPU: NVML sampling is NVIDIA-only; no clock/power samples")
 
-    tmpdir = tempfile.mkdtemp(prefix="tracelens-capture-")
-    raw = Path(tmpdir) / "trace.json"
-    exported: list[Path] = []
-
-    def on_ready(p: Any) -> None:
-        p.export_chrome_trace(str(raw))
-        exported.append(raw)
-
-    started = time.perf_counter()
-    if opts.schedule is not None:
-        wait, warmup, active, repeat = opts.schedule
-        sched = schedule(wait=wait, warmup=warmup, active=active, repeat=repeat)
-    elif opts.window_s is not None:
-        t_start, t_end = opts.window_s
-        state = {"saved": False, "first": -1.0}
-
-        # A time window decided at each step boundary (the schedule is consulted only when
-        # a step ends). Before the window the profiler stays warmed up, so starting to
-        # record is cheap; the window's length is counted from the first recorded step.
-        def sched(_step: int) -> Any:
-            now = time.perf_counter() - started
-            if state["saved"]:
-                return ProfilerAction.NONE
-            if now < t_start:
-                return ProfilerAction.WARMUP
-            if state["first"] < 0:
-                state["first"] = now
-            if now - state["first"] < t_end - t_start:
-                return ProfilerAction.RECORD
-            state["saved"] = True
-            return ProfilerAction.RECORD_AND_SAVE
-    else:
-        # Record everything, but through a schedule so step() adds ProfilerStep#N marks.
-        def sched(_step: int) -> Any:
-            return ProfilerAction.RECORD
-
-    prof = profile(
-        activities=activities,
-        schedule=sched,
-        on_trace_ready=on_ready,
-        record_shapes=opts.record_shapes,
-        with_stack=opts.with_stack,
-        profile_memory=opts.profile_memory,
-    )
-    hook_handle = None
+    tmp = Path(tempfile.mkdtemp(prefix="tracelens-capture-"))
     try:
-        from torch.optim.optimizer import register_optimizer_step_post_hook
+        return _run(opts, torch, run, make, out, notes, sampler, tmp, echo, config is not None)
+    finally:
+        _CURRENT = None
+        shutil.rmtree(tmp, ignore_errors=True)
 
-        hook_handle = register_optimizer_step_post_hook(lambda *_a: _HOOK.step(explicit=False))
-    except ImportError:  # torch < 2.0
-        pass
+
+def _run(
+    opts: CaptureOptions,
+    torch: Any,
+    run: Callable[[], None],
+    make: Callable[[bool], Any],
+    out: Path,
+    notes: list[str],
+    sampler: NvmlSampler | None,
+    tmp: Path,
+    echo: Callable[[str], None],
+    all_threads: bool,
+) -> CaptureResult:
+    global _CURRENT
+    has_gpu = bool(torch.cuda.is_available())
+    quiet = _Quiet(tmp / "profiler.log", opts.verbose)
+    window = Window(opts.limits)
+    recorder = _Recorder(torch, make, tmp, quiet, notes)
+    cap = _Capture(window, recorder)
+    hooks = _Hooks(torch, cap)
+    stop_timer = threading.Event()
+    timer = threading.Thread(
+        target=_timer, args=(cap, threading.get_ident(), stop_timer), name="tracelens-timer", daemon=True
+    )
+    echo(f"tracelens: {opts.limits.describe()}")
 
     exit_code = 0
+    ended = "end of script"
     saved_argv, saved_path, saved_cwd = list(sys.argv), list(sys.path), os.getcwd()
+    if opts.limits.mode in (Mode.TIME, Mode.STEPS):
+        recorder.prewarm()  # the default and --all start at once, which does the same
     t0 = time.perf_counter()
-    prof.start()
-    _HOOK.prof, _HOOK.steps, _HOOK.explicit = prof, 0, False
-    try:
-        run()
-        _join_script_threads()  # python waits for non-daemon threads before exiting too
-    except SystemExit as exc:
-        code = exc.code
-        exit_code = code if isinstance(code, int) else (0 if code is None else 1)
-        if code is not None and not isinstance(code, int):
-            print(code, file=sys.stderr)
-    except KeyboardInterrupt:
-        exit_code = INTERRUPTED_EXIT
-        notes.append("interrupted (Ctrl-C): the trace holds what ran until then")
-    except BaseException as exc:
-        # Show the user's exception as Python would (without our frames), then still
-        # write the trace.
-        _print_user_traceback(exc)
-        exit_code = 1
-        notes.append("the script raised an exception; the trace holds what ran until then")
-    finally:
-        _HOOK.prof = None
-        wall = time.perf_counter() - t0
-        sys.argv[:], sys.path[:] = saved_argv, saved_path
-        os.chdir(saved_cwd)
-        if hook_handle is not None:
-            hook_handle.remove()
+    with _signals(cap):
+        _CURRENT = cap
+        cap.t0 = t0
+        cap.active = True
         try:
-            if has_gpu:
-                torch.cuda.synchronize()
-        except Exception:
-            notes.append("torch.cuda.synchronize() failed at the end of the script")
-        if _profiler_still_on(torch):
-            try:
-                prof.stop()
-            except Exception as exc:
-                notes.append(f"the profiler failed to stop cleanly: {exc}")
-        else:
-            # The script ran torch.profiler itself, which ends the (process-wide) session
-            # ours was recording; exporting it then crashes inside the profiler.
-            notes.append(
-                "the script used torch.profiler itself, which ended tracelens's profiling session: "
-                "no trace could be kept (profile the script with one or the other)"
-            )
-        samples = sampler.stop() if sampler is not None else None
+            cap.apply(window.begin())
+            timer.start()
+            run()
+            _join_script_threads()  # python waits for non-daemon threads before exiting too
+        except SystemExit as exc:
+            code = exc.code
+            exit_code = code if isinstance(code, int) else (0 if code is None else 1)
+            if code is not None and not isinstance(code, int):
+                print(code, file=sys.stderr)
+        except KeyboardInterrupt:
+            exit_code, ended = INTERRUPTED_EXIT, "interrupted (Ctrl-C)"
+            notes.append("interrupted (Ctrl-C): the trace holds what ran until then")
+        except Terminated:
+            exit_code, ended = TERMINATED_EXIT, "terminated (SIGTERM)"
+            notes.append("terminated (SIGTERM): the trace holds what ran until then")
+        except BaseException as exc:
+            # Show the user's exception as Python would (without our frames), then still
+            # write the trace.
+            _print_user_traceback(exc)
+            exit_code, ended = 1, "the script raised an exception"
+            notes.append("the script raised an exception; the trace holds what ran until then")
+        finally:
+            with _no_interrupts():
+                cap.active = False
+                stop_timer.set()
+                cap.changed.set()
+                wall = time.perf_counter() - t0
+                sys.argv[:], sys.path[:] = saved_argv, saved_path
+                os.chdir(saved_cwd)
+                hooks.remove()
+                try:
+                    if has_gpu:
+                        torch.cuda.synchronize()
+                except Exception:
+                    notes.append("torch.cuda.synchronize() failed at the end of the script")
+                action = window.finish(wall, ended)
+                rec = window.kept
+                if (
+                    action is Action.STOP
+                    and rec is not None
+                    and rec.kind == "steps"
+                    and rec.last_step == rec.first_step
+                    and recorder.fallback is not None
+                    and window.provisional is not None
+                ):
+                    # The script ended right after its warm-up: the start of the run,
+                    # set aside, says more than the last partial step.
+                    recorder.stop(use_fallback=True)
+                    window.kept = window.provisional
+                else:
+                    cap.apply(action)
+                if recorder.kept is None and recorder.fallback is not None and window.provisional is not None:
+                    # Nothing better was recorded: the start of the run it is.
+                    recorder.export_fallback()
+                    window.kept = window.provisional
+                recorder.free_fallback()
+                samples = sampler.stop() if sampler is not None else None
+    with _no_interrupts():
+        return _finish(opts, torch, out, notes, window, recorder, quiet, samples, exit_code, wall, all_threads)
 
-    if not exported:
-        if any("used torch.profiler itself" in n for n in notes):
-            return CaptureResult(None, exit_code, notes, _HOOK.steps, wall, samples)
+
+def _finish(
+    opts: CaptureOptions,
+    torch: Any,
+    out: Path,
+    notes: list[str],
+    window: Window,
+    recorder: _Recorder,
+    quiet: _Quiet,
+    samples: SamplerResult | None,
+    exit_code: int,
+    wall: float,
+    all_threads: bool,
+) -> CaptureResult:
+    has_gpu = bool(torch.cuda.is_available())
+    lim = opts.limits
+    rec = window.kept if recorder.kept is not None else None
+    if rec is None:
+        if lim.mode is Mode.STEPS:
+            last = lim.warmup_steps + (lim.steps or 1) - 1
+            notes.append(
+                f"the script marked {window.steps} steps, so --steps {lim.warmup_steps}-{last} recorded nothing: "
+                f"the trace holds metadata only (try --steps 1-{max(window.steps, 1)})"
+            )
+        elif lim.mode is Mode.TIME and lim.window_s is not None:
+            notes.append(
+                f"the script ended after {wall:.1f} s, before --window {lim.window_s[0]:g}:{lim.window_s[1]:g} "
+                "began: the trace holds metadata only"
+            )
+        elif not notes or "torch.profiler itself" not in notes[-1]:
+            notes.append("the profiler recorded nothing: the trace holds metadata only")
+    elif rec.kind == "start":
         notes.append(
-            "the profiler recorded nothing (the schedule's active steps were never reached: "
-            f"the script marked {_HOOK.steps} steps)"
+            f"the script ended during its warm-up ({window.steps} steps marked, {wall:.1f} s): "
+            f"the trace holds its first {(rec.t_end or wall):.1f} s, start-up included, without Python stacks "
+            "(use --all or --steps to record them)"
         )
-        return CaptureResult(None, exit_code, notes, _HOOK.steps, wall, samples)
-    metadata = {
+    elif rec.kind == "time" and window.steps == 0 and lim.mode is Mode.DEFAULT:
+        notes.append(
+            f"the script marked no steps: recorded {rec.t_start:.1f}-{(rec.t_end or wall):.1f} s of the run "
+            "(mark iterations with tracelens.capture.step() to record whole steps)"
+        )
+    metadata: dict[str, Any] = {
         "tracelens_version": __version__,
         "torch_version": str(torch.__version__),
         "cuda_version": str(torch.version.cuda or ""),
@@ -305,17 +804,52 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
         "cwd": os.getcwd(),
         "exit_code": exit_code,
         "wall_s": round(wall, 3),
-        "steps_marked": _HOOK.steps,
-        "schedule": list(opts.schedule) if opts.schedule else None,
-        "window_s": list(opts.window_s) if opts.window_s else None,
+        "steps_marked": window.steps,
+        "step_source": window.source,
+        "window": {
+            "mode": lim.mode.value,
+            "limits": {
+                "warmup_steps": lim.warmup_steps,
+                "steps": lim.steps,
+                "duration_s": lim.duration_s,
+                "warmup_s": lim.warmup_s,
+                "max_events": lim.max_events,
+                "window_s": list(lim.window_s) if lim.window_s else None,
+            },
+            "recorded": asdict(rec) if rec is not None else None,
+        },
+        "with_stack": opts.with_stack,
+        "record_shapes": opts.record_shapes,
+        "all_threads": all_threads,
+        "export_s": round(recorder.export_s, 3),
         "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
         "notes": notes,
     }
     try:
-        path = finish_trace(raw, out, samples, metadata)
-    except OSError as exc:
-        raise CaptureError(f"{out}: cannot write the trace ({exc.strerror or exc})") from exc
-    finally:
-        raw.unlink(missing_ok=True)
-        Path(tmpdir).rmdir()
-    return CaptureResult(path, exit_code, notes, _HOOK.steps, wall, samples)
+        stats = finish_trace(recorder.kept, out, samples, metadata, max_events=lim.max_events)
+    except Exception as exc:
+        kept = _rescue(recorder.kept, out)
+        where = f"; the profiler's own export is kept at {kept}" if kept else ""
+        raise CaptureError(f"{out}: cannot write the trace ({type(exc).__name__}: {exc}){where}") from exc
+    if stats.salvage_note:
+        notes.append(stats.salvage_note)
+    if stats.dropped_events:
+        notes.append(f"--max-events {lim.max_events:,}: dropped the last {stats.dropped_events:,} events")
+    log = None
+    if quiet.log.exists() and quiet.log.stat().st_size:
+        log = log_path(out)
+        with contextlib.suppress(OSError):
+            shutil.copyfile(quiet.log, log)
+    return CaptureResult(out, exit_code, notes, window.steps, wall, samples, stats, rec, recorder.export_s, log)
+
+
+def _rescue(raw: Path | None, out: Path) -> Path | None:
+    """Move the raw export next to the output when finishing it failed."""
+    if raw is None or not raw.exists():
+        return None
+    target = out.with_name(out.name.removesuffix(".gz") + ".raw.json")
+    try:
+        shutil.move(str(raw), target)
+    except OSError:
+        return None
+    return target

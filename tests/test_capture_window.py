@@ -1,0 +1,93 @@
+"""The recording window's decisions (tracelens.capture.window), without torch: which
+part of a run `tracelens capture` records by default and with --steps/--window/--all."""
+
+from __future__ import annotations
+
+from tracelens.capture.window import STEPS, WARMUP_S, WARMUP_STEPS, Action, Limits, Mode, Phase, Window
+
+
+def _steps(w: Window, n: int, t0: float = 1.0, dt: float = 0.01) -> list[Action]:
+    out = []
+    for i in range(n):
+        if w.accept("optimizer"):
+            out.append(w.step(t0 + i * dt))
+    return out
+
+
+def test_default_skips_the_warm_up_and_records_twenty_steps() -> None:
+    w = Window(Limits())
+    assert w.begin() is Action.START and w.phase is Phase.PROVISIONAL
+    acts = _steps(w, 40)
+    assert acts[WARMUP_STEPS - 1] is Action.START  # the 5th mark ends the warm-up
+    assert acts[WARMUP_STEPS + STEPS - 1] is Action.STOP  # 20 steps later
+    assert w.kept is not None and (w.kept.kind, w.kept.first_step, w.kept.last_step) == ("steps", 5, 25)
+    assert w.provisional is not None and w.provisional.kind == "start"
+    assert set(acts[WARMUP_STEPS + STEPS :]) == {Action.NONE}
+
+
+def test_duration_ends_slow_steps_early() -> None:
+    w = Window(Limits(duration_s=2.0))
+    w.begin()
+    acts = _steps(w, 30, dt=0.5)
+    assert Action.STOP in acts and w.kept is not None and w.kept.reason == "2 s"
+    assert w.kept.last_step is not None and w.kept.last_step - w.kept.first_step < STEPS
+
+
+def test_no_marks_records_by_time_and_later_marks_take_over() -> None:
+    w = Window(Limits())
+    w.begin()
+    assert w.tick(3.0) is Action.SET_ASIDE and w.phase is Phase.WAITING  # the start, set aside
+    assert w.next_deadline() == WARMUP_S
+    assert w.tick(WARMUP_S) is Action.START and w.time_mode
+    assert w.tick(WARMUP_S + 10.0) is Action.STOP and w.kept is not None and w.kept.kind == "time"
+    # marks after all (a long model build): a step recording supersedes the time one
+    acts = _steps(w, 30, t0=20.0)
+    assert Action.START in acts and w.kept.kind == "steps"
+
+
+def test_a_module_call_in_progress_blocks_the_time_window() -> None:
+    """A first forward that compiles for a minute: no time-based recording of the compile."""
+    w = Window(Limits())
+    w.begin()
+    w.step_begun = True
+    assert w.tick(3.0) is Action.SET_ASIDE
+    assert w.next_deadline() is None and w.tick(30.0) is Action.NONE
+    assert w.accept("forward") and w.step(60.0) is Action.NONE  # mark 1, still warming up
+
+
+def test_higher_precedence_marks_win_and_restart_the_count() -> None:
+    w = Window(Limits())
+    w.begin()
+    assert w.accept("forward")
+    w.step(0.5)
+    assert w.accept("optimizer") and w.steps == 0  # the count restarts with the winner
+    w.step(0.6)
+    assert not w.accept("forward") and w.steps == 1
+    assert w.accept("explicit") and not w.accept("optimizer")
+
+
+def test_steps_range_and_time_window_and_all() -> None:
+    w = Window(Limits(mode=Mode.STEPS, warmup_steps=3, steps=2, duration_s=None))
+    assert w.begin() is Action.NONE
+    acts = _steps(w, 10)
+    assert acts[2] is Action.START and acts[3] is Action.STEP and acts[4] is Action.STOP
+    w = Window(Limits(mode=Mode.STEPS, warmup_steps=50, steps=11, duration_s=None))
+    w.begin()
+    _steps(w, 20)
+    assert w.finish(1.0, "end of script") is Action.NONE and w.kept is None  # range past the run
+    w = Window(Limits(mode=Mode.TIME, window_s=(1.0, 2.0), duration_s=None, steps=None))
+    w.begin()
+    assert w.next_deadline() == 1.0 and w.tick(1.0) is Action.START and w.tick(2.0) is Action.STOP
+    w = Window(Limits(mode=Mode.ALL, steps=None, duration_s=None, max_events=None))
+    assert w.begin() is Action.START and w.tick(1e6) is Action.NONE
+    assert w.finish(1e6, "end of script") is Action.STOP and w.kept is not None and w.kept.kind == "all"
+
+
+def test_limits_are_described() -> None:
+    assert "steps 5-24 after a warm-up" in Limits().describe()
+    assert "--all" in Limits().describe()
+    assert (
+        Limits(mode=Mode.STEPS, warmup_steps=10, steps=5, duration_s=None)
+        .describe()
+        .startswith("recording steps 10-14")
+    )
