@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import functools
 import gzip
 import hashlib
 import io
@@ -73,9 +72,8 @@ CHILD_ADDRESS_SPACE = 12 * 2**30
 INPUT_SUFFIXES = (".json", ".json.gz", ".gz", ".bin")
 #: GitHub's comment limit: the Markdown summary must fit.
 MARKDOWN_LIMIT = 65_536
-#: Fields that may be null are those typed `X | None` in the report's dataclasses (see
-#: nullable_fields); any other null is a NaN that the JSON encoder wrote as null.
-REPORT_MODULES = ("tracelens.report", "tracelens.analyzers.base", "tracelens.analyzers.matmul_shapes")
+#: Fields that may be null (Optional in tracelens.report); any other null is a NaN.
+NULLABLE = frozenset({"num_sms", "rank", "world_size", "device", "source", "primary", "timeline", "clocks", "roofline"})
 #: Fractions: must lie in [0, 1]. (Lists of them too: the timeline's per-bin shares.)
 SHARE_KEYS = frozenset(
     {
@@ -145,12 +143,6 @@ PENDING: tuple[tuple[re.Pattern[str], str], ...] = (
         re.compile(r"^\$\.sources\[\d+\]\.cost_us is null"),
         "assemble: a source line's cost_us is NaN (written as null) when it sums a NaN finding time "
         "(zero-duration matmul kernels) (pending/sources_cost_nan_zero_dur_kernels.json)",
-    ),
-    (
-        re.compile(r"^\$\.findings\[\d+\]\.evidence\[\d+\]\.value is null"),
-        "launch_overhead: 'median launch call on the host' is the median of no calls = NaN (written as null) "
-        "when no launch call falls in the window (pending/after_merge/launch_evidence_nan_no_launch_calls.json, "
-        "reproduces with main's analyzers of issue 9)",
     ),
 )
 
@@ -772,35 +764,12 @@ def _check_reports(out: Path, stdout: str) -> list[str]:
     return problems
 
 
-@functools.cache
-def nullable_fields() -> frozenset[str]:
-    """Names of the fields typed `X | None` in any dataclass of REPORT_MODULES: what the
-    report may legitimately hold as null. Read from the code, so a schema change needs no
-    edit here."""
-    import dataclasses
-    import importlib
-    import types
-    import typing
-
-    names: set[str] = set()
-    for module_name in REPORT_MODULES:
-        module = importlib.import_module(module_name)
-        for obj in vars(module).values():
-            if not (isinstance(obj, type) and dataclasses.is_dataclass(obj)):
-                continue
-            for name, hint in typing.get_type_hints(obj).items():
-                if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint):
-                    names.add(name)
-    return frozenset(names)
-
-
 def check_numbers(obj: Any, path: str = "$") -> list[str]:
     """Every number in a JSON report that breaks an invariant, as `path = value (why)`."""
     out = []
-    nullable = nullable_fields()
     for key, value, where in _leaves(obj, path, None):
         if value is None:
-            if key is not None and key not in nullable:
+            if key is not None and key not in NULLABLE:
                 out.append(f"{where} is null (a NaN?)")
             continue
         if isinstance(value, bool) or not isinstance(value, int | float):
