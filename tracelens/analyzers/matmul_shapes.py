@@ -22,7 +22,7 @@ import pandas as pd
 
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 #: Leaf matmul ops and where A and B sit in their inputs.
 MATMUL_OPS: dict[str, tuple[int, int]] = {
@@ -252,7 +252,7 @@ def matmul_table(model: TraceModel) -> pd.DataFrame:
     """One row per matmul op call with its shape, kernels and time on the GPU."""
     host = model.host
     arr = model.arrays
-    ops = host[(host["kind"] == Kind.CPU_OP).to_numpy() & np.isin(host["name"].astype(str), list(MATMUL_OPS))]
+    ops = host[(host["kind"] == Kind.CPU_OP).to_numpy() & name_matches(host["name"], lambda n: n in MATMUL_OPS)]
     cols = [
         "row", "op", "m", "n", "k", "batch", "dtype", "itemsize", "layout", "lda", "ldb",
         "kernel", "kernel_us", "n_kernels", "grid", "smem", "regs", "threads", "ts",

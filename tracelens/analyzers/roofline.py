@@ -30,7 +30,7 @@ from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT, gemm_fro
 from tracelens.analyzers.op_costs import ADAM_FLOPS_PER_ELEMENT, CONV, OpCost, dtype_from_kernel, op_cost
 from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
 from tracelens.model.sources import user_source
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 #: Kernels shorter than this on average are latency-bound whatever their intensity: the
 #: launch and ramp-up of a kernel take a few µs on current GPUs.
@@ -208,8 +208,10 @@ def _conv_outputs(model: TraceModel) -> dict[tuple[tuple[int, ...], tuple[int, .
     """(input shape, weight shape) -> output shape, from the trace's convolution backward
     ops (they record grad_output), for traces whose forward calls lack stride and padding."""
     out: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] = {}
+    # Per distinct name, not per row: a fixed-width string array would be as wide as the
+    # longest name in the trace for every row (issue 14).
     names = model.host["name"].astype(str).to_numpy()
-    for r in np.flatnonzero(np.char.endswith(names.astype(str), "convolution_backward")):
+    for r in np.flatnonzero(name_matches(model.host["name"], lambda n: n.endswith("convolution_backward"))):
         dims = model.op_shapes(int(r)).get("Input Dims") or []
         if len(dims) < 3 or not all(isinstance(d, list) and len(d) == 4 for d in dims[:3]):
             continue
