@@ -26,7 +26,8 @@ from tracelens.analyzers.base import MEDIUM_SHARE
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.launch_overhead import LAUNCH_APIS
 from tracelens.assemble import build_report
-from tracelens.derive.ledger import ALLOC_APIS, CAUSES, blocking_call_rows
+from tracelens.derive.apis import ALLOC_APIS
+from tracelens.derive.ledger import CAUSES, blocking_call_rows
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches

@@ -18,7 +18,8 @@ import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.derive.ledger import ALLOC_APIS, overlap
+from tracelens.derive.apis import ALLOC_APIS
+from tracelens.derive.ledger import overlap
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, user_source
 from tracelens.model.trace import name_matches

@@ -44,54 +44,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracelens.derive.apis import ALLOC_APIS, ASYNC_COPY_APIS, SYNC_APIS
 from tracelens.derive.window import StepSpan, Window
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
-
-#: Blocking host calls. Each makes the calling thread wait for device work to finish.
-#: hipMemcpyWithStream and cudaMemcpy (not Async) are synchronous copies.
-SYNC_APIS = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "hipStreamSynchronize",
-        "hipDeviceSynchronize",
-        "hipEventSynchronize",
-        "hipMemcpy",
-        "hipMemcpyWithStream",
-    }
-)
-#: Asynchronous copy calls that block the host anyway when the host side is pageable
-#: memory: the driver stages the data through a bounce buffer (host to device) or waits
-#: for the stream to drain (device to host) before returning.
-ASYNC_COPY_APIS = frozenset({"cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2", "hipMemcpyAsync"})
-
-#: Allocator calls: cudaFree (and cudaMalloc when the pool must grow) synchronise the
-#: device, and both take host time the caching allocator normally hides.
-ALLOC_APIS = frozenset(
-    {
-        "cudaMalloc",
-        "cudaFree",
-        "cudaMallocHost",
-        "cudaHostAlloc",
-        "cudaFreeHost",
-        "cudaMallocAsync",
-        "cudaFreeAsync",
-        "cuMemAlloc_v2",
-        "cuMemFree_v2",
-        "hipMalloc",
-        "hipFree",
-        "hipHostMalloc",
-        "hipHostFree",
-        "hipMallocAsync",
-        "hipFreeAsync",
-    }
-)
 
 #: Collective kernels, by name fragment (lower case).
 COMM_KERNEL_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "alltoall", "sendrecv")

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracelens.derive.apis import ALLOC_APIS, SYNC_APIS
 from tracelens.errors import TracelensError
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
@@ -200,25 +201,6 @@ _CUDA_INIT_CALLS = frozenset(
 )
 _LAZY_PREFIXES = ("cuModuleLoad", "cuModuleGetFunction", "cuLibrary", "cudaGetFuncBySymbol", "hipModuleLoad")
 _LAZY_OVERHEAD = ("Lazy Function Loading",)
-_ALLOC_CALLS = frozenset(
-    {
-        "cudaMalloc",
-        "cudaMallocAsync",
-        "cudaMallocHost",
-        "cudaHostAlloc",
-        "cudaFree",
-        "cudaFreeHost",
-        "cudaMallocManaged",
-        "cuMemAlloc",
-        "cuMemAlloc_v2",
-        "cuMemCreate",
-        "cuMemMap",
-        "hipMalloc",
-        "hipHostMalloc",
-        "hipFree",
-        "hipExtMallocWithFlags",
-    }
-)
 _COMPILE_MARKERS = (
     "Torch-Compiled Region",
     "TorchDynamo",
@@ -268,22 +250,6 @@ _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 #: Blocking host calls: each is a token of the device sequence (placed where it returns),
 #: so a loop that synchronises every step shows its step even when all its kernels have
 #: the same name (power_gemm: 8 identical GEMMs, then torch.cuda.synchronize()).
-_SYNC_CALLS = frozenset(
-    {
-        "cudaStreamSynchronize",
-        "cudaDeviceSynchronize",
-        "cudaEventSynchronize",
-        "cudaMemcpy",
-        "cuStreamSynchronize",
-        "cuCtxSynchronize",
-        "cuEventSynchronize",
-        "hipStreamSynchronize",
-        "hipDeviceSynchronize",
-        "hipEventSynchronize",
-        "hipMemcpy",
-        "hipMemcpyWithStream",
-    }
-)
 
 
 class WindowError(TracelensError):
@@ -637,7 +603,7 @@ def _sync_rows(model: TraceModel) -> np.ndarray:
     kind = host["kind"].to_numpy()
     call = (kind == Kind.RUNTIME) | (kind == Kind.DRIVER)
     cats = host["name"].cat.categories
-    is_sync = np.fromiter((str(c) in _SYNC_CALLS for c in cats), dtype=bool, count=len(cats))
+    is_sync = np.fromiter((str(c) in SYNC_APIS for c in cats), dtype=bool, count=len(cats))
     codes = host["name"].cat.codes.to_numpy()
     ok = call & (codes >= 0) & is_sync[np.clip(codes, 0, None)] if len(cats) else np.zeros(len(host), bool)
     return np.flatnonzero(ok)
@@ -1182,7 +1148,7 @@ def _kind_of(name: str, kind: int) -> str:
             return "cuda_init"
         if name.startswith(_LAZY_PREFIXES):
             return "lazy_loading"
-        if name in _ALLOC_CALLS:
+        if name in ALLOC_APIS:
             return "allocation"
         if any(m in name for m in _AUTOTUNE_MARKERS):
             return "autotune"
