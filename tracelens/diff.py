@@ -348,13 +348,25 @@ def _changes(b: _Analysed, a: _Analysed) -> tuple[Change, ...]:
     return tuple(out[:MAX_CHANGES])
 
 
+def _host_span(x: _Analysed) -> tuple[float, float]:
+    """The window on the host's clock: a GPU that trails the host runs a step well after
+    the host issued it, so host calls are counted over the kept steps' host spans."""
+    w = x.ctx.window
+    st = x.model.steps
+    if w.source == "steps" and len(st) and w.steps:
+        kept = st[st["step"].isin([s.index for s in w.steps])]
+        if len(kept):
+            return min(float(kept["cpu_ts"].min()), w.start_us), w.end_us
+    return w.start_us, w.end_us
+
+
 def _count_calls(x: _Analysed, predicate: object) -> float:
     host = x.model.host
     if not len(host):
         return 0.0
-    w = x.ctx.window
+    lo, hi = _host_span(x)
     is_call = np.isin(host["kind"].to_numpy(), [int(Kind.RUNTIME), int(Kind.DRIVER)])
-    inside = (host["ts"].to_numpy() >= w.start_us) & (host["ts"].to_numpy() < w.end_us)
+    inside = (host["ts"].to_numpy() >= lo) & (host["ts"].to_numpy() < hi)
     names = name_matches(host["name"], predicate)  # type: ignore[arg-type]
     return float((is_call & inside & names).sum()) / x.steps
 
@@ -367,8 +379,8 @@ def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
     def syncs(x: _Analysed) -> float:
         rows = blocking_call_rows(x.model)
         ts = x.model.host["ts"].to_numpy()[rows]
-        w = x.ctx.window
-        return float(((ts >= w.start_us) & (ts < w.end_us)).sum()) / x.steps
+        lo, hi = _host_span(x)
+        return float(((ts >= lo) & (ts < hi)).sum()) / x.steps
 
     def busy(x: _Analysed) -> float:
         dev = x.ctx.ledger.primary
