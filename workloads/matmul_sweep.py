@@ -54,16 +54,21 @@ def timed(a: torch.Tensor, b: torch.Tensor, reps: int) -> float:
     return statistics.median(times)
 
 
-def main() -> None:
+def sweep(
+    name: str, shape_list: list[tuple[int, int, int]], default_profiled: int
+) -> tuple[str, list[dict[str, float]]]:
+    """Time each bf16 shape with CUDA events, then run it under torch.profiler inside
+    record_function("shape_MxNxK"); write <out>/<name>.pt.trace.json.gz. Returns the path
+    and the measured rows (shared with wave_sweep.py)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default="sample_traces")
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--profiled", type=int, default=3, help="products per shape inside the profiler")
+    ap.add_argument("--profiled", type=int, default=default_profiled, help="products per shape inside the profiler")
     args = ap.parse_args()
     g = torch.Generator(device="cuda").manual_seed(0)
     data = {}
-    results = []
-    for m, n, k in shapes():
+    results: list[dict[str, float]] = []
+    for m, n, k in shape_list:
         a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
         b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g)
         ms = timed(a, b, args.reps)
@@ -84,10 +89,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         raw = os.path.join(tmp, "t.json")
         prof.export_chrome_trace(raw)
-        dst = os.path.join(args.out, "matmul_sweep.pt.trace.json.gz")
+        dst = os.path.join(args.out, f"{name}.pt.trace.json.gz")
         with open(raw, "rb") as src, gzip.open(dst, "wb", compresslevel=9) as out:
             shutil.copyfileobj(src, out)
     print(f"wrote {dst}: {os.path.getsize(dst) / 1e6:.2f} MB, {len(results)} shapes")
+    return dst, results
+
+
+def main() -> None:
+    sweep("matmul_sweep", shapes(), default_profiled=3)
 
 
 if __name__ == "__main__":

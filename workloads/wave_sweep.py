@@ -16,15 +16,11 @@ wave_sweep.measured.json.
 
 from __future__ import annotations
 
-import argparse
-import gzip
 import json
 import os
-import shutil
-import statistics
-import tempfile
 
 import torch
+from matmul_sweep import sweep
 
 
 def shapes() -> list[tuple[int, int, int]]:
@@ -36,56 +32,10 @@ def shapes() -> list[tuple[int, int, int]]:
     return sorted(dict.fromkeys(out))
 
 
-def timed(a: torch.Tensor, b: torch.Tensor, reps: int) -> float:
-    """Median ms of one product, CUDA events around each."""
-    for _ in range(3):
-        torch.mm(a, b)
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.mm(a, b)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="sample_traces")
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--profiled", type=int, default=2, help="products per shape inside the profiler")
-    args = ap.parse_args()
-    g = torch.Generator(device="cuda").manual_seed(0)
-    data = {}
-    results = []
-    for m, n, k in shapes():
-        a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16, generator=g)
-        b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16, generator=g)
-        ms = timed(a, b, args.reps)
-        tflops = 2 * m * n * k / (ms * 1e-3) / 1e12
-        results.append({"m": m, "n": n, "k": k, "median_ms": round(ms, 5), "tflops": round(tflops, 2)})
-        data[(m, n, k)] = (a, b)
-        print(f"{m}x{n}x{k}: {ms:.4f} ms, {tflops:.0f} TFLOP/s", flush=True)
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
-    with torch.profiler.profile(activities=acts, record_shapes=True) as prof:
-        for (m, n, k), (a, b) in data.items():
-            with torch.profiler.record_function(f"shape_{m}x{n}x{k}"):
-                for _ in range(args.profiled):
-                    torch.mm(a, b)
-            torch.cuda.synchronize()
-        prof.add_metadata_json("tracelens_sweep", json.dumps({"dtype": "bf16", "results": results}))
-    os.makedirs(args.out, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        raw = os.path.join(tmp, "t.json")
-        prof.export_chrome_trace(raw)
-        dst = os.path.join(args.out, "wave_sweep.pt.trace.json.gz")
-        with open(raw, "rb") as src, gzip.open(dst, "wb", compresslevel=9) as out:
-            shutil.copyfileobj(src, out)
-    with open(os.path.join(args.out, "wave_sweep.measured.json"), "w") as f:
+    dst, results = sweep("wave_sweep", shapes(), default_profiled=2)
+    with open(os.path.join(os.path.dirname(dst), "wave_sweep.measured.json"), "w") as f:
         json.dump({"dtype": "bf16", "device": torch.cuda.get_device_name(), "results": results}, f, indent=1)
-    print(f"wrote {dst}: {os.path.getsize(dst) / 1e6:.2f} MB, {len(results)} shapes")
 
 
 if __name__ == "__main__":
