@@ -14,13 +14,17 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 import typer
 
 from tracelens import __version__
 from tracelens.errors import Interrupted, TracelensError
+
+#: What a command renders: a Report or a DiffReport.
+_Result = TypeVar("_Result")
 
 app = typer.Typer(
     name="tracelens",
@@ -122,7 +126,7 @@ def report(
     """
     from tracelens.assemble import build_report
     from tracelens.model import load_trace
-    from tracelens.output import check_outputs, default_stem, is_stdout, write_report
+    from tracelens.output import default_stem
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
 
     _interrupt_as_error()
@@ -132,12 +136,8 @@ def report(
         _parse_window(window)  # a bad range fails before any work
     if steps:
         _parse_step_range(steps)
-    if html is None and markdown is None and json_out is None:
-        stem = default_stem(trace)
-        html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
-    wanted = [(p, kind) for p, kind in ((html, "html"), (markdown, "md"), (json_out, "json")) if p is not None]
     # Before any work: a report must never overwrite the trace it is made from.
-    check_outputs(trace, [p for p, _ in wanted])
+    wanted = _targets(html, markdown, json_out, out_dir, default_stem(trace), [trace])
     t0 = time.perf_counter()
     model = load_trace(trace, progress=_progress)
     load_s = time.perf_counter() - t0
@@ -148,11 +148,7 @@ def report(
         user_steps=_parse_step_range(steps) if steps else None,
     )
     renderers = {"html": render_html, "md": render_markdown, "json": render_json}
-    written = [write_report(path, renderers[kind](rep)) for path, kind in wanted]
-    if not quiet:
-        # With a report on standard output the summary goes to stderr, out of its way.
-        to_stderr = any(is_stdout(p) for p, _ in wanted)
-        typer.echo(render_terminal(rep, written), nl=False, err=to_stderr)
+    _emit(wanted, renderers, rep, None if quiet else render_terminal)
 
 
 @app.command()
@@ -190,23 +186,45 @@ def diff(
     """
     from tracelens.diff import build_diff
     from tracelens.model import load_trace
-    from tracelens.output import check_outputs, default_stem, is_stdout, write_report
+    from tracelens.output import default_stem
     from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
 
     _interrupt_as_error()
-    if html is None and markdown is None and json_out is None:
-        stem = f"{default_stem(before)}-vs-{default_stem(after)}.diff"
-        html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
-    wanted = [(p, kind) for p, kind in ((html, "html"), (markdown, "md"), (json_out, "json")) if p is not None]
-    outputs = [p for p, _ in wanted]
-    check_outputs(before, outputs)
-    check_outputs(after, outputs)
+    stem = f"{default_stem(before)}-vs-{default_stem(after)}.diff"
+    wanted = _targets(html, markdown, json_out, out_dir, stem, [before, after])
     d = build_diff(load_trace(before, progress=_progress), load_trace(after, progress=_progress))
     renderers = {"html": render_diff_html, "md": render_diff_markdown, "json": render_diff_json}
-    written = [write_report(path, renderers[kind](d)) for path, kind in wanted]
-    if not quiet:
-        to_stderr = any(is_stdout(p) for p, _ in wanted)
-        typer.echo(render_diff_terminal(d, written), nl=False, err=to_stderr)
+    _emit(wanted, renderers, d, None if quiet else render_diff_terminal)
+
+
+def _targets(
+    html: Path | None, markdown: Path | None, json_out: Path | None, out_dir: Path, stem: str, inputs: list[Path]
+) -> list[tuple[Path, str]]:
+    """The outputs asked for (all three under out_dir when none is), checked before any
+    work: none may be an input."""
+    from tracelens.output import check_outputs
+
+    if html is None and markdown is None and json_out is None:
+        html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
+    wanted = [(p, kind) for p, kind in ((html, "html"), (markdown, "md"), (json_out, "json")) if p is not None]
+    for source in inputs:
+        check_outputs(source, [p for p, _ in wanted])
+    return wanted
+
+
+def _emit(
+    wanted: list[tuple[Path, str]],
+    renderers: Mapping[str, Callable[[_Result], str]],
+    result: _Result,
+    summary: Callable[[_Result, list[str]], str] | None,
+) -> None:
+    """Write each output atomically, then print the summary (to stderr when a report
+    went to standard output, out of its way)."""
+    from tracelens.output import is_stdout, write_report
+
+    written = [write_report(path, renderers[kind](result)) for path, kind in wanted]
+    if summary is not None:
+        typer.echo(summary(result, written), nl=False, err=any(is_stdout(p) for p, _ in wanted))
 
 
 def _parse_step_range(text: str) -> tuple[int, int]:
