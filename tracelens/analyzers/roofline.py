@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -54,6 +55,8 @@ MAX_SITES = 8
 MAX_UNMODELLED = 12
 #: Families whose FLOPs belong to the op's main kernel only.
 MATH_FAMILIES = frozenset({"matmul", "conv", "attention"})
+#: Enclosing ops searched for a model, as TraceModel.host_chain bounds its walk.
+HOST_CHAIN_LIMIT = 512
 #: Ops whose kernels are collectives whatever the kernel is called.
 COMM_OPS = ("record_param_comms", "c10d::", "nccl:", "symm_mem::", "_c10d_functional::")
 
@@ -255,15 +258,29 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     hints: dict[str, str | None] = {}
     costs: dict[tuple[int, str | None], OpCost | None] = {}
     conv_out: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] | None = None
+    # Ops with no recorded shapes have no model: skip them without decoding anything (a
+    # trace without record_shapes has none, and every kernel's walk up its ops is wasted).
+    # A row found to hold only empty fields is marked too, so it is decoded once at most.
+    has_shapes = model.host["shapes"].notna().to_numpy().copy() if len(model.host) else np.zeros(0, dtype=bool)
+    decoded: dict[int, dict[str, Any]] = {}
+    by_content: dict[tuple[str, str | None, bytes], OpCost | None] = {}
+    parent = model.arrays.parent if len(model.host) else np.zeros(0, dtype=np.int64)
 
     def cost_of(r: int, hint: str | None) -> OpCost | None:
         nonlocal conv_out
         key = (r, hint)
         if key not in costs:
-            shapes = model.op_shapes(r)
+            if r not in decoded:
+                decoded[r] = model.op_shapes(r) if has_shapes[r] else {}
+                has_shapes[r] = bool(decoded[r])
+            shapes = decoded[r]
             cost = None
-            if shapes:
-                op = model.arrays.name(r)
+            op = model.arrays.name(r)
+            # A loop calls the same op on the same shapes every iteration: model it once.
+            same = (op, hint, msgspec.json.encode(shapes)) if shapes else None
+            if same is not None and same in by_content:
+                cost = by_content[same]
+            elif same is not None:
                 try:
                     cost = op_cost(op, shapes, hint)
                     dims = shapes.get("Input Dims") or []
@@ -276,32 +293,44 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
                             cost = op_cost(op, shapes, hint, found) if found else None
                 except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
                     cost = None
+                by_content[same] = cost
             costs[key] = cost
         return costs[key]
+
+    # The owner of a launching op's kernels depends on the op row and the kernel's type
+    # hint only: resolved once per (row, hint), not once per kernel.
+    resolved: dict[tuple[int, str | None], tuple[int, int]] = {}
+
+    def resolve(r: int, hint: str | None) -> tuple[int, int]:
+        key = (r, hint)
+        if key not in resolved:
+            found, a, depth = (-1, 0), r, 0
+            while a >= 0 and depth < HOST_CHAIN_LIMIT:  # innermost op first, as host_chain
+                if has_shapes[a] and cost_of(a, hint) is not None:
+                    found = (a, depth)
+                    break
+                a, depth = int(parent[a]), depth + 1
+            resolved[key] = found
+        return resolved[key]
 
     owner = np.full(n, -1, dtype=np.int64)
     via_ancestor = np.zeros(n, dtype=bool)
     owner_cost: dict[int, OpCost] = {}
     by_ancestor: set[int] = set()
-    for i in range(n):
-        r = int(op_rows[i])
-        if comm[i] or r < 0:
-            continue
+    for i in np.flatnonzero((op_rows >= 0) & ~comm).tolist():
         name = names[i]
         if name not in hints:
             hints[name] = dtype_from_kernel(name)
-        for depth, a in enumerate(model.host_chain(r)):
-            c = cost_of(a, hints[name])
-            if c is not None:
-                owner[i] = a
-                owner_cost[a] = c
-                if depth:
-                    by_ancestor.add(a)
-                    via_ancestor[i] = True
-                break
+        a, depth = resolve(int(op_rows[i]), hints[name])
+        if a >= 0:
+            owner[i] = a
+            owner_cost[a] = costs[(a, hints[name])]  # type: ignore[assignment]
+            if depth:
+                by_ancestor.add(a)
+                via_ancestor[i] = True
     if by_ancestor:
         # An enclosing op whose other kernels have their own models would be counted twice.
-        direct = {int(o) for o, r in zip(owner, op_rows, strict=True) if o >= 0 and o == r}
+        direct = {int(o) for o in np.unique(owner[(owner >= 0) & (owner == op_rows)])}
         clash = {a for r in direct for a in model.host_chain(r)[1:] if a in by_ancestor}
         if clash:
             owner[via_ancestor & np.isin(owner, list(clash))] = -1
@@ -309,40 +338,46 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     nbytes = np.zeros(n)
     source = np.zeros(n, dtype=np.int8)
     meta: dict[int, tuple[str, str, bool]] = {}
-    op_time: dict[int, float] = defaultdict(float)
-    main_time: dict[int, float] = defaultdict(float)
-    longest: dict[int, int] = {}
+    aux_of = {nm: any(m in nm.lower() for m in AUX_KERNEL_MARKERS) for nm in set(names.tolist())}
+    aux = np.fromiter((aux_of[nm] for nm in names), dtype=bool, count=n)
+    owned = np.flatnonzero(owner >= 0)
+    # Per owner: its kernels' total time, the time of its main (non-aux) kernels, its
+    # longest kernel (the FLOPs' home when all its kernels are aux), by vectorised groups.
+    owners, slot = np.unique(owner[owned], return_inverse=True)
+    op_time = np.bincount(slot, weights=dur[owned], minlength=len(owners))
+    main_time = np.bincount(slot, weights=np.where(aux[owned], 0.0, dur[owned]), minlength=len(owners))
+    by_len = np.lexsort((-dur[owned], slot))  # per owner, longest first (ties: first launched)
+    first = np.ones(len(by_len), dtype=bool)
+    first[1:] = slot[by_len][1:] != slot[by_len][:-1]
+    longest = np.full(len(owners), -1, dtype=np.int64)
+    longest[slot[by_len][first]] = owned[by_len][first]
     owned_names: dict[int, list[str]] = defaultdict(list)
-    aux = np.array([any(m in nm.lower() for m in AUX_KERNEL_MARKERS) for nm in names], dtype=bool)
-    for i in (int(j) for j in np.flatnonzero(owner >= 0)):
-        o = int(owner[i])
-        op_time[o] += dur[i]
-        if not aux[i]:
-            main_time[o] += dur[i]
-        if o not in longest or dur[i] > dur[longest[o]]:
-            longest[o] = i
-        owned_names[o].append(names[i])
+    for i in owned[np.fromiter(("winograd" in nm.lower() for nm in names[owned]), dtype=bool, count=len(owned))]:
+        owned_names[int(owner[i])].append(names[i])
     for o, c in owner_cost.items():
         divisor = _winograd_divisor(owned_names.get(o, []))
         if divisor != 1.0 and c.family == "conv":
             owner_cost[o] = OpCost(c.flops / divisor, c.bytes, c.dtype, c.tensor_core, c.family)
+    costs_of = [owner_cost[o] for o in owners.tolist()]
+    c_bytes = np.array([c.bytes for c in costs_of], dtype=float)
+    c_flops = np.array([c.flops for c in costs_of], dtype=float)
+    c_math = np.array([c.family in MATH_FAMILIES for c in costs_of], dtype=bool)
+    ok = op_time[slot] > 0  # an owner whose kernels all took 0 µs shares nothing
+    d = dur[owned]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shared_bytes = c_bytes[slot] * d / op_time[slot]
+        shared_flops = c_flops[slot] * d / op_time[slot]
+        by_main = np.where(aux[owned], 0.0, c_flops[slot] * d / main_time[slot])
+    on_longest = np.where(owned == longest[slot], c_flops[slot], 0.0)
+    math_flops = np.where(main_time[slot] > 0, by_main, on_longest)
+    sel = owned[ok]
+    nbytes[sel] = shared_bytes[ok]
+    flops[sel] = np.where(c_math[slot], math_flops, shared_flops)[ok]
+    source[sel] = 1
+    kinds = [(c.dtype, c.family, c.tensor_core) for c in costs_of]
+    meta.update(zip(sel.tolist(), (kinds[j] for j in slot[ok].tolist()), strict=True))
     unmodelled: dict[tuple[str, str], float] = defaultdict(float)
-    for i in range(n):
-        if comm[i]:
-            continue
-        o = int(owner[i])
-        if o >= 0 and op_time[o] > 0:
-            c = owner_cost[o]
-            nbytes[i] = c.bytes * dur[i] / op_time[o]
-            if c.family not in MATH_FAMILIES:
-                flops[i] = c.flops * dur[i] / op_time[o]
-            elif main_time[o] > 0:
-                flops[i] = 0.0 if aux[i] else c.flops * dur[i] / main_time[o]
-            else:
-                flops[i] = c.flops if longest[o] == i else 0.0
-            source[i] = 1
-            meta[i] = (c.dtype, c.family, c.tensor_core)
-            continue
+    for i in np.flatnonzero((source == 0) & ~comm).tolist():
         r = int(op_rows[i])
         op = model.arrays.name(r) if r >= 0 else ""
         if "multi_tensor_apply" in names[i]:
@@ -353,7 +388,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
                 continue
         if r < 0:
             unmodelled[("(no launching op)", "no_op")] += dur[i]
-        elif not model.op_shapes(r):
+        elif not has_shapes[r] or not model.op_shapes(r):
             unmodelled[(op, "no_shapes")] += dur[i]
         else:
             unmodelled[(op, "no_model")] += dur[i]
@@ -443,22 +478,23 @@ def _transposed_source(shapes: dict[str, Any]) -> bool:
     return False
 
 
-def _median_grids(k: pd.DataFrame, comm: np.ndarray) -> dict[str, int]:
+def _median_grids(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> dict[str, int]:
     """Median blocks per launch of each kernel name (0 where the trace has no grids)."""
-    gx = k["grid_x"].to_numpy()
-    blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
-    names = k["name"].astype(str).to_numpy()[~comm]
-    dur = k["dur"].to_numpy(dtype=float)[~comm]
     out: dict[str, int] = {}
+    if not len(names):
+        return out
+    codes, uniq = pd.factorize(names)
     # Weighted by time: one name can cover a big launch and many tiny ones (mul on a large
-    # tensor and on a scalar); the launches holding the time decide.
-    for n in np.unique(names):
-        sel = names == n
-        b, d = blocks[~comm][sel], dur[sel]
-        order = np.argsort(b)
-        cum = np.cumsum(d[order])
-        half = np.searchsorted(cum, cum[-1] / 2) if len(b) and cum[-1] > 0 else -1
-        out[str(n)] = int(b[order][half]) if half >= 0 else int(b.max(initial=0))
+    # tensor and on a scalar); the launches holding the time decide. Sorted by name, then
+    # blocks: each name's launches are one slice, its time-weighted median a search in it.
+    order = np.lexsort((blocks, codes))
+    c, b, d = codes[order], blocks[order], dur[order]
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    ends = np.r_[starts[1:], len(c)]
+    for lo, hi in zip(starts.tolist(), ends.tolist(), strict=True):
+        cum = np.cumsum(d[lo:hi])
+        half = int(np.searchsorted(cum, cum[-1] / 2)) if cum[-1] > 0 else -1
+        out[str(uniq[c[lo]])] = int(b[lo + half]) if half >= 0 else int(b[lo:hi].max(initial=0))
     return out
 
 
@@ -477,35 +513,42 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
     dur = k["dur"].to_numpy(dtype=float)
     launch = k["launch"].to_numpy()
     op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
-    comm = np.array(
-        [
-            any(m in name.lower() for m in COMM_MARKERS) or (r >= 0 and model.arrays.name(int(r)).startswith(COMM_OPS))
-            for name, r in zip(names, op_rows, strict=True)
-        ],
-        dtype=bool,
-    )
+    # Collectives by kernel name or by launching op, each name tested once.
+    comm = name_matches(k["name"], lambda n: any(m in n.lower() for m in COMM_MARKERS))
+    if len(model.host):
+        table = model.arrays.name_table
+        comm_op = np.fromiter((n.startswith(COMM_OPS) for n in table), dtype=bool, count=len(table))
+        op_codes = model.arrays.name_codes[np.clip(op_rows, 0, None)]
+        comm |= (op_rows >= 0) & comm_op[np.clip(op_codes, 0, None)] & (op_codes >= 0)
     att = _attribute(model, k, comm)
-    groups: dict[str, list[float]] = {}
+    # Per kernel name (first-seen order): launches, time, modelled FLOPs, bytes and time.
+    kept = np.flatnonzero(~comm)
+    codes, uniq = pd.factorize(names[kept])
+    with_model = att.source[kept] > 0
+    width = len(uniq)
+    counts = np.bincount(codes, minlength=width)
+    times = np.bincount(codes, weights=dur[kept], minlength=width)
+    g_flops = np.bincount(codes, weights=np.where(with_model, att.flops[kept], 0.0), minlength=width)
+    g_bytes = np.bincount(codes, weights=np.where(with_model, att.bytes[kept], 0.0), minlength=width)
+    g_mtime = np.bincount(codes, weights=np.where(with_model, dur[kept], 0.0), minlength=width)
+    groups = {
+        str(nm): (int(counts[j]), float(times[j]), float(g_flops[j]), float(g_bytes[j]), float(g_mtime[j]))
+        for j, nm in enumerate(uniq)
+    }
     meta: dict[str, tuple[str, str, bool]] = {}
+    modelled_idx = kept[with_model]
+    _, first_of = np.unique(codes[with_model], return_index=True)
+    for i in modelled_idx[first_of].tolist():
+        meta[names[i]] = att.meta[i]
     transposing: dict[str, float] = defaultdict(float)  # time in copies from a transposed source
     transposed_op: dict[int, bool] = {}
-    for i, name in enumerate(names):
-        if comm[i]:
-            continue
-        g = groups.setdefault(name, [0.0, 0.0, 0.0, 0.0, 0.0])
-        g[0] += 1
-        g[1] += dur[i]
-        if att.source[i]:
-            g[2] += att.flops[i]
-            g[3] += att.bytes[i]
-            g[4] += dur[i]
-            meta.setdefault(name, att.meta[i])
-            o = int(att.owner[i])
-            if att.meta[i][1] == "copy" and o >= 0:
-                if o not in transposed_op:
-                    transposed_op[o] = _transposed_source(model.op_shapes(o))
-                if transposed_op[o]:
-                    transposing[name] += dur[i]
+    for i in modelled_idx.tolist():
+        o = int(att.owner[i])
+        if att.meta[i][1] == "copy" and o >= 0:
+            if o not in transposed_op:
+                transposed_op[o] = _transposed_source(model.op_shapes(o))
+            if transposed_op[o]:
+                transposing[names[i]] += dur[i]
     modelled = float(dur[att.source == 1].sum())
     estimated = float(dur[att.source == 2].sum())
     comm_us = float(dur[comm].sum())
@@ -513,7 +556,9 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
     rows = []
     errors = 0
     sms = (dev.num_sms if dev else None) or 0
-    grid_of = _median_grids(k, comm)
+    gx = k["grid_x"].to_numpy()
+    blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
+    grid_of = _median_grids(names[kept], blocks[kept], dur[kept])
     for name, (count, time_us, flops, nbytes, mtime) in groups.items():
         dtype, family, tc = meta.get(name, ("", "", False))
         grid = grid_of.get(name, 0)
