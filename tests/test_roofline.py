@@ -296,9 +296,9 @@ def test_qwen_flash_attention_rate() -> None:
 
 def test_ncu_agreement() -> None:
     """tracelens' bound against Nsight Compute's Speed Of Light verdict on the same six H200
-    workloads (bench/ncu_compare.py; CSVs and traces in tests/data/ncu). Measured: 75/90
-    families (83%), 90.7% of kernel time (was 60% / 43% before issue 10); the disagreements
-    are explained in bench/RESULTS.md."""
+    workloads (bench/ncu_compare.py; CSVs and traces in tests/data/ncu). Measured: 77/90
+    families (86%), 91.3% of kernel time (75/90 and 90.7% before the instruction-issue roof,
+    60% / 43% before issue 10); the disagreements are explained in bench/RESULTS.md."""
     sys.path.insert(0, str(REPO / "bench"))
     from ncu_compare import agreement, all_pairs
 
@@ -306,7 +306,7 @@ def test_ncu_agreement() -> None:
     pairs = all_pairs(data, data)
     a = agreement(pairs)
     assert len(pairs) == 286  # every profiled launch paired with a trace kernel
-    assert a.by_family >= 0.8 and a.by_time >= 0.9
+    assert a.families_agree >= 77 and a.by_time >= 0.91
 
 
 @needs_real
@@ -358,3 +358,62 @@ def test_fusion_chains_end_at_step_boundaries() -> None:
     k = model.kernels()
     steps_of_chain_kernels = set(k[k["name"].astype(str).isin(roof.chains[0].kernels)]["step"])
     assert len(steps_of_chain_kernels - {-1}) >= 3
+
+
+def _ncu_raw(name: str) -> list[dict[str, str]]:
+    import csv
+    import gzip
+
+    with gzip.open(REPO / "tests" / "data" / "ncu" / name, "rt") as f:
+        rows = list(csv.DictReader(f))
+    return rows[1:]  # the first row holds the units
+
+
+def test_instruction_counts_are_the_measured_ones() -> None:
+    """INSTRUCTIONS_PER_ELEMENT is Nsight Compute's InstructionStats of the `instructions`
+    case (32768 x 1024 elements a kernel): each count within 1% of warp instructions x 32 /
+    elements there, and the count carries to another size (the attention case's 64 x 1024 x
+    1024 bf16 softmax_warp_forward)."""
+    from tracelens.analyzers.roofline import INSTRUCTIONS_PER_ELEMENT
+
+    rows = _ncu_raw("instructions_raw.csv.gz")
+    elements = 32768 * 1024
+    for marker, fp32, half in INSTRUCTIONS_PER_ELEMENT:
+        found = [r for r in rows if marker in r["Kernel Name"]]
+        # 16-bit kernels name c10::BFloat16, or vectorise 8 elements (16 bytes) instead of 4.
+        short = [r for r in found if "BFloat16" in r["Kernel Name"] or "kernel<8," in r["Kernel Name"]]
+        full = [r for r in found if r not in short]
+        assert len(full) == 1 and len(short) == 1, marker
+        for row, expected in ((full[0], fp32), (short[0], half)):
+            measured = float(row["inst_executed"]) * 32 / elements
+            assert measured == pytest.approx(expected, rel=0.01), (marker, measured)
+    att = [r for r in _ncu_raw("attention_raw.csv.gz") if "softmax_warp_forward" in r["Kernel Name"]]
+    assert len(att) == 1
+    assert float(att[0]["inst_executed"]) * 32 / (64 * 1024 * 1024) == pytest.approx(39.4, rel=0.02)
+    # Nsight Compute's SM throughput of these kernels is their instruction issue.
+    for r in rows:
+        sm, issue = (
+            float(r["sm__throughput.avg.pct_of_peak_sustained_elapsed"]),
+            float(r["sm__inst_executed.avg.pct_of_peak_sustained_elapsed"]),
+        )
+        if any(m in r["Kernel Name"] for m, _, _ in INSTRUCTIONS_PER_ELEMENT) and "dropout" not in r["Kernel Name"]:
+            assert sm == pytest.approx(issue, abs=3.5), r["Kernel Name"]
+
+
+def test_instruction_bound_kernels() -> None:
+    """The train step's bf16 GELU and its backward run out of instruction issue before DRAM
+    bandwidth (Nsight Compute: SM 66-72%, DRAM 42-59%): compute-bound against the issue roof,
+    below 100% of it; the fp32 GELU beside DRAM's roof in the encoder stays memory-bound."""
+    train = for_context(context_of(REPO / "tests" / "data" / "ncu" / "ncu_train.pt.trace.json.gz"))
+    gelu = [k for k in train.kernels if "Gelu" in k.name]
+    assert len(gelu) == 2
+    for k in gelu:
+        assert k.bound == "compute" and k.unit == "issue" and k.roof_name.startswith("instruction issue")
+        assert 0.6 <= k.issue_share == k.compute_share <= 1.0 and k.memory_share < k.issue_share
+    enc = for_context(context_of(REPO / "tests" / "data" / "ncu" / "ncu_encoder.pt.trace.json.gz"))
+    (fp32_gelu,) = [k for k in enc.kernels if "GeluCUDAKernelImpl" in k.name]
+    assert fp32_gelu.bound == "memory" and 0.3 < fp32_gelu.issue_share < 0.6
+    rep = report_of(sample("train_step"))
+    comp = next(f for f in rep.findings if f.category == "compute_bound")
+    assert "instruction issue" in comp.advice
+    assert any("instruction-bound" in s.description for s in comp.sites)

@@ -20,6 +20,10 @@ Cases (sizes on CUDA; ``--device cpu`` shrinks them for a smoke test):
   compiled   torch.compile'd elementwise/norm chain (Triton kernels)
   elementwise plain elementwise ops, a transposed copy, a cast and tiny ops
   gemm       large bf16 GEMMs (8192^3, 4096^3, 2304^2 partial wave), fp32 and TF32 4096^3
+  instructions  one kernel per op (GELU and its backward, softmax, layer norm, exp, tanh,
+             sigmoid, SiLU, rsqrt, erf, add, mul, ReLU, casts, dropout) in fp32 and bf16 on
+             32768 x 1024 tensors: for the instructions each executes per element (ncu's
+             InstructionStats), not for the bound comparison
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ import torch.nn.functional as F
 from _profile import make_parser, profile_steps, sync
 from torch import nn
 
-CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm")
+CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm", "instructions")
 
 
 def _train(dev: torch.device, big: bool) -> Callable[[], None]:
@@ -179,6 +183,38 @@ def _gemm(dev: torch.device, big: bool) -> Callable[[], None]:
     return step
 
 
+def _instructions(dev: torch.device, big: bool) -> Callable[[], None]:
+    rows, cols = (32768, 1024) if big else (64, 128)
+    dtypes = (torch.float32, torch.bfloat16) if dev.type == "cuda" else (torch.float32,)
+    sets = []
+    for dt in dtypes:
+        x = torch.randn(rows, cols, device=dev, dtype=dt)
+        y = torch.randn(rows, cols, device=dev, dtype=dt)
+        w, b = torch.randn(cols, device=dev, dtype=dt), torch.randn(cols, device=dev, dtype=dt)
+        sets.append((x, y, w, b))
+
+    def step() -> None:
+        for x, y, w, b in sets:
+            F.gelu(x)
+            torch.ops.aten.gelu_backward(y, x)
+            p = torch.softmax(x, dim=-1)
+            torch.ops.aten._softmax_backward_data(y, p, -1, x.dtype)
+            F.layer_norm(x, (cols,), w, b)
+            torch.exp(x)
+            torch.tanh(x)
+            torch.sigmoid(x)
+            F.silu(x)
+            torch.rsqrt(p)
+            torch.erf(x)
+            torch.add(x, y)
+            torch.mul(x, 1.5)
+            torch.relu(x)
+            x.to(torch.bfloat16 if x.dtype == torch.float32 else torch.float32)
+            F.dropout(x, p=0.1, training=True)
+
+    return step
+
+
 BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
     "train": _train,
     "encoder": _encoder,
@@ -186,6 +222,7 @@ BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
     "compiled": _compiled,
     "elementwise": _elementwise,
     "gemm": _gemm,
+    "instructions": _instructions,
 }
 
 

@@ -80,10 +80,12 @@ class KernelRoof:
     roof_name: str = ""  # the roof it was judged against: "memory bandwidth", "bf16 tensor cores", ...
     roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
     measured_ceiling: float = 0.0  # the sustained ceiling measured for that roof on this GPU, 0 if none
-    compute_share: float = 0.0  # achieved FLOP/s / the compute roof of its unit
+    compute_share: float = 0.0  # achieved FLOP/s / its unit's roof, or instructions/s / the issue roof (unit "issue")
     memory_share: float = 0.0  # achieved bytes/s / the bandwidth roof
     grid: int = 0  # median blocks per launch (0: not recorded)
-    unit: str = ""  # execution unit of the compute roof (fp32, tf32, bf16, fp16, fp8, int8)
+    unit: str = ""  # execution unit of the compute roof (fp32, tf32, bf16, fp16, fp8, int8; issue)
+    instructions: float = 0.0  # thread instructions executed, estimated (INSTRUCTIONS_PER_ELEMENT), 0 if no count
+    issue_share: float = 0.0  # instructions/s / the GPU's issue roof
 
 
 #: Elements each block of ATen's multi_tensor_apply kernels handles (kChunkSize in
@@ -113,6 +115,39 @@ AUX_KERNEL_MARKERS = (
     "compute_dot_do_o",  # cuDNN flash-attention backward's rowsum(dO * O) and dQ conversion passes
     "convert_dq",
 )
+
+
+#: Thread instructions per element that ATen's kernels execute, fp32 and 16-bit (bf16/fp16):
+#: Nsight Compute's InstructionStats (warp instructions x 32 / elements) on the H200, torch
+#: 2.11+cu130, one kernel per op on 32768 x 1024 tensors (bench/ncu_compare_instructions.sh,
+#: workloads/ncu_cases.py `instructions`; sizes unlike the comparison cases'). They are a
+#: property of the kernel's code (erf's and exp's polynomials, the special-function unit,
+#: bf16 conversions, warp shuffles, Welford's division), steady across sizes: the attention
+#: case's 64 x 1024 x 1024 softmax_warp_forward<bf16> executes 39.4 a element, as here. Only
+#: kernels that can run out of instruction issue before DRAM bandwidth are listed: a plain
+#: add (4-7 a element) needs over 60 to reach the issue roof at full bandwidth.
+INSTRUCTIONS_PER_ELEMENT: tuple[tuple[str, float, float], ...] = (
+    ("GeluBackwardCUDAKernelImpl", 42.4, 44.4),
+    ("GeluCUDAKernelImpl", 28.4, 30.1),  # erf GELU (the default)
+    ("softmax_warp_forward", 37.4, 39.4),  # softmax over <= 1024 columns, one warp a row
+    ("softmax_warp_backward", 10.8, 13.9),
+    ("vectorized_layer_norm_kernel", 70.8, 65.7),
+    ("erf_kernel_cuda", 24.4, 26.1),
+    ("silu_kernel", 22.3, 24.3),
+    ("sigmoid_kernel_cuda", 21.8, 24.3),
+    ("tanh_kernel_cuda", 17.9, 19.5),
+    ("exp_kernel_cuda", 10.8, 12.5),
+    ("rsqrt_kernel_cuda", 6.5, 8.3),
+    ("fused_dropout_kernel_vec", 30.0, 29.2),  # Philox random numbers
+)
+
+
+def instructions_per_element(kernel: str) -> float:
+    """Thread instructions per element of a kernel in INSTRUCTIONS_PER_ELEMENT, 0 if absent."""
+    for marker, fp32, half in INSTRUCTIONS_PER_ELEMENT:
+        if marker in kernel:
+            return half if dtype_from_kernel(kernel) in ("c10::BFloat16", "c10::Half") else fp32
+    return 0.0
 
 
 #: Winograd convolutions do fewer multiplies than a direct convolution: F(4x4, 3x3) 36
@@ -205,6 +240,7 @@ class _Attribution:
     meta: dict[int, tuple[str, str, bool]]  # kernel index -> dtype, family, tensor_core
     unmodelled: dict[tuple[str, str], float]
     owner: np.ndarray  # host row of the op whose model covers each kernel, or -1
+    instructions: np.ndarray | None = None  # estimated thread instructions (0: no count)
 
 
 def _conv_outputs(model: TraceModel) -> dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]]:
@@ -392,7 +428,20 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
             unmodelled[(op, "no_shapes")] += dur[i]
         else:
             unmodelled[(op, "no_model")] += dur[i]
-    return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner)
+    # Instructions of the kernels with a per-element count: the elements are the owner op's
+    # first tensor (gelu's input, gelu_backward's and softmax backward's gradient, the
+    # normalised input), shared among the owner's kernels by time as its bytes are.
+    instr = np.zeros(n)
+    per_elem = {nm: instructions_per_element(nm) for nm in aux_of}
+    counted = np.fromiter((per_elem[nm] for nm in names), dtype=float, count=n)
+    for i in np.flatnonzero((counted > 0) & (source == 1)).tolist():
+        o = int(owner[i])
+        dims = (decoded.get(o) or {}).get("Input Dims") or []
+        lead = dims[0] if dims else None
+        if isinstance(lead, list) and lead and all(isinstance(x, int) for x in lead):
+            j = int(np.searchsorted(owners, o))
+            instr[i] = counted[i] * float(np.prod(lead)) * dur[i] / op_time[j]
+    return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr)
 
 
 def _subset(att: _Attribution, keep: np.ndarray) -> _Attribution:
@@ -400,7 +449,10 @@ def _subset(att: _Attribution, keep: np.ndarray) -> _Attribution:
     index = np.flatnonzero(keep)
     new_of = {int(old): new for new, old in enumerate(index)}
     meta = {new_of[i]: m for i, m in att.meta.items() if i in new_of}
-    return _Attribution(att.flops[keep], att.bytes[keep], att.source[keep], meta, att.unmodelled, att.owner[keep])
+    instr = att.instructions[keep] if att.instructions is not None else None
+    return _Attribution(
+        att.flops[keep], att.bytes[keep], att.source[keep], meta, att.unmodelled, att.owner[keep], instr
+    )
 
 
 def _fusion_chains(model: TraceModel, k: pd.DataFrame, att: _Attribution) -> tuple[FusionChain, ...]:
@@ -531,10 +583,13 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
     g_flops = np.bincount(codes, weights=np.where(with_model, att.flops[kept], 0.0), minlength=width)
     g_bytes = np.bincount(codes, weights=np.where(with_model, att.bytes[kept], 0.0), minlength=width)
     g_mtime = np.bincount(codes, weights=np.where(with_model, dur[kept], 0.0), minlength=width)
+    instr_of = att.instructions if att.instructions is not None else np.zeros(len(k))
+    g_instr = np.bincount(codes, weights=np.where(with_model, instr_of[kept], 0.0), minlength=width)
     groups = {
         str(nm): (int(counts[j]), float(times[j]), float(g_flops[j]), float(g_bytes[j]), float(g_mtime[j]))
         for j, nm in enumerate(uniq)
     }
+    instructions = {str(nm): float(g_instr[j]) for j, nm in enumerate(uniq)}
     meta: dict[str, tuple[str, str, bool]] = {}
     modelled_idx = kept[with_model]
     _, first_of = np.unique(codes[with_model], return_index=True)
@@ -580,20 +635,31 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
             continue
         unit, peak = peaks.roof(dtype, tc, name)
         winograd = "winograd" in name.lower()
-        compute_share = fps / peak if peak > 0 else 0.0
+        flop_share = fps / peak if peak > 0 else 0.0
         memory_share = bps / peaks.bw if peaks.bw > 0 else 0.0
         if winograd:
             # Winograd convolutions do fewer multiplies than the direct FLOPs we count:
             # their "FLOP/s" can pass the peak without the model being wrong.
-            compute_share = min(compute_share, 1.0)
-        roof = min(peak, ai * peaks.bw) if ai != float("inf") else peak
+            flop_share = min(flop_share, 1.0)
+        instr = instructions.get(name, 0.0)
+        issue_share = instr / (mtime * 1e-6) / peaks.issue if peaks.issue > 0 and instr > 0 else 0.0
+        # The compute roof: the unit's FLOP/s, or instruction issue where the kernel runs out
+        # of issue slots first (GELU, softmax: Nsight Compute's SM throughput is their issue
+        # use). The issue roof is judged at NEAR_ROOF_SHARE, not NEAR_COMPUTE_ROOF_SHARE: these
+        # kernels ran at 1.955 of 1.98 GHz under Nsight Compute, no power-capped clock.
+        by_issue = issue_share / NEAR_ROOF_SHARE > flop_share / NEAR_COMPUTE_ROOF_SHARE
+        compute_share = issue_share if by_issue else flop_share
+        near_compute = NEAR_ROOF_SHARE if by_issue else NEAR_COMPUTE_ROOF_SHARE
+        if by_issue:
+            unit, peak = "issue", peaks.issue
+        roof = min(peak, ai * peaks.bw) if ai != float("inf") and not by_issue else peak
         share = max(compute_share, memory_share)
         near_memory = memory_share >= compute_share
         roof_name = "memory bandwidth" if near_memory else UNIT_NAMES.get(unit, unit)
         roof_value = peaks.bw if near_memory else peak
         ceiling = peaks.measured.get("bandwidth" if near_memory else unit, 0.0)
-        if compute_share > MODEL_ERROR_SHARE or memory_share > MODEL_ERROR_SHARE:
-            # Above the datasheet roof: the FLOP or byte model (or the peak) is wrong.
+        if max(flop_share, compute_share, memory_share) > MODEL_ERROR_SHARE:
+            # Above the datasheet roof: the FLOP, instruction or byte model (or the peak) is wrong.
             errors += 1
             bound = "unknown"
         elif transposing.get(name, 0.0) > mtime / 2 and time_us / count >= LATENCY_US and grid >= sms:
@@ -603,16 +669,16 @@ def compute_roofline(model: TraceModel, device: int | None, window: tuple[float,
             bound = "memory"
         elif (
             time_us / count < LATENCY_US
-            or (memory_share < NEAR_ROOF_SHARE and compute_share < NEAR_COMPUTE_ROOF_SHARE)
+            or (memory_share < NEAR_ROOF_SHARE and compute_share < near_compute)
             or 0 < grid < sms * SMALL_GRID_SHARE
         ):
             bound = "latency"
         else:
             # The roof it is nearer to, each share taken against its own threshold.
-            bound = "memory" if memory_share / NEAR_ROOF_SHARE >= compute_share / NEAR_COMPUTE_ROOF_SHARE else "compute"
+            bound = "memory" if memory_share / NEAR_ROOF_SHARE >= compute_share / near_compute else "compute"
         rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, roof,
                                share, bound, roof_name, roof_value, ceiling, compute_share, memory_share, grid,
-                               unit))  # fmt: skip
+                               unit, instr, issue_share))  # fmt: skip
     rows.sort(key=lambda r: -r.time_us)
     classified = sum(r.time_us for r in rows if r.bound != "unknown")
     unmodelled = tuple(
@@ -829,6 +895,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             "use bf16/fp16 (or fp8 where accuracy allows) so they run on tensor cores, and keep matmul shapes "
             "aligned and wave-friendly (the matmul findings)."
         )
+        issue_bound = [r for r in comp if r.unit == "issue"]
+        if issue_bound:
+            advice += (
+                f" {fmt_us(sum(r.time_us for r in issue_bound))} of them are elementwise/norm kernels that run out of "
+                "instruction issue, not FLOPs or bandwidth (GELU's erf, softmax's exp, layer norm's Welford "
+                "division): fusing them into the neighbouring kernels (torch.compile, a fused epilogue) removes their "
+                "separate passes; tensor cores do not help them."
+            )
         if fp32_time:
             advice += (
                 f" {fmt_us(fp32_time)} of fp32 matmuls run on CUDA cores: "
@@ -854,16 +928,23 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                     Metric("fp32 matmul time", fp32_time, "us"),
                     Metric("peak used (bf16 FLOP/s)", roof.peaks.peak("bf16", True), "number"),
                 ),
-                sites=_sites(
-                    comp,
-                    lambda r: (
-                        f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
-                        f"({r.roof_share:.0%} of the roof), {r.intensity:.0f} FLOP/B"
-                    ),
-                ),
+                sites=_sites(comp, _compute_site),
             )
         )
     return findings
+
+
+def _compute_site(r: KernelRoof) -> str:
+    if r.unit == "issue":
+        # Instruction-bound: the FLOP count says little (erf, exp, conversions are not FLOPs).
+        return (
+            f"{r.family or 'kernel'} {r.dtype}: instruction-bound, {r.instructions / (r.time_us * 1e-6) / 1e12:.1f} T "
+            f"instructions/s ({r.roof_share:.0%} of the issue roof)"
+        )
+    return (
+        f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
+        f"({r.roof_share:.0%} of the roof), {r.intensity:.0f} FLOP/B"
+    )
 
 
 def bound_of(ctx: AnalysisContext) -> dict[str, str]:

@@ -31,6 +31,7 @@ UNIT_NAMES = {
     "fp16": "fp16 tensor cores",
     "fp8": "fp8 tensor cores",
     "int8": "int8 tensor cores",
+    "issue": "instruction issue (all SM pipes)",
 }
 #: Kernel-name fragments of fp32 matmul/conv kernels that run on TF32 tensor cores
 #: (cuBLAS/cuDNN xmma names spell the operand types, CUTLASS's s1688/s16816 are TF32 MMA shapes).
@@ -46,6 +47,10 @@ class DevicePeaks:
     bandwidth: float  # datasheet bytes/s
     source: str
     measured: dict[str, float] = field(default_factory=dict)  # sustained ceilings measured in this workplace
+    #: Thread instructions the SMs can issue per second (one warp instruction per scheduler
+    #: per clock: SMs x 4 x 32 x boost clock), the roof of kernels limited by instruction
+    #: count rather than FLOPs or bytes (erf, exp, conversions, index math). 0: not known.
+    issue: float = 0.0
 
     def unit_for(self, dtype: str, tensor_core: bool, kernel: str = "") -> str:
         """The execution unit whose peak is the roof for an op of this dtype on this GPU:
@@ -86,6 +91,10 @@ def _p(fp32: float, tf32: float, bf16: float, fp16: float, fp8: float, int8: flo
 
 
 _HOPPER = _p(67, 494.7, 989.4, 989.4, 1978.9, 1978.9)
+#: H100/H200 SXM: 132 SMs x 4 schedulers x 32 lanes x 1.98 GHz boost. Nsight Compute's SM
+#: throughput of ATen's elementwise kernels on the H200 equals their issue-slot use (GELU
+#: bf16: 68% for 3.16e7 warp instructions in 45 us, i.e. 1.955 GHz: the clock holds there).
+_HOPPER_ISSUE = 132 * 4 * 32 * 1.98e9
 _A100 = _p(19.5, 156, 312, 312, 0, 624)
 
 #: (substring of deviceProperties name, peaks). More specific names first.
@@ -97,6 +106,7 @@ TABLE: tuple[tuple[str, DevicePeaks], ...] = (
             # torch.mm 8192^3 bf16 on random data and a device-to-device copy (read + write),
             # lent H200, 2026-11 (gpu-trace-facts.md).
             measured={"bf16": 790 * TFLOPS, "fp16": 790 * TFLOPS, "bandwidth": 4.3 * TBPS},
+            issue=_HOPPER_ISSUE,
         ),
     ),
     ("H100 PCIe", DevicePeaks("H100 PCIe", _p(51, 378, 756, 756, 1513, 1513), 2.0 * TBPS,
@@ -104,7 +114,7 @@ TABLE: tuple[tuple[str, DevicePeaks], ...] = (
     ("H100 NVL", DevicePeaks("H100 NVL", _p(60, 418, 835, 835, 1671, 1671), 3.9 * TBPS,
                              "NVIDIA H100 Tensor Core GPU datasheet (H100 NVL column, dense)")),
     ("H100", DevicePeaks("H100 SXM", _HOPPER, 3.35 * TBPS,
-                         "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column, dense)")),
+                         "NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column, dense)", issue=_HOPPER_ISSUE)),
     ("B200", DevicePeaks("B200", _p(75, 1100, 2250, 2250, 4500, 4500), 8.0 * TBPS,
                          "NVIDIA HGX B200 datasheet (8-GPU figures / 8, dense)")),
     ("A100-PCIE-40GB", DevicePeaks("A100 40GB PCIe", _A100, 1.555 * TBPS, "NVIDIA A100 Tensor Core GPU datasheet")),
@@ -148,5 +158,5 @@ def peaks_for(device_name: str | None) -> DevicePeaks | None:
             flops = dict(base.flops)
             flops.update({k: float(v) for k, v in values.items() if k != "bandwidth"})
             bw = float(values.get("bandwidth", base.bandwidth))
-            found = DevicePeaks(base.name, flops, bw, base.source + " + TRACELENS_PEAKS", {})
+            found = DevicePeaks(base.name, flops, bw, base.source + " + TRACELENS_PEAKS", {}, base.issue)
     return found
