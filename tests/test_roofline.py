@@ -417,3 +417,18 @@ def test_instruction_bound_kernels() -> None:
     comp = next(f for f in rep.findings if f.category == "compute_bound")
     assert "instruction issue" in comp.advice
     assert any("instruction-bound" in s.description for s in comp.sites)
+
+
+@needs_real
+def test_graph_replays_reported_as_such() -> None:
+    """HTA's rank0.json replays torch.compile'd regions as CUDA graphs (cudaGraphLaunch under
+    CompiledFunction/CompiledFunctionBackward): their kernels, 117 ms of TF32 GEMMs among them,
+    have no op shapes in the trace and are reported as graph replays, not as ops without a
+    model; the GEMMs still get their roof (TF32) from the kernel name."""
+    roof = for_context(context_of(real("rank0.json.gz")))
+    replay = {u.op: u.time_us for u in roof.unmodelled if u.reason == "graph_replay"}
+    assert set(replay) >= {"CompiledFunctionBackward", "CompiledFunction"}
+    assert sum(replay.values()) > 100e3
+    assert not any(u.op.startswith("CompiledFunction") and u.reason == "no_model" for u in roof.unmodelled)
+    tf32 = [k for k in roof.kernels if "s1688gemm" in k.name and k.bound == "unknown"]
+    assert sum(k.time_us for k in tf32) > 110e3 and {k.unit for k in tf32} == {"tf32"}

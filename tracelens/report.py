@@ -151,7 +151,7 @@ class UncoveredOp:
     """Kernel time the roofline could not model, by launching op and why."""
 
     op: str
-    reason: str  # no_op (no launching op in the trace), no_shapes (record_shapes off), no_model
+    reason: str  # no_op (no launching op in the trace), no_shapes (record_shapes off), no_model, graph_replay
     time_us: float
     share: float  # of non-communication kernel time
 
