@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers.op_costs import dtype_from_kernel, op_cost
-from tracelens.analyzers.roofline import FOREACH_CHUNK_ELEMENTS, MODEL_ERROR_SHARE, for_context
+from tracelens.analyzers.roofline import FOREACH_CHUNK_ELEMENTS, MODEL_ERROR_SHARE, compute_roofline, for_context
 from tracelens.analyzers.roofline import analyze as roofline_analyze
 from tracelens.model.peaks import peaks_for
 
@@ -432,3 +432,17 @@ def test_graph_replays_reported_as_such() -> None:
     assert not any(u.op.startswith("CompiledFunction") and u.reason == "no_model" for u in roof.unmodelled)
     tf32 = [k for k in roof.kernels if "s1688gemm" in k.name and k.bound == "unknown"]
     assert sum(k.time_us for k in tf32) > 110e3 and {k.unit for k in tf32} == {"tf32"}
+
+
+def test_fusion_chains_end_at_detected_iterations() -> None:
+    """plain_mask_sum has no ProfilerSteps: its window is 19 detected iterations of 22
+    kernels. Chains end where an iteration does (as at ProfilerSteps): none holds more passes
+    than one iteration launches, and the runs that crossed iterations are split, so more,
+    shorter chains claim less (measured: 44 chains saving 3.46 ms, 39 saving 3.76 ms uncut)."""
+    ctx = context_of(sample("plain_mask_sum"))
+    assert ctx.window.source == "detected" and len(ctx.window.steps) == 19
+    roof = for_context(ctx)
+    assert roof.chains and max(len(c.ops) for c in roof.chains) <= 22
+    uncut = compute_roofline(ctx.model, ctx.device, (ctx.window.start_us, ctx.window.end_us))
+    assert sum(c.count for c in roof.chains) > sum(c.count for c in uncut.chains)
+    assert sum(c.saved_us for c in roof.chains) < sum(c.saved_us for c in uncut.chains)
