@@ -3,7 +3,9 @@
 # element (Nsight Compute's InstructionStats and ComputeWorkloadAnalysis), for the roofline's
 # instruction-issue roof (issue 10). Profiles workloads/ncu_cases.py's `instructions` case
 # (one kernel per op, fp32 and bf16, sizes unlike the comparison cases) and, to check the
-# counts on the comparison kernels, the `attention` and `compiled` cases.
+# counts on the comparison kernels, the `attention` and `compiled` cases. The second call
+# (fp32 attention's shared-memory traffic) was
+#   TRACES="onchip encoder" CASES="onchip encoder" bash bench/ncu_compare_instructions.sh
 #
 #   bash bench/ncu_compare_instructions.sh     # from the repository root, on a CUDA machine
 #
@@ -18,10 +20,13 @@ exec > >(tee -a "$DEST/instructions.log") 2>&1
 set -x
 start=$SECONDS
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv
-timeout 100 "$PY" workloads/ncu_cases.py instructions --mode trace --out "$DEST/work" || echo "!!! trace failed"
+for c in ${TRACES:-instructions}; do
+    timeout 100 "$PY" workloads/ncu_cases.py "$c" --mode trace --out "$DEST/work" || echo "!!! trace $c failed"
+done
 for c in ${CASES:-instructions attention compiled}; do
     timeout 150 ncu --clock-control none --section SpeedOfLight --section InstructionStats \
-        --section ComputeWorkloadAnalysis --profile-from-start off --target-processes application-only \
+        --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+        --profile-from-start off --target-processes application-only \
         --launch-count 400 -f -o "$DEST/work/$c" "$PY" workloads/ncu_cases.py "$c" --mode ncu \
         || echo "!!! ncu $c failed (rc=$?)"
     ncu -i "$DEST/work/$c.ncu-rep" --page raw --csv >"$DEST/work/${c}_raw.csv"

@@ -24,6 +24,9 @@ Cases (sizes on CUDA; ``--device cpu`` shrinks them for a smoke test):
              sigmoid, SiLU, rsqrt, erf, add, mul, ReLU, casts, dropout) in fp32 and bf16 on
              32768 x 1024 tensors: for the instructions each executes per element (ncu's
              InstructionStats), not for the bound comparison
+  onchip     fp32 memory-efficient attention (SDPA without TF32, no grad) at 8 x 16 heads x 256 and
+             x 1024 tokens, head dim 64: its L1/shared-memory traffic per FLOP (ncu's
+             MemoryWorkloadAnalysis), not for the bound comparison
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ import torch.nn.functional as F
 from _profile import make_parser, profile_steps, sync
 from torch import nn
 
-CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm", "instructions")
+CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm", "instructions", "onchip")
 
 
 def _train(dev: torch.device, big: bool) -> Callable[[], None]:
@@ -215,6 +218,20 @@ def _instructions(dev: torch.device, big: bool) -> Callable[[], None]:
     return step
 
 
+def _onchip(dev: torch.device, big: bool) -> Callable[[], None]:
+    batch, heads, dh = (8, 16, 64) if big else (1, 2, 16)
+    qkv = [
+        [torch.randn(batch, heads, s, dh, device=dev) for _ in range(3)] for s in ((256, 1024) if big else (16, 32))
+    ]
+
+    def step() -> None:
+        with torch.no_grad():
+            for q, k, v in qkv:
+                F.scaled_dot_product_attention(q, k, v)
+
+    return step
+
+
 BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
     "train": _train,
     "encoder": _encoder,
@@ -223,6 +240,7 @@ BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
     "elementwise": _elementwise,
     "gemm": _gemm,
     "instructions": _instructions,
+    "onchip": _onchip,
 }
 
 
