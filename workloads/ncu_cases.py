@@ -220,9 +220,7 @@ def _instructions(dev: torch.device, big: bool) -> Callable[[], None]:
 
 def _onchip(dev: torch.device, big: bool) -> Callable[[], None]:
     batch, heads, dh = (8, 16, 64) if big else (1, 2, 16)
-    qkv = [
-        [torch.randn(batch, heads, s, dh, device=dev) for _ in range(3)] for s in ((256, 1024) if big else (16, 32))
-    ]
+    qkv = [[torch.randn(batch, heads, s, dh, device=dev) for _ in range(3)] for s in ((256, 1024) if big else (16, 32))]
 
     def step() -> None:
         with torch.no_grad():
