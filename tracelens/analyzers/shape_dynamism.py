@@ -290,7 +290,7 @@ def _shape_finding(ctx: AnalysisContext, sites: list[ShapeSite], graphs: int) ->
     where = top.source.where if top.source else ""
     if costly:
         title = (
-            f"Input shapes change every step at {len(sites)} op site(s); the first call with each new shape costs "
+            f"Input shapes change from step to step at {len(sites)} op site(s); the first call with each new shape costs "
             f"the host {fmt_us(excess)} beyond a repeat, and the GPU idles {fmt_us(idle)} ({share:.0%} of the "
             f"window) meanwhile, most in {top.op} {where} ({describe_shapes(top.shapes)})"
         )
