@@ -34,7 +34,7 @@ from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.derive.apis import ALLOC_APIS
 from tracelens.derive.ledger import overlap
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, op_chain, user_source
+from tracelens.model.sources import PySource, op_chain, python_stack, user_source
 from tracelens.model.trace import TraceModel, name_matches
 
 MAX_SITES = 8
@@ -121,12 +121,17 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     for r, idle in zip(rows, idle_in, strict=True):
         api = model.arrays.name(int(r))
         ops = op_chain(model, int(r))
-        if any("empty_cache" in o for o in ops):
+        # empty_cache() is no aten op: its Python frame (with_stack) or an op name says so.
+        in_empty_cache = any("empty_cache" in o for o in ops) or any(
+            "empty_cache" in f for f in python_stack(model, int(r), limit=8)
+        )
+        if in_empty_cache:
             empty_cache += 1
         if api.startswith(PINNED_APIS):
             pinned += 1
         src = user_source(model, int(r))
-        key = (api, ops[0] if ops else "(no enclosing op)", src.label if src else "")
+        where = ops[0] if ops else ("torch.cuda.empty_cache()" if in_empty_cache else "(no enclosing op)")
+        key = (api, where, src.label if src else "")
         by_site[key][0] += float(idle)
         by_site[key][1] += 1
         by_site[key][2] += float(end[r] - ts[r])

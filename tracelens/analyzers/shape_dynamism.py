@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import msgspec
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import LOW_SHARE, Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.derive.apis import ALLOC_APIS
 from tracelens.derive.ledger import blocking_call_rows, merge_intervals, overlap, total
@@ -277,7 +277,9 @@ def _window_syncs(ctx: AnalysisContext) -> int:
 def _shape_finding(ctx: AnalysisContext, sites: list[ShapeSite], graphs: int) -> Finding | None:
     dev = ctx.ledger.primary
     sites = [s for s in sites if s.idle_us > 0]
-    if dev is None or not sites:
+    # Under half a percent of the window is noise next to step-to-step variation (one
+    # late batch of another size): no finding.
+    if dev is None or not sites or ctx.share(sum(s.idle_us for s in sites)) < LOW_SHARE:
         # Shapes that vary at no measured cost (the inputs being built, a padded batch)
         # are no finding: the allocation finding names them where they cost allocator calls.
         return None
