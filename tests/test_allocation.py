@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
+from conftest import needs_real, real, report_of, sample
+
 from tracelens.analyzers.base import Category, Finding
 from tracelens.render import render_html, render_json, render_markdown
 from tracelens.report import Report
-
-from conftest import needs_real, real, report_of, sample
 
 
 def _q(rep: Report, qid: str) -> str:

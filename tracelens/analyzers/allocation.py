@@ -26,6 +26,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -200,7 +201,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     if not title_parts and mem is not None:
         title_parts.append(
             f"No allocator calls in the window; memory peaks at {_gib(mem.peak_allocated)} allocated"
-            + (f" ({_gib(mem.peak_reserved)} reserved)" if mem.peak_reserved else " (relative to the recording's start)")
+            + (
+                f" ({_gib(mem.peak_reserved)} reserved)"
+                if mem.peak_reserved
+                else " (relative to the recording's start)"
+            )
             + f", churning {_gib(mem.allocated_per_step)} per step"
         )
         advice.append("Nothing to change for allocation: the caching allocator serves every request.")
@@ -267,8 +272,15 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             sites=tuple(sites),
             sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
             device=dev.device,
-            tags=tuple(t for t, on in (("empty_cache", empty_cache), ("growing_tensor", growth),
-                                       ("memory_events", mem is not None)) if on),  # fmt: skip
+            tags=tuple(
+                t
+                for t, on in (
+                    ("empty_cache", empty_cache),
+                    ("growing_tensor", growth),
+                    ("memory_events", mem is not None),
+                )
+                if on
+            ),
         )
     ]
 
@@ -366,7 +378,9 @@ def _ffill(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _top_alloc_ops(model: TraceModel, ts: np.ndarray, b: np.ndarray) -> tuple[tuple[str, float, int, PySource | None], ...]:
+def _top_alloc_ops(
+    model: TraceModel, ts: np.ndarray, b: np.ndarray
+) -> tuple[tuple[str, float, int, PySource | None], ...]:
     """The ops that allocate most: each positive [memory] event charged to the innermost
     CPU op around it."""
     pos = np.flatnonzero(b > 0)[:MAX_MEMORY_EVENTS]
@@ -448,11 +462,11 @@ def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:
             continue
         dim = moving[0]
         sizes = [d[dim] for d in big]
-        if len(set(sizes)) < MIN_GROWTH_SIZES or any(b < a for a, b in zip(sizes, sizes[1:], strict=False)):
+        if len(set(sizes)) < MIN_GROWTH_SIZES or any(b < a for a, b in pairwise(sizes)):
             continue
         g.dim, g.sizes, g.calls = dim, sizes, len(calls)
-        for (r, tensors), largest in zip(calls, big, strict=True):
-            elem, gpu = launch_gpu.get(r, (0, 0.0))
+        for (row, tensors), largest in zip(calls, big, strict=True):
+            elem, gpu = launch_gpu.get(row, (0, 0.0))
             g.elem_bytes = g.elem_bytes or elem
             numel = sum(int(np.prod(t)) for t in tensors)
             e = elem or g.elem_bytes or 4
@@ -460,7 +474,7 @@ def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:
             g.recopied_bytes += int(np.prod(largest)) * e
             g.gpu_us += gpu
             if len(starts):
-                g.steps.add(spans[max(int(np.searchsorted(starts, ts[r], side="right")) - 1, 0)].index)
+                g.steps.add(spans[max(int(np.searchsorted(starts, ts[row], side="right")) - 1, 0)].index)
         out.append(g)
     out.sort(key=lambda x: -x.recopied_bytes)
     return out

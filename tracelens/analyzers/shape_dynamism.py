@@ -236,7 +236,7 @@ def _first_dims(raw: bytes) -> list[int]:
 
 
 def describe_shapes(shapes: list[bytes]) -> str:
-    """"dim 2 of [8, 8, L, 64] takes 10 values (64..512)" or a few shapes listed."""
+    """ "dim 2 of [8, 8, L, 64] takes 10 values (64..512)" or a few shapes listed."""
     firsts = [_first_dims(s) for s in dict.fromkeys(shapes)]
     firsts = [f for f in firsts if f]
     if not firsts:
@@ -261,7 +261,9 @@ def _graph_launches(ctx: AnalysisContext) -> int:
         return 0
     kind = host["kind"].to_numpy()
     ts = host["ts"].to_numpy()
-    sel = np.isin(kind, [int(Kind.RUNTIME), int(Kind.DRIVER)]) & name_matches(host["name"], GRAPH_LAUNCH_APIS.__contains__)
+    sel = np.isin(kind, [int(Kind.RUNTIME), int(Kind.DRIVER)]) & name_matches(
+        host["name"], GRAPH_LAUNCH_APIS.__contains__
+    )
     return int((sel & (ts >= dev.window_start) & (ts < dev.window_end)).sum())
 
 
@@ -292,9 +294,9 @@ def _shape_finding(ctx: AnalysisContext, sites: list[ShapeSite], graphs: int) ->
     where = top.source.where if top.source else ""
     if costly:
         title = (
-            f"Input shapes change from step to step at {len(sites)} op site(s); the first call with each new shape costs "
-            f"the host {fmt_us(excess)} beyond a repeat, and the GPU idles {fmt_us(idle)} ({share:.0%} of the "
-            f"window) meanwhile, most in {top.op} {where} ({describe_shapes(top.shapes)})"
+            f"Input shapes change from step to step at {len(sites)} op site(s); the first call with each new "
+            f"shape costs the host {fmt_us(excess)} beyond a repeat, and the GPU idles {fmt_us(idle)} "
+            f"({share:.0%} of the window) meanwhile, most in {top.op} {where} ({describe_shapes(top.shapes)})"
         )
     else:
         title = (
@@ -418,8 +420,10 @@ def _compiled(ctx: AnalysisContext) -> _Compiled | None:
             regions[key] += 1
     starts = name_matches(
         names,
-        lambda n: n.startswith(COMPILE_START_MARKERS[0])
-        or (n.startswith(COMPILE_START_MARKERS[1]) and n.rsplit(": ", 1)[-1] in COMPILE_START_FUNCS),
+        lambda n: (
+            n.startswith(COMPILE_START_MARKERS[0])
+            or (n.startswith(COMPILE_START_MARKERS[1]) and n.rsplit(": ", 1)[-1] in COMPILE_START_FUNCS)
+        ),
     ) & np.isin(kind, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION), int(Kind.PYTHON)])
     in_win = (ts >= w0) & (ts < w1)
     srows = np.flatnonzero(starts & in_win)
@@ -553,12 +557,12 @@ def _compilation_finding(ctx: AnalysisContext, graphs: int) -> Finding | None:
                     else "fix the graph break (TORCH_LOGS=graph_breaks names it) so the step is one graph."
                 )
             )
-            for n, rows in sorted(breaks.items(), key=lambda kv: -len(kv[1]))[:MAX_SITES]:
+            for op_name, rows in sorted(breaks.items(), key=lambda kv: -len(kv[1]))[:MAX_SITES]:
                 src = user_source(ctx.model, rows[0])
                 sites.append(
-                    Site(description=f"eager {n} between compiled graphs", count=len(rows),
-                         time_us=_sync_idle_in(ctx, rows), ops=(n,), source=src,
-                         kind="graph_break_data_dependent" if n in dd else "graph_break")
+                    Site(description=f"eager {op_name} between compiled graphs", count=len(rows),
+                         time_us=_sync_idle_in(ctx, rows), ops=(op_name,), source=src,
+                         kind="graph_break_data_dependent" if op_name in dd else "graph_break")
                 )  # fmt: skip
             tags.append("graph_breaks")
         if not title_parts:

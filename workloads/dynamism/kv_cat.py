@@ -48,7 +48,7 @@ class Decoder(torch.nn.Module):
         self.layers = torch.nn.ModuleList(DecodeLayer() for _ in range(LAYERS))
 
     def forward(self, x: torch.Tensor, caches: list[dict[str, torch.Tensor]], pos: int, static: bool) -> torch.Tensor:
-        for layer, cache in zip(self.layers, caches):
+        for layer, cache in zip(self.layers, caches, strict=True):
             x = layer(x, cache, pos, static)
         return x
 
@@ -64,8 +64,10 @@ def main() -> None:
     model = Decoder().to(dev, dtype).eval()
     total = PROMPT + NEW_TOKENS
     shape = (BATCH, HEADS, total if args.static else 0, HEAD_DIM)
-    caches = [{"k": torch.zeros(shape, device=dev, dtype=dtype), "v": torch.zeros(shape, device=dev, dtype=dtype)}
-              for _ in range(LAYERS)]
+    caches = [
+        {"k": torch.zeros(shape, device=dev, dtype=dtype), "v": torch.zeros(shape, device=dev, dtype=dtype)}
+        for _ in range(LAYERS)
+    ]
     x = torch.randn(BATCH, PROMPT, HEADS * HEAD_DIM, device=dev, dtype=dtype)
     with torch.no_grad():
         h = model(x, caches, 0, args.static)

@@ -68,9 +68,13 @@ def main() -> None:
         if cat in host_cats or cat == "ac2g" or ph == "i":
             if not inside:
                 continue
-            if (a.drop_compiler_ops and cat == "cpu_op" and not str(e.get("name", "")).endswith("(dynamo_timed)")
-                    and not str(e.get("name", "")).startswith(("Torch-Compiled Region", "TorchDynamo"))
-                    and in_compile(ts)):
+            if (
+                a.drop_compiler_ops
+                and cat == "cpu_op"
+                and not str(e.get("name", "")).endswith("(dynamo_timed)")
+                and not str(e.get("name", "")).startswith(("Torch-Compiled Region", "TorchDynamo"))
+                and in_compile(ts)
+            ):
                 continue
             out.append(e)
         else:  # GPU rows: kept when their launch is
@@ -78,8 +82,8 @@ def main() -> None:
             if (c is not None and int(c) in kept_corr) or (c is None and inside):
                 out.append(e)
     trace["traceEvents"] = out
-    trace.setdefault("tracelens", {})["trimmed"] = (
-        f"trim_trace.py --steps {a.steps}" + (" --drop-compiler-ops" if a.drop_compiler_ops else "")
+    trace.setdefault("tracelens", {})["trimmed"] = f"trim_trace.py --steps {a.steps}" + (
+        " --drop-compiler-ops" if a.drop_compiler_ops else ""
     )
     with gzip.open(a.dst, "wt", compresslevel=9) as fh:
         json.dump(trace, fh, separators=(",", ":"))
