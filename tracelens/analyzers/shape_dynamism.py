@@ -5,7 +5,7 @@ CUDA graphs or the allocator?
 distinct input shapes across the window's steps. A shape the program has not used
 before makes the libraries plan again: cuDNN builds an execution plan for each new
 attention shape (37-65 ms of host time per new sequence length on the H200 samples,
-0.1-0.2 ms for a repeat), cuBLAS picks a kernel per GEMM shape, the caching allocator
+0.07-0.24 ms for a repeat), cuBLAS picks a kernel per GEMM shape, the caching allocator
 finds no block of that size. The cost is the GPU idle while the host sits in such a
 first call, beyond what a repeat of the op costs: host-bound time (the finding refines
 host_bound). Changing shapes also mean no CUDA-graph capture and recompiles under
