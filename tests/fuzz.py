@@ -84,6 +84,7 @@ NULLABLE = frozenset(
         "timeline",
         "clocks",
         "roofline",
+        "memory",  # the [memory]-event timeline, null without profile_memory
         # findings[].parent: the category a finding refines, null for a top-level one; the
         # diff's main cause and primaries are null when there is none.
         "parent",

@@ -22,6 +22,7 @@ CATEGORY_IDS = {
     "launch_overhead",
     "memory_bound",
     "shape_dynamism",
+    "compilation",
     "allocation",
     "compute_bound",
     "misaligned_matmul",
@@ -58,7 +59,8 @@ def test_diagnostic_order_and_primary() -> None:
     assert rep.summary.primary == "memory_bound"
     statuses = {q.id: q.status for q in rep.questions}
     assert statuses["host_waits"] == "yes"
-    assert statuses["shape_dynamism"] == "not_built"
+    assert statuses["shape_dynamism"] in ("no", "minor")  # a static-shape eager loop
+    assert "not_built" not in statuses.values()
     assert statuses["allocation"] in ("no", "minor")
     assert statuses["memory"] == "yes"  # its elementwise kernels on 64M floats are bandwidth-bound
     # No NVML samples in this trace: throttling is not measurable, and the answer says how to measure it.

@@ -16,6 +16,7 @@ import pandas as pd
 
 from tracelens import __version__
 from tracelens.analyzers import run_all
+from tracelens.analyzers.allocation import memory_profile
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
@@ -31,6 +32,7 @@ from tracelens.report import (
     GpuTimeSummary,
     KernelRow,
     LedgerEntry,
+    MemoryTimeline,
     OpRow,
     Report,
     RooflinePoint,
@@ -92,6 +94,7 @@ def build_report(
         ),
         load_seconds=round(load_seconds, 3),
         analysis_seconds=0.0,
+        memory=_memory(ctx),
     )
     from dataclasses import replace
 
@@ -234,6 +237,18 @@ def _clocks(ctx: AnalysisContext) -> ClockTimeline | None:
         max_sm_mhz=float(meta.get("max_sm_mhz") or np.nanmax(sm.values)),
         power_limit_w=float(limit),
     )
+
+
+def _memory(ctx: AnalysisContext) -> MemoryTimeline | None:
+    m = memory_profile(ctx)
+    if m is None:
+        return None
+    return MemoryTimeline(
+        start_us=m.start_us, end_us=m.end_us, ts=m.series_ts, allocated=m.series_allocated,
+        reserved=m.series_reserved, relative=m.relative, peak_allocated=m.peak_allocated,
+        peak_reserved=m.peak_reserved, allocated_per_step=m.allocated_per_step, freed_per_step=m.freed_per_step,
+        fragmentation_at_peak=m.fragmentation_at_peak, top_ops=tuple((_cut(op), b) for op, b, _, _ in m.top_ops),
+    )  # fmt: skip
 
 
 MAX_ROOFLINE_POINTS = 60

@@ -55,15 +55,15 @@ DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
         4,
         "shape_dynamism",
         "Do changing shapes defeat compilation, CUDA graphs or the allocator?",
-        (Category.SHAPE_DYNAMISM,),
-        "The shape-dynamism analyzer is not built yet.",
+        (Category.SHAPE_DYNAMISM, Category.COMPILATION),
+        "",
     ),
     DiagnosticStep(
         5,
         "allocation",
         "Is allocation (cudaMalloc, allocator churn) in the way?",
         (Category.ALLOCATION,),
-        "Allocator churn and fragmentation from [memory] events are not analysed yet.",
+        "",
     ),
     DiagnosticStep(
         6,
@@ -87,6 +87,8 @@ YES_SEVERITY = Severity.MEDIUM
 PARENT_OF: dict[Category, Category] = {
     Category.WAVE_QUANTIZATION: Category.COMPUTE_BOUND,
     Category.POWER_THROTTLE: Category.COMPUTE_BOUND,
+    # The host work a new shape costs (cuDNN/cuBLAS planning for it) is host-bound idle.
+    Category.SHAPE_DYNAMISM: Category.HOST_BOUND,
 }
 
 #: The ledger causes each top-level category's time comes from. A category whose pool is
@@ -97,8 +99,10 @@ LEDGER_POOL: dict[Category, tuple[str, ...]] = {
     Category.HOST_BOUND: ("host_bound",),
     Category.COMMUNICATION: ("communication",),
     Category.LAUNCH_OVERHEAD: ("launch_overhead",),
-    Category.ALLOCATION: ("allocation",),
-    Category.SHAPE_DYNAMISM: ("compilation",),
+    # A tensor regrown by torch.cat costs its copy kernels (latency- or memory-bound).
+    Category.ALLOCATION: ("allocation", "gpu_busy_latency", "gpu_busy_memory"),
+    Category.SHAPE_DYNAMISM: ("host_bound",),
+    Category.COMPILATION: ("compilation",),
     Category.MEMORY_BOUND: ("gpu_busy_memory",),
     Category.COMPUTE_BOUND: ("gpu_busy_compute",),
     Category.MISALIGNED_MATMUL: (BUSY,),
@@ -271,6 +275,10 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
             answer = (
                 f"A little: {fmt_us(time_us)} ({ctx.share(time_us):.1%} of the analysed time), below the bar.{partly}"
             )
+        elif found:
+            # A finding with no cost still says what it saw (a graph break whose wait is the
+            # host_sync finding's time, a trace that already replays CUDA graphs).
+            status, answer = "no", f"No cost measured here: {found[0].title}.{partly}"
         else:
             status, answer = "no", f"No: nothing measurable in this trace.{partly}"
         out.append(

@@ -132,6 +132,25 @@ class ClockTimeline:
 
 
 @dataclass(frozen=True)
+class MemoryTimeline:
+    """Device memory over the analysed window, from `[memory]` events (profile_memory):
+    the largest allocated and reserved bytes in each of `len(ts)` equal bins."""
+
+    start_us: float
+    end_us: float
+    ts: tuple[float, ...]  # bin centres
+    allocated: tuple[float, ...]
+    reserved: tuple[float, ...]  # zeros when the trace has no totals (before ~2022)
+    relative: bool  # no totals in the trace: allocated is relative to the recording's start
+    peak_allocated: float
+    peak_reserved: float
+    allocated_per_step: float  # churn: bytes allocated per step
+    freed_per_step: float
+    fragmentation_at_peak: float  # reserved - allocated at the allocated peak
+    top_ops: tuple[tuple[str, float], ...] = ()  # op, bytes it allocated in the window
+
+
+@dataclass(frozen=True)
 class RooflinePoint:
     name: str
     time_us: float
@@ -262,3 +281,4 @@ class Report:
     load_seconds: float = 0.0
     analysis_seconds: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
+    memory: MemoryTimeline | None = None

@@ -22,6 +22,7 @@ from tracelens.analyzers import (
     misaligned_matmul,
     power_throttle,
     roofline,
+    shape_dynamism,
     wave_quantization,
 )
 from tracelens.analyzers.base import Category, Finding, Severity
@@ -50,6 +51,9 @@ ANALYZERS: tuple[AnalyzerSpec, ...] = (
         roofline.analyze,
         ("cuda", "record_shapes"),
         ("kernels", "roofline"),
+    ),
+    AnalyzerSpec(
+        "shape_dynamism", (Category.SHAPE_DYNAMISM, Category.COMPILATION), shape_dynamism.analyze, ("cuda", "cpu")
     ),
     AnalyzerSpec("allocation", (Category.ALLOCATION,), allocation.analyze, ("cuda", "cpu")),
     AnalyzerSpec(

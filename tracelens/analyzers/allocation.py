@@ -1,18 +1,32 @@
-"""allocation: the GPU idles while the host is inside the allocator's runtime calls.
+"""allocation: question 5, is allocation (cudaMalloc, allocator churn) in the way?
 
-Question 5 of the diagnostic order, from the runtime calls (the `[memory]`-event view of
-churn and fragmentation is not built yet). PyTorch's caching allocator makes cudaMalloc
-rare once a program reaches its steady state; cudaMalloc/cudaFree in the analysed window
-mean the cache keeps missing (changing sizes, a growing tensor, `empty_cache()` in the
-loop) or pinned host buffers allocated per step. cudaFree synchronises the device, and
-both take host time while the GPU waits for the next launch. The ledger gives the time
-(idle gaps the host spent mostly inside allocator calls); here we name the calls, the op
-and the source that made them.
+From the runtime calls: PyTorch's caching allocator makes cudaMalloc rare once a program
+reaches its steady state; cudaMalloc/cudaFree in the analysed window mean the cache
+keeps missing (changing sizes, a growing tensor, `empty_cache()` in the loop) or pinned
+host buffers allocated per step. cudaFree synchronises the device, and both take host
+time while the GPU waits for the next launch. The ledger gives the time (idle gaps the
+host spent inside allocator calls); here we name the calls, the op and the source that
+made them, and the cause. Allocator calls before the window are start-up: counted
+apart, never blamed.
+
+From `[memory]` events (profile_memory=True): allocated and reserved bytes over time,
+the peak, the churn (bytes allocated per step), fragmentation (reserved minus
+allocated) and the ops that allocate most. Traces before ~2022 carry no totals: the
+allocated curve is then the running sum of the events, relative to the recording's
+start.
+
+Growing tensors: a tensor regrown by torch.cat every step (the seed's KV cache) copies
+all of it again; the cat's input grows along one dimension call after call. The bytes
+it re-copies are what a preallocated buffer written in place would not copy; the cost
+is the cat kernels' GPU time.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from dataclasses import dataclass, field
+from itertools import pairwise
 
 import numpy as np
 
@@ -21,97 +35,476 @@ from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.derive.apis import ALLOC_APIS
 from tracelens.derive.ledger import overlap
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, op_chain, user_source
-from tracelens.model.trace import name_matches
+from tracelens.model.sources import PySource, op_chain, python_stack, user_source
+from tracelens.model.trace import TraceModel, name_matches
 
 MAX_SITES = 8
 #: Calls that free device memory: they wait for the device to finish with it.
 FREE_APIS = ("cudaFree", "hipFree", "cuMemFree_v2")
+#: Pinned host allocations: made once, they are cheap; made per step, each is a
+#: cudaHostAlloc of host time (and the driver pins the pages).
+PINNED_APIS = ("cudaHostAlloc", "cudaMallocHost", "hipHostMalloc")
+#: Ops that concatenate: a growing cat is the KV-cache pattern.
+CAT_OPS = frozenset({"aten::cat", "aten::concat", "aten::concatenate", "aten::stack", "aten::_cat"})
+#: A cat site "grows" when its largest input takes at least this many sizes, never
+#: shrinking from one call to the next.
+MIN_GROWTH_SIZES = 3
+#: Memory events mapped to ops at most (a long profile_memory trace has millions).
+MAX_MEMORY_EVENTS = 500_000
+#: Reserved memory this much above allocated at the peak is fragmentation worth
+#: naming (the cache holds blocks it cannot reuse for the sizes asked).
+FRAGMENTATION_SHARE = 0.25
+#: Points in the memory-over-time series of the report.
+MEMORY_BINS = 240
+_CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (HIP builds report CUDA too)
+_ELEM_RE = re.compile(r"OpaqueType<(\d+)u>")
+_DTYPE_BYTES = (("double", 8), ("c10::BFloat16", 2), ("c10::Half", 2), ("float", 4), ("long", 8), ("int", 4))
+
+
+@dataclass(frozen=True)
+class MemoryProfile:
+    """The [memory] events of the primary device inside the window."""
+
+    start_us: float
+    end_us: float
+    relative: bool  # no totals in the trace: allocated is relative to the recording's start
+    peak_allocated: float
+    peak_reserved: float  # 0 when the trace has no totals
+    allocated_per_step: float  # bytes allocated (positive events) per step: the churn
+    freed_per_step: float
+    events: int
+    fragmentation_at_peak: float  # reserved - allocated at the allocated peak (0 without totals)
+    top_ops: tuple[tuple[str, float, int, PySource | None], ...] = ()  # op, bytes allocated, events, source
+    series_ts: tuple[float, ...] = field(default=())
+    series_allocated: tuple[float, ...] = field(default=())
+    series_reserved: tuple[float, ...] = field(default=())
+
+
+@dataclass
+class CatGrowth:
+    op: str
+    source: PySource | None
+    calls: int = 0
+    sizes: list[int] = field(default_factory=list)  # largest input's length along the growing dim
+    dim: int = -1
+    copied_bytes: float = 0.0  # output bytes written by the cats
+    recopied_bytes: float = 0.0  # of it, the old contents copied again
+    gpu_us: float = 0.0
+    elem_bytes: int = 0
+    steps: set[int] = field(default_factory=set)
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
-    idle_us = dev.by_cause.get("allocation", 0.0)
     model = ctx.model
     host = model.host
     is_call = np.isin(host["kind"].to_numpy(), [int(Kind.RUNTIME), int(Kind.DRIVER)])
-    rows = host.index[is_call & name_matches(host["name"], ALLOC_APIS.__contains__)].to_numpy()
+    all_rows = host.index[is_call & name_matches(host["name"], ALLOC_APIS.__contains__)].to_numpy()
     ts = host["ts"].to_numpy()
     end = host["end"].to_numpy()
-    rows = rows[(end[rows] > dev.window_start) & (ts[rows] < dev.window_end)] if len(rows) else rows
-    if not len(rows):
+    in_win = (end[all_rows] > dev.window_start) & (ts[all_rows] < dev.window_end) if len(all_rows) else all_rows
+    rows = all_rows[in_win] if len(all_rows) else all_rows
+    before = all_rows[ts[all_rows] < dev.window_start] if len(all_rows) else all_rows
+    mem = memory_profile(ctx)
+    growth = cat_growth(ctx)
+    if not len(rows) and mem is None and not growth:
         return []
+    idle_us = dev.by_cause.get("allocation", 0.0)
     gaps = dev.gaps[dev.gaps["cause"] == "allocation"]
     iv = gaps[["start", "end"]].to_numpy() if len(gaps) else np.empty((0, 2))
-    idle_in = overlap(iv, ts[rows], end[rows]) if len(iv) else np.zeros(len(rows))
+    idle_in = overlap(iv, ts[rows], end[rows]) if len(iv) and len(rows) else np.zeros(len(rows))
     by_site: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     src_of: dict[tuple[str, str, str], PySource | None] = {}
     empty_cache = 0
+    pinned = 0
     for r, idle in zip(rows, idle_in, strict=True):
         api = model.arrays.name(int(r))
         ops = op_chain(model, int(r))
-        if any("empty_cache" in o for o in ops):
+        # empty_cache() is no aten op: its Python frame (with_stack) or an op name says so.
+        in_empty_cache = any("empty_cache" in o for o in ops) or any(
+            "empty_cache" in f for f in python_stack(model, int(r), limit=8)
+        )
+        if in_empty_cache:
             empty_cache += 1
+        if api.startswith(PINNED_APIS):
+            pinned += 1
         src = user_source(model, int(r))
-        key = (api, ops[0] if ops else "(no enclosing op)", src.label if src else "")
+        where = ops[0] if ops else ("torch.cuda.empty_cache()" if in_empty_cache else "(no enclosing op)")
+        key = (api, where, src.label if src else "")
         by_site[key][0] += float(idle)
         by_site[key][1] += 1
         by_site[key][2] += float(end[r] - ts[r])
         src_of[key] = src
-    host_us = float((end[rows] - ts[rows]).sum())
+    host_us = float((end[rows] - ts[rows]).sum()) if len(rows) else 0.0
+    startup_host_us = float((end[before] - ts[before]).sum()) if len(before) else 0.0
     n_free = sum(1 for r in rows if model.arrays.name(int(r)).startswith(FREE_APIS))
     per_step = len(rows) / ctx.n_steps
-    share = ctx.share(idle_us)
-    advice = [
-        "The caching allocator should make allocator calls rare in the steady state; here they keep happening "
-        f"({per_step:.1f} per step)." if ctx.n_steps > 1 else
-        "The caching allocator should make allocator calls rare in the steady state; here they keep happening.",
-    ]  # fmt: skip
-    if empty_cache:
-        advice.append(
-            f"torch.cuda.empty_cache() runs in the loop ({empty_cache} calls): remove it; it hands memory back to "
-            "the driver only for the next step to ask for it again."
+    grow_us = sum(g.gpu_us for g in growth)
+    time_us = idle_us + grow_us
+    share = ctx.share(time_us)
+    advice: list[str] = []
+    title_parts: list[str] = []
+    if len(rows):
+        title_parts.append(
+            f"GPU idles {fmt_us(idle_us)} ({ctx.share(idle_us):.0%} of the window) while the host is in "
+            f"{len(rows):,} allocator calls ({fmt_us(host_us)} of host time)"
         )
-    advice.append(
-        "Keep shapes stable (pad to a few bucket sizes) so cached blocks are reused, preallocate buffers that grow "
-        "(a static KV cache instead of torch.cat), allocate pinned host buffers once, and run a warm-up step before "
-        "measuring. Where memory is fragmented, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the cache "
-        "grow segments instead of calling cudaMalloc."
-    )
-    if n_free:
-        advice.append(f"{n_free} of the calls free device memory: cudaFree synchronises the whole device.")
+        advice.append(
+            "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
+            + (f" ({per_step:.1f} per step)." if ctx.n_steps > 1 else ".")
+        )
+        if empty_cache:
+            advice.append(
+                f"torch.cuda.empty_cache() runs in the loop ({empty_cache} of the calls are inside it): remove it; it "
+                "hands memory back to the driver only for the next step to ask for it again."
+            )
+        if pinned:
+            advice.append(
+                f"{pinned} pinned host buffers are allocated inside the window (cudaHostAlloc): allocate them once "
+                "and reuse them (or let a DataLoader with pin_memory=True keep its pool)."
+            )
+        varying = _varying_alloc_sites(ctx)
+        if varying:
+            advice.append(
+                f"Allocation sizes keep changing ({varying}): the cache cannot reuse blocks of other sizes. Pad to a "
+                "few bucket sizes, or preallocate the largest buffer and reuse it."
+            )
+        advice.append(
+            "Preallocate buffers that grow (a static KV cache instead of torch.cat), and run a warm-up step before "
+            "measuring."
+        )
+        if n_free:
+            advice.append(f"{n_free} of the calls free device memory: cudaFree synchronises the whole device.")
+    if mem is not None and mem.peak_reserved > 0 and len(rows):
+        frag = mem.fragmentation_at_peak
+        if frag >= FRAGMENTATION_SHARE * mem.peak_reserved:
+            advice.append(
+                f"The cache holds {_gib(frag)} more than is allocated at the peak ({frag / mem.peak_reserved:.0%} of "
+                "reserved): fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the cache grow "
+                "segments instead of calling cudaMalloc for new ones."
+            )
+    if growth:
+        g = max(growth, key=lambda x: x.recopied_bytes)
+        title_parts.append(
+            f"{g.op} {g.source.where if g.source else ''} regrows a tensor every call (dim {g.dim}: "
+            f"{min(g.sizes)}..{max(g.sizes)}), copying {_gib(g.copied_bytes)} in {g.calls} calls, "
+            f"{_gib(g.recopied_bytes)} of it old contents again ({fmt_us(grow_us)} of GPU time)"
+        )
+        advice.append(
+            f"Preallocate the tensor {g.op} keeps regrowing at its final size (a static KV cache) and write each "
+            f"step's slice in place (cache[:, :, pos] = new or index_copy_): that stops {_gib(g.recopied_bytes)} of "
+            f"copies in this window ({_gib(g.recopied_bytes / max(ctx.n_steps, 1))} per step, growing with every "
+            "step)."
+        )
+    if not title_parts and mem is not None:
+        title_parts.append(
+            f"No allocator calls in the window; memory peaks at {_gib(mem.peak_allocated)} allocated"
+            + (
+                f" ({_gib(mem.peak_reserved)} reserved)"
+                if mem.peak_reserved
+                else " (relative to the recording's start)"
+            )
+            + f", churning {_gib(mem.allocated_per_step)} per step"
+        )
+        advice.append("Nothing to change for allocation: the caching allocator serves every request.")
+    if not title_parts:
+        return []
     ranked = sorted(by_site.items(), key=lambda kv: (kv[1][0], kv[1][2]), reverse=True)[:MAX_SITES]
-    sites = tuple(
+    sites = [
         Site(
             description=f"{api} in {op}", count=int(n), time_us=idle, host_us=h, ops=(op,), api=api,
-            source=src_of[(api, op, label)],
+            source=src_of[(api, op, label)], kind="empty_cache" if "empty_cache" in op else "allocator_call",
         )
         for (api, op, label), (idle, n, h) in ranked
-    )  # fmt: skip
+    ]  # fmt: skip
+    for g in growth[:MAX_SITES]:
+        sites.append(
+            Site(
+                description=f"{g.op} grows dim {g.dim} from {min(g.sizes)} to {max(g.sizes)}: {_gib(g.copied_bytes)} "
+                f"copied, {_gib(g.recopied_bytes)} of it again",
+                count=g.calls, time_us=g.gpu_us, ops=(g.op,), source=g.source, steps=tuple(sorted(g.steps)),
+                kind="growing_cat",
+            )
+        )  # fmt: skip
+    evidence = [
+        Metric("GPU idle in allocator calls", idle_us, "us"),
+        Metric("allocator calls in the window", len(rows), "count"),
+        Metric("of them frees (device-wide syncs)", n_free, "count"),
+        Metric("host time in them", host_us, "us"),
+        Metric("torch.cuda.empty_cache() calls", empty_cache, "count"),
+        Metric("pinned host allocations in the window", pinned, "count"),
+        Metric("allocator calls in start-up (not blamed)", len(before), "count"),
+        Metric("host time in start-up allocator calls (not blamed)", startup_host_us, "us"),
+    ]
+    if growth:
+        evidence += [
+            Metric("bytes copied by growing cats", sum(g.copied_bytes for g in growth), "bytes"),
+            Metric("of them re-copied old contents (a static buffer saves)", sum(g.recopied_bytes for g in growth),
+                   "bytes"),
+            Metric("GPU time of the growing cats", grow_us, "us"),
+        ]  # fmt: skip
+    if mem is not None:
+        evidence += [
+            Metric("peak allocated" + (" (relative)" if mem.relative else ""), mem.peak_allocated, "bytes"),
+            Metric("peak reserved", mem.peak_reserved, "bytes"),
+            Metric("bytes allocated per step (churn)", mem.allocated_per_step, "bytes"),
+            Metric("bytes freed per step", mem.freed_per_step, "bytes"),
+            Metric("reserved minus allocated at the peak (fragmentation)", mem.fragmentation_at_peak, "bytes"),
+            Metric("[memory] events in the window", mem.events, "count"),
+        ]
+        evidence += [Metric(f"allocated by {op}", b, "bytes") for op, b, _, _ in mem.top_ops[:5]]
+    gain_note = "the idle spent in allocator calls, gone when the cache serves every allocation"
+    if growth:
+        gain_note += "; plus the growing cats' GPU time, gone with a preallocated buffer written in place"
     return [
         Finding(
             category=Category.ALLOCATION,
             severity=severity_for(share),
-            title=(
-                f"GPU idles {fmt_us(idle_us)} ({share:.0%} of the window) while the host is in {len(rows):,} "
-                f"allocator calls ({fmt_us(host_us)} of host time)"
-            ),
-            time_us=idle_us,
+            title="; ".join(title_parts),
+            time_us=time_us,
             share=share,
             advice="\n".join(advice),
-            expected_gain_us=idle_us,
-            gain_note="the idle spent in allocator calls, gone when the cache serves every allocation",
-            evidence=(
-                Metric("GPU idle in allocator calls", idle_us, "us"),
-                Metric("allocator calls in the window", len(rows), "count"),
-                Metric("of them frees (device-wide syncs)", n_free, "count"),
-                Metric("host time in them", host_us, "us"),
-                Metric("torch.cuda.empty_cache() calls", empty_cache, "count"),
-            ),
-            sites=sites,
+            expected_gain_us=time_us,
+            gain_note=gain_note,
+            evidence=tuple(evidence),
+            sites=tuple(sites),
             sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
             device=dev.device,
+            tags=tuple(
+                t
+                for t, on in (
+                    ("empty_cache", empty_cache),
+                    ("growing_tensor", growth),
+                    ("memory_events", mem is not None),
+                )
+                if on
+            ),
         )
     ]
+
+
+def _gib(b: float) -> str:
+    b = float(b)
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(b) >= size:
+            return f"{b / size:.1f} {unit}"
+    return f"{b:.0f} B"
+
+
+def _varying_alloc_sites(ctx: AnalysisContext) -> str:
+    from tracelens.analyzers.shape_dynamism import describe_shapes, shape_sites
+
+    sites = [s for s in shape_sites(ctx) if s.alloc_calls > 0]
+    if not sites:
+        return ""
+    s = sites[0]
+    return f"{s.op}{' ' + s.source.where if s.source else ''}: {describe_shapes(s.shapes)}"
+
+
+# -- [memory] events ------------------------------------------------------------------------
+
+
+def memory_profile(ctx: AnalysisContext) -> MemoryProfile | None:
+    key = ("memory_profile", ctx.window.start_us, ctx.window.end_us)
+    if key not in ctx.model.memo:
+        ctx.model.memo[key] = _memory_profile(ctx)
+    out: MemoryProfile | None = ctx.model.memo[key]
+    return out
+
+
+def _memory_profile(ctx: AnalysisContext) -> MemoryProfile | None:
+    dev = ctx.ledger.primary
+    mem = ctx.model.memory
+    if dev is None or mem.empty:
+        return None
+    dtype = mem["device_type"].to_numpy(dtype=float, na_value=-1)
+    dev_id = mem["device_id"].to_numpy(dtype=float, na_value=-1)
+    sel = dtype == _CUDA_DEVICE_TYPE
+    if (sel & (dev_id == dev.device)).any():
+        sel &= dev_id == dev.device
+    m = mem[sel].sort_values("ts", kind="stable")
+    if m.empty:
+        return None
+    ts = m["ts"].to_numpy(dtype=float)
+    b = m["bytes"].to_numpy(dtype=float, na_value=0.0)
+    alloc_total = m["total_allocated"].to_numpy(dtype=float, na_value=np.nan)
+    res_total = m["total_reserved"].to_numpy(dtype=float, na_value=np.nan)
+    relative = bool(np.isnan(alloc_total).all())
+    allocated = np.cumsum(b) if relative else _ffill(alloc_total)
+    reserved = np.zeros(len(ts)) if np.isnan(res_total).all() else _ffill(res_total)
+    w0, w1 = dev.window_start, dev.window_end
+    inw = (ts >= w0) & (ts < w1)
+    if not inw.any():
+        return None
+    a_w, r_w, b_w = allocated[inw], reserved[inw], b[inw]
+    peak_i = int(np.nanargmax(a_w))
+    steps = max(ctx.n_steps, 1)
+    edges = np.linspace(w0, w1, MEMORY_BINS + 1)
+    idx = np.clip(np.searchsorted(edges, ts[inw], side="right") - 1, 0, MEMORY_BINS - 1)
+    s_alloc = np.full(MEMORY_BINS, np.nan)
+    s_res = np.full(MEMORY_BINS, np.nan)
+    np.fmax.at(s_alloc, idx, a_w)
+    np.fmax.at(s_res, idx, r_w)
+    s_alloc, s_res = _ffill(s_alloc), _ffill(s_res)
+    return MemoryProfile(
+        start_us=w0,
+        end_us=w1,
+        relative=relative,
+        peak_allocated=float(np.nanmax(a_w)),
+        peak_reserved=float(np.nanmax(r_w)) if r_w.size else 0.0,
+        allocated_per_step=float(b_w[b_w > 0].sum()) / steps,
+        freed_per_step=float(-b_w[b_w < 0].sum()) / steps,
+        events=int(inw.sum()),
+        fragmentation_at_peak=float(max(r_w[peak_i] - a_w[peak_i], 0.0)) if not relative and r_w[peak_i] > 0 else 0.0,
+        top_ops=_top_alloc_ops(ctx.model, ts[inw], b_w),
+        series_ts=tuple(np.round((edges[:-1] + edges[1:]) / 2, 1).tolist()),
+        series_allocated=tuple(np.nan_to_num(s_alloc).round(0).tolist()),
+        series_reserved=tuple(np.nan_to_num(s_res).round(0).tolist()),
+    )
+
+
+def _ffill(a: np.ndarray) -> np.ndarray:
+    a = np.asarray(a, dtype=float).copy()
+    ok = ~np.isnan(a)
+    if not ok.any():
+        return np.zeros(len(a))
+    idx = np.where(ok, np.arange(len(a)), 0)
+    np.maximum.accumulate(idx, out=idx)
+    out = a[idx]
+    first = int(np.argmax(ok))
+    out[:first] = a[first]
+    return out
+
+
+def _top_alloc_ops(
+    model: TraceModel, ts: np.ndarray, b: np.ndarray
+) -> tuple[tuple[str, float, int, PySource | None], ...]:
+    """The ops that allocate most: each positive [memory] event charged to the innermost
+    CPU op around it."""
+    pos = np.flatnonzero(b > 0)[:MAX_MEMORY_EVENTS]
+    host = model.host
+    ops = np.flatnonzero(host["kind"].to_numpy() == int(Kind.CPU_OP))
+    if not len(pos) or not len(ops):
+        return ()
+    o_ts = host["ts"].to_numpy()[ops]
+    order = np.argsort(o_ts, kind="stable")
+    ops, o_ts = ops[order], o_ts[order]
+    end = host["end"].to_numpy()
+    parent = model.arrays.parent
+    kind = model.arrays.kind
+    k = np.searchsorted(o_ts, ts[pos], side="right") - 1
+    by: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    first: dict[str, int] = {}
+    for j, kk in zip(pos, k, strict=True):
+        if kk < 0:
+            continue
+        r = int(ops[kk])
+        # The latest op to start may have ended; its enclosing ops may still be open.
+        while r >= 0 and end[r] < ts[j]:
+            r = int(parent[r])
+            while r >= 0 and kind[r] != int(Kind.CPU_OP):
+                r = int(parent[r])
+        if r < 0:
+            continue
+        name = model.arrays.name(r)
+        by[name][0] += float(b[j])
+        by[name][1] += 1
+        first.setdefault(name, r)
+    ranked = sorted(by.items(), key=lambda kv: -kv[1][0])[:MAX_SITES]
+    return tuple((n, v[0], int(v[1]), user_source(model, first[n])) for n, v in ranked)
+
+
+# -- growing tensors ----------------------------------------------------------------------------
+
+
+def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:
+    """cat/stack sites whose largest input grows along one dimension call after call."""
+    dev = ctx.ledger.primary
+    model = ctx.model
+    host = model.host
+    if dev is None or not len(host):
+        return []
+    kind = host["kind"].to_numpy()
+    ts = host["ts"].to_numpy()
+    rows = np.flatnonzero(
+        (kind == int(Kind.CPU_OP)) & name_matches(host["name"], CAT_OPS.__contains__)
+        & (ts >= dev.window_start) & (ts < dev.window_end)
+    )  # fmt: skip
+    if not len(rows):
+        return []
+    rows = rows[np.argsort(ts[rows], kind="stable")]
+    sites: dict[tuple[str, str], CatGrowth] = {}
+    shapes_of: dict[tuple[str, str], list[tuple[int, list[list[int]]]]] = defaultdict(list)
+    for r in rows:
+        dims = model.op_shapes(int(r)).get("Input Dims")
+        tensors = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
+        if not tensors or not all(isinstance(t, list) and t and all(isinstance(x, int) for x in t) for t in tensors):
+            continue
+        src = user_source(model, int(r))
+        key = (model.arrays.name(int(r)), src.label if src else "")
+        sites.setdefault(key, CatGrowth(key[0], src))
+        shapes_of[key].append((int(r), tensors))
+    launch_gpu = _cat_kernels(model, dev.window_start, dev.window_end)
+    spans = sorted(ctx.window.steps, key=lambda s: s.start_us)
+    starts = np.array([s.start_us for s in spans]) if spans else np.empty(0)
+    out: list[CatGrowth] = []
+    for key, calls in shapes_of.items():
+        g = sites[key]
+        big = [max(t, key=lambda d: int(np.prod(d))) for _, t in calls]
+        ranks = {len(d) for d in big}
+        if len(ranks) != 1:
+            continue
+        n = ranks.pop()
+        moving = [i for i in range(n) if len({d[i] for d in big}) > 1]
+        if len(moving) != 1:
+            continue
+        dim = moving[0]
+        sizes = [d[dim] for d in big]
+        if len(set(sizes)) < MIN_GROWTH_SIZES or any(b < a for a, b in pairwise(sizes)):
+            continue
+        g.dim, g.sizes, g.calls = dim, sizes, len(calls)
+        for (row, tensors), largest in zip(calls, big, strict=True):
+            elem, gpu = launch_gpu.get(row, (0, 0.0))
+            g.elem_bytes = g.elem_bytes or elem
+            numel = sum(int(np.prod(t)) for t in tensors)
+            e = elem or g.elem_bytes or 4
+            g.copied_bytes += numel * e
+            g.recopied_bytes += int(np.prod(largest)) * e
+            g.gpu_us += gpu
+            if len(starts):
+                g.steps.add(spans[max(int(np.searchsorted(starts, ts[row], side="right")) - 1, 0)].index)
+        out.append(g)
+    out.sort(key=lambda x: -x.recopied_bytes)
+    return out
+
+
+def _cat_kernels(model: TraceModel, w0: float, w1: float) -> dict[int, tuple[int, float]]:
+    """Per cat op row: the element size its kernel's name shows and its kernels' GPU time."""
+    gpu = model.gpu
+    launch = gpu["launch"].to_numpy()
+    ok = (launch >= 0) & (gpu["ts"].to_numpy() >= w0) & (gpu["ts"].to_numpy() < w1)
+    if not ok.any():
+        return {}
+    op = model.arrays.op
+    names = gpu["name"].astype(str).to_numpy()
+    dur = gpu["dur"].to_numpy()
+    out: dict[int, tuple[int, float]] = {}
+    for j in np.flatnonzero(ok):
+        r = int(op[launch[j]])
+        if r < 0 or model.arrays.name(r) not in CAT_OPS:
+            continue
+        elem, t = out.get(r, (0, 0.0))
+        out[r] = (elem or _elem_bytes(names[j]), t + float(dur[j]))
+    return out
+
+
+def _elem_bytes(kernel: str) -> int:
+    m = _ELEM_RE.search(kernel)
+    if m:
+        return int(m.group(1))
+    for word, size in _DTYPE_BYTES:
+        if word in kernel:
+            return size
+    return 0

@@ -23,6 +23,7 @@ class Category(StrEnum):
     MEMORY_BOUND = "memory_bound"
     EAGER_ATTENTION = "eager_attention"  # attention written as matmul > softmax > matmul (issue 10)
     SHAPE_DYNAMISM = "shape_dynamism"
+    COMPILATION = "compilation"  # torch.compile recompiles and graph breaks, CUDA graphs (issue 11)
     ALLOCATION = "allocation"
     COMPUTE_BOUND = "compute_bound"
     MISALIGNED_MATMUL = "misaligned_matmul"

@@ -66,6 +66,9 @@ COMPILE_MARKERS = (
     "torch/_inductor/compile_fx",
     "torch/_inductor/graph.py",
     "torch/_inductor/codecache",
+    # torch.compile's own timed ranges (recorded as CPU ops in traces without Python
+    # stacks: "_compile.compile_inner (dynamo_timed)", "compile_fx_inner (dynamo_timed)").
+    "(dynamo_timed)",
 )
 COMPILE_EXCLUDE = ("compile_worker",)
 

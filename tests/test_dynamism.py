@@ -1,0 +1,114 @@
+"""Question 4: shape dynamism, torch.compile recompiles and graph breaks, CUDA graphs.
+
+The dyn_* samples are H200 captures of workloads/dynamism/ (tracelens capture --memory;
+see workloads/dynamism/capture.log); each problem has a fixed twin that must answer no.
+"""
+
+from __future__ import annotations
+
+from conftest import needs_real, real, report_of, sample
+
+from tracelens.analyzers.base import Category, Finding
+from tracelens.analyzers.shape_dynamism import describe_shapes
+from tracelens.report import Report
+
+
+def _q(rep: Report, qid: str) -> str:
+    return next(q.status for q in rep.questions if q.id == qid)
+
+
+def _finding(rep: Report, cat: Category) -> Finding | None:
+    return next((f for f in rep.findings if f.category == cat), None)
+
+
+def test_ragged_eager_lengths_cost_cudnn_plans() -> None:
+    """A new sequence length every step: cuDNN attention plans again for each (tens of ms
+    of host time per new length, ~0.2 ms for a repeat) while the GPU idles."""
+    rep = report_of(sample("dyn_ragged"))
+    f = _finding(rep, Category.SHAPE_DYNAMISM)
+    assert f is not None and f.severity.value == "high"
+    assert f.parent == Category.HOST_BOUND  # the host-bound idle, explained
+    assert f.share > 0.5
+    top = f.sites[0]
+    assert "scaled_dot_product_attention" in top.description and "dim 2" in top.description
+    assert top.source is not None and top.source.file.endswith("_model.py")
+    assert "bucket" in f.advice and "CUDA graphs cannot capture" in f.advice
+    assert _q(rep, "shape_dynamism") == "yes"
+    # The headline is the shape dynamism: it holds most of host_bound's gain.
+    assert rep.summary.primary == "shape_dynamism"
+
+
+def test_padded_batches_answer_no() -> None:
+    rep = report_of(sample("dyn_ragged_fixed"))
+    assert _finding(rep, Category.SHAPE_DYNAMISM) is None
+    assert _q(rep, "shape_dynamism") == "no"
+
+
+def test_recompiles_inside_the_window() -> None:
+    """torch.compile(dynamic=False), a new length each step: every step recompiles; the
+    ledger counts Dynamo's (dynamo_timed) ranges as compile time (no Python stacks)."""
+    rep = report_of(sample("dyn_recompile"))
+    f = _finding(rep, Category.COMPILATION)
+    assert f is not None and f.severity.value == "high"
+    assert rep.gpu_time.total.get("compilation") > 0.5 * rep.gpu_time.total.window_us
+    assert f.time_us == rep.gpu_time.total.get("compilation")
+    assert "recompiles 2 time(s)" in f.title
+    assert any(s.kind == "recompile" for s in f.sites)
+    assert "mark_dynamic" in f.advice and "TORCH_LOGS=recompiles" in f.advice
+    assert _q(rep, "shape_dynamism") == "yes"
+    assert rep.summary.primary == "compilation"
+
+
+def test_one_compile_answers_no() -> None:
+    rep = report_of(sample("dyn_recompile_fixed"))
+    f = _finding(rep, Category.COMPILATION)
+    assert f is not None and "compiled" in f.tags and f.time_us == 0
+    assert "no recompiles or graph breaks" in f.title
+    assert _q(rep, "shape_dynamism") == "no"
+
+
+def test_graph_break_names_the_data_dependent_op_and_links_host_sync() -> None:
+    rep = report_of(sample("dyn_graph_break"))
+    f = _finding(rep, Category.COMPILATION)
+    assert f is not None and "graph_breaks" in f.tags
+    assert "aten::index" in f.title and "data-dependent" in f.title
+    sync = _finding(rep, Category.HOST_SYNC)
+    assert sync is not None and sync.time_us > 0
+    linked = next(m.value for m in f.evidence if "host_sync finding" in m.label)
+    # The wait is the host_sync finding's time, named here, not counted again.
+    assert 0 < float(linked) <= sync.time_us + 1e-6
+    assert f.time_us == 0
+    assert "torch.where" in f.advice
+    q4 = next(q for q in rep.questions if q.id == "shape_dynamism")
+    assert q4.status == "no" and "Graph breaks" in q4.answer
+
+
+def test_graph_break_fixed_is_one_graph() -> None:
+    rep = report_of(sample("dyn_graph_break_fixed"))
+    f = _finding(rep, Category.COMPILATION)
+    assert f is not None and "graph_breaks" not in f.tags
+    assert _finding(rep, Category.HOST_SYNC) is None
+
+
+@needs_real
+def test_hta_rank0_is_compiled_and_graph_replayed() -> None:
+    rep = report_of(real("rank0.json.gz"))
+    f = _finding(rep, Category.COMPILATION)
+    assert f is not None
+    assert {"compiled", "cuda_graphs"} <= set(f.tags)
+    assert "cudaGraphLaunch" in f.title
+    assert "nothing to capture again" in f.advice
+    for g in rep.findings:
+        assert "CUDA graphs cannot capture" not in g.advice
+
+
+def test_describe_shapes() -> None:
+    shapes = [b"[[8, 8, %d, 64], [8, 8, %d, 64]]" % (n, n) for n in (64, 100, 512)]
+    assert describe_shapes(shapes) == "dim 2 of [8, 8, N, 64] takes 3 values (64..512)"
+    assert describe_shapes([b"[[1, 2]]", b"[[3]]"]).startswith("2 input shapes")
+
+
+def test_no_question_is_not_built() -> None:
+    rep = report_of(sample("dyn_kv_cat"))
+    assert all(q.status != "not_built" for q in rep.questions)
+    assert all("not built" not in q.answer for q in rep.questions)
