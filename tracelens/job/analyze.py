@@ -55,6 +55,13 @@ STRAGGLER_LATE_SHARE = 0.5
 #: ...and the others wait for it at least this share of a step: the medium-severity
 #: share of single-trace findings (a few percent is worth a change).
 STRAGGLER_MIN_STEP_SHARE = 0.03
+#: Causes that are waiting, not work of the rank's own: a rank late with only more of
+#: these before its collectives waits for something its trace does not show (another
+#: process on its GPU, a slower group's collective), so it is not named a straggler.
+WAIT_CAUSES = frozenset({"communication", "idle_other", "profiler"})
+#: A straggler's own extra work (its reason) must account for at least this share of
+#: what the others wait for it; else its lateness is unexplained by its trace.
+EXPLAINED_SHARE = 0.5
 #: The alignment is too poor to tell who arrived last when the matched calls still end
 #: further apart than this share of their median duration: the calls matched are not the
 #: same calls (traces sampled or cut differently), so no straggler is named.
@@ -288,7 +295,7 @@ def analyze(
     step_medians = {r: float(np.median([st.span_us for st in by_rank[r].steps])) if by_rank[r].steps else 0.0 for r in ranks}
     job_step = float(np.median(list(step_medians.values()))) if ranks else 0.0
 
-    stragglers = [] if poor else _stragglers(ranks, by_rank, counted, late, cost * per_step, job_step, n_steps)
+    stragglers, unexplained = ([], []) if poor else _stragglers(ranks, by_rank, counted, late, cost * per_step, job_step, n_steps)
     rows = [
         RankRow(
             rank=r, file=by_rank[r].file, step_us=round(step_medians[r], 3), ledger=by_rank[r].ledger,
@@ -309,7 +316,7 @@ def analyze(
         alignment_error_us=round(align_err, 3) if align_err is not None else None,
         alignment=align_how,
         backend=backend[0][0] if backend else "",
-        headline=_headline(n, stragglers, lost_slowest * per_step, exposed_job, job_step, counted, poor),
+        headline=_headline(n, stragglers, unexplained, lost_slowest * per_step, exposed_job, job_step, counted, poor),
         step_us=round(job_step, 3),
         lost_to_slowest_us=round(lost_slowest * per_step, 3),
         lost_to_skew_us=round(lost_skew * per_step, 3),
@@ -317,6 +324,7 @@ def analyze(
         matched_collectives=len(instances),
         unmatched_collectives=unmatched,
         stragglers=stragglers,
+        late_unexplained=unexplained,
         problems=problems,
     )
     return JobReport(
@@ -341,10 +349,11 @@ def _stragglers(
     cost_per_step: np.ndarray,
     step_us: float,
     n_steps: int,
-) -> list[Straggler]:
+) -> tuple[list[Straggler], list[Straggler]]:
     out: list[Straggler] = []
+    unexplained: list[Straggler] = []
     if len(ranks) < 2 or not counted:
-        return out
+        return out, unexplained
     for j, r in enumerate(ranks):
         share = late[r] / len(counted)
         c = float(cost_per_step[j])
@@ -352,11 +361,23 @@ def _stragglers(
             continue
         reason, reason_us = _reason(j, r, by_rank, counted, n_steps)
         key = "gpu_busy" if reason.startswith("gpu_busy") else reason
-        advice = f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives: " + _ADVICE.get(key, _ADVICE["unknown"]) + "."
-        out.append(Straggler(rank=r, late_share=round(share, 4), cost_us=round(c, 3), reason=reason,
-                             reason_us=round(reason_us, 3), advice=advice, late_count=late[r], matched=len(counted)))  # fmt: skip
+        explained = reason == "unknown" or (reason not in WAIT_CAUSES and reason_us >= EXPLAINED_SHARE * c)
+        if explained:
+            advice = f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives: " + _ADVICE.get(key, _ADVICE["unknown"]) + "."
+        else:
+            advice = (
+                f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives, but its own trace shows no more "
+                f"work than the others' before them (the most it has extra is {reason} time, {fmt_us(reason_us)} per "
+                "step): it waits for something its trace does not show, such as another process on its GPU, its "
+                "device's copies, or a slower process group's collective. Check what shares its GPU and host."
+            )
+        (out if explained else unexplained).append(
+            Straggler(rank=r, late_share=round(share, 4), cost_us=round(c, 3), reason=reason, reason_us=round(reason_us, 3),
+                      advice=advice, late_count=late[r], matched=len(counted))
+        )  # fmt: skip
     out.sort(key=lambda s: -s.cost_us)
-    return out
+    unexplained.sort(key=lambda s: -s.cost_us)
+    return out, unexplained
 
 
 def _reason(j: int, r: int, by_rank: dict[int, RankSummary], counted: list[_Instance], n_steps: int) -> tuple[str, float]:
@@ -421,6 +442,7 @@ def _collective_rows(counted: list[_Instance], n: int, n_steps: int, idx: dict[i
 def _headline(
     n: int,
     stragglers: list[Straggler],
+    unexplained: list[Straggler],
     lost_slowest: float,
     exposed: float,
     step_us: float,
@@ -453,4 +475,11 @@ def _headline(
             f"rank waits {fmt_us(s.cost_us)} per step for it ({why})." + tail
         )
     med = float(np.median([i.skew for i in counted]))
+    if unexplained:
+        u = unexplained[0]
+        return (
+            f"No straggler of its own making: rank {u.rank} arrives last at {u.late_count} of {u.matched} "
+            f"collectives ({fmt_us(u.cost_us)} per step for the others) with no more work than the others in its "
+            "trace, so what delays it is outside its trace (a shared GPU or host)." + tail
+        )
     return f"No straggler: across {len(counted)} matched collectives the ranks arrive within {fmt_us(med)} (median)." + tail

@@ -121,6 +121,8 @@ class JobSummary(msgspec.Struct, frozen=True):
     matched_collectives: int
     unmatched_collectives: int
     stragglers: list[Straggler]
+    #: Ranks last most often whose own ledger does not explain it (see the advice).
+    late_unexplained: list[Straggler]
     problems: list[str]  # missing, duplicate, mismatched or unreadable ranks
 
 

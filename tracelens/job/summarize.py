@@ -22,6 +22,7 @@ from tracelens.analyzers import run_all
 from tracelens.analyzers.base import Category
 from tracelens.analyzers.communication import DTYPE_BYTES
 from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.apis import SYNC_APIS
 from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals, is_comm_kernel, is_comm_op, overlap
 from tracelens.job.discover import is_url
 from tracelens.job.model import (
@@ -207,13 +208,21 @@ def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, A
             t_list, b_list = issued[collective_kind(names.name(int(r)))]
             t_list.append(float(host["ts"].iat[r]))
             b_list.append(_shape_bytes(model, int(r)))
+    # With a CUDA tensor, gloo's thread first waits for the device copy of the input
+    # (a cudaStreamSynchronize inside the op): the rank arrives when that returns, with
+    # its data, not when the op starts.
+    calls_rt = host[(host["kind"] == Kind.RUNTIME) & name_matches(host["name"], SYNC_APIS.__contains__)]
+    sync_tid, sync_ts, sync_end = (calls_rt[c].to_numpy() for c in ("tid", "ts", "end"))
     for r in gloo.index.to_numpy():
         nm = names.name(int(r))
         t_list, b_list = issued.get(collective_kind(nm), ([], []))
-        k = int(np.searchsorted(np.array(t_list), float(host["ts"].iat[r]), side="right")) - 1
+        start, stop, tid = float(host["ts"].iat[r]), float(host["end"].iat[r]), host["tid"].iat[r]
+        k = int(np.searchsorted(np.array(t_list), start, side="right")) - 1
         size = b_list[k] if k >= 0 else 0
-        calls.append(dict(kind=collective_kind(nm), group="gloo", seq=-1, ts=float(host["ts"].iat[r]),
-                          end=float(host["end"].iat[r]), bytes=size, source="host"))  # fmt: skip
+        inside = (sync_tid == tid) & (sync_ts >= start) & (sync_end <= stop)
+        arrive = max(start, float(sync_end[inside].max())) if inside.any() else start
+        calls.append(dict(kind=collective_kind(nm), group="gloo", seq=-1, ts=arrive, end=stop, bytes=size,
+                          source="host"))  # fmt: skip
     if not calls:
         # Neither kernels nor gloo's thread: the outermost c10d ops the host blocked in.
         c10d = host[is_op & name_matches(host["name"], lambda n: n.startswith("c10d::"))]

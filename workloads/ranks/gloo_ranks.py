@@ -57,7 +57,7 @@ def _busy(ms: float) -> None:
         pass
 
 
-def run_rank(rank: int, world: int, case: str, out: Path, device: str, port: int) -> None:
+def run_rank(rank: int, world: int, case: str, out: Path, device: str, port: int, profile_it: bool = True) -> None:
     if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
         dist.init_process_group("gloo")  # torchrun's env:// rendezvous
     else:
@@ -78,6 +78,20 @@ def run_rank(rank: int, world: int, case: str, out: Path, device: str, port: int
                 _busy(SLOW_HOST_MS)
         dist.all_reduce(grad)
 
+    if not profile_it:  # under `tracelens capture`: it profiles; mark the steps for it
+        try:
+            from tracelens.capture import step as mark
+        except ImportError:
+            mark = None
+        for _ in range(WAIT + WARMUP + ACTIVE + 2):
+            step()
+            if mark is not None:
+                mark()
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+        dist.barrier()
+        dist.destroy_process_group()
+        return
     for _ in range(2):  # untraced warm-up: cuBLAS handles, gloo's first connection
         step()
     if dev.type == "cuda":
@@ -110,13 +124,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", choices=("balanced", "host_slow", "gpu_heavy"), default="balanced")
     p.add_argument("--world", type=int, default=3)
-    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--out", type=Path, default=Path("sample_traces/ranks"))
     p.add_argument("--device", default="cuda")
     p.add_argument("--port", type=int, default=29541)
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
+    p.add_argument("--no-profile", action="store_true", help="no torch.profiler of its own (under tracelens capture)")
     args = p.parse_args()
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # under torchrun
-        run_rank(int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), args.case, args.out, args.device, args.port)
+        rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        run_rank(rank, world, args.case, args.out, args.device, args.port, not args.no_profile)
         return
     if args.rank is not None:
         run_rank(args.rank, args.world, args.case, args.out, args.device, args.port)
