@@ -65,7 +65,7 @@ def expand(inputs: list[str]) -> list[str]:
                 key=_natural,
             )
             if not found:
-                raise TraceInputError(f"{item}: the folder holds no .json or .json.gz trace")
+                raise TraceInputError(f"{item}: is a directory with no .json or .json.gz trace in it")
             out.extend(found)
         elif _GLOB_CHARS.search(item) and not p.exists():
             found = sorted((f for f in glob.glob(item) if os.path.isfile(f)), key=_natural)
