@@ -195,11 +195,15 @@ def test_summary_is_small_and_pickles() -> None:
 
 
 def run_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PY, "-m", "tracelens", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run(
+        [PY, "-m", "tracelens", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_cli_folder_writes_one_job_report_and_per_rank_reports(tmp_path: Path) -> None:
-    out = run_cli("report", case("host_slow"), "--out-dir", tmp_path / "rep", "--per-rank", "--workers", "2", cwd=tmp_path)
+    out = run_cli(
+        "report", case("host_slow"), "--out-dir", tmp_path / "rep", "--per-rank", "--workers", "2", cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr
     assert "Rank 1 is the straggler" in out.stdout
     assert "ranks 3/3 read" in out.stderr
@@ -207,7 +211,11 @@ def test_cli_folder_writes_one_job_report_and_per_rank_reports(tmp_path: Path) -
     assert {p.name for p in rep.glob("ranks_host_slow.job.*")} == {
         "ranks_host_slow.job.html", "ranks_host_slow.job.md", "ranks_host_slow.job.json",
     }  # fmt: skip
-    assert sorted(p.name for p in (rep / "ranks_host_slow-ranks").glob("*.json")) == ["rank0.json", "rank1.json", "rank2.json"]
+    assert sorted(p.name for p in (rep / "ranks_host_slow-ranks").glob("*.json")) == [
+        "rank0.json",
+        "rank1.json",
+        "rank2.json",
+    ]
     doc = json.loads((rep / "ranks_host_slow.job.json").read_text())
     assert doc["job"]["stragglers"][0]["rank"] == SLOW_RANK
 
@@ -246,7 +254,9 @@ def test_cli_trace_text_is_escaped(tmp_path: Path) -> None:
 
 def test_distributed_scheduler(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
+    ) as cluster:
         results, _, how = map_ranks(rank_inputs(expand([str(case("host_slow"))])), scheduler=cluster.scheduler_address)
     assert "distributed" in how and all(isinstance(r, RankSummary) for r in results)
     assert [s.rank for s in analyze(results).job.stragglers] == [SLOW_RANK]
@@ -258,7 +268,8 @@ def test_torchrun_capture_one_trace_per_rank_and_one_job_report(tmp_path: Path) 
     pytest.importorskip("torch")
     cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "tracelens", "capture",
            "--steps", "3-6", "--no-stack", "--no-nvml", "--out-dir", str(tmp_path / "out"),
-           str(REPO / "workloads/ranks/gloo_ranks.py"), "--case", "host_slow", "--no-profile", "--device", "cpu"]  # fmt: skip
+           str(REPO / "workloads/ranks/gloo_ranks.py"),
+           "--case", "host_slow", "--no-profile", "--device", "cpu"]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=240)
     assert out.returncode == 0, out.stderr[-3000:]
     folder = tmp_path / "out" / "gloo_ranks-ranks"

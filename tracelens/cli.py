@@ -125,7 +125,9 @@ def report(
     ] = None,
     workers: Annotated[
         int | None,
-        typer.Option("--workers", help="Many ranks: local worker processes (default: one per core).", show_default=False),
+        typer.Option(
+            "--workers", help="Many ranks: local worker processes (default: one per core).", show_default=False
+        ),
     ] = None,
     per_rank: Annotated[
         bool, typer.Option("--per-rank", help="Many ranks: also write each rank's own report (under OUT-DIR).")

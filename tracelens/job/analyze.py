@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as _dt
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,12 +69,18 @@ EXPLAINED_SHARE = 0.5
 ALIGN_POOR_SHARE = 0.25
 #: NCCL's bus-bandwidth factors (nccl-tests' PERFORMANCE.md): what each rank's link carries
 #: per byte of the message, for n ranks.
-_BUSBW = {
+_BUSBW: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda n: 2 * (n - 1) / n,
     "all_gather": lambda n: (n - 1) / n,
     "reduce_scatter": lambda n: (n - 1) / n,
     "all_to_all": lambda n: (n - 1) / n,
 }
+
+
+def _one(n: int) -> float:
+    return 1.0
+
+
 #: Ledger causes that make a rank late, and what to do about each.
 _ADVICE = {
     "host_bound": (
@@ -104,8 +111,7 @@ _ADVICE = {
     "group's straggler",
     "idle_other": "its GPU waits on something outside the ledger's causes (a stream or event wait): compare "
     "its per-rank report with a fast rank's",
-    "unknown": "the trace has no GPU ledger to say why: compare its per-rank report (--per-rank) with a "
-    "fast rank's",
+    "unknown": "the trace has no GPU ledger to say why: compare its per-rank report (--per-rank) with a fast rank's",
 }
 
 
@@ -201,7 +207,10 @@ def _align(
     raw: list[float] = []
     for r in ranks[1:]:
         d = np.array(
-            [(keyed[r][k].end_us + summaries[r].origin_us) - (keyed[ref][k].end_us + summaries[ref].origin_us) for k in sync]
+            [
+                (keyed[r][k].end_us + summaries[r].origin_us) - (keyed[ref][k].end_us + summaries[ref].origin_us)
+                for k in sync
+            ]
         )
         off = float(np.median(d))
         offsets[r] = -off
@@ -226,15 +235,15 @@ def _align(
     return offsets, err, how, poor
 
 
-def analyze(
-    results: list[RankSummary | RankFailure], *, map_seconds: float = 0.0, scheduler: str = ""
-) -> JobReport:
+def analyze(results: list[RankSummary | RankFailure], *, map_seconds: float = 0.0, scheduler: str = "") -> JobReport:
     by_rank, failed, problems = _identity(results)
     ranks = sorted(by_rank)
     world = Counter(s.world_size for s in by_rank.values() if s.world_size is not None).most_common(1)
     world_size = world[0][0] if world else (len(ranks) if ranks else None)
     keyed = {r: _keyed(by_rank[r]) for r in ranks}
-    offsets, align_err, align_how, poor = _align(ranks, keyed, by_rank) if ranks else ({}, None, "no rank was read", False)
+    offsets, align_err, align_how, poor = (
+        _align(ranks, keyed, by_rank) if ranks else ({}, None, "no rank was read", False)
+    )
 
     # The analysed steps: those every rank kept in its window (per-step figures divide by
     # their number); without step marks, every call counts.
@@ -257,8 +266,8 @@ def analyze(
         arrive = np.array([c.start_us + by_rank[r].origin_us + offsets[r] for r, c in zip(ranks, calls, strict=True)])
         end = np.array([c.end_us + by_rank[r].origin_us + offsets[r] for r, c in zip(ranks, calls, strict=True)])
         c0 = calls[0]
-        counted = c0.step in counted_steps if counted_steps else True
-        inst = _Instance(k, c0.group, c0.kind, c0.source, ranks, arrive, end, calls, counted,
+        in_steps = c0.step in counted_steps if counted_steps else True
+        inst = _Instance(k, c0.group, c0.kind, c0.source, ranks, arrive, end, calls, in_steps,
                          bytes=int(np.median([c.bytes for c in calls])))  # fmt: skip
         last = int(np.argmax(arrive))
         inst.last = ranks[last]
@@ -292,10 +301,14 @@ def analyze(
             lost_slowest += float(srt[-1] - srt[-2])
             lost_skew += float(srt[-1] - np.median(srt))
     per_step = 1.0 / n_steps
-    step_medians = {r: float(np.median([st.span_us for st in by_rank[r].steps])) if by_rank[r].steps else 0.0 for r in ranks}
+    step_medians = {
+        r: float(np.median([st.span_us for st in by_rank[r].steps])) if by_rank[r].steps else 0.0 for r in ranks
+    }
     job_step = float(np.median(list(step_medians.values()))) if ranks else 0.0
 
-    stragglers, unexplained = ([], []) if poor else _stragglers(ranks, by_rank, counted, late, cost * per_step, job_step, n_steps)
+    stragglers, unexplained = (
+        ([], []) if poor else _stragglers(ranks, by_rank, counted, late, cost * per_step, job_step, n_steps)
+    )
     rows = [
         RankRow(
             rank=r, file=by_rank[r].file, step_us=round(step_medians[r], 3), ledger=by_rank[r].ledger,
@@ -363,7 +376,11 @@ def _stragglers(
         key = "gpu_busy" if reason.startswith("gpu_busy") else reason
         explained = reason == "unknown" or (reason not in WAIT_CAUSES and reason_us >= EXPLAINED_SHARE * c)
         if explained:
-            advice = f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives: " + _ADVICE.get(key, _ADVICE["unknown"]) + "."
+            advice = (
+                f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives: "
+                + _ADVICE.get(key, _ADVICE["unknown"])
+                + "."
+            )
         else:
             advice = (
                 f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives, but its own trace shows no more "
@@ -372,15 +389,17 @@ def _stragglers(
                 "device's copies, or a slower process group's collective. Check what shares its GPU and host."
             )
         (out if explained else unexplained).append(
-            Straggler(rank=r, late_share=round(share, 4), cost_us=round(c, 3), reason=reason, reason_us=round(reason_us, 3),
-                      advice=advice, late_count=late[r], matched=len(counted))
+            Straggler(rank=r, late_share=round(share, 4), cost_us=round(c, 3), reason=reason,
+                      reason_us=round(reason_us, 3), advice=advice, late_count=late[r], matched=len(counted))
         )  # fmt: skip
     out.sort(key=lambda s: -s.cost_us)
     unexplained.sort(key=lambda s: -s.cost_us)
     return out, unexplained
 
 
-def _reason(j: int, r: int, by_rank: dict[int, RankSummary], counted: list[_Instance], n_steps: int) -> tuple[str, float]:
+def _reason(
+    j: int, r: int, by_rank: dict[int, RankSummary], counted: list[_Instance], n_steps: int
+) -> tuple[str, float]:
     """The ledger cause the straggler had more of than the others, before the calls it was
     last at (per step)."""
     excess: dict[str, float] = defaultdict(float)
@@ -417,10 +436,11 @@ def _collective_rows(counted: list[_Instance], n: int, n_steps: int, idx: dict[i
     rows = []
     for (group, kind), insts in sorted(groups.items(), key=lambda kv: -len(kv[1])):
         moved = [float(np.median(i.end) - i.arrive.max()) for i in insts]
-        nbytes = [i.bytes for i in insts]
+        nbytes: list[int] = [i.bytes for i in insts]
         busy_s = sum(max(m, 1.0) for m in moved) * 1e-6
-        algbw = sum(nbytes) / busy_s / 1e9 if busy_s > 0 and sum(nbytes) else 0.0
-        factor = _BUSBW.get(kind, lambda _n: 1.0)(n) if n > 1 else 1.0
+        total_bytes = float(np.sum(nbytes)) if nbytes else 0.0
+        algbw = total_bytes / busy_s / 1e9 if busy_s > 0 else 0.0
+        factor = _BUSBW.get(kind, _one)(n) if n > 1 else 1.0
         per_rank_exposed = np.zeros(n)
         for i in insts:
             for j, c in enumerate(i.calls):
@@ -461,14 +481,19 @@ def _headline(
             "alignment: these are not the same calls on every rank (sampled or differently cut traces), so no "
             "straggler is named."
         )
-    share = (lambda us: f" ({us / step_us:.0%} of a {fmt_us(step_us)} step)") if step_us > 0 else (lambda us: "")
+
+    def share(us: float) -> str:
+        return f" ({us / step_us:.0%} of a {fmt_us(step_us)} step)" if step_us > 0 else ""
+
     tail = (
         f" The job loses {fmt_us(lost_slowest)} per step to its slowest rank{share(lost_slowest)} and "
         f"{fmt_us(exposed)} to exposed communication{share(exposed)}."
     )
     if stragglers:
         s = stragglers[0]
-        why = {"unknown": "cause unknown"}.get(s.reason, f"{s.reason}: {fmt_us(s.reason_us)} more per step than the others")
+        why = {"unknown": "cause unknown"}.get(
+            s.reason, f"{s.reason}: {fmt_us(s.reason_us)} more per step than the others"
+        )
         more = f" (and {len(stragglers) - 1} more)" if len(stragglers) > 1 else ""
         return (
             f"Rank {s.rank} is the straggler{more}: last at {s.late_count} of {s.matched} collectives; each other "
@@ -482,4 +507,7 @@ def _headline(
             f"collectives ({fmt_us(u.cost_us)} per step for the others) with no more work than the others in its "
             "trace, so what delays it is outside its trace (a shared GPU or host)." + tail
         )
-    return f"No straggler: across {len(counted)} matched collectives the ranks arrive within {fmt_us(med)} (median)." + tail
+    return (
+        f"No straggler: across {len(counted)} matched collectives the ranks arrive within {fmt_us(med)} (median)."
+        + tail
+    )

@@ -81,7 +81,9 @@ def _expand_url(url: str) -> list[str]:
     try:
         import fsspec
     except ImportError:
-        raise TraceInputError(f"{url}: reading a URL needs fsspec (pip install fsspec and the filesystem's package)")
+        raise TraceInputError(
+            f"{url}: reading a URL needs fsspec (pip install fsspec and the filesystem's package)"
+        ) from None
     try:
         fs, _, paths = fsspec.get_fs_token_paths(url)
         protocol = fs.protocol[0] if isinstance(fs.protocol, tuple | list) else fs.protocol

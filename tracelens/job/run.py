@@ -46,7 +46,7 @@ def _limit_memory(limit: int | None) -> None:
         # The loader's read(MAX_JSON_BYTES + 1) reserves that much address space for a
         # moment (never touched): allow it on top of the limit.
         limit += MAX_JSON_BYTES + 1
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
         cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
         resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
     except (ImportError, ValueError, OSError):  # no RLIMIT_AS (macOS, Windows): unbounded
@@ -79,7 +79,11 @@ def map_ranks(
 
 
 def _local(
-    inputs: list[RankInput], workers: int, worker_memory: int | None, per_rank_dir: str | None, progress: ProgressFn | None
+    inputs: list[RankInput],
+    workers: int,
+    worker_memory: int | None,
+    per_rank_dir: str | None,
+    progress: ProgressFn | None,
 ) -> tuple[list[Result], str]:
     import dask
     from dask.callbacks import Callback
@@ -107,8 +111,9 @@ def _local(
     # spawn, not fork: the parent may hold threads (a fork copies their locks held).
     ctx = multiprocessing.get_context("spawn")
     with (
-        ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_limit_memory, initargs=(worker_memory,))
-        as pool,
+        ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_limit_memory, initargs=(worker_memory,)
+        ) as pool,
         _Progress(),
     ):
         out = dask.compute(*tasks, scheduler="processes", pool=pool)
@@ -121,7 +126,9 @@ def _distributed(
     try:
         from distributed import Client, as_completed
     except ImportError:
-        raise UsageError("--scheduler needs dask's distributed package: pip install 'tracelens-gpu[distributed]'")
+        raise UsageError(
+            "--scheduler needs dask's distributed package: pip install 'tracelens-gpu[distributed]'"
+        ) from None
     try:
         client = Client(address, timeout="20s")
     except (OSError, TimeoutError) as exc:
@@ -131,8 +138,7 @@ def _distributed(
         futures = client.map(summarize, inputs, per_rank_dir=per_rank_dir, pure=False)
         order = {f.key: i for i, f in enumerate(futures)}
         results: list[Result | None] = [None] * len(inputs)
-        done = 0
-        for fut in as_completed(futures):
+        for done, fut in enumerate(as_completed(futures), start=1):
             i = order[fut.key]
             try:
                 res: Result = fut.result()
@@ -140,7 +146,6 @@ def _distributed(
                 res = RankFailure(file=inputs[i].path, name_rank=inputs[i].name_rank,
                                   error=f"the worker failed: {type(exc).__name__}: {exc}")  # fmt: skip
             results[i] = res
-            done += 1
             if progress is not None:
                 progress(done, len(inputs), res)
             fut.release()

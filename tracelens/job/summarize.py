@@ -187,18 +187,22 @@ def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, A
             if ext[r] >= 0:
                 host_by_ext.setdefault(int(ext[r]), int(r))
     names = model.arrays
-    for row in kern.itertuples():
-        a = by_corr.get(int(row.correlation)) or by_ext.get(int(row.external_id))
-        hrow = host_by_ext.get(int(row.external_id), -1)
-        kind = collective_kind(a.collective) if a is not None and a.collective else collective_kind(str(row.name))
+    h_ts, h_end, h_tid = host["ts"].to_numpy(), host["end"].to_numpy(), host["tid"].to_numpy()
+    k_cols = {c: kern[c].to_numpy() for c in ("correlation", "external_id", "stream", "ts", "end")}
+    k_names = [str(n) for n in kern["name"]]
+    for i, kname in enumerate(k_names):
+        corr, ext_id, stream = (int(k_cols[c][i]) for c in ("correlation", "external_id", "stream"))
+        a = by_corr.get(corr) or by_ext.get(ext_id)
+        hrow = host_by_ext.get(ext_id, -1)
+        kind = collective_kind(a.collective) if a is not None and a.collective else collective_kind(kname)
         if kind == "send_recv" and hrow >= 0:
             kind = collective_kind(names.name(hrow))  # all_to_all runs as SendRecv kernels
         size = _arg_bytes(a) or (_shape_bytes(model, hrow) if hrow >= 0 else 0)
         # Without the args, a communicator is told apart by its stream (each process group
         # gets its own NCCL stream, created in the same order on every rank).
-        group = str(a.pg_name) if a is not None and a.pg_name is not None else f"{backend or 'nccl'}:stream{row.stream}"
-        calls.append(dict(kind=kind, group=group, seq=_seq(a), ts=float(row.ts), end=float(row.end), bytes=size,
-                          source="kernel"))  # fmt: skip
+        group = str(a.pg_name) if a is not None and a.pg_name is not None else f"{backend or 'nccl'}:stream{stream}"
+        calls.append(dict(kind=kind, group=group, seq=_seq(a), ts=float(k_cols["ts"][i]), end=float(k_cols["end"][i]),
+                          bytes=size, source="kernel"))  # fmt: skip
     # gloo's thread runs the exchange as an op without shapes: its size is that of the
     # c10d op of the same kind that issued it, the latest one starting before it.
     issued: dict[str, tuple[list[float], list[int]]] = defaultdict(lambda: ([], []))
@@ -206,7 +210,7 @@ def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, A
         c10d = host[is_op & name_matches(host["name"], lambda n: n.startswith("c10d::"))]
         for r in c10d.index.to_numpy():
             t_list, b_list = issued[collective_kind(names.name(int(r)))]
-            t_list.append(float(host["ts"].iat[r]))
+            t_list.append(float(h_ts[r]))
             b_list.append(_shape_bytes(model, int(r)))
     # With a CUDA tensor, gloo's thread first waits for the device copy of the input
     # (a cudaStreamSynchronize inside the op): the rank arrives when that returns, with
@@ -216,7 +220,7 @@ def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, A
     for r in gloo.index.to_numpy():
         nm = names.name(int(r))
         t_list, b_list = issued.get(collective_kind(nm), ([], []))
-        start, stop, tid = float(host["ts"].iat[r]), float(host["end"].iat[r]), host["tid"].iat[r]
+        start, stop, tid = float(h_ts[r]), float(h_end[r]), h_tid[r]
         k = int(np.searchsorted(np.array(t_list), start, side="right")) - 1
         size = b_list[k] if k >= 0 else 0
         inside = (sync_tid == tid) & (sync_ts >= start) & (sync_end <= stop)
@@ -229,7 +233,7 @@ def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, A
         roots = c10d[c10d["op_root"].isin([-1]) | (c10d["op_root"].to_numpy() == c10d.index.to_numpy())]
         for r in roots.index.to_numpy():
             calls.append(dict(kind=collective_kind(names.name(int(r))), group=backend or "default", seq=-1,
-                              ts=float(host["ts"].iat[r]), end=float(host["end"].iat[r]),
+                              ts=float(h_ts[r]), end=float(h_end[r]),
                               bytes=_shape_bytes(model, int(r)), source="host"))  # fmt: skip
     calls.sort(key=lambda c: c["ts"])
     return calls
@@ -326,7 +330,11 @@ def summarize(item: RankInput, per_rank_dir: str | None = None) -> RankSummary |
         summary = _summary(item, model, ctx, findings, local)
         files: list[str] = []
         if per_rank_dir is not None:
-            stem = f"rank{summary.rank}" if summary.rank is not None else re.sub(r"\.json(\.gz)?$", "", Path(item.path).name)
+            stem = (
+                f"rank{summary.rank}"
+                if summary.rank is not None
+                else re.sub(r"\.json(\.gz)?$", "", Path(item.path).name)
+            )
             files = _write_reports(model, ctx, per_rank_dir, stem)
         t2 = time.perf_counter()
         return msgspec.structs.replace(summary, load_seconds=round(t1 - t0, 3), analysis_seconds=round(t2 - t1, 3),
@@ -336,16 +344,16 @@ def summarize(item: RankInput, per_rank_dir: str | None = None) -> RankSummary |
     except MemoryError:
         return RankFailure(file=item.path, name_rank=item.name_rank, error="out of memory (the worker's limit)")
     except Exception as exc:  # a bug on one rank's trace must not lose the other ranks
-        return RankFailure(file=item.path, name_rank=item.name_rank, error=f"internal error: {type(exc).__name__}: {exc}")
+        return RankFailure(
+            file=item.path, name_rank=item.name_rank, error=f"internal error: {type(exc).__name__}: {exc}"
+        )
     finally:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
 
 
-def _summary(
-    item: RankInput, model: TraceModel, ctx: AnalysisContext, findings: list[Any], local: str
-) -> RankSummary:
+def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings: list[Any], local: str) -> RankSummary:
     meta = model.meta
     dist = meta.metadata.get("distributedInfo")
     dist = dist if isinstance(dist, dict) else {}

@@ -93,12 +93,13 @@ def heatmap_svg(rep: JobReport) -> Markup:
     med = rep.job.step_us or 1.0
     strag = {s.rank for s in rep.job.stragglers}
     parts = [
-        f'<svg class="heat" viewBox="0 0 {width:.0f} {height:.0f}" role="img" '
-        f'aria-label="step time per rank and step">'
+        f'<svg class="heat" viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="step time per rank and step">'
     ]
     for j, step in enumerate(steps):
         if len(steps) <= 40 or j % max(len(steps) // 20, 1) == 0:
-            parts.append(f'<text x="{label_w + j * col + col / 2:.1f}" y="11" class="lab" text-anchor="middle">{step}</text>')
+            parts.append(
+                f'<text x="{label_w + j * col + col / 2:.1f}" y="11" class="lab" text-anchor="middle">{step}</text>'
+            )
     for i, r in enumerate(rep.ranks):
         y = top + i * row
         by_step = {st.step: st.span_us for st in r.steps}
@@ -159,9 +160,10 @@ def render_job_json(rep: JobReport) -> str:
 
 def render_job_terminal(rep: JobReport, written: list[str]) -> str:
     j = rep.job
-    lines = [typer.style("tracelens job report", bold=True) + f": {j.ranks} ranks"
-             + (f" of {j.world_size}" if j.world_size and j.world_size != j.ranks else "")
-             + (f", {j.backend}" if j.backend else "") + f", {j.steps} steps, median step {fmt.us(j.step_us)}"]  # fmt: skip
+    of = f" of {j.world_size}" if j.world_size and j.world_size != j.ranks else ""
+    backend = f", {j.backend}" if j.backend else ""
+    head = f": {j.ranks} ranks{of}{backend}, {j.steps} steps, median step {fmt.us(j.step_us)}"
+    lines = [typer.style("tracelens job report", bold=True) + head]
     lines.append("")
     lines.append(typer.style(fmt.plain(j.headline, limit=1000), bold=True))
     for s in j.stragglers[:MAX_TERMINAL_ITEMS]:
