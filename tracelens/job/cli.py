@@ -55,6 +55,7 @@ def report_many(
     scheduler: str | None,
     workers: int | None,
     per_rank: bool,
+    windowed: str | None = None,
 ) -> list[str]:
     """Write the job report and return [], or return the traces to report one by one."""
     from tracelens.cli import _emit, _targets
@@ -73,6 +74,8 @@ def report_many(
         if any(is_url(f) for f in files):
             raise UsageError("a URL is read as the ranks of one job; these traces are not")
         return files
+    if windowed:
+        raise UsageError("--window and --steps apply to one trace; a job report analyses each rank's own window")
     if workers is not None and workers < 1:
         raise typer.BadParameter("--workers must be >= 1")
     stem = job_stem(traces, files)
