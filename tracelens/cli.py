@@ -153,7 +153,8 @@ def report(
     from tracelens.job.cli import report_many
 
     # Ranks of one job get one job report; unrelated traces one report each, as one does.
-    single = report_many(traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, window or steps)
+    windowed = window or steps
+    single = report_many(traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, windowed)
     for path in single:
         _report_one(Path(path), html if len(single) == 1 else None, markdown if len(single) == 1 else None,
                     json_out if len(single) == 1 else None, out_dir, quiet, window, steps)  # fmt: skip
