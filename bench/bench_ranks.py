@@ -56,7 +56,9 @@ def _calls(trace: dict) -> list[tuple[float, float]]:  # type: ignore[type-arg]
     out = []
     for op in ops:
         start, end = float(op["ts"]), float(op["ts"]) + float(op["dur"])
-        ends = [float(s["ts"]) + float(s["dur"]) for s in syncs if s.get("tid") == op.get("tid") and start <= s["ts"] <= end]
+        ends = [
+            float(s["ts"]) + float(s["dur"]) for s in syncs if s.get("tid") == op.get("tid") and start <= s["ts"] <= end
+        ]
         out.append((max([start, *ends]), end))
     return sorted(out)
 
@@ -172,7 +174,9 @@ def main() -> None:
                     make_job(folder, n, strag, seed=n)
             gen_s = time.perf_counter() - t0
             for kind, (folder, strag) in jobs.items():
-                modes = [("embedded", [])] if kind == "none" or args.no_cluster else [("embedded", []), ("cluster", None)]
+                modes = (
+                    [("embedded", [])] if kind == "none" or args.no_cluster else [("embedded", []), ("cluster", None)]
+                )
                 for mode, extra in modes:
                     proc = None
                     if extra is None:
