@@ -283,3 +283,18 @@ def test_torchrun_capture_one_trace_per_rank_and_one_job_report(tmp_path: Path) 
     # (the H200 captures above test that); the capture and the one report on the set are.
     assert doc["job"]["ranks"] == 2 and doc["job"]["world_size"] == 2
     assert doc["job"]["matched_collectives"] == 4 and doc["failed"] == []
+
+
+def test_fsspec_url_prefix() -> None:
+    """An fsspec URL prefix (here fsspec's in-memory filesystem, standing for s3:// or
+    gs://): listed, downloaded rank by rank, reported as a job."""
+    fsspec = pytest.importorskip("fsspec")
+    fs = fsspec.filesystem("memory")
+    for r in range(3):
+        fs.pipe(f"/job15/rank{r}.pt.trace.json.gz", (case("host_slow") / f"rank{r}.pt.trace.json.gz").read_bytes())
+    files = expand(["memory://job15/"])
+    assert [f.rsplit("/", 1)[-1] for f in files] == [f"rank{r}.pt.trace.json.gz" for r in range(3)]
+    # One worker: the synchronous scheduler in this process, which holds the memory filesystem.
+    results, _, how = map_ranks(rank_inputs(files), workers=1)
+    assert "synchronous" in how and all(isinstance(r, RankSummary) for r in results)
+    assert [s.rank for s in analyze(results).job.stragglers] == [SLOW_RANK]
