@@ -298,3 +298,20 @@ def test_fsspec_url_prefix() -> None:
     results, _, how = map_ranks(rank_inputs(files), workers=1)
     assert "synchronous" in how and all(isinstance(r, RankSummary) for r in results)
     assert [s.rank for s in analyze(results).job.stragglers] == [SLOW_RANK]
+
+
+def test_torchrun_env_and_rank_paths(tmp_path: Path) -> None:
+    from tracelens.capture.ranks import rank_trace_path, ranks_folder, torchrun_env, wait_for_ranks
+
+    assert torchrun_env({}) is None
+    assert torchrun_env({"RANK": "3", "WORLD_SIZE": "2"}) is None  # not a rank of that world
+    env = torchrun_env({"RANK": "1", "WORLD_SIZE": "4", "LOCAL_RANK": "1"})
+    assert env is not None and (env.rank, env.world_size, env.local_rank) == (1, 4, 1)
+    assert rank_trace_path("train.py", tmp_path, env) == tmp_path / "train-ranks" / "rank1.pt.trace.json.gz"
+    folder = ranks_folder("train.py", tmp_path)
+    folder.mkdir()
+    (folder / "rank0.pt.trace.json.gz").write_bytes(b"x")
+    said: list[str] = []
+    got = wait_for_ranks(folder, 2, said.append, timeout_s=0.2)  # rank 1 never writes
+    assert got == [folder / "rank0.pt.trace.json.gz"]
+    assert any("did not appear" in s for s in said)

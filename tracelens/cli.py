@@ -430,6 +430,9 @@ def capture(
 
     if target is None and module is None:
         raise typer.BadParameter("give a script, or -m MODULE")
+    if out is not None and os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        raise typer.BadParameter("under torchrun each rank writes OUT-DIR/<script>-ranks/rank<R>.pt.trace.json.gz: "
+                                 "give --out-dir, not --out")  # fmt: skip
     if sum(x is not None for x in (steps, schedule, window)) + record_all > 1:
         raise typer.BadParameter("--steps, --schedule, --window and --all are alternatives")
     if duration is not None and duration <= 0:
