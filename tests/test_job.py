@@ -58,6 +58,10 @@ def test_host_slow_rank_is_named_with_its_reason_and_cost() -> None:
     assert all(r.wait_us > 0.6 * SLOW_HOST_US for r in others)
     assert next(r for r in rep.ranks if r.rank == SLOW_RANK).wait_us < 0.05 * SLOW_HOST_US
     assert "Rank 1 is the straggler" in rep.job.headline and "host_bound" in rep.job.headline
+    # The lateness picture: rank 1 reaches every step's all-reduce last by most of its loop.
+    late = {r.rank: [s.late_us for s in r.late_by_step] for r in rep.ranks}
+    assert len(late[SLOW_RANK]) == 6 and min(late[SLOW_RANK]) > 0.6 * SLOW_HOST_US
+    assert all(max(v) < 0.1 * SLOW_HOST_US for k, v in late.items() if k != SLOW_RANK)
     assert rep.job.lost_to_slowest_us > 0.5 * SLOW_HOST_US
 
 
@@ -121,7 +125,8 @@ def test_html_markdown_terminal() -> None:
     html = render_job_html(rep)
     assert 'name="viewport"' in html and '<svg class="heat" viewBox=' in html
     assert "http://" not in html.replace("http://www.w3.org", "") and "https://" not in html
-    assert html.count("<rect") >= 3 * 6  # 3 ranks x 6 steps
+    assert html.count("<rect") >= 2 * 3 * 6  # two pictures of 3 ranks x 6 steps
+    assert "Who is late, rank × step" in html
     assert "rank 1 ◀" in html
     md = render_job_markdown(rep)
     assert "| 1 | 6 of 6 (100%)" in md and "`host_bound`" in md

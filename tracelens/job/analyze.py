@@ -41,6 +41,7 @@ from tracelens.job.model import (
     RankFailure,
     RankRow,
     RankSummary,
+    StepLate,
     Straggler,
 )
 
@@ -286,8 +287,11 @@ def analyze(results: list[RankSummary | RankFailure], *, map_seconds: float = 0.
     cost = np.zeros(n)
     lost_slowest = 0.0
     lost_skew = 0.0
+    late_steps: list[dict[int, float]] = [defaultdict(float) for _ in ranks]
     for inst in counted:
+        first = float(inst.arrive.min())
         for j, c in enumerate(inst.calls):
+            late_steps[j][c.step] += float(inst.arrive[j]) - first
             w = float(inst.waits[j])
             wait[j] += w
             exposed[j] += max(c.exposed_us - min(w, c.exposed_us), 0.0)
@@ -316,6 +320,7 @@ def analyze(results: list[RankSummary | RankFailure], *, map_seconds: float = 0.
             exposed_comm_us=round(float(exposed[idx[r]]) * per_step, 3), clock_offset_us=round(offsets[r], 3),
             gpu_name=by_rank[r].gpu_name, host_name=by_rank[r].host_name, findings=by_rank[r].findings,
             report_files=by_rank[r].report_files,
+            late_by_step=[StepLate(step=k, late_us=round(v, 3)) for k, v in sorted(late_steps[idx[r]].items())],
         )
         for r in ranks
     ]  # fmt: skip

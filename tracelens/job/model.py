@@ -46,6 +46,11 @@ class StepTime(msgspec.Struct, frozen=True):
     span_us: float
 
 
+class StepLate(msgspec.Struct, frozen=True):
+    step: int
+    late_us: float
+
+
 class LedgerShare(msgspec.Struct, frozen=True):
     cause: str
     time_us: float
@@ -140,6 +145,9 @@ class RankRow(msgspec.Struct, frozen=True):
     host_name: str
     findings: list[FindingBrief]
     report_files: list[str] = []
+    #: Per step: how much later than the first rank it arrived, summed over the step's
+    #: collectives (its own delay; the heat map's second picture).
+    late_by_step: list[StepLate] = []
 
 
 class CollectiveRow(msgspec.Struct, frozen=True):

@@ -77,10 +77,13 @@ def shown_ranks(rep: JobReport) -> list[RankRow]:
     return order[:MAX_RANK_ROWS]
 
 
-def heatmap_svg(rep: JobReport) -> Markup:
+def heatmap_svg(rep: JobReport, late: bool = False) -> Markup:
     """Rank x step: each cell's colour is the step's time against the job's median step
-    (pale: faster, dark red: slower); stragglers' rows are marked."""
-    steps = sorted({st.step for r in rep.ranks for st in r.steps})[:MAX_HEATMAP_STEPS]
+    (pale: faster, dark red: slower), or with `late` how much later than the first rank
+    the rank reached the step's collectives (white: first, dark red: half a step and
+    more); stragglers' rows are marked."""
+    steps = sorted({st.step for r in rep.ranks for st in (r.late_by_step if late else r.steps)})
+    steps = steps[:MAX_HEATMAP_STEPS]
     if not rep.ranks or not steps:
         return Markup("")
     n = len(rep.ranks)
@@ -102,7 +105,7 @@ def heatmap_svg(rep: JobReport) -> Markup:
             )
     for i, r in enumerate(rep.ranks):
         y = top + i * row
-        by_step = {st.step: st.span_us for st in r.steps}
+        by_step = {st.step: st.late_us for st in r.late_by_step} if late else {st.step: st.span_us for st in r.steps}
         if row >= 10:
             mark = " ◀" if r.rank in strag else ""
             parts.append(f'<text x="{label_w - 4:.0f}" y="{y + row * 0.72:.1f}" class="lab" text-anchor="end">'
@@ -114,10 +117,11 @@ def heatmap_svg(rep: JobReport) -> Markup:
             if span is None:
                 continue
             rel = span / med
+            fill = _heat(1.0 + rel) if late else _heat(rel)
+            what = "later than the first rank" if late else f"({rel:.2f}x the median step)"
             parts.append(
                 f'<rect x="{label_w + j * col:.1f}" y="{y:.1f}" width="{col - 1:.1f}" height="{max(row - 1, 1):.1f}" '
-                f'fill="{_heat(rel)}"><title>rank {r.rank}, step {step}: {escape(fmt.us(span))} '
-                f"({rel:.2f}x the median step)</title></rect>"
+                f'fill="{fill}"><title>rank {r.rank}, step {step}: {escape(fmt.us(span))} {what}</title></rect>'
             )
     parts.append("</svg>")
     return Markup("".join(parts))
@@ -147,7 +151,9 @@ def ledger_bar(row: RankRow) -> Markup:
 def render_job_html(rep: JobReport) -> str:
     env = _env(autoescape=True)
     env.globals["ledger_bar"] = ledger_bar
-    return env.get_template("job.html.j2").render(r=rep, heatmap=heatmap_svg(rep), shown=shown_ranks(rep))
+    return env.get_template("job.html.j2").render(
+        r=rep, heatmap=heatmap_svg(rep), lateness=heatmap_svg(rep, late=True), shown=shown_ranks(rep)
+    )
 
 
 def render_job_markdown(rep: JobReport) -> str:
