@@ -61,7 +61,8 @@ def test_host_slow_rank_is_named_with_its_reason_and_cost() -> None:
     # The lateness picture: rank 1 reaches every step's all-reduce last by most of its loop.
     late = {r.rank: [s.late_us for s in r.late_by_step] for r in rep.ranks}
     assert len(late[SLOW_RANK]) == 6 and min(late[SLOW_RANK]) > 0.6 * SLOW_HOST_US
-    assert all(max(v) < 0.1 * SLOW_HOST_US for k, v in late.items() if k != SLOW_RANK)
+    # (the fast ones share the GPU, so one of them reaches it up to 3 ms after the other)
+    assert all(max(v) < 0.25 * SLOW_HOST_US for k, v in late.items() if k != SLOW_RANK)
     assert rep.job.lost_to_slowest_us > 0.5 * SLOW_HOST_US
 
 
