@@ -1,6 +1,7 @@
 """The `tracelens` command.
 
     tracelens report TRACE [--html PATH] [--markdown PATH] [--json PATH]
+    tracelens report FOLDER|GLOB|FILES...|URL [--scheduler ADDRESS] [--per-rank]   (ranks of one job)
     tracelens capture [OPTIONS] SCRIPT [ARGS...]   (or -m MODULE [ARGS...])
 
 Errors a user can cause print one line and exit non-zero (see tracelens.errors); the
@@ -63,10 +64,11 @@ def _progress(message: str) -> None:
 
 @app.command()
 def report(
-    trace: Annotated[
-        Path,
+    traces: Annotated[
+        list[str],
         typer.Argument(
-            help="A torch.profiler (Kineto) Chrome trace: .json or .json.gz, any torch version, NVIDIA or AMD.",
+            help="A torch.profiler (Kineto) Chrome trace: .json or .json.gz, any torch version, NVIDIA or AMD. "
+            "Or the ranks of one job: a folder, a glob, several files, an fsspec URL prefix (s3://, gs://, hf://).",
             show_default=False,
         ),
     ],
@@ -112,6 +114,24 @@ def report(
             show_default=False,
         ),
     ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="Many ranks: send the per-rank work to this Dask distributed scheduler (tcp://HOST:8786) "
+            "instead of local processes.",
+            show_default=False,
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", help="Many ranks: local worker processes (default: one per core).", show_default=False
+        ),
+    ] = None,
+    per_rank: Annotated[
+        bool, typer.Option("--per-rank", help="Many ranks: also write each rank's own report (under OUT-DIR).")
+    ] = False,
 ) -> None:
     """Explain a trace: ranked findings with their cost, source and fix.
 
@@ -123,13 +143,39 @@ def report(
       tracelens report run.pt.trace.json.gz
 
       tracelens report run.json --md issue.md --json run.report.json
+
+      tracelens report traces/ --per-rank        (one job report on the ranks in traces/)
     """
+    _interrupt_as_error()
+    if len(traces) == 1 and Path(traces[0]).is_file():
+        _report_one(Path(traces[0]), html, markdown, json_out, out_dir, quiet, window, steps)
+        return
+    from tracelens.job.cli import report_many
+
+    # Ranks of one job get one job report; unrelated traces one report each, as one does.
+    windowed = window or steps
+    single = report_many(traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, windowed)
+    for path in single:
+        _report_one(Path(path), html if len(single) == 1 else None, markdown if len(single) == 1 else None,
+                    json_out if len(single) == 1 else None, out_dir, quiet, window, steps)  # fmt: skip
+
+
+def _report_one(
+    trace: Path,
+    html: Path | None,
+    markdown: Path | None,
+    json_out: Path | None,
+    out_dir: Path,
+    quiet: bool,
+    window: str | None,
+    steps: str | None,
+) -> None:
+    """The report on one trace."""
     from tracelens.assemble import build_report
     from tracelens.model import load_trace
     from tracelens.output import default_stem
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
 
-    _interrupt_as_error()
     if window and steps:
         raise typer.BadParameter("--window and --steps are alternatives")
     if window:
@@ -378,12 +424,15 @@ def capture(
 
       tracelens capture --all -m mypkg.infer --batch 8
     """
-    from tracelens.capture.runner import CaptureOptions, default_trace_path
+    from tracelens.capture.runner import CaptureOptions
     from tracelens.capture.runner import capture as run_capture
     from tracelens.capture.window import MAX_EVENTS, Limits, Mode
 
     if target is None and module is None:
         raise typer.BadParameter("give a script, or -m MODULE")
+    if out is not None and os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        raise typer.BadParameter("under torchrun each rank writes OUT-DIR/<script>-ranks/rank<R>.pt.trace.json.gz: "
+                                 "give --out-dir, not --out")  # fmt: skip
     if sum(x is not None for x in (steps, schedule, window)) + record_all > 1:
         raise typer.BadParameter("--steps, --schedule, --window and --all are alternatives")
     if duration is not None and duration <= 0:
@@ -417,7 +466,7 @@ def capture(
         target=name,
         args=list(ctx.args) if module is None else ([target, *ctx.args] if target else list(ctx.args)),
         module=module is not None,
-        out=out or default_trace_path(name, out_dir),
+        out=out or _rank_or_default_path(name, out_dir),
         record_shapes=shapes,
         with_stack=stack,
         profile_memory=memory,
@@ -453,13 +502,30 @@ def capture(
         _progress("the trace holds no torch ops, so there is nothing to report")
     elif report_after:
         try:
-            report(result.trace, None, None, None, out_dir, False)
+            from tracelens.capture.ranks import ranks_folder, torchrun_env, wait_for_ranks
+
+            env = torchrun_env()
+            if env is None:
+                _report_one(result.trace, None, None, None, out_dir, False, None, None)
+            elif env.rank == 0:  # under torchrun: rank 0 reports once on every rank's trace
+                folder = ranks_folder(name, out_dir)
+                ready = wait_for_ranks(folder, env.world_size, _progress)
+                report([str(p) for p in ready] or [str(folder)], None, None, None, out_dir, False)
         except Exception as exc:  # the trace is the product; a failed report must not hide it
             msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
             _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
     from tracelens.capture.runner import exit_process
 
     exit_process(result.exit_code)
+
+
+def _rank_or_default_path(name: str, out_dir: Path) -> Path:
+    """Under torchrun each worker writes <script>-ranks/rank<R>.pt.trace.json.gz."""
+    from tracelens.capture.ranks import rank_trace_path, torchrun_env
+    from tracelens.capture.runner import default_trace_path
+
+    env = torchrun_env()
+    return rank_trace_path(name, out_dir, env) if env is not None else default_trace_path(name, out_dir)
 
 
 def _progress_raw(message: str) -> None:

@@ -1,0 +1,97 @@
+"""`tracelens report` on several traces: one job report when they are ranks of one job,
+else the list of traces for one report each (the CLI's single-trace path)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import typer
+
+from tracelens.errors import UsageError
+from tracelens.job.discover import expand, is_url, looks_like_ranks, rank_inputs
+from tracelens.job.model import RankFailure, RankInput, RankSummary
+
+#: Progress lines over ranks when stderr is not a terminal (a log): about this many.
+PROGRESS_LINES = 10
+
+
+def job_stem(inputs: list[str], files: list[str]) -> str:
+    """Report name: the folder's name for a folder, else the files' common folder's."""
+    if len(inputs) == 1 and not is_url(inputs[0]) and Path(inputs[0]).is_dir():
+        name = Path(inputs[0]).resolve().name
+    else:
+        common = os.path.commonpath([f.split("://", 1)[-1] for f in files]) if files else ""
+        name = Path(common).name if common and not common.endswith((".json", ".gz")) else ""
+        name = name or Path(files[0]).name.split(".")[0] if files else "job"
+    return f"{name or 'job'}.job"
+
+
+class _Progress:
+    def __init__(self) -> None:
+        self.tty = sys.stderr.isatty()
+
+    def __call__(self, done: int, total: int, result: RankSummary | RankFailure) -> None:
+        from tracelens.render.format import plain
+
+        if isinstance(result, RankFailure):
+            typer.echo(f"\rtracelens: {plain(result.file)}: {plain(result.error, limit=300)}", err=True)
+        every = max(total // PROGRESS_LINES, 1)
+        if self.tty:
+            bar = "#" * (30 * done // total)
+            typer.echo(f"\rtracelens: ranks [{bar:<30}] {done}/{total}", err=True, nl=done == total)
+        elif done == total or done % every == 0:
+            typer.echo(f"tracelens: ranks {done}/{total} read", err=True)
+
+
+def report_many(
+    traces: list[str],
+    html: Path | None,
+    markdown: Path | None,
+    json_out: Path | None,
+    out_dir: Path,
+    quiet: bool,
+    scheduler: str | None,
+    workers: int | None,
+    per_rank: bool,
+    windowed: str | None = None,
+) -> list[str]:
+    """Write the job report and return [], or return the traces to report one by one."""
+    from tracelens.cli import _emit, _targets
+    from tracelens.job.analyze import analyze
+    from tracelens.job.run import map_ranks
+    from tracelens.render.job import render_job_html, render_job_json, render_job_markdown, render_job_terminal
+
+    files = expand(traces)
+    inputs = rank_inputs(files)
+    if not looks_like_ranks(inputs):
+        if len(files) > 1 and (html or markdown or json_out):
+            raise UsageError(
+                "these traces are not ranks of one job (no distributedInfo, no rank in their names): --html, "
+                "--markdown and --json name one report; use --out-dir for one report per trace"
+            )
+        if any(is_url(f) for f in files):
+            raise UsageError("a URL is read as the ranks of one job; these traces are not")
+        return files
+    if windowed:
+        raise UsageError("--window and --steps apply to one trace; a job report analyses each rank's own window")
+    if workers is not None and workers < 1:
+        raise typer.BadParameter("--workers must be >= 1")
+    stem = job_stem(traces, files)
+    local = [Path(i.path) for i in inputs if not is_url(i.path)]
+    wanted = _targets(html, markdown, json_out, out_dir, stem, local)
+    per_rank_dir = str(out_dir / stem.removesuffix(".job")) + "-ranks" if per_rank else None
+    if per_rank_dir is not None:
+        Path(per_rank_dir).mkdir(parents=True, exist_ok=True)
+    results, seconds, how = map_ranks(
+        _sorted(inputs), scheduler=scheduler, workers=workers, per_rank_dir=per_rank_dir, progress=_Progress()
+    )
+    rep = analyze(results, map_seconds=seconds, scheduler=how)
+    renderers = {"html": render_job_html, "md": render_job_markdown, "json": render_job_json}
+    _emit(wanted, renderers, rep, None if quiet else render_job_terminal)
+    return []
+
+
+def _sorted(inputs: list[RankInput]) -> list[RankInput]:
+    return sorted(inputs, key=lambda i: (i.name_rank is None, i.name_rank or 0))

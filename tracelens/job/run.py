@@ -1,0 +1,154 @@
+"""The per-rank map on Dask.
+
+Embedded (the default): Dask's local `processes` scheduler over a pool of one process
+per core, each with a bounded address space (RLIMIT_AS), so a laptop reads hundreds of
+ranks while holding no more than one trace per core; a rank over the limit fails alone
+(MemoryError) and is reported. Only the summaries (a few kB each) come back.
+
+`--scheduler ADDRESS`: the same task for each rank goes to an existing `distributed`
+scheduler (started by the user, dask-jobqueue on SLURM, dask-kubernetes); the workers
+read the traces where they are (a shared filesystem or an fsspec URL) and need
+tracelens installed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from tracelens.errors import UsageError
+from tracelens.job.model import RankFailure, RankInput, RankSummary
+from tracelens.job.summarize import summarize
+
+#: Address space per worker process by default. The loader needs several times a
+#: trace's JSON size (the largest public trace we test, 56 MB of JSON, peaks near 1 GB
+#: of RSS); Python with numpy and pandas maps ~1 GB of address space before reading any.
+DEFAULT_WORKER_MEMORY = 4 * 2**30
+
+Result = RankSummary | RankFailure
+ProgressFn = Callable[[int, int, Result], None]
+
+
+def _limit_memory(limit: int | None) -> None:
+    """Worker initialiser: cap this process's address space, so a huge rank fails with
+    MemoryError instead of taking the machine down."""
+    if not limit:
+        return
+    try:
+        import resource
+
+        from tracelens.model.loader import MAX_JSON_BYTES
+
+        # The loader's read(MAX_JSON_BYTES + 1) reserves that much address space for a
+        # moment (never touched): allow it on top of the limit.
+        limit += MAX_JSON_BYTES + 1
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        cap = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (ImportError, ValueError, OSError):  # no RLIMIT_AS (macOS, Windows): unbounded
+        pass
+
+
+def default_workers() -> int:
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:
+        return max(os.cpu_count() or 1, 1)
+
+
+def map_ranks(
+    inputs: list[RankInput],
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    worker_memory: int | None = DEFAULT_WORKER_MEMORY,
+    per_rank_dir: str | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[list[Result], float, str]:
+    """Summaries of every rank (in input order), the map's wall time and what ran it."""
+    t0 = time.perf_counter()
+    if scheduler:
+        results, how = _distributed(inputs, scheduler, per_rank_dir, progress)
+    else:
+        results, how = _local(inputs, workers or default_workers(), worker_memory, per_rank_dir, progress)
+    return results, time.perf_counter() - t0, how
+
+
+def _local(
+    inputs: list[RankInput],
+    workers: int,
+    worker_memory: int | None,
+    per_rank_dir: str | None,
+    progress: ProgressFn | None,
+) -> tuple[list[Result], str]:
+    import dask
+    from dask.callbacks import Callback
+
+    workers = max(1, min(workers, len(inputs)))
+    tasks = [dask.delayed(summarize, pure=False)(item, per_rank_dir) for item in inputs]
+    done = [0]
+
+    class _Progress(Callback):  # type: ignore[misc]
+        def _posttask(self, key: Any, result: Any, dsk: Any, state: Any, worker_id: Any) -> None:
+            if isinstance(result, RankSummary | RankFailure):
+                done[0] += 1
+                if progress is not None:
+                    progress(done[0], len(inputs), result)
+
+    how = f"dask local processes scheduler, {workers} worker{'s' if workers > 1 else ''}"
+    if worker_memory:
+        how += f", {worker_memory / 2**30:.1f} GiB address space each"
+    if workers == 1:
+        # One worker: no pool to start (its imports cost a second), same task graph.
+        _limit_memory(None)
+        with _Progress():
+            out = dask.compute(*tasks, scheduler="synchronous")
+        return list(out), "dask synchronous scheduler, 1 worker"
+    # spawn, not fork: the parent may hold threads (a fork copies their locks held).
+    ctx = multiprocessing.get_context("spawn")
+    with (
+        ProcessPoolExecutor(
+            max_workers=workers, mp_context=ctx, initializer=_limit_memory, initargs=(worker_memory,)
+        ) as pool,
+        _Progress(),
+    ):
+        out = dask.compute(*tasks, scheduler="processes", pool=pool)
+    return list(out), how
+
+
+def _distributed(
+    inputs: list[RankInput], address: str, per_rank_dir: str | None, progress: ProgressFn | None
+) -> tuple[list[Result], str]:
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise UsageError(
+            "--scheduler needs dask's distributed package: pip install 'tracelens-gpu[distributed]'"
+        ) from None
+    try:
+        client = Client(address, timeout="20s")
+    except (OSError, TimeoutError) as exc:
+        raise UsageError(f"--scheduler {address}: cannot connect ({exc})") from exc
+    try:
+        n_workers = len(client.scheduler_info().get("workers", {}))
+        futures = client.map(summarize, inputs, per_rank_dir=per_rank_dir, pure=False)
+        order = {f.key: i for i, f in enumerate(futures)}
+        results: list[Result | None] = [None] * len(inputs)
+        for done, fut in enumerate(as_completed(futures), start=1):
+            i = order[fut.key]
+            try:
+                res: Result = fut.result()
+            except Exception as exc:  # the worker died (killed for memory): that rank fails alone
+                res = RankFailure(file=inputs[i].path, name_rank=inputs[i].name_rank,
+                                  error=f"the worker failed: {type(exc).__name__}: {exc}")  # fmt: skip
+            results[i] = res
+            if progress is not None:
+                progress(done, len(inputs), res)
+            fut.release()
+    finally:
+        client.close()
+    return [r for r in results if r is not None], f"dask distributed scheduler at {address}, {n_workers} workers"

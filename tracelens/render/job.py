@@ -1,0 +1,201 @@
+"""The job report (many ranks): HTML (one self-contained file, a rank x step heat map in
+inline SVG, no network), Markdown, JSON (the JobReport as-is: the contract in
+README.md, "Many ranks") and the terminal summary.
+
+Trace text (file names, finding titles quoting op names) goes through Jinja's
+autoescaping in HTML, `md_cell` in Markdown and `plain` on the terminal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import msgspec
+import typer
+from markupsafe import Markup, escape
+
+from tracelens.job.model import JobReport, RankRow
+from tracelens.render import format as fmt
+from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT
+
+#: Ranks listed in the HTML/Markdown rank table (stragglers and the slowest first); the
+#: JSON has every rank.
+MAX_RANK_ROWS = 64
+#: Heat map rows taller than this are capped; with many ranks rows shrink to fit
+#: HEATMAP_MAX_PX, down to HEATMAP_MIN_ROW_PX (1024 ranks: a tall, thin picture).
+HEATMAP_ROW_PX = 18.0
+HEATMAP_MIN_ROW_PX = 2.0
+HEATMAP_MAX_PX = 720.0
+#: Steps shown as heat map columns (the JSON has every step).
+MAX_HEATMAP_STEPS = 200
+#: Terminal: stragglers and problems shown.
+MAX_TERMINAL_ITEMS = 5
+
+
+def _template_dir() -> Path:
+    here = Path(__file__).resolve()
+    for candidate in (here.parents[1] / "templates", here.parents[2] / "templates"):
+        if (candidate / "job.html.j2").is_file():
+            return candidate
+    raise FileNotFoundError("tracelens templates not found (expected templates/job.html.j2)")
+
+
+def _env(autoescape: bool) -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(_template_dir())),
+        autoescape=autoescape,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["us"] = fmt.us
+    env.filters["pct"] = fmt.pct
+    env.filters["nbytes"] = fmt.nbytes
+    env.filters["short"] = fmt.short
+    env.filters["md"] = md_cell
+    env.filters["cause"] = lambda c: CAUSE_LABELS.get(c, c)
+    env.globals["colours"] = CAUSE_COLOURS
+    env.globals["labels"] = CAUSE_LABELS
+    return env
+
+
+def md_cell(text: object) -> str:
+    """Trace text in a Markdown table cell or line: no pipes, newlines, HTML or links."""
+    s = fmt.plain(text)
+    for ch in ("\\", "|", "`", "*", "_", "[", "]", "<", ">", "#"):
+        s = s.replace(ch, "\\" + ch)
+    return s
+
+
+def shown_ranks(rep: JobReport) -> list[RankRow]:
+    """The ranks worth a table row: stragglers first, then the slowest steps."""
+    strag = [s.rank for s in rep.job.stragglers]
+    order = sorted(rep.ranks, key=lambda r: (r.rank not in strag, strag.index(r.rank) if r.rank in strag else 0,
+                                             -r.step_us, r.rank))  # fmt: skip
+    return order[:MAX_RANK_ROWS]
+
+
+def heatmap_svg(rep: JobReport, late: bool = False) -> Markup:
+    """Rank x step: each cell's colour is the step's time against the job's median step
+    (pale: faster, dark red: slower), or with `late` how much later than the first rank
+    the rank reached the step's collectives (white: first, dark red: half a step and
+    more); stragglers' rows are marked."""
+    steps = sorted({st.step for r in rep.ranks for st in (r.late_by_step if late else r.steps)})
+    steps = steps[:MAX_HEATMAP_STEPS]
+    if not rep.ranks or not steps:
+        return Markup("")
+    n = len(rep.ranks)
+    row = max(HEATMAP_MIN_ROW_PX, min(HEATMAP_ROW_PX, HEATMAP_MAX_PX / n))
+    label_w = 64.0 if row >= 10 else 8.0
+    col = max(6.0, min(40.0, 640.0 / len(steps)))
+    top = 16.0
+    width = label_w + col * len(steps) + 4
+    height = top + row * n + 4
+    med = rep.job.step_us or 1.0
+    strag = {s.rank for s in rep.job.stragglers}
+    parts = [
+        f'<svg class="heat" viewBox="0 0 {width:.0f} {height:.0f}" role="img" aria-label="step time per rank and step">'
+    ]
+    for j, step in enumerate(steps):
+        if len(steps) <= 40 or j % max(len(steps) // 20, 1) == 0:
+            parts.append(
+                f'<text x="{label_w + j * col + col / 2:.1f}" y="11" class="lab" text-anchor="middle">{step}</text>'
+            )
+    for i, r in enumerate(rep.ranks):
+        y = top + i * row
+        by_step = {st.step: st.late_us for st in r.late_by_step} if late else {st.step: st.span_us for st in r.steps}
+        if row >= 10:
+            mark = " ◀" if r.rank in strag else ""
+            parts.append(f'<text x="{label_w - 4:.0f}" y="{y + row * 0.72:.1f}" class="lab" text-anchor="end">'
+                         f"rank {r.rank}{mark}</text>")  # fmt: skip
+        elif r.rank in strag:
+            parts.append(f'<rect x="0" y="{y:.1f}" width="{label_w - 2:.0f}" height="{row:.1f}" fill="#c9372c"/>')
+        for j, step in enumerate(steps):
+            span = by_step.get(step)
+            if span is None:
+                continue
+            rel = span / med
+            fill = _heat(1.0 + rel) if late else _heat(rel)
+            what = "later than the first rank" if late else f"({rel:.2f}x the median step)"
+            parts.append(
+                f'<rect x="{label_w + j * col:.1f}" y="{y:.1f}" width="{col - 1:.1f}" height="{max(row - 1, 1):.1f}" '
+                f'fill="{fill}"><title>rank {r.rank}, step {step}: {escape(fmt.us(span))} {what}</title></rect>'
+            )
+    parts.append("</svg>")
+    return Markup("".join(parts))
+
+
+def _heat(rel: float) -> str:
+    """0.8x the median step and faster: pale blue; the median: pale; 1.5x and over: dark red."""
+    t = max(-1.0, min(1.0, (rel - 1.0) / 0.5 if rel >= 1 else (rel - 1.0) / 0.2))
+    if t >= 0:
+        r, g, b = 250 - 49 * t, 240 - 185 * t, 230 - 186 * t
+    else:
+        r, g, b = 250 + 130 * t, 240 + 40 * t, 230 + 10 * t
+    return f"rgb({r:.0f},{g:.0f},{b:.0f})"
+
+
+def ledger_bar(row: RankRow) -> Markup:
+    parts = []
+    for e in row.ledger:
+        if e.share <= 0:
+            continue
+        colour = CAUSE_COLOURS.get(e.cause, "#999")
+        label = escape(f"{CAUSE_LABELS.get(e.cause, e.cause)}: {fmt.pct(e.share)}")
+        parts.append(f'<span style="width:{e.share * 100:.2f}%;background:{colour}" title="{label}"></span>')
+    return Markup('<div class="bar">' + "".join(parts) + "</div>")
+
+
+def render_job_html(rep: JobReport) -> str:
+    env = _env(autoescape=True)
+    env.globals["ledger_bar"] = ledger_bar
+    return env.get_template("job.html.j2").render(
+        r=rep, heatmap=heatmap_svg(rep), lateness=heatmap_svg(rep, late=True), shown=shown_ranks(rep)
+    )
+
+
+def render_job_markdown(rep: JobReport) -> str:
+    return _env(autoescape=False).get_template("job.md.j2").render(r=rep, shown=shown_ranks(rep))
+
+
+def render_job_json(rep: JobReport) -> str:
+    return msgspec.json.format(msgspec.json.encode(rep), indent=2).decode() + "\n"
+
+
+def render_job_terminal(rep: JobReport, written: list[str]) -> str:
+    j = rep.job
+    of = f" of {j.world_size}" if j.world_size and j.world_size != j.ranks else ""
+    backend = f", {j.backend}" if j.backend else ""
+    head = f": {j.ranks} ranks{of}{backend}, {j.steps} steps, median step {fmt.us(j.step_us)}"
+    lines = [typer.style("tracelens job report", bold=True) + head]
+    lines.append("")
+    lines.append(typer.style(fmt.plain(j.headline, limit=1000), bold=True))
+    for s in j.stragglers[:MAX_TERMINAL_ITEMS]:
+        lines.append(
+            f"  rank {s.rank}: last at {s.late_share:.0%} of collectives, costs the others {fmt.us(s.cost_us)}/step, "
+            f"reason {s.reason}"
+        )
+        lines.append(f"    {fmt.plain(s.advice, limit=600)}")
+    for c in rep.collectives[:MAX_TERMINAL_ITEMS]:
+        bw = f", bus {c.busbw_gbps:.2f} GB/s" if c.busbw_gbps else ""
+        lines.append(f"  {fmt.plain(c.kind)} on {fmt.plain(c.group, limit=60)}: {c.count} calls, median skew "
+                     f"{fmt.us(c.median_skew_us)}{bw}, exposed {fmt.us(c.exposed_us)}/step")  # fmt: skip
+    lines.append(f"  clocks: {fmt.plain(j.alignment, limit=400)}")
+    for p in j.problems[:MAX_TERMINAL_ITEMS]:
+        lines.append(typer.style("  ! ", fg="yellow") + fmt.plain(p, limit=400))
+    if len(j.problems) > MAX_TERMINAL_ITEMS:
+        lines.append(f"  ! and {len(j.problems) - MAX_TERMINAL_ITEMS} more problems (see the report)")
+    slowest = sorted(rep.ranks, key=lambda r: -r.step_us)[:3]
+    if slowest:
+        lines.append("  slowest ranks: " + ", ".join(
+            f"{r.rank} ({fmt.us(r.step_us)}, {CAUSE_SHORT.get(_top(r), _top(r))})" for r in slowest))  # fmt: skip
+    lines.append(f"  read in {rep.map_seconds:.1f} s by {fmt.plain(rep.scheduler, limit=200)}")
+    for w in written:
+        lines.append(f"  wrote {fmt.plain(w, limit=400)}")
+    return "\n".join(lines) + "\n"
+
+
+def _top(r: RankRow) -> str:
+    return max(r.ledger, key=lambda e: e.time_us).cause if r.ledger else "n/a"
