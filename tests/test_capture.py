@@ -371,6 +371,18 @@ def test_all_threads_are_recorded(tmp_path: Path) -> None:
     assert data["tracelens"]["all_threads"] is True
 
 
+@needs_torch
+def test_memory_capture_keeps_the_allocator_events(tmp_path: Path) -> None:
+    """torch's all-threads mode drops [memory] events; --memory must still record them."""
+    out = tmp_path / "mem.json.gz"
+    res = capture(tmp_path, "--all", "--memory", "--no-report", "-o", str(out), str(DATA / "cpu_train.py"), "3")
+    assert res.returncode == 0, res.stderr[-2000:]
+    data = json.loads(gzip.decompress(out.read_bytes()))
+    assert sum(e.get("name") == "[memory]" for e in data["traceEvents"]) > 10
+    assert data["tracelens"]["all_threads"] is False
+    assert len(load_trace(out).memory) > 10
+
+
 def test_malformed_export_is_salvaged(tmp_path: Path) -> None:
     """A broken byte in one event and a cut-off end (as in the 2.2 GB export of issue
     12): the readable events are kept and the note says what happened."""
