@@ -45,7 +45,8 @@ window.addEventListener("load", function () {
       bad.push(el.tagName.toLowerCase() + cls + " " + Math.round(r.left) + ".." + Math.round(r.right) + ": " + text);
     }
   });
-  parent.postMessage(JSON.stringify({name: window.name, viewport: vw, scroll_width: document.documentElement.scrollWidth,
+  var sw = document.documentElement.scrollWidth;
+  parent.postMessage(JSON.stringify({name: window.name, viewport: vw, scroll_width: sw,
     count: bad.length, bad: bad.slice(0, %(listed)s)}), "*");
 });
 </script>
