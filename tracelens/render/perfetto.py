@@ -54,6 +54,10 @@ FINDING_CAUSES = {
 }
 
 
+#: One nanosecond in the trace's unit (µs).
+NS = 0.001
+
+
 @dataclass(frozen=True)
 class Gap:
     """One idle gap of the ledger (µs on the model's clock) and its cause."""
@@ -68,9 +72,18 @@ def _num(x: float) -> float:
     return round(float(x), 3) if math.isfinite(float(x)) else 0.0
 
 
+def _dur(start: float, end: float) -> float:
+    """The duration between two times, a hair short: trace times reach 1.6e15 µs (epoch
+    µs in 2021 traces), where a double resolves 0.25 µs, and ~5e12 µs where it resolves
+    1 ns, so `ts + dur` of one slice could land past the next slice's `ts`, which
+    Perfetto's importer takes for improper nesting."""
+    return max(round(end - start, 3) - max(NS, 2 * math.ulp(abs(end))), 0.0)
+
+
 def annotation_events(report: Report, gaps: Sequence[Gap], shift_us: float) -> list[dict[str, Any]]:
     """tracelens' events for the trace; `shift_us` turns the model's clock (µs from the
-    first event) back into the trace's own `ts` values."""
+    first event) back into the trace's own `ts` values. The loader keeps the origin as an
+    absolute epoch time, so the shift is good to about 0.25 µs (a double near 1.7e15)."""
     ev: list[dict[str, Any]] = [
         {"ph": "M", "pid": PID, "tid": 0, "ts": 0, "name": "process_name", "args": {"name": "tracelens"}},
         {"ph": "M", "pid": PID, "tid": 0, "ts": 0, "name": "process_sort_index", "args": {"sort_index": -1}},
@@ -87,21 +100,23 @@ def annotation_events(report: Report, gaps: Sequence[Gap], shift_us: float) -> l
             continue
         ev.append(
             {
-                "ph": "X", "pid": PID, "tid": TID_GAPS, "ts": ts(g.start), "dur": _num(g.end - g.start),
+                "ph": "X", "pid": PID, "tid": TID_GAPS, "ts": ts(g.start), "dur": _dur(ts(g.start), ts(g.end)),
                 "name": CAUSE_LABELS.get(g.cause, g.cause), "cat": "tracelens.idle",
                 "args": {"cause": g.cause, "idle": fmt.us(g.end - g.start)},
             }
         )  # fmt: skip
     last_end = -math.inf
     for s in report.gpu_time.steps:
-        start, dur = s.start_us, s.split.window_us
-        if dur <= 0 or start < last_end:  # disjoint on their thread
+        # Steps follow each other; a step's span may be clipped to the window and end a
+        # hair after the next begins: each starts no earlier than the last one ended.
+        t0, t1 = max(ts(s.start_us), last_end), ts(s.start_us + s.split.window_us)
+        if t1 <= t0:
             continue
-        last_end = start + dur
-        busy = s.split.busy_us / dur if dur else 0.0
+        last_end = t1
+        busy = s.split.busy_us / s.split.window_us if s.split.window_us else 0.0
         ev.append(
             {
-                "ph": "X", "pid": PID, "tid": TID_STEPS, "ts": ts(start), "dur": _num(dur),
+                "ph": "X", "pid": PID, "tid": TID_STEPS, "ts": t0, "dur": _dur(t0, t1),
                 "name": f"step #{s.step}", "cat": "tracelens.step",
                 "args": {"busy": fmt.pct(busy), **{CAUSE_LABELS.get(e.cause, e.cause): fmt.us(e.time_us)
                                                      for e in s.split.ledger if e.time_us > 0}},

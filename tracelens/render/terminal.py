@@ -199,7 +199,8 @@ def render_terminal(
         question = _QUESTION_SHORT.get(q.id, q.question)
         if len(question) > room:
             question = question[: room - 1] + "…"
-        o.lines.append(f"  {q.number}. {question:{room}s} {o.style(f'{label:9s}', fg=colour_name)}{cost}".rstrip())
+        status = o.style(label, fg=colour_name) + (" " * (9 - len(label)) + cost if cost else "")
+        o.lines.append(f"  {q.number}. {question:{room}s} {status}")
     if report.findings:
         o.blank()
         o.lines.append(o.style("Findings:", bold=True))
