@@ -171,7 +171,7 @@ def report(
         )
         rep = build_report(model, load_seconds=load_s, ctx=ctx)
         bar.writing()
-        scrub = _redactor(redact, [trace], [model.meta.metadata])
+        scrub = _redactor(redact, [trace], [model.meta.metadata], wanted)
         renderers: dict[str, Callable[[Any], str | bytes]] = {
             "html": render_html,
             "md": render_markdown,
@@ -236,7 +236,7 @@ def diff(
         bar.analysing()
         d = build_diff(first, second)
         bar.writing()
-        scrub = _redactor(redact, [before, after], [first.meta.metadata, second.meta.metadata])
+        scrub = _redactor(redact, [before, after], [first.meta.metadata, second.meta.metadata], wanted)
         renderers: dict[str, Callable[[Any], str | bytes]] = {
             "html": render_diff_html,
             "md": render_diff_markdown,
@@ -273,10 +273,19 @@ def _targets(
     return wanted
 
 
-def _redactor(on: bool, traces: list[Path], metadata: list[Any]) -> Callable[[str], str]:
+def _redactor(
+    on: bool, traces: list[Path], metadata: list[Any], wanted: list[tuple[Path, str]]
+) -> Callable[[str], str]:
+    """The redaction of every output (identity without --redact): paths, and the host and
+    user names the traces and this machine give."""
+    from tracelens.output import is_stdout, read_trace_bytes
     from tracelens.redact import Redactor, no_redaction
 
-    return Redactor.for_trace(traces, metadata).text if on else no_redaction
+    if not on:
+        return no_redaction
+    raw = [read_trace_bytes(t) for t in traces]
+    dirs = [p.parent for p, _ in wanted if not is_stdout(p)]
+    return Redactor.for_trace(traces, metadata, raw, dirs).text
 
 
 def _annotated_trace(trace: Path, rep: Any, ctx: Any, scrub: Callable[[str], str], path: Path | None) -> bytes:

@@ -39,6 +39,11 @@ _KINETO_NAME = re.compile(r"^(?P<host>[A-Za-z0-9][A-Za-z0-9.-]*?)_\d+\.\d+\.pt\.
 #: Host names shorter than this are not replaced as bare words ("a", "gpu"): too likely
 #: to be ordinary text. Longer ones are (`twshared39868.02.pnb3.facebook.com`).
 MIN_HOST_CHARS = 4
+#: Top-level fields of a trace that name a host or a user (HTA's traces carry
+#: "host_name" and "username" beside "traceEvents"): looked for in the first and last
+#: RAW_SCAN_BYTES of the JSON, where the top-level fields are.
+_RAW_FIELD = re.compile(rb'"(host_?name|hostName|host|node_?name|user_?name|userName|user)"\s*:\s*"([^"\\]{1,200})"')
+RAW_SCAN_BYTES = 1 << 20
 #: Metadata keys whose values are host names.
 _HOST_KEYS = ("host_name", "hostname", "host", "node", "nodename")
 
@@ -67,8 +72,14 @@ class Redactor:
         hosts: Iterable[str] = (),
         cwd: str | None = None,
         user: str | None = None,
+        users: Iterable[str] = (),
+        out_dirs: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         literal: dict[str, str] = {}
+        for d in out_dirs:
+            folder = os.path.abspath(os.fspath(d))
+            if folder not in ("", "/"):
+                literal[folder] = "<out-dir>"
         for p in trace_paths:
             path = os.path.abspath(os.fspath(p))
             literal[path] = f"<trace-dir>/{os.path.basename(path)}"
@@ -92,7 +103,11 @@ class Redactor:
         # Longest first, so a full path is replaced before its folder, a FQDN before its head.
         self._literal = sorted(literal.items(), key=lambda kv: -len(kv[0]))
         self._hosts = (
-            re.compile("|".join(rf"(?<![\w-]){re.escape(h)}(?![\w-])" for h in sorted(names, key=len, reverse=True)))
+            re.compile(
+                "|".join(
+                    rf"(?<![A-Za-z0-9-]){re.escape(h)}(?![A-Za-z0-9-])" for h in sorted(names, key=len, reverse=True)
+                )
+            )
             if names
             else None
         )
@@ -101,11 +116,31 @@ class Redactor:
         except (KeyError, OSError):
             login = ""
         self._user = re.compile(rf"(?<=[/\\]){re.escape(login)}(?=[/\\])") if len(login) >= 3 else None
+        # User names the trace records (a harness's "username" field): replaced anywhere
+        # as a whole word.
+        named = sorted({u for u in users if len(u) >= MIN_HOST_CHARS}, key=len, reverse=True)
+        self._users = (
+            re.compile("|".join(rf"(?<![A-Za-z0-9]){re.escape(u)}(?![A-Za-z0-9])" for u in named)) if named else None
+        )
 
     @classmethod
-    def for_trace(cls, trace_paths: Iterable[str | os.PathLike[str]], metadata: Iterable[Any] = ()) -> Redactor:
+    def for_trace(
+        cls,
+        trace_paths: Iterable[str | os.PathLike[str]],
+        metadata: Iterable[Any] = (),
+        raw: Iterable[bytes] = (),
+        out_dirs: Iterable[str | os.PathLike[str]] = (),
+    ) -> Redactor:
+        """For these traces: host and user names from their metadata and from the
+        top-level fields of their raw JSON (`raw`, which the loader does not keep)."""
         hosts = [h for meta in metadata for h in _hosts_in(meta)]
-        return cls(trace_paths, hosts)
+        users: list[str] = []
+        for data in raw:
+            for part in (data[:RAW_SCAN_BYTES], data[-RAW_SCAN_BYTES:]):
+                for key, value in _RAW_FIELD.findall(part):
+                    text = value.decode("utf-8", "replace")
+                    (users if key.lower().startswith(b"user") else hosts).append(text)
+        return cls(trace_paths, hosts, users=users, out_dirs=out_dirs)
 
     def text(self, text: str) -> str:
         for old, new in self._literal:
@@ -116,6 +151,8 @@ class Redactor:
         text = _SCRIPT.sub(lambda m: m.group(0) if _INSTALLED.search(m.group(0)) else f"…/{m.group(1)}", text)
         if self._user is not None:
             text = self._user.sub("<user>", text)
+        if self._users is not None:
+            text = self._users.sub("<user>", text)
         return text
 
     def __call__(self, text: str) -> str:
