@@ -63,12 +63,12 @@ def environment(autoescape: bool) -> jinja2.Environment:
 
 
 def nice_step(span: float, ticks: int) -> float:
-    """A 1-2-5 step that cuts `span` into at most about `ticks` intervals."""
+    """A 1-2-2.5-5 step that cuts `span` into at most about `ticks` intervals."""
     if span <= 0:
         return 1.0
     raw = span / max(ticks, 1)
     mag = 10 ** math.floor(math.log10(raw))
-    for m in (1, 2, 5, 10):
+    for m in (1, 2, 2.5, 5, 10):
         if m * mag >= raw:
             return float(m * mag)
     return float(10 * mag)
@@ -278,7 +278,7 @@ def roofline_svg(rf: RooflineSummary, width: int = 1000, height: int = 600) -> M
     placed: list[str] = []
     last = -1e9
     for top_pct, text in sorted(roof_labels):
-        pos = max(top_pct - ROOF_LABEL_GAP_PCT * 0.9, last + ROOF_LABEL_GAP_PCT)
+        pos = max(top_pct - ROOF_LABEL_GAP_PCT * 0.9, last + ROOF_LABEL_GAP_PCT, 0.0)
         last = pos
         placed.append(f'<span class="rooflabel" style="top:{pos:.2f}%">{escape(text)}</span>')
     total = sum(p.time_us for p in rf.points) or 1.0
