@@ -45,8 +45,8 @@ window.addEventListener("load", function () {
       bad.push(el.tagName.toLowerCase() + cls + " " + Math.round(r.left) + ".." + Math.round(r.right) + ": " + text);
     }
   });
-  var sw = document.documentElement.scrollWidth;
-  parent.postMessage(JSON.stringify({name: window.name, viewport: vw, scroll_width: sw,
+  var sw = document.documentElement.scrollWidth, sh = document.documentElement.scrollHeight;
+  parent.postMessage(JSON.stringify({name: window.name, viewport: vw, scroll_width: sw, height: sh,
     count: bad.length, bad: bad.slice(0, %(listed)s)}), "*");
 });
 </script>

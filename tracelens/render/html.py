@@ -332,7 +332,10 @@ def device_label(report: Report) -> str:
     """ "NVIDIA H200", not "NVIDIA H200 · NVIDIA": the vendor only where the name lacks it."""
     t = report.trace
     vendor = t.vendor.upper() if t.vendor else ""
-    if not vendor or vendor.lower() in t.gpu_name.lower() or (vendor == "NVIDIA" and "tesla" in t.gpu_name.lower()):
+    name = t.gpu_name.lower()
+    if not t.gpu_count or name.startswith(("no gpu", "unknown gpu")) or vendor in ("", "UNKNOWN"):
+        return t.gpu_name if vendor in ("", "UNKNOWN") or not t.gpu_count else f"{t.gpu_name} ({vendor})"
+    if vendor.lower() in name or (vendor == "NVIDIA" and "tesla" in name):
         return t.gpu_name
     return f"{t.gpu_name} ({vendor})"
 
