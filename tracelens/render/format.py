@@ -120,6 +120,10 @@ def short(name: str, width: int = 90) -> str:
 UNCOVERED_REASONS = {
     "no_op": "no launching op in the trace: launched before the profiling window, or from a thread it did not record",
     "no_shapes": "no shapes recorded: profile with record_shapes=True",
+    # The trace has shapes, only not for this op (a CUDA-graph replay, a compiled region):
+    # "profile with record_shapes=True" would be wrong on its face.
+    "no_shapes_here": "no shapes recorded for this op (the trace has them for other ops: a graph replay or a "
+    "compiled region records none)",
     "no_model": "no FLOP/byte model for this op yet",
 }
 
