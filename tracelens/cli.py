@@ -95,23 +95,6 @@ def report(
         Path,
         typer.Option("--out-dir", help="Where the reports go when no --html/--markdown/--json is given."),
     ] = Path("reports"),
-    perfetto: Annotated[
-        Path | None,
-        typer.Option(
-            "--perfetto",
-            help="Also write the trace annotated with tracelens' tracks (the cause of each idle gap, findings, "
-            "steps) for ui.perfetto.dev or chrome://tracing; .gz compresses it.",
-            show_default=False,
-        ),
-    ] = None,
-    redact: Annotated[
-        bool,
-        typer.Option(
-            "--redact",
-            help="Replace user paths (home, working directory, scripts) and host names in "
-            "every output, for attaching to a public issue.",
-        ),
-    ] = False,
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")
     ] = False,
@@ -131,6 +114,23 @@ def report(
             show_default=False,
         ),
     ] = None,
+    perfetto: Annotated[
+        Path | None,
+        typer.Option(
+            "--perfetto",
+            help="Also write the trace annotated with tracelens' tracks (the cause of each idle gap, findings, "
+            "steps) for ui.perfetto.dev or chrome://tracing; .gz compresses it.",
+            show_default=False,
+        ),
+    ] = None,
+    redact: Annotated[
+        bool,
+        typer.Option(
+            "--redact",
+            help="Replace user paths (home, working directory, scripts) and host names in "
+            "every output, for attaching to a public issue.",
+        ),
+    ] = False,
 ) -> None:
     """Explain a trace: ranked findings with their cost, source and fix.
 
@@ -143,6 +143,23 @@ def report(
 
       tracelens report run.json --md issue.md --json run.report.json
     """
+    _interrupt_as_error()
+    _report_one(trace, html, markdown, json_out, out_dir, quiet, window, steps, perfetto=perfetto, redact=redact)
+
+
+def _report_one(
+    trace: Path,
+    html: Path | None,
+    markdown: Path | None,
+    json_out: Path | None,
+    out_dir: Path,
+    quiet: bool,
+    window: str | None,
+    steps: str | None,
+    perfetto: Path | None = None,
+    redact: bool = False,
+) -> None:
+    """The report on one trace."""
     from tracelens.analyzers.context import AnalysisContext
     from tracelens.assemble import build_report
     from tracelens.model import load_trace
@@ -150,7 +167,6 @@ def report(
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
     from tracelens.render.progress import progress
 
-    _interrupt_as_error()
     if window and steps:
         raise typer.BadParameter("--window and --steps are alternatives")
     if window:
@@ -569,18 +585,8 @@ def capture(
         try:
             from tracelens.output import default_stem
 
-            report(
-                result.trace,
-                html=None,
-                markdown=None,
-                json_out=None,
-                out_dir=out_dir,
-                perfetto=out_dir / f"{default_stem(result.trace)}.perfetto.json.gz",
-                redact=False,
-                quiet=False,
-                window=None,
-                steps=None,
-            )
+            perfetto = out_dir / f"{default_stem(result.trace)}.perfetto.json.gz"
+            _report_one(result.trace, None, None, None, out_dir, False, None, None, perfetto=perfetto)
         except Exception as exc:  # the trace is the product; a failed report must not hide it
             msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
             _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
