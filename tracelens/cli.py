@@ -336,6 +336,22 @@ def _write(
     return written
 
 
+def _emit(
+    wanted: list[tuple[Path, str]],
+    renderers: Mapping[str, Callable[[_Result], str | bytes]],
+    result: _Result,
+    summary: Callable[[_Result, list[str]], str] | None,
+) -> None:
+    """Write each output, then print a summary that takes no width or colour (to stderr
+    when a report went to standard output): for callers that have such a summary."""
+    from tracelens.output import is_stdout
+    from tracelens.redact import no_redaction
+
+    written = _write(wanted, renderers, result, no_redaction)
+    if summary is not None:
+        typer.echo(summary(result, written), nl=False, err=any(is_stdout(p) for p, _ in wanted))
+
+
 def _summary(
     wanted: list[tuple[Path, str]],
     written: list[str],
