@@ -114,8 +114,29 @@ def test_unwritable_output_is_one_line(tmp_path: Path) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("x")
     out = run("report", sample("launch_bound"), "--json", blocker / "sub" / "r.json")
-    assert out.returncode == 3, out.stderr
+    # Refused before the trace is read (issue 18: it used to fail after the analysis), as
+    # a usage error: exit 2, one line.
+    assert out.returncode == 2, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert "is not a directory" in out.stderr
+
+
+def test_unwritable_output_fails_before_the_work(tmp_path: Path) -> None:
+    """The OWLv2 trace takes seconds to analyse; a bad output path must not wait for it."""
+    import time
+
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    t0 = time.perf_counter()
+    out = run("report", sample("plain_hf_generate"), "--out-dir", blocker / "reports")
+    took = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ok = run("report", sample("plain_hf_generate"), "--json", tmp_path / "r.json", "-q")
+    full = time.perf_counter() - t0
+    assert out.returncode == 2 and ok.returncode == 0, (out.stderr, ok.stderr)
+    assert took < full  # no load, no analysis
+    out = run("report", sample("launch_bound"), "--html", tmp_path)  # a directory
+    assert out.returncode == 2 and "is a directory" in out.stderr
 
 
 @pytest.mark.skipif(os.name != "posix", reason="posix permissions")

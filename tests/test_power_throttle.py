@@ -62,4 +62,11 @@ def test_report_shows_clocks_and_question_6() -> None:
     assert rep.clocks is not None and rep.clocks.max_sm_mhz == 1980
     assert min(v for v in rep.clocks.sm_mhz if v == v) < 1800
     html = render_html(rep)
-    assert "SM clock (max 1980 MHz" in html and html.count("<polyline") == 3
+    # Three small charts, each on its own labelled scale (MHz, W, °C), not one shared axis.
+    assert "max 1,980 MHz (dashed)" in html and html.count("<polyline") == 3
+    assert "limit 700 W (dashed)" in html and "°C" in html
+    # captured with --no-shapes: the report says so (it used to say "record_shapes: yes").
+    assert not rep.trace.has_shapes
+    # The power sentence does not contradict itself ("draws 513 W of its 700 W limit").
+    f = next(f for f in rep.findings if f.category.value == "power_throttle")
+    assert "draws about" not in f.advice and "to hold the draw at the 700 W limit" in f.advice

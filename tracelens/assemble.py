@@ -25,7 +25,7 @@ from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blockin
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel
-from tracelens.ranking import questions, rank, settle, summary
+from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
     SCHEMA_VERSION,
     ClockTimeline,
@@ -105,7 +105,6 @@ def _trace_info(model: TraceModel) -> TraceInfo:
     meta = model.meta
     dev = meta.primary_device
     cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}" if dev and dev.compute_capability else ""
-    shapes = model.host["shapes"].to_numpy()
     return TraceInfo(
         path=meta.path,
         file_name=os.path.basename(meta.path),
@@ -125,7 +124,7 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         world_size=meta.world_size,
         span_us=model.span_us,
         steps=tuple(int(s) for s in model.steps["step"]),
-        has_shapes=any(s is not None for s in shapes[: min(len(shapes), 20000)]),
+        has_shapes=trace_has_shapes(model),
         has_python_stacks=has_python_stacks(model),
         has_memory_events=len(model.memory) > 0,
         has_clock_samples=len(model.counters) > 0,

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
@@ -97,7 +97,9 @@ def report(
         Path,
         typer.Option("--out-dir", help="Where the reports go when no --html/--markdown/--json is given."),
     ] = Path("reports"),
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")
+    ] = False,
     window: Annotated[
         str | None,
         typer.Option(
@@ -132,6 +134,23 @@ def report(
     per_rank: Annotated[
         bool, typer.Option("--per-rank", help="Many ranks: also write each rank's own report (under OUT-DIR).")
     ] = False,
+    perfetto: Annotated[
+        Path | None,
+        typer.Option(
+            "--perfetto",
+            help="Also write the trace annotated with tracelens' tracks (the cause of each idle gap, findings, "
+            "steps) for ui.perfetto.dev or chrome://tracing; .gz compresses it.",
+            show_default=False,
+        ),
+    ] = None,
+    redact: Annotated[
+        bool,
+        typer.Option(
+            "--redact",
+            help="Replace user paths (home, working directory, scripts) and host names in "
+            "every output, for attaching to a public issue.",
+        ),
+    ] = False,
 ) -> None:
     """Explain a trace: ranked findings with their cost, source and fix.
 
@@ -148,7 +167,9 @@ def report(
     """
     _interrupt_as_error()
     if len(traces) == 1 and Path(traces[0]).is_file():
-        _report_one(Path(traces[0]), html, markdown, json_out, out_dir, quiet, window, steps)
+        _report_one(
+            Path(traces[0]), html, markdown, json_out, out_dir, quiet, window, steps, perfetto=perfetto, redact=redact
+        )
         return
     from tracelens.job.cli import report_many
 
@@ -157,7 +178,8 @@ def report(
     single = report_many(traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, windowed)
     for path in single:
         _report_one(Path(path), html if len(single) == 1 else None, markdown if len(single) == 1 else None,
-                    json_out if len(single) == 1 else None, out_dir, quiet, window, steps)  # fmt: skip
+                    json_out if len(single) == 1 else None, out_dir, quiet, window, steps,
+                    perfetto=perfetto if len(single) == 1 else None, redact=redact)  # fmt: skip
 
 
 def _report_one(
@@ -169,12 +191,16 @@ def _report_one(
     quiet: bool,
     window: str | None,
     steps: str | None,
+    perfetto: Path | None = None,
+    redact: bool = False,
 ) -> None:
     """The report on one trace."""
+    from tracelens.analyzers.context import AnalysisContext
     from tracelens.assemble import build_report
     from tracelens.model import load_trace
     from tracelens.output import default_stem
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
+    from tracelens.render.progress import progress
 
     if window and steps:
         raise typer.BadParameter("--window and --steps are alternatives")
@@ -183,18 +209,28 @@ def _report_one(
     if steps:
         _parse_step_range(steps)
     # Before any work: a report must never overwrite the trace it is made from.
-    wanted = _targets(html, markdown, json_out, out_dir, default_stem(trace), [trace])
-    t0 = time.perf_counter()
-    model = load_trace(trace, progress=_progress)
-    load_s = time.perf_counter() - t0
-    rep = build_report(
-        model,
-        load_seconds=load_s,
-        user_window=_parse_window(window) if window else None,
-        user_steps=_parse_step_range(steps) if steps else None,
-    )
-    renderers = {"html": render_html, "md": render_markdown, "json": render_json}
-    _emit(wanted, renderers, rep, None if quiet else render_terminal)
+    wanted = _targets(html, markdown, json_out, out_dir, default_stem(trace), [trace], perfetto)
+    with progress(quiet, _progress) as bar:
+        t0 = time.perf_counter()
+        model = load_trace(trace, progress=bar.loader)
+        load_s = time.perf_counter() - t0
+        bar.analysing()
+        ctx = AnalysisContext(
+            model,
+            user_window=_parse_window(window) if window else None,
+            user_steps=_parse_step_range(steps) if steps else None,
+        )
+        rep = build_report(model, load_seconds=load_s, ctx=ctx)
+        bar.writing()
+        scrub = _redactor(redact, [trace], [model.meta.metadata], wanted)
+        renderers: dict[str, Callable[[Any], str | bytes]] = {
+            "html": render_html,
+            "md": render_markdown,
+            "json": render_json,
+            "perfetto": lambda r: _annotated_trace(trace, r, ctx, scrub, perfetto),
+        }
+        written = _write(wanted, renderers, rep, scrub)
+    _summary(wanted, written, rep, None if quiet else render_terminal, scrub)
 
 
 @app.command()
@@ -219,7 +255,12 @@ def diff(
     out_dir: Annotated[
         Path, typer.Option("--out-dir", help="Where the diffs go when no --html/--markdown/--json is given.")
     ] = Path("reports"),
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="Do not print the terminal summary.")] = False,
+    redact: Annotated[
+        bool, typer.Option("--redact", help="Replace user paths and host names in every output.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")
+    ] = False,
 ) -> None:
     """Did a change help, and why: the change in step time split by cause, and what
     changed underneath (kernels, ops, syncs, host work).
@@ -234,43 +275,137 @@ def diff(
     from tracelens.model import load_trace
     from tracelens.output import default_stem
     from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
+    from tracelens.render.progress import progress
 
     _interrupt_as_error()
     stem = f"{default_stem(before)}-vs-{default_stem(after)}.diff"
     wanted = _targets(html, markdown, json_out, out_dir, stem, [before, after])
-    d = build_diff(load_trace(before, progress=_progress), load_trace(after, progress=_progress))
-    renderers = {"html": render_diff_html, "md": render_diff_markdown, "json": render_diff_json}
-    _emit(wanted, renderers, d, None if quiet else render_diff_terminal)
+    with progress(quiet, _progress, files=2) as bar:
+        first = load_trace(before, progress=bar.loader)
+        bar.next_file()
+        second = load_trace(after, progress=bar.loader)
+        bar.analysing()
+        d = build_diff(first, second)
+        bar.writing()
+        scrub = _redactor(redact, [before, after], [first.meta.metadata, second.meta.metadata], wanted)
+        renderers: dict[str, Callable[[Any], str | bytes]] = {
+            "html": render_diff_html,
+            "md": render_diff_markdown,
+            "json": render_diff_json,
+        }
+        written = _write(wanted, renderers, d, scrub)
+    _summary(wanted, written, d, None if quiet else render_diff_terminal, scrub)
 
 
 def _targets(
-    html: Path | None, markdown: Path | None, json_out: Path | None, out_dir: Path, stem: str, inputs: list[Path]
+    html: Path | None,
+    markdown: Path | None,
+    json_out: Path | None,
+    out_dir: Path,
+    stem: str,
+    inputs: list[Path],
+    perfetto: Path | None = None,
 ) -> list[tuple[Path, str]]:
     """The outputs asked for (all three under out_dir when none is), checked before any
-    work: none may be an input."""
-    from tracelens.output import check_outputs
+    work: none may be an input, and each must be writable (a report that cannot be
+    written fails now, not after a minute of analysis)."""
+    from tracelens.output import check_outputs, check_writable
 
     if html is None and markdown is None and json_out is None:
         html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
-    wanted = [(p, kind) for p, kind in ((html, "html"), (markdown, "md"), (json_out, "json")) if p is not None]
+    wanted = [
+        (p, kind)
+        for p, kind in ((html, "html"), (markdown, "md"), (json_out, "json"), (perfetto, "perfetto"))
+        if p is not None
+    ]
     for source in inputs:
         check_outputs(source, [p for p, _ in wanted])
+    check_writable([p for p, _ in wanted])
     return wanted
+
+
+def _redactor(
+    on: bool, traces: list[Path], metadata: list[Any], wanted: list[tuple[Path, str]]
+) -> Callable[[str], str]:
+    """The redaction of every output (identity without --redact): paths, and the host and
+    user names the traces and this machine give."""
+    from tracelens.output import is_stdout, read_trace_bytes
+    from tracelens.redact import Redactor, no_redaction
+
+    if not on:
+        return no_redaction
+    raw = [read_trace_bytes(t) for t in traces]
+    dirs = [p.parent for p, _ in wanted if not is_stdout(p)]
+    return Redactor.for_trace(traces, metadata, raw, dirs).text
+
+
+def _annotated_trace(trace: Path, rep: Any, ctx: Any, scrub: Callable[[str], str], path: Path | None) -> bytes:
+    """The input trace with tracelens' tracks spliced in (render/perfetto.py)."""
+    from tracelens.output import perfetto_bytes, read_trace_bytes
+    from tracelens.render.perfetto import annotation_events, gaps_of, splice
+
+    dev = ctx.ledger.primary
+    meta = ctx.model.meta
+    shift = meta.origin_us - (meta.base_time_ns / 1000.0 if meta.base_time_ns else 0.0)
+    from tracelens.redact import no_redaction
+
+    data = splice(read_trace_bytes(trace), annotation_events(rep, gaps_of(dev.gaps if dev else None), shift))
+    if scrub is not no_redaction:
+        data = scrub(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+    return perfetto_bytes(path or "", data)
+
+
+def _write(
+    wanted: list[tuple[Path, str]],
+    renderers: Mapping[str, Callable[[_Result], str | bytes]],
+    result: _Result,
+    scrub: Callable[[str], str],
+) -> list[str]:
+    """Write each output atomically (redacted when asked); return how to name them."""
+    from tracelens.output import write_report
+
+    written = []
+    for path, kind in wanted:
+        text = renderers[kind](result)
+        written.append(write_report(path, scrub(text) if isinstance(text, str) else text))
+    return written
 
 
 def _emit(
     wanted: list[tuple[Path, str]],
-    renderers: Mapping[str, Callable[[_Result], str]],
+    renderers: Mapping[str, Callable[[_Result], str | bytes]],
     result: _Result,
     summary: Callable[[_Result, list[str]], str] | None,
 ) -> None:
-    """Write each output atomically, then print the summary (to stderr when a report
-    went to standard output, out of its way)."""
-    from tracelens.output import is_stdout, write_report
+    """Write each output, then print a summary that takes no width or colour (to stderr
+    when a report went to standard output): for callers that have such a summary."""
+    from tracelens.output import is_stdout
+    from tracelens.redact import no_redaction
 
-    written = [write_report(path, renderers[kind](result)) for path, kind in wanted]
+    written = _write(wanted, renderers, result, no_redaction)
     if summary is not None:
         typer.echo(summary(result, written), nl=False, err=any(is_stdout(p) for p, _ in wanted))
+
+
+def _summary(
+    wanted: list[tuple[Path, str]],
+    written: list[str],
+    result: _Result,
+    summary: Callable[..., str] | None,
+    scrub: Callable[[str], str],
+) -> None:
+    """Print the summary at the terminal's width (to stderr when a report went to
+    standard output, out of its way), coloured only on a terminal without NO_COLOR."""
+    from tracelens.output import is_stdout
+    from tracelens.render.terminal import terminal_width, use_colour
+
+    if summary is None:
+        return
+    err = any(is_stdout(p) for p, _ in wanted)
+    stream = sys.stderr if err else sys.stdout
+    colour = use_colour(stream)
+    text = summary(result, [scrub(w) for w in written], width=terminal_width(stream), colour=colour)
+    typer.echo(scrub(text), nl=False, err=err, color=colour)
 
 
 def _parse_step_range(text: str) -> tuple[int, int]:
@@ -506,7 +641,10 @@ def capture(
 
             env = torchrun_env()
             if env is None:
-                _report_one(result.trace, None, None, None, out_dir, False, None, None)
+                from tracelens.output import default_stem
+
+                perfetto = out_dir / f"{default_stem(result.trace)}.perfetto.json.gz"
+                _report_one(result.trace, None, None, None, out_dir, False, None, None, perfetto=perfetto)
             elif env.rank == 0:  # under torchrun: rank 0 reports once on every rank's trace
                 folder = ranks_folder(name, out_dir)
                 ready = wait_for_ranks(folder, env.world_size, _progress)

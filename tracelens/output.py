@@ -70,11 +70,38 @@ def check_outputs(trace: str | os.PathLike[str], outputs: Sequence[str | os.Path
         seen[key] = display_path(out)
 
 
-def write_report(path: str | os.PathLike[str], text: str) -> str:
-    """Write one report; return how to name it to the user."""
+def check_writable(outputs: Sequence[str | os.PathLike[str]]) -> None:
+    """Refuse (UsageError, exit 2) before any work an output that cannot be written: an
+    existing directory, a path under a file, or a folder this user may not write in
+    (the nearest existing one: missing folders are created)."""
+    for out in outputs:
+        if is_stdout(out):
+            continue
+        target = Path(out)
+        if target.is_dir():
+            raise UsageError(f"{display_path(out)}: is a directory; give a file name for the report")
+        folder = target.parent
+        while not folder.exists() and folder != folder.parent:
+            if folder.is_symlink():  # a dangling link: mkdir would fail on it
+                raise UsageError(f"{display_path(folder)}: is a broken link; cannot create the report's folder")
+            folder = folder.parent
+        if not folder.is_dir():
+            raise UsageError(f"{display_path(folder)}: is not a directory; cannot write {display_path(out)}")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise UsageError(f"{display_path(folder)}: cannot write there (permission denied)")
+        if target.exists() and not target.is_file() and not os.access(target, os.W_OK):
+            raise UsageError(f"{display_path(out)}: cannot write (permission denied)")
+
+
+def write_report(path: str | os.PathLike[str], text: str | bytes) -> str:
+    """Write one report (text, or bytes as they are); return how to name it to the user."""
     if is_stdout(path):
         try:
-            sys.stdout.write(text)
+            if isinstance(text, bytes):
+                sys.stdout.flush()
+                sys.stdout.buffer.write(text)
+            else:
+                sys.stdout.write(text)
             sys.stdout.flush()
         except OSError as exc:
             raise OutputError(f"standard output: cannot write ({exc.strerror or exc})") from exc
@@ -98,11 +125,11 @@ def write_report(path: str | os.PathLike[str], text: str) -> str:
     return display_path(path)
 
 
-def _write_in_place(target: Path, text: str) -> None:
+def _write_in_place(target: Path, text: str | bytes) -> None:
     """A FIFO, device or terminal: open and write it; a rename would replace the node."""
     try:
-        with open(target, "w", encoding="utf-8", errors="replace", newline="\n") as fh:
-            fh.write(text)
+        with open(target, "wb") as fh:
+            fh.write(text if isinstance(text, bytes) else text.encode("utf-8", "replace"))
     except OSError as exc:
         raise OutputError(f"{display_path(target)}: cannot write ({exc.strerror or exc})") from exc
 
@@ -120,7 +147,7 @@ def _sigint_held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
-def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = None) -> Path:
+def write_atomic(path: str | os.PathLike[str], text: str | bytes, mode: int | None = None) -> Path:
     """Temp file beside `path`, then rename over it. `mode` defaults to what a plain
     open() would give a new file; an existing file keeps its own."""
     target = Path(path)
@@ -132,7 +159,7 @@ def write_atomic(path: str | os.PathLike[str], text: str, mode: int | None = Non
         raise OutputError(f"{display_path(target)}: is a directory")
     # Encode first: a failure here (it cannot happen with errors="replace", but a
     # MemoryError can) must not leave a temp file.
-    data = text.encode("utf-8", "replace")
+    data = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
     with _sigint_held():
         try:
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
@@ -166,3 +193,22 @@ def default_stem(trace_path: str | os.PathLike[str]) -> str:
         if name.endswith(suffix):
             name = name[: -len(suffix)]
     return name or "trace"
+
+
+def read_trace_bytes(path: str | os.PathLike[str]) -> bytes:
+    """The trace's JSON as bytes (gunzipped when it is gzip): for the annotated copy."""
+    import gzip
+
+    try:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        return gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw
+    except (OSError, EOFError) as exc:
+        raise OutputError(f"{display_path(path)}: cannot read the trace again ({exc})") from exc
+
+
+def perfetto_bytes(path: str | os.PathLike[str], json_bytes: bytes) -> bytes:
+    """gzip for a `.gz` path (Perfetto and chrome://tracing open both), else as is."""
+    import gzip
+
+    return gzip.compress(json_bytes, compresslevel=6, mtime=0) if os.fspath(path).endswith(".gz") else json_bytes

@@ -17,6 +17,8 @@ from tracelens.analyzers.base import MEDIUM_SHARE, Category, Finding, Severity, 
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.model.schema import Kind
+from tracelens.model.trace import TraceModel
+from tracelens.render.format import pct
 from tracelens.report import Question, Summary
 
 
@@ -214,7 +216,10 @@ def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     model = ctx.model
     kinds = model.host["kind"]
     if ctx.ledger.primary is None:
-        return "the trace has no GPU kernels: capture with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]"
+        return (
+            "the trace has no GPU kernels (a CPU-only run, or a capture without ProfilerActivity.CUDA in its "
+            "activities)"
+        )
     if step.id in ("host_waits", "launch") and not bool((kinds == Kind.RUNTIME).any()):
         return (
             "the trace has no CUDA/HIP runtime calls on the host, so launches and syncs cannot be seen: "
@@ -225,7 +230,8 @@ def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
 
 def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     """Parts of a question this trace cannot answer, and the capture option that would."""
-    if step.id not in ("compute", "memory"):
+    if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
+        # No GPU work: peaks, clocks and shapes are beside the point.
         return ""
     from tracelens.analyzers.roofline import for_context
 
@@ -245,10 +251,38 @@ def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
             " Power throttling: not measurable from this trace (no GPU clock/power samples); `tracelens capture` "
             "records NVML clocks, power and throttle reasons beside the profiler."
         )
-    shapes = ctx.model.host["shapes"].to_numpy()
-    if not any(s is not None for s in shapes[: min(len(shapes), 20000)]):
+    if not trace_has_shapes(ctx.model):
         out += " Matmul shapes: not measurable (no Input Dims); capture with record_shapes=True."
     return out
+
+
+#: Ops scanned for recorded shapes (a trace records them for every op or for none).
+SHAPE_SCAN_ROWS = 20_000
+#: Questions 3 and 6 rest on the roofline: with its models covering less than this share
+#: of kernel time, "no" would be a guess, so the answer is "not measurable".
+MIN_MODEL_COVERAGE = 0.05
+
+
+def trace_has_shapes(model: TraceModel) -> bool:
+    """Whether the trace recorded input shapes (record_shapes=True): some op carries
+    `Input Dims`. Ops carry other args (External id, Sequence number) either way."""
+    shapes = model.host["shapes"].to_numpy()
+    for args in shapes[: min(len(shapes), SHAPE_SCAN_ROWS)]:
+        if args is not None and (len(args.input_dims) or len(args.input_dims_2021)):
+            return True
+    return False
+
+
+def _model_coverage(ctx: AnalysisContext, step: DiagnosticStep) -> float | None:
+    """The roofline models' share of kernel time, for the questions that rest on it."""
+    if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
+        return None
+    from tracelens.analyzers.roofline import for_context
+
+    roof = for_context(ctx)
+    if roof.peaks is None or roof.modelled_us + roof.unmodelled_us <= 0:
+        return None
+    return float(roof.coverage)
 
 
 def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ...]:
@@ -272,8 +306,13 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
             answer = f"Yes: {fmt_us(time_us)} ({ctx.share(time_us):.0%} of the analysed time). {top.title}.{partly}"
         elif found and time_us > 0:
             status = "minor"
+            share = pct(ctx.share(time_us))
+            answer = f"A little: {fmt_us(time_us)} ({share} of the analysed time), below the bar.{partly}"
+        elif (cov := _model_coverage(ctx, step)) is not None and cov < MIN_MODEL_COVERAGE:
+            status = "not_measurable"
             answer = (
-                f"A little: {fmt_us(time_us)} ({ctx.share(time_us):.1%} of the analysed time), below the bar.{partly}"
+                f"Not measurable from this trace: no finding, but with the models covering {pct(cov)} of kernel "
+                f"time that is no evidence of a no.{partly}"
             )
         elif found:
             # A finding with no cost still says what it saw (a graph break whose wait is the

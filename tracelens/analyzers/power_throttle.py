@@ -36,6 +36,9 @@ FULL_CLOCK_RATIO = 0.97
 #: Ignore throttling active for less than this share of the busy time.
 MIN_LIMITED_SHARE = 0.05
 MAX_SITES = 6
+#: Above this share of busy time under the power cap, the cap is "all the time" and the
+#: mean power is not diluted by uncapped stretches.
+CAPPED_ALL_SHARE = 0.95
 
 
 @dataclass(frozen=True)
@@ -136,6 +139,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     if power is not None and len(power.ts):
         pw = power.step_weights(busy, dev.window_end)
         power_busy = float((power.values * pw).sum() / pw.sum()) if pw.sum() > 0 else float("nan")
+    power_peak = float(np.nanmax(power.values)) if power is not None and len(power.ts) else float("nan")
     temp = tracks.get("temperature (C)")
     temp_max = float(np.nanmax(temp.values)) if temp is not None else float("nan")
 
@@ -155,8 +159,16 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     advice_parts = []
     if "sw_power_cap" in limiting or "hw_power_brake_slowdown" in limiting:
         advice_parts.append(
-            f"The GPU is power-limited: it draws about {power_busy:.0f} W of its {power_limit:.0f} W limit while "
-            "busy, so the regulator lowers the clock. Power scales with clock x transistor flips per clock, "
+            f"The GPU is power-limited: NVML reports the power cap for {limited_share:.0%} of the busy time, so the "
+            f"regulator lowers the clock to hold the draw at the {power_limit:.0f} W limit"
+            + (
+                f" (power samples reach {power_peak:.0f} W; their mean while busy, {power_busy:.0f} W, is lower "
+                + ("as it also counts stretches without the cap and " if limited_share < CAPPED_ALL_SHARE else "as ")
+                + "NVML's reading lags the load)"
+                if power_peak == power_peak and power_busy == power_busy
+                else ""
+            )
+            + ". Power scales with clock x transistor flips per clock, "
             "so the same math costs more power on random data than on zeros or repetitive data. What helps: "
             "less data movement and fewer bit flips per result (lower precision such as fp8/bf16 where "
             "accuracy allows, fused kernels that avoid extra passes), and not comparing against datasheet "

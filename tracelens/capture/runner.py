@@ -627,7 +627,9 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
     # which asks for exactly those events, records the profiling thread only.
     config = None if opts.profile_memory else all_threads_config(torch)
     if opts.profile_memory:
-        notes.append("--memory: only the main thread's ops are recorded (torch drops allocator events in all-threads mode)")
+        notes.append(
+            "--memory: only the main thread's ops are recorded (torch drops allocator events in all-threads mode)"
+        )
 
     def make(stacks: bool = True) -> Any:
         # The provisional recording of the start runs without Python stacks: under

@@ -931,7 +931,7 @@ def _user_window(
     spans = marked or _detected_spans(model, dev)
     inside = tuple(s for s in spans if s.start_us >= start and s.end_us <= end)
     reason = f"the window asked for: {a:g} s to {b:g} s from the trace's start"
-    reason += f" ({len(inside)} whole steps inside)." if spans else "."
+    reason += f" ({len(inside)} whole step{'' if len(inside) == 1 else 's'} inside)." if spans else "."
     return _make(model, t0, start, end, "user", inside, (), reason)
 
 

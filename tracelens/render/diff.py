@@ -5,7 +5,6 @@ renderers they see only the finished DiffReport."""
 from __future__ import annotations
 
 import msgspec
-import typer
 
 from tracelens.diff import DiffReport
 from tracelens.render import format as fmt
@@ -14,6 +13,7 @@ from tracelens.render.format import plain
 from tracelens.render.html import environment
 from tracelens.render.json import _enc_hook
 from tracelens.render.markdown import fit_comment, md, md_lines
+from tracelens.render.terminal import DEFAULT_WIDTH, _Out
 
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 #: Rows of the terminal's cause and change lists.
@@ -52,30 +52,38 @@ def render_diff_json(d: DiffReport) -> str:
     return msgspec.json.format(_encoder.encode(d), indent=2).decode() + "\n"
 
 
-def render_diff_terminal(d: DiffReport, outputs: list[str] | None = None) -> str:
+def render_diff_terminal(
+    d: DiffReport, outputs: list[str] | None = None, *, width: int = DEFAULT_WIDTH, colour: bool = False
+) -> str:
+    """The diff's summary, every line at most `width` columns, coloured only when asked."""
     v = d.verdict
-    colour = "bright_black" if v.within_noise else ("green" if v.change_us < 0 else "red")
-    lines = [
-        typer.style("tracelens diff", bold=True)
-        + f"  {plain(d.before.trace.file_name)} -> {plain(d.after.trace.file_name)}",
-        typer.style(plain(v.text, 2000), fg=colour, bold=True),
-    ]
-    lines += [typer.style("  Note: ", fg="cyan") + plain(n, 2000) for n in d.notes]
-    lines.append("")
-    lines.append(typer.style("Per step, by cause:", bold=True))
+    o = _Out(width, colour)
+    verdict_colour = "bright_black" if v.within_noise else ("green" if v.change_us < 0 else "red")
+    o.para(
+        f"{plain(d.before.trace.file_name)} -> {plain(d.after.trace.file_name)}",
+        lead="tracelens diff  ",
+        lead_style={"bold": True},
+        hang=2,
+    )
+    o.para(plain(v.text, 2000), body_style={"fg": verdict_colour, "bold": True}, hang=2)
+    for n in d.notes:
+        o.para(plain(n, 2000), indent=2, lead="Note: ", lead_style={"fg": "cyan"})
+    o.blank()
+    o.lines.append(o.style("Per step, by cause:", bold=True))
     for c in d.causes[:TERMINAL_ROWS]:
-        lines.append(
+        o.lines.append(
             f"  {CAUSE_SHORT.get(c.cause, c.cause):10s} {fmt.us(c.before_us):>9s} -> {fmt.us(c.after_us):>9s}"
             f"  ({'+' if c.change_us > 0 else ''}{fmt.us(c.change_us)})"
         )
     if d.changes:
-        lines.append(typer.style("Largest changes:", bold=True))
+        o.lines.append(o.style("Largest changes:", bold=True))
+        room = max(o.width - 2 - 9 - 7 - 24, 16)
         for ch in d.changes[:TERMINAL_ROWS]:
-            lines.append(
-                f"  {ch.status:8s} {ch.kind:6s} {plain(fmt.short(ch.name, 50))}  "
-                f"{fmt.us(ch.before_us)} -> {fmt.us(ch.after_us)}"
+            o.lines.append(
+                f"  {ch.status:8s} {ch.kind:6s} {plain(fmt.short_kernel(ch.name, room)):{room}s} "
+                f"{fmt.us(ch.before_us)} -> {fmt.us(ch.after_us)}".rstrip()
             )
     if outputs:
-        lines.append("")
-        lines.append("Reports: " + ", ".join(plain(o) for o in outputs))
-    return "\n".join(lines) + "\n"
+        o.blank()
+        o.para(", ".join(plain(x) for x in outputs), lead="Reports: ", hang=2)
+    return o.text()

@@ -45,14 +45,16 @@ def us(value: float) -> str:
 
 
 def pct(share: float) -> str:
+    """A share as the analyzers' sentences write it (whole percents, as `{:.0%}`), so a
+    number in a title and the same number in a table agree; one decimal under 1%."""
     if share is None or (isinstance(share, float) and math.isnan(share)):
         return "n/a"
     s = float(share) * 100
-    if s >= 10 or s == 0:
+    if s == 0 or abs(s) >= 1:
         return f"{s:.0f}%"
-    if s >= 1:
+    if abs(s) >= 0.1:
         return f"{s:.1f}%"
-    return f"{s:.2f}%"
+    return "<0.1%" if s > 0 else "-<0.1%"
 
 
 def nbytes(value: float) -> str:
@@ -62,6 +64,20 @@ def nbytes(value: float) -> str:
             return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
         v /= 1000
     return f"{v:.1f} TB"
+
+
+#: Evidence numbers from here up are written with an SI prefix ("989 T"), not as
+#: "989,000,000,000,000", which nobody reads at a glance.
+LARGE_NUMBER = 1e7
+
+
+def si_number(value: float) -> str:
+    """989e12 -> '989 T', 1.5e9 -> '1.5 G'."""
+    for factor, suffix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= factor:
+            v = value / factor
+            return f"{v:.3g} {suffix}"
+    return f"{value:g}"
 
 
 def metric(m: Metric) -> str:
@@ -75,14 +91,19 @@ def metric(m: Metric) -> str:
     if m.unit == "bytes":
         return nbytes(float(v))
     if m.unit == "per_s":
-        return f"{float(v):,.0f}/s"
+        f = float(v)
+        return f"{si_number(f)}/s" if abs(f) >= LARGE_NUMBER else f"{f:,.0f}/s"
     if m.unit == "count":
         return f"{int(v):,}"
     if m.unit == "number":
         f = float(v)
-        return "n/a" if math.isnan(f) else (f"{f:,.0f}" if abs(f) >= 100 else f"{f:.3g}")
+        if math.isnan(f):
+            return "n/a"
+        if abs(f) >= LARGE_NUMBER:
+            return si_number(f)
+        return f"{f:,.0f}" if abs(f) >= 100 else f"{f:.3g}"
     if isinstance(v, float):
-        return f"{v:,.3g}"
+        return si_number(v) if abs(v) >= LARGE_NUMBER else f"{v:,.3g}"
     return str(v)
 
 
@@ -99,5 +120,123 @@ def short(name: str, width: int = 90) -> str:
 UNCOVERED_REASONS = {
     "no_op": "no launching op in the trace: launched before the profiling window, or from a thread it did not record",
     "no_shapes": "no shapes recorded: profile with record_shapes=True",
+    # The trace has shapes, only not for this op (a CUDA-graph replay, a compiled region):
+    # "profile with record_shapes=True" would be wrong on its face.
+    "no_shapes_here": "no shapes recorded for this op (the trace has them for other ops: a graph replay or a "
+    "compiled region records none)",
     "no_model": "no FLOP/byte model for this op yet",
 }
+
+
+#: How long a shortened kernel name may be: about one line of a phone table cell (the
+#: full name is one tap away in the HTML, and in the JSON).
+KERNEL_NAME_CHARS = 60
+#: Namespaces and wrappers that every ATen/CUTLASS kernel repeats: they make different
+#: kernels look alike at a glance, so the short name leaves them out.
+_QUALIFIER = re.compile(r"\b(?:[A-Za-z_]\w*::)+")
+_ANON = re.compile(r"\(anonymous namespace\)::")
+_SOURCE_NAME = re.compile(r"(\d+)")
+
+
+def _mangled_names(name: str) -> list[str]:
+    """The identifiers of an Itanium-mangled name (`_ZN19cutlass_cudnn_train6KernelI...`),
+    in order: enough to name the kernel and its first template arguments. Not a full
+    demangler: template arguments that are numbers or types are skipped."""
+    out: list[str] = []
+    i = 2
+    n = len(name)
+    while i < n and len(out) < 8:
+        m = _SOURCE_NAME.match(name, i)
+        if m is None or name[i - 1 : i] == "L":  # `Li128E` is a literal, not a name
+            i += 1
+            continue
+        length = int(m.group(1))
+        start = m.end()
+        if length <= 0 or start + length > n:
+            i = m.end()
+            continue
+        out.append(name[start : start + length])
+        i = start + length
+    return out
+
+
+def demangle(name: str) -> str:
+    """A readable form of a mangled C++ kernel name (outer name and the first names of its
+    template arguments); other names are returned as they are."""
+    if not name.startswith("_Z") or len(name) < 4:
+        return name
+    parts = _mangled_names(name)
+    if not parts:
+        return name
+    nested = name.startswith("_ZN")
+    if nested and len(parts) >= 2:
+        head = "::".join(parts[:2])
+        rest = parts[2:]
+    else:
+        head, rest = parts[0], parts[1:]
+    # The names after the outer one are mostly the first template argument's nested
+    # name (`NS_4conv6kernel23ImplicitGemmConvolution...`): shown as one qualified name.
+    return head + (f"<{'::'.join(rest[:3])}{', …' if len(rest) > 3 else ''}>" if rest else "")
+
+
+def _drop_arguments(name: str) -> str:
+    """`void f<T>(int, float)` -> `f<T>`: the return type before the name and the
+    parameter list after it, both found at template depth 0 (parentheses inside template
+    arguments, as in `enable_if<(8 > 0)>`, hide their `<` and `>`)."""
+    depth = parens = 0
+    last_space = -1
+    for i, ch in enumerate(name):
+        if parens:
+            parens += {"(": 1, ")": -1}.get(ch, 0)
+        elif ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(":
+            if depth == 0 and i > 0:
+                return name[last_space + 1 : i]
+            parens = 1
+        elif ch == " " and depth == 0:
+            last_space = i
+    return name[last_space + 1 :]
+
+
+def _flatten_templates(name: str) -> str:
+    """Template arguments nested two deep or more become `…`: `k<4, F<float>>` stays,
+    `k<4, F<G<float>>>` becomes `k<4, F<…>>`."""
+    out: list[str] = []
+    depth = 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+            if depth <= 2:
+                out.append(ch)
+            if depth == 3:
+                out.append("…")
+        elif ch == ">":
+            if depth <= 2:
+                out.append(ch)
+            depth -= 1
+        elif depth <= 2:
+            out.append(ch)
+    return "".join(out)
+
+
+def short_kernel(name: str, width: int = KERNEL_NAME_CHARS) -> str:
+    """A kernel (or op) name a person can scan: demangled, without return type, parameter
+    list, namespaces or deeply nested template arguments, at most `width` characters
+    (cut at the end, where template arguments are least telling)."""
+    s = demangle(name.strip())
+    s = _ANON.sub("", s)
+    s = _drop_arguments(s)
+    s = _QUALIFIER.sub("", s)
+    s = _flatten_templates(s)
+    s = re.sub(r"\s*>\s*>", ">>", s).replace(" >", ">").strip()
+    if len(s) > width:
+        s = s[: max(width - 1, 1)].rstrip(", <…") + "…"
+    return s or name[:width]
+
+
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """`1 step`, `2 steps`: a count with its noun in agreement."""
+    return f"{n:,} {word if n == 1 else (many or word + 's')}"

@@ -7,6 +7,7 @@ autoescaping; the SVG is built here from numbers only.
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -17,8 +18,13 @@ from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT
 from tracelens.report import ClockTimeline, Report, RooflineSummary, Timeline
 
-#: Minimum distance between step labels on the timeline.
-STEP_LABEL_PX = 36
+#: Time-axis ticks per chart: about five labels of "12.5 ms" fit a 390 px phone.
+TIME_TICKS = 5
+#: No tick label starts right of this (% of the width): it would run off the chart.
+LAST_TICK_PCT = 90.0
+#: The full kernel name behind the tap: real names reach about 5,100 characters; past
+#: this the middle is cut (the JSON has the name as the trace gives it).
+FULL_NAME_CHARS = 1200
 #: Per-step table rows shown in HTML (the JSON has every step).
 MAX_STEP_ROWS = 200
 
@@ -47,90 +53,152 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["nbytes"] = fmt.nbytes
     env.filters["metric"] = fmt.metric
     env.filters["short"] = fmt.short
+    env.filters["short_kernel"] = fmt.short_kernel
     env.filters["waves_svg"] = waves_svg
+    env.filters["plural"] = fmt.plural
+    env.filters["kname"] = kernel_name
+    env.filters["counted"] = counted
     env.globals["uncovered_reasons"] = fmt.UNCOVERED_REASONS
     return env
 
 
-def timeline_svg(tl: Timeline, width: int = 960, height: int = 150) -> Markup:
+def nice_step(span: float, ticks: int) -> float:
+    """A 1-2-2.5-5 step that cuts `span` into at most about `ticks` intervals."""
+    if span <= 0:
+        return 1.0
+    raw = span / max(ticks, 1)
+    mag = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 2.5, 5, 10):
+        if m * mag >= raw:
+            return float(m * mag)
+    return float(10 * mag)
+
+
+def _tips(tips: list[str]) -> Markup:
+    """Per-column values for the tap/hover read-out, as JSON inside the page (our own
+    numbers and labels only; `</` is escaped so the text cannot close the tag)."""
+    text = json.dumps(tips, ensure_ascii=True).replace("</", "<\\/")
+    return Markup(f'<script type="application/json" class="tips">{text}</script>')
+
+
+def _time_axis(span_us: float, label: str = "time from the start of the analysed window") -> str:
+    """HTML tick labels under a chart, placed in % of its width so they keep their size
+    on any screen (SVG text scaled with a 960-unit-wide chart shrinks to 4 px on a phone)."""
+    step = nice_step(span_us, TIME_TICKS)
+    parts = ['<div class="xaxis" aria-hidden="true">']
+    t = 0.0
+    while t <= span_us * (1 + 1e-9):
+        frac = t / span_us * 100
+        if frac <= LAST_TICK_PCT:
+            parts.append(f'<span style="left:{frac:.2f}%">{escape(fmt.us(t)) if t > 0 else "0"}</span>')
+        t += step
+    parts.append(f'</div><div class="axistitle">{escape(label)}</div>')
+    return "".join(parts)
+
+
+def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
     """Stacked columns per time bin: busy at the bottom, idle causes above; host sync
-    returns as ticks on top; steps as labelled boundaries."""
+    returns as ticks on top; step boundaries dashed. Below it a time axis in HTML; a tap
+    (or hover) on a column shows its causes."""
     n = len(next(iter(tl.by_cause.values()), ()))
     if n == 0 or tl.end_us <= tl.start_us:
         return Markup("")
-    top_pad, axis = 18, 18
-    plot_h = height - top_pad - axis
+    top_pad = 10
+    plot_h = height - top_pad
     bw = width / n
+    span = tl.end_us - tl.start_us
     parts: list[str] = [
+        '<figure class="chart" data-kind="columns">',
         f'<svg class="timeline" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
-        f'aria-label="GPU busy and idle over time">'
+        f'aria-label="GPU busy and idle over time, by cause">',
     ]
     order = list(CAUSE_COLOURS)
     series = tl.by_cause
+    tips: list[str] = []
+    step_at = [(int(st), s0, s1) for st, s0, s1 in tl.steps]
     for i in range(n):
         y = float(top_pad + plot_h)
         x = i * bw
+        shares: list[tuple[str, float]] = []
         for key in order:
             col = series.get(key, ())
             frac = float(col[i]) if i < len(col) else 0.0
             if frac <= 0:
                 continue
+            shares.append((key, frac))
             h = frac * plot_h
             y -= h
             parts.append(
                 f'<rect x="{x:.2f}" y="{y:.2f}" width="{bw + 0.3:.2f}" height="{h:.2f}" fill="{CAUSE_COLOURS[key]}"/>'
             )
-    span = tl.end_us - tl.start_us
+        t0, t1 = i * span / n, (i + 1) * span / n
+        mid = tl.start_us + (t0 + t1) / 2
+        step = next((st for st, s0, s1 in step_at if s0 <= mid < s1), None)
+        body = ", ".join(f"{CAUSE_LABELS[k]} {fmt.pct(f)}" for k, f in sorted(shares, key=lambda kv: -kv[1])[:4])
+        tips.append(f"{fmt.us(t0)}–{fmt.us(t1)}{f' (step #{step})' if step is not None else ''}: {body or 'no data'}")
     for t in tl.syncs:
         x = (t - tl.start_us) / span * width
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="2" y2="{top_pad - 4}" class="sync"/>')
-    # Step boundaries: lines while they stay apart, labels at least STEP_LABEL_PX apart.
-    last_label = -1e9
-    draw_lines = len(tl.steps) <= width / 4
-    for step, s0, _s1 in tl.steps:
-        x = (s0 - tl.start_us) / span * width
-        if draw_lines:
-            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top_pad}" y2="{top_pad + plot_h}" class="step"/>')
-        if x - last_label >= STEP_LABEL_PX:
-            parts.append(f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">#{int(step)}</text>')
-            last_label = x
-    if not tl.steps:
-        for frac in (0.0, 0.25, 0.5, 0.75):
-            x = frac * width
-            parts.append(f'<text x="{x + 3:.1f}" y="{height - 5}" class="steplabel">{fmt.us(frac * span)}</text>')
+        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{top_pad - 2}" class="sync"/>')
+    if len(tl.steps) <= width / 4:
+        for _step, s0, _s1 in tl.steps:
+            x = (s0 - tl.start_us) / span * width
+            parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top_pad}" y2="{height}" class="step"/>')
     parts.append("</svg>")
+    parts.append(_time_axis(span))
+    parts.append(_tips(tips))
+    parts.append("</figure>")
     return Markup("".join(parts))
 
 
-def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 120) -> Markup:
-    """SM clock (of max), power (of the limit) and temperature (of 100 °C) over the same
-    time axis as the timeline."""
+def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 56) -> Markup:
+    """SM clock (MHz), power (W) and temperature (°C) as three small charts, each with its
+    own labelled axis, over the timeline's time axis; a tap shows the three values."""
     n = len(cl.sm_mhz)
-    if n == 0:
+    if n == 0 or cl.end_us <= cl.start_us:
         return Markup("")
-    pad = 6
-    plot_h = height - 2 * pad
     bw = width / n
-    parts = [
-        f'<svg class="timeline clocks" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
-        f'aria-label="GPU clock, power and temperature over time">'
+    rows = [
+        ("SM clock", "MHz", cl.sm_mhz, cl.max_sm_mhz, "#1f6feb", "max"),
+        ("power", "W", cl.power_w, cl.power_limit_w, "#d6453d", "limit"),
+        ("temperature", "°C", cl.temp_c, 0.0, "#b48ead", ""),
     ]
-    for values, scale, colour in (
-        (cl.sm_mhz, cl.max_sm_mhz, "#1f6feb"),
-        (cl.power_w, cl.power_limit_w, "#d6453d"),
-        (cl.temp_c, 100.0, "#b48ead"),
-    ):
-        if not values or not scale:
+    parts = ['<figure class="chart clocks" data-kind="columns">']
+    for label, unit, values, ref, colour, ref_name in rows:
+        finite = [float(v) for v in values if v == v]
+        if not finite:
             continue
-        pts = " ".join(
-            f"{(i + 0.5) * bw:.1f},{pad + plot_h * (1 - min(max(float(v) / scale, 0.0), 1.05) / 1.05):.1f}"
-            for i, v in enumerate(values)
-            if v == v  # skip NaN
+        top = max(max(finite), ref) * 1.05 or 1.0
+        pad = 3
+
+        def y(v: float, top: float = top, pad: int = pad) -> float:
+            return pad + (height - 2 * pad) * (1 - min(max(v / top, 0.0), 1.0))
+
+        pts = " ".join(f"{(i + 0.5) * bw:.1f},{y(float(v)):.1f}" for i, v in enumerate(values) if v == v)
+        ref_txt = f" · {ref_name} {ref:,.0f} {unit} (dashed)" if ref else ""
+        parts.append(
+            f'<div class="strip"><div class="striplabel"><b style="color:{colour}">{label}</b> '
+            f"{min(finite):,.0f}–{max(finite):,.0f} {unit}{ref_txt}</div>"
+            f'<div class="stripplot"><span class="ytick top">{top:,.0f}</span><span class="ytick bottom">0</span>'
+            f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+            f'aria-label="{label} in {unit} over time">'
         )
-        parts.append(f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
-    y_full = pad + plot_h * (1 - 1 / 1.05)
-    parts.append(f'<line x1="0" x2="{width}" y1="{y_full:.1f}" y2="{y_full:.1f}" class="step"/>')
-    parts.append("</svg>")
+        if ref:
+            parts.append(f'<line x1="0" x2="{width}" y1="{y(ref):.1f}" y2="{y(ref):.1f}" class="ref"/>')
+        parts.append(
+            f'<polyline points="{pts}" fill="none" stroke="{colour}" stroke-width="1.5" '
+            'vector-effect="non-scaling-stroke"/></svg></div></div>'
+        )
+    span = cl.end_us - cl.start_us
+    tips = []
+    for i in range(n):
+        vals = []
+        for label, unit, values, *_ in rows:
+            if i < len(values) and values[i] == values[i]:
+                vals.append(f"{label} {float(values[i]):,.0f} {unit}")
+        tips.append(f"{fmt.us((i + 0.5) * span / n)}: " + (", ".join(vals) or "no sample"))
+    parts.append(_time_axis(span))
+    parts.append(_tips(tips))
+    parts.append("</figure>")
     return Markup("".join(parts))
 
 
@@ -153,55 +221,133 @@ def waves_svg(waves: float, width: int = 120, height: int = 14) -> Markup:
 
 
 BOUND_COLOURS = {"compute": "#1f6feb", "memory": "#f08c2e", "latency": "#9aa3ad"}
+#: Roof labels closer than this (in % of the plot's height) are moved apart: at 390 px the
+#: plot is about 230 px tall, and a label line is about 15 px.
+ROOF_LABEL_GAP_PCT = 8.0
 
 
-def roofline_svg(rf: RooflineSummary, width: int = 640, height: int = 360) -> Markup:
+def si(value: float) -> str:
+    """1e12 -> '1 T', 0.01 -> '0.01': axis ticks a person reads at a glance."""
+    for factor, suffix in ((1e15, " P"), (1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
+        if abs(value) >= factor:
+            v = value / factor
+            return f"{v:.0f}{suffix}" if v >= 10 or v == int(v) else f"{v:.1f}{suffix}"
+    return f"{value:g}"
+
+
+def roofline_svg(rf: RooflineSummary, width: int = 1000, height: int = 600) -> Markup:
     """Log-log roofline: arithmetic intensity (FLOP/byte) against achieved FLOP/s, one
-    point per kernel sized by its time, the device's roofs drawn."""
+    point per kernel sized by its time, the device's roofs drawn. Tick and roof labels
+    are HTML beside the SVG (readable at any width); a tap on a point shows its values."""
     if not rf.points or rf.bandwidth <= 0 or not rf.peak_flops:
         return Markup("")
-    left, bottom, top, right = 56, 34, 10, 10
     x0, x1 = -2.0, 4.0  # log10 FLOP/byte
     peak_max = max(rf.peak_flops.values())
     y1 = math.log10(peak_max * 2)
     y0 = y1 - 6
-    pw, ph = width - left - right, height - top - bottom
 
-    def px(ai: float) -> float:
-        return left + (min(max(math.log10(max(ai, 1e-9)), x0), x1) - x0) / (x1 - x0) * pw
+    def fx(ai: float) -> float:  # 0..1 across
+        return (min(max(math.log10(max(ai, 1e-9)), x0), x1) - x0) / (x1 - x0)
 
-    def py(f: float) -> float:
-        return top + ph - (min(max(math.log10(max(f, 1.0)), y0), y1) - y0) / (y1 - y0) * ph
+    def fy(f: float) -> float:  # 0..1 down
+        return 1 - (min(max(math.log10(max(f, 1.0)), y0), y1) - y0) / (y1 - y0)
 
-    parts = [f'<svg class="roofline" viewBox="0 0 {width} {height}" role="img" aria-label="roofline chart">']
+    svg = [
+        f'<svg class="roofline" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
+        'aria-label="roofline chart: FLOP/s against FLOP per byte">'
+    ]
+    xt, yt = ['<div class="xaxis" aria-hidden="true">'], ['<div class="yaxis" aria-hidden="true">']
     for e in range(int(x0), int(x1) + 1):
-        x = px(10.0**e)
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{top + ph}" class="grid"/>')
-        parts.append(f'<text x="{x:.1f}" y="{height - 18}" class="axis" text-anchor="middle">1e{e}</text>')
+        x = fx(10.0**e)
+        svg.append(f'<line x1="{x * width:.1f}" x2="{x * width:.1f}" y1="0" y2="{height}" class="grid"/>')
+        if x * 100 <= LAST_TICK_PCT:
+            xt.append(f'<span style="left:{x * 100:.2f}%">{si(10.0**e)}</span>')
     for e in range(math.ceil(y0), int(y1) + 1):
-        y = py(10.0**e)
-        parts.append(f'<line x1="{left}" x2="{left + pw}" y1="{y:.1f}" y2="{y:.1f}" class="grid"/>')
-        parts.append(f'<text x="{left - 4}" y="{y + 3:.1f}" class="axis" text-anchor="end">1e{e}</text>')
+        y = fy(10.0**e)
+        svg.append(f'<line x1="0" x2="{width}" y1="{y * height:.1f}" y2="{y * height:.1f}" class="grid"/>')
+        if 3 <= y * 100 <= 97:
+            yt.append(f'<span style="top:{y * 100:.2f}%">{si(10.0**e)}</span>')
+    roof_labels: list[tuple[float, str]] = []
     for dtype, peak in sorted(rf.peak_flops.items(), key=lambda kv: kv[1]):
         ridge = peak / rf.bandwidth
         pts = [(10.0**x0, 10.0**x0 * rf.bandwidth), (ridge, peak), (10.0**x1, peak)]
-        d = " ".join(f"{px(a):.1f},{py(f):.1f}" for a, f in pts)
-        parts.append(f'<polyline points="{d}" class="roof"/>')
-        parts.append(f'<text x="{left + pw - 2}" y="{py(peak) - 3:.1f}" class="axis" text-anchor="end">{dtype}</text>')
+        d = " ".join(f"{fx(a) * width:.1f},{fy(f) * height:.1f}" for a, f in pts)
+        svg.append(f'<polyline points="{d}" class="roof" vector-effect="non-scaling-stroke"/>')
+        roof_labels.append((fy(peak) * 100, f"{dtype} {si(peak)}FLOP/s"))
+    # Highest roof first; each label at least ROOF_LABEL_GAP_PCT below the one above it.
+    placed: list[str] = []
+    last = -1e9
+    for top_pct, text in sorted(roof_labels):
+        pos = max(top_pct - ROOF_LABEL_GAP_PCT * 0.9, last + ROOF_LABEL_GAP_PCT, 0.0)
+        last = pos
+        placed.append(f'<span class="rooflabel" style="top:{pos:.2f}%">{escape(text)}</span>')
     total = sum(p.time_us for p in rf.points) or 1.0
     for p in sorted(rf.points, key=lambda p: -p.time_us):
-        r = 2.5 + 14 * math.sqrt(p.time_us / total)
+        r = 5 + 24 * math.sqrt(p.time_us / total)
         colour = BOUND_COLOURS.get(p.bound, "#9aa3ad")
-        parts.append(
-            f'<circle cx="{px(p.intensity):.1f}" cy="{py(p.flops_per_s):.1f}" r="{r:.1f}" fill="{colour}" '
-            f'fill-opacity="0.55" stroke="{colour}"><title>{escape(p.name[:200])}: '
-            f"{p.flops_per_s / 1e12:.1f} TFLOP/s, {p.intensity:.2f} FLOP/B, {p.bound}</title></circle>"
+        tip = (
+            f"{fmt.short_kernel(p.name)}: {fmt.us(p.time_us)}, {p.flops_per_s / 1e12:.1f} TFLOP/s, "
+            f"{p.bytes_per_s / 1e9:.0f} GB/s, {p.intensity:.2f} FLOP/byte, {fmt.pct(p.roof_share)} of the {p.roof} "
+            f"roof, {p.bound}-bound"
         )
-    parts.append(f'<text x="{left + pw / 2}" y="{height - 3}" class="axis" text-anchor="middle">FLOP per byte</text>')
-    parts.append(f'<text x="12" y="{top + ph / 2}" class="axis" transform="rotate(-90 12 {top + ph / 2})" '
-                 'text-anchor="middle">FLOP/s</text>')  # fmt: skip
-    parts.append("</svg>")
-    return Markup("".join(parts))
+        svg.append(
+            f'<circle cx="{fx(p.intensity) * width:.1f}" cy="{fy(p.flops_per_s) * height:.1f}" r="{r:.1f}" '
+            f'fill="{colour}" fill-opacity="0.55" stroke="{colour}" data-tip="{escape(tip)}" tabindex="0">'
+            f"<title>{escape(tip)}</title></circle>"
+        )
+    svg.append("</svg>")
+    return Markup(
+        '<figure class="chart roofline"><div class="rf-y-title">FLOP/s achieved</div><div class="rf-body">'
+        + "".join(yt)
+        + "</div>"
+        + '<div class="rf-plot">'
+        + "".join(svg)
+        + "".join(placed)
+        + "</div><div></div>"
+        + "".join(xt)
+        + "</div></div>"
+        + '<div class="axistitle">FLOP per byte (arithmetic intensity)</div></figure>'
+    )
+
+
+def kernel_name(name: str, width: int = fmt.KERNEL_NAME_CHARS) -> Markup:
+    """A kernel name in a table cell: the short form, and the full name one tap away
+    (a <details>, which works on touch screens and without script)."""
+    full = fmt.short(name, FULL_NAME_CHARS)
+    brief = fmt.short_kernel(name, width)
+    if brief == full:
+        return Markup('<span class="kn">{}</span>').format(full)
+    return Markup('<details class="kn"><summary>{}</summary><span class="full">{}</span></details>').format(brief, full)
+
+
+def counted(names: object) -> list[str]:
+    """["a", "a", "b"] -> ["a ×2", "b"]: a kernel launched by many sites is named once."""
+    order: dict[str, int] = {}
+    for n in names:  # type: ignore[attr-defined]
+        order[str(n)] = order.get(str(n), 0) + 1
+    return [f"{n} ×{c}" if c > 1 else n for n, c in order.items()]
+
+
+def device_label(report: Report) -> str:
+    """ "NVIDIA H200", not "NVIDIA H200 · NVIDIA": the vendor only where the name lacks it."""
+    t = report.trace
+    vendor = t.vendor.upper() if t.vendor else ""
+    name = t.gpu_name.lower()
+    if not t.gpu_count or name.startswith(("no gpu", "unknown gpu")) or vendor in ("", "UNKNOWN"):
+        return t.gpu_name if vendor in ("", "UNKNOWN") or not t.gpu_count else f"{t.gpu_name} ({vendor})"
+    if vendor.lower() in name or (vendor == "NVIDIA" and "tesla" in name):
+        return t.gpu_name
+    return f"{t.gpu_name} ({vendor})"
+
+
+def primary_index(report: Report) -> int | None:
+    """The index of the finding the headline names (its fix is shown there, once)."""
+    if report.summary.primary is None:
+        return None
+    for i, f in enumerate(report.findings):
+        if f.category.value == report.summary.primary:
+            return i
+    return None
 
 
 def render_html(report: Report) -> str:
@@ -219,4 +365,6 @@ def render_html(report: Report) -> str:
         labels=CAUSE_LABELS,
         short_labels=CAUSE_SHORT,
         max_step_rows=MAX_STEP_ROWS,
+        device=device_label(report),
+        primary_index=primary_index(report),
     )

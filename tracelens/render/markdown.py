@@ -94,4 +94,8 @@ def render_markdown(report: Report) -> str:
     env = environment(autoescape=False)
     env.filters["md"] = md
     env.filters["md_lines"] = md_lines
-    return env.get_template("report.md.j2").render(r=report, labels=CAUSE_LABELS)
+    from tracelens.render.html import device_label, primary_index
+
+    return env.get_template("report.md.j2").render(
+        r=report, labels=CAUSE_LABELS, device=device_label(report), primary_index=primary_index(report)
+    )

@@ -1,4 +1,6 @@
-"""Terminal: a short colour summary (colour is dropped when output is not a terminal).
+"""Terminal: a short summary that fits the terminal's width (80 columns unless told
+otherwise), long sentences wrapped at word boundaries with hanging indents, colour only
+when asked for (the CLI asks on a terminal without NO_COLOR).
 
 Every piece of text that can come from the trace or the command line is made `plain`
 before it is laid out: no control characters (OSC/CSI sequences, CR, backspace) reach
@@ -7,11 +9,17 @@ the terminal, and no piece is longer than a few lines."""
 from __future__ import annotations
 
 import dataclasses
+import os
+import re
+import shutil
+import sys
+import textwrap
+from typing import TextIO
 
 import typer
 
 from tracelens.render.causes import CAUSE_SHORT
-from tracelens.render.format import pct, plain, us
+from tracelens.render.format import pct, plain, plural, us
 from tracelens.report import Report
 
 _STATUS_STYLE = {
@@ -33,6 +41,101 @@ _QUESTION_SHORT = {
 MAX_FINDINGS = 5
 #: Our own sentences (headline, advice, notes) may quote trace text; cap them too.
 MAX_PROSE = 1_000
+#: The width when the output is not a terminal (a file, a pipe, a CI log): the width
+#: most terminals open at, and what a pasted summary should fit.
+DEFAULT_WIDTH = 80
+#: Narrower than this, hanging indents would leave no room for words.
+MIN_WIDTH = 40
+#: The longest line on a wide terminal: prose gets hard to read past this.
+MAX_WIDTH = 120
+#: Keeps a number with its unit (and a cause with its share) on one line: textwrap does
+#: not break at U+00A0; it is turned back into a space after wrapping.
+_NBSP = "\u00a0"
+_NUMBER_UNIT = re.compile(r"(\d) (µs|ms|s|%|W|MHz|°C|B|KB|MB|GB|TB|TFLOP/s|GB/s)(?=[\s,.;:)]|$)")
+#: The cost column of the question list: "635.8 ms (52%)".
+COST_COLUMN = 16
+
+
+def use_colour(stream: TextIO | None = None) -> bool:
+    """Colour on a terminal, unless NO_COLOR is set (https://no-color.org: any non-empty
+    value) or TERM is "dumb"."""
+    stream = stream if stream is not None else sys.stdout
+    if os.environ.get("NO_COLOR"):
+        return False
+    if os.environ.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def terminal_width(stream: TextIO | None = None) -> int:
+    """The width to lay the summary out at: the terminal's (COLUMNS wins, as everywhere),
+    80 when the output is not a terminal, kept within MIN_WIDTH..MAX_WIDTH."""
+    stream = stream if stream is not None else sys.stdout
+    isatty = getattr(stream, "isatty", None)
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit():
+        width = int(columns)
+    elif isatty and isatty():
+        width = shutil.get_terminal_size((DEFAULT_WIDTH, 24)).columns
+    else:
+        width = DEFAULT_WIDTH
+    return max(MIN_WIDTH, min(width, MAX_WIDTH))
+
+
+class _Out:
+    """Lines laid out at one width, styled only when colour is on."""
+
+    def __init__(self, width: int, colour: bool) -> None:
+        self.width = max(width, MIN_WIDTH)
+        self.colour = colour
+        self.lines: list[str] = []
+
+    def style(self, text: str, **kw: object) -> str:
+        return typer.style(text, **kw) if self.colour else text  # type: ignore[arg-type]
+
+    def blank(self) -> None:
+        if self.lines and self.lines[-1] != "":
+            self.lines.append("")
+
+    def para(
+        self,
+        text: str,
+        indent: int = 0,
+        hang: int | None = None,
+        lead: str = "",
+        lead_style: dict[str, object] | None = None,
+        body_style: dict[str, object] | None = None,
+    ) -> None:
+        """`lead` then `text`, wrapped at words to the width; the first line starts at
+        `indent`, the others at `hang` (default: under the text after the lead). Line
+        breaks the text already has are kept (advice comes as separate sentences)."""
+        text = _NUMBER_UNIT.sub("\\1" + _NBSP + "\\2", text)
+        first = " " * (indent + len(lead))
+        rest = " " * (indent + len(lead) if hang is None else hang)
+        out: list[str] = []
+        for n, chunk in enumerate(text.split("\n")):
+            out += textwrap.wrap(
+                chunk,
+                width=self.width,
+                initial_indent=first if n == 0 else rest,
+                subsequent_indent=rest,
+                break_long_words=True,
+                break_on_hyphens=False,
+            ) or ([first.rstrip()] if n == 0 else [])
+        for i, line in enumerate(out):
+            line = line.replace(_NBSP, " ")
+            pad = len(line) - len(line.lstrip(" "))
+            body = self.style(line[pad:], **body_style) if body_style and line[pad:] else line[pad:]
+            if i == 0 and lead:
+                self.lines.append((" " * indent + self.style(lead, **(lead_style or {})) + body).rstrip())
+            else:
+                self.lines.append(line[:pad] + body)
+
+    def text(self) -> str:
+        while self.lines and self.lines[-1] == "":
+            self.lines.pop()
+        return "\n".join(self.lines) + "\n"
 
 
 def _plain_text(report: Report) -> Report:
@@ -53,53 +156,67 @@ def _plain_text(report: Report) -> Report:
     )
 
 
-def render_terminal(report: Report, outputs: list[str] | None = None) -> str:
+def render_terminal(
+    report: Report, outputs: list[str] | None = None, *, width: int = DEFAULT_WIDTH, colour: bool = False
+) -> str:
+    """The summary, every line at most `width` columns (a word longer than the width,
+    such as a path, is broken)."""
+    from tracelens.render.html import device_label
+
     report, outputs = _plain_text(report), [plain(o) for o in outputs or ()]
+    o = _Out(width, colour)
     t = report.trace
     gt = report.gpu_time.total
-    lines: list[str] = []
     w = report.window
-    steps = f"{w.steps} {'detected iterations' if w.source == 'detected' else 'steps'}" if w.steps else "no steps found"
-    lines.append(
-        typer.style("tracelens", bold=True) + f"  {t.file_name}  ({t.gpu_name}, {steps}, {us(gt.window_us)} analysed)"
-    )
+    steps = plural(w.steps, "detected iteration" if w.source == "detected" else "step") if w.steps else "no steps found"
+    o.para(t.file_name, lead="tracelens  ", lead_style={"bold": True}, hang=2)
+    o.para(f"{plain(device_label(report))} · {steps} · {us(gt.window_us)} analysed", indent=0, hang=2)
     if gt.window_us > 0:
-        parts = [f"{CAUSE_SHORT[e.cause]} {pct(e.share)}" for e in gt.ledger if e.share >= 0.005]
-        lines.append(
-            f"GPU busy {pct(gt.busy_us / gt.window_us)}, idle {pct(gt.idle_us / gt.window_us)}: " + " · ".join(parts)
+        parts = [f"{CAUSE_SHORT[e.cause]}{_NBSP}{pct(e.share)}" for e in gt.ledger if e.share >= 0.005]
+        o.para(
+            f"GPU busy {pct(gt.busy_us / gt.window_us)}, idle {pct(gt.idle_us / gt.window_us)}: " + " · ".join(parts),
+            hang=2,
         )
-    lines.append("")
+    o.blank()
     s = report.summary
     if s.primary:
-        lines.append(typer.style("Primary bottleneck: ", bold=True) + typer.style(s.primary, fg="red", bold=True))
-        lines.append(f"  {s.headline}")
-        lines.append(
-            f"  Costs {us(s.primary_time_us)} ({pct(s.primary_share)}); expected gain up to {us(s.primary_gain_us)}"
-            + (f" ({us(s.primary_gain_per_step_us)} per step)." if s.per_step_us else ".")
+        o.para(
+            s.primary, lead="Primary bottleneck: ", lead_style={"bold": True}, body_style={"fg": "red", "bold": True}
         )
-        lines.append("  Fix: " + s.primary_advice.replace("\n", "\n       "))
+        o.para(s.headline, indent=2)
+        o.para(s.primary_advice, indent=2, lead="Fix: ", lead_style={"bold": True})
     else:
-        lines.append(typer.style("No primary bottleneck: ", bold=True) + s.headline)
+        o.para(s.headline, lead="No primary bottleneck: ", lead_style={"bold": True}, hang=2)
     for note in s.notes:
-        lines.append(typer.style("  Note: ", fg="cyan") + note)
-    lines.append("")
-    lines.append(typer.style("In diagnostic order:", bold=True))
+        o.para(note, indent=2, lead="Note: ", lead_style={"fg": "cyan"})
+    o.blank()
+    o.lines.append(o.style("In diagnostic order:", bold=True))
+    longest = max((len(_QUESTION_SHORT.get(q.id, q.question)) for q in report.questions), default=0)
+    room = max(min(longest, o.width - 5 - 1 - 9 - 1 - COST_COLUMN), 10)  # "  N. " question status cost
     for q in report.questions:
-        label, colour = _STATUS_STYLE.get(q.status, (q.status, "white"))
-        cost = f"  {us(q.time_us)} ({pct(q.share)})" if q.status in ("yes", "minor") else ""
-        lines.append(
-            f"  {q.number}. {_QUESTION_SHORT.get(q.id, q.question):40s} {typer.style(f'{label:9s}', fg=colour)}{cost}"
-        )
+        label, colour_name = _STATUS_STYLE.get(q.status, (q.status, "white"))
+        cost = f" {us(q.time_us)} ({pct(q.share)})" if q.status in ("yes", "minor") else ""
+        question = _QUESTION_SHORT.get(q.id, q.question)
+        if len(question) > room:
+            question = question[: room - 1] + "…"
+        status = o.style(label, fg=colour_name) + (" " * (9 - len(label)) + cost if cost else "")
+        o.lines.append(f"  {q.number}. {question:{room}s} {status}")
     if report.findings:
-        lines.append("")
-        lines.append(typer.style("Findings:", bold=True))
+        o.blank()
+        o.lines.append(o.style("Findings:", bold=True))
         for f in report.findings[:MAX_FINDINGS]:
-            sev = typer.style(f"[{f.severity.value}]", fg=_SEVERITY_COLOUR.get(f.severity.value, "white"))
-            indent = "    ↳ " if f.parent else "  "
-            lines.append(f"{indent}{sev} {f.category.value}: {f.title}")
+            sev = f"[{f.severity.value}]"
+            indent = 4 if f.parent else 2
+            lead = ("↳ " if f.parent else "") + sev + " "
+            o.para(
+                f"{f.category.value}: {f.title}",
+                indent=indent,
+                lead=lead,
+                lead_style={"fg": _SEVERITY_COLOUR.get(f.severity.value, "white")},
+            )
         if len(report.findings) > MAX_FINDINGS:
-            lines.append(f"  … {len(report.findings) - MAX_FINDINGS} more in the full report")
+            o.para(f"… {len(report.findings) - MAX_FINDINGS} more in the full report", indent=2)
     if outputs:
-        lines.append("")
-        lines.append("Reports: " + ", ".join(outputs))
-    return "\n".join(lines) + "\n"
+        o.blank()
+        o.para(", ".join(outputs), lead="Reports: ", hang=2)
+    return o.text()

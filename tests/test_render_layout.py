@@ -1,0 +1,54 @@
+"""Issue 18: the HTML report on a phone. Chromium lays out the report of every sample and
+public trace at 390 px (and 1400 px) and no element may reach past the viewport: no
+sideways scrolling, whatever the kernel names, tables or charts hold. Chromium's own
+layout, not a guess from the CSS; skipped where no Chromium binary is found (CI)."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import REAL_TRACES, SAMPLE_TRACES, report_of
+from layout import PHONE_PX, chromium, overflow, overflow_many
+
+from tracelens.render import render_html
+from tracelens.render.diff import render_diff_html
+
+pytestmark = [
+    pytest.mark.chromium,
+    pytest.mark.slow,
+    pytest.mark.skipif(chromium() is None, reason="no Chromium binary (set CHROMIUM=...)"),
+]
+
+DESKTOP_PX = 1400
+
+
+@pytest.fixture(scope="module")
+def pages() -> dict[str, str]:
+    return {f"{p.parent.name}/{p.name}": render_html(report_of(p)) for p in [*SAMPLE_TRACES, *REAL_TRACES]}
+
+
+@pytest.mark.parametrize("width", [PHONE_PX, DESKTOP_PX])
+def test_no_element_wider_than_the_viewport(pages: dict[str, str], width: int) -> None:
+    results = overflow_many(pages, width)
+    assert set(results) == set(pages)
+    bad = {name: r for name, r in results.items() if r["count"] or r["scroll_width"] != width}
+    assert all(r["viewport"] == width for r in results.values())
+    assert not bad, bad
+
+
+def test_the_probe_sees_an_overflow() -> None:
+    """The check itself: a table too wide for a phone is reported."""
+    wide = "<table><tr>" + "".join(f"<td>{'x' * 30}{i}</td>" for i in range(12)) + "</tr></table>"
+    r = overflow(f"<!doctype html><html><head><meta name='viewport' content='width=device-width'></head><body>{wide}"
+                 "</body></html>")  # fmt: skip
+    assert r["viewport"] == PHONE_PX and r["count"] > 0 and int(str(r["scroll_width"])) > PHONE_PX
+
+
+def test_dark_mode_and_diff_fit_too() -> None:
+    from conftest import model_of, sample
+
+    from tracelens.diff import build_diff
+
+    d = build_diff(model_of(sample("diff_align_before")), model_of(sample("diff_align_after")))
+    page = {"diff": render_diff_html(d), "report": render_html(report_of(sample("train_step")))}
+    for name, r in overflow_many(page, PHONE_PX, dark=True).items():
+        assert r["count"] == 0, (name, r)
