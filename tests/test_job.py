@@ -226,6 +226,21 @@ def test_cli_folder_writes_one_job_report_and_per_rank_reports(tmp_path: Path) -
     assert doc["job"]["stragglers"][0]["rank"] == SLOW_RANK
 
 
+def test_cli_redacts_the_job_and_per_rank_reports(tmp_path: Path) -> None:
+    folder = tmp_path / "secret-project" / "ranks_host_slow"
+    shutil.copytree(case("host_slow"), folder)
+    rep = tmp_path / "rep"
+    out = run_cli("report", folder, "--out-dir", rep, "--per-rank", "--workers", "1", "--redact", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    written = [p for p in rep.rglob("*") if p.is_file()]
+    assert len(written) == 3 + 3 * 3  # the job report, and each rank's HTML/Markdown/JSON
+    for path in written:
+        assert str(tmp_path) not in path.read_text(), path.name
+    assert str(tmp_path) not in out.stdout
+    bad = run_cli("report", folder, "--perfetto", tmp_path / "p.json", cwd=tmp_path)
+    assert bad.returncode == 2 and "--perfetto annotates one trace" in bad.stderr
+
+
 def test_cli_glob_and_files(tmp_path: Path) -> None:
     out = run_cli("report", str(case("gpu_heavy") / "rank*.json.gz"), "--json", tmp_path / "j.json", "-q", cwd=tmp_path)
     assert out.returncode == 0, out.stderr

@@ -175,7 +175,9 @@ def report(
 
     # Ranks of one job get one job report; unrelated traces one report each, as one does.
     windowed = window or steps
-    single = report_many(traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, windowed)
+    single = report_many(
+        traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, windowed, redact, perfetto
+    )
     for path in single:
         _report_one(Path(path), html if len(single) == 1 else None, markdown if len(single) == 1 else None,
                     json_out if len(single) == 1 else None, out_dir, quiet, window, steps,
@@ -376,15 +378,17 @@ def _emit(
     renderers: Mapping[str, Callable[[_Result], str | bytes]],
     result: _Result,
     summary: Callable[[_Result, list[str]], str] | None,
+    scrub: Callable[[str], str] | None = None,
 ) -> None:
     """Write each output, then print a summary that takes no width or colour (to stderr
     when a report went to standard output): for callers that have such a summary."""
     from tracelens.output import is_stdout
     from tracelens.redact import no_redaction
 
-    written = _write(wanted, renderers, result, no_redaction)
+    scrub = scrub or no_redaction
+    written = _write(wanted, renderers, result, scrub)
     if summary is not None:
-        typer.echo(summary(result, written), nl=False, err=any(is_stdout(p) for p, _ in wanted))
+        typer.echo(scrub(summary(result, written)), nl=False, err=any(is_stdout(p) for p, _ in wanted))
 
 
 def _summary(

@@ -56,6 +56,8 @@ def report_many(
     workers: int | None,
     per_rank: bool,
     windowed: str | None = None,
+    redact: bool = False,
+    perfetto: Path | None = None,
 ) -> list[str]:
     """Write the job report and return [], or return the traces to report one by one."""
     from tracelens.cli import _emit, _targets
@@ -74,6 +76,8 @@ def report_many(
         if any(is_url(f) for f in files):
             raise UsageError("a URL is read as the ranks of one job; these traces are not")
         return files
+    if perfetto is not None:
+        raise UsageError("--perfetto annotates one trace; give it one rank's trace (or use --per-rank)")
     if windowed:
         raise UsageError("--window and --steps apply to one trace; a job report analyses each rank's own window")
     if workers is not None and workers < 1:
@@ -85,11 +89,24 @@ def report_many(
     if per_rank_dir is not None:
         Path(per_rank_dir).mkdir(parents=True, exist_ok=True)
     results, seconds, how = map_ranks(
-        _sorted(inputs), scheduler=scheduler, workers=workers, per_rank_dir=per_rank_dir, progress=_Progress()
+        _sorted(inputs),
+        scheduler=scheduler,
+        workers=workers,
+        per_rank_dir=per_rank_dir,
+        progress=_Progress(),
+        redact=redact,
     )
     rep = analyze(results, map_seconds=seconds, scheduler=how)
     renderers = {"html": render_job_html, "md": render_job_markdown, "json": render_job_json}
-    _emit(wanted, renderers, rep, None if quiet else render_job_terminal)
+    # Paths, homes and this machine's host name; the ranks' own metadata stays in the
+    # workers (each rank's report is redacted there with its trace's host names).
+    # (Not the cli's _redactor: it reads every trace again for its top-level host fields.)
+    from tracelens.output import is_stdout
+    from tracelens.redact import Redactor
+
+    dirs = [p.parent for p, _ in wanted if not is_stdout(p)]
+    scrub = Redactor.for_trace(local, (), (), dirs).text if redact else None
+    _emit(wanted, renderers, rep, None if quiet else render_job_terminal, scrub)
     return []
 
 

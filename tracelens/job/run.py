@@ -68,13 +68,14 @@ def map_ranks(
     worker_memory: int | None = DEFAULT_WORKER_MEMORY,
     per_rank_dir: str | None = None,
     progress: ProgressFn | None = None,
+    redact: bool = False,
 ) -> tuple[list[Result], float, str]:
     """Summaries of every rank (in input order), the map's wall time and what ran it."""
     t0 = time.perf_counter()
     if scheduler:
-        results, how = _distributed(inputs, scheduler, per_rank_dir, progress)
+        results, how = _distributed(inputs, scheduler, per_rank_dir, progress, redact)
     else:
-        results, how = _local(inputs, workers or default_workers(), worker_memory, per_rank_dir, progress)
+        results, how = _local(inputs, workers or default_workers(), worker_memory, per_rank_dir, progress, redact)
     return results, time.perf_counter() - t0, how
 
 
@@ -84,12 +85,13 @@ def _local(
     worker_memory: int | None,
     per_rank_dir: str | None,
     progress: ProgressFn | None,
+    redact: bool = False,
 ) -> tuple[list[Result], str]:
     import dask
     from dask.callbacks import Callback
 
     workers = max(1, min(workers, len(inputs)))
-    tasks = [dask.delayed(summarize, pure=False)(item, per_rank_dir) for item in inputs]
+    tasks = [dask.delayed(summarize, pure=False)(item, per_rank_dir, redact) for item in inputs]
     done = [0]
 
     class _Progress(Callback):  # type: ignore[misc]
@@ -121,7 +123,11 @@ def _local(
 
 
 def _distributed(
-    inputs: list[RankInput], address: str, per_rank_dir: str | None, progress: ProgressFn | None
+    inputs: list[RankInput],
+    address: str,
+    per_rank_dir: str | None,
+    progress: ProgressFn | None,
+    redact: bool = False,
 ) -> tuple[list[Result], str]:
     try:
         from distributed import Client, as_completed
@@ -135,7 +141,7 @@ def _distributed(
         raise UsageError(f"--scheduler {address}: cannot connect ({exc})") from exc
     try:
         n_workers = len(client.scheduler_info().get("workers", {}))
-        futures = client.map(summarize, inputs, per_rank_dir=per_rank_dir, pure=False)
+        futures = client.map(summarize, inputs, per_rank_dir=per_rank_dir, redact=redact, pure=False)
         order = {f.key: i for i, f in enumerate(futures)}
         results: list[Result | None] = [None] * len(inputs)
         for done, fut in enumerate(as_completed(futures), start=1):

@@ -286,16 +286,23 @@ def _steps(ctx: AnalysisContext, model: TraceModel) -> list[StepTime]:
     return [StepTime(step=s.index, start_us=s.start_us, span_us=s.dur_us) for s in ctx.window.steps]
 
 
-def _write_reports(model: TraceModel, ctx: AnalysisContext, out_dir: str, stem: str) -> list[str]:
+def _write_reports(
+    model: TraceModel, ctx: AnalysisContext, out_dir: str, stem: str, trace: str, redact: bool
+) -> list[str]:
     from tracelens.assemble import build_report
     from tracelens.output import write_report
+    from tracelens.redact import Redactor
     from tracelens.render import render_html, render_json, render_markdown
 
     rep = build_report(model, ctx=ctx)
     base = Path(out_dir)
+    # The rank's own trace metadata names its host; the raw top-level fields are not
+    # read again here (the job report's --redact covers this machine, homes and paths).
+    scrub = Redactor.for_trace([trace], [model.meta.metadata], (), [out_dir]).text if redact else None
     written = []
     for suffix, fn in ((".html", render_html), (".md", render_markdown), (".json", render_json)):
-        written.append(str(write_report(base / f"{stem}{suffix}", fn(rep))))  # type: ignore[operator]
+        text = fn(rep)  # type: ignore[operator]
+        written.append(str(write_report(base / f"{stem}{suffix}", scrub(text) if scrub else text)))
     return written
 
 
@@ -313,7 +320,7 @@ def _local_copy(path: str) -> tuple[str, str | None]:
     return tmp, tmp
 
 
-def summarize(item: RankInput, per_rank_dir: str | None = None) -> RankSummary | RankFailure:
+def summarize(item: RankInput, per_rank_dir: str | None = None, redact: bool = False) -> RankSummary | RankFailure:
     """Run the single-trace pipeline on one rank and keep its summary. Never raises: a
     rank that cannot be read comes back as a RankFailure with the one-line reason."""
     from tracelens.errors import TracelensError
@@ -335,7 +342,7 @@ def summarize(item: RankInput, per_rank_dir: str | None = None) -> RankSummary |
                 if summary.rank is not None
                 else re.sub(r"\.json(\.gz)?$", "", Path(item.path).name)
             )
-            files = _write_reports(model, ctx, per_rank_dir, stem)
+            files = _write_reports(model, ctx, per_rank_dir, stem, item.path, redact)
         t2 = time.perf_counter()
         return msgspec.structs.replace(summary, load_seconds=round(t1 - t0, 3), analysis_seconds=round(t2 - t1, 3),
                                        report_files=files)  # fmt: skip

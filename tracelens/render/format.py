@@ -125,6 +125,9 @@ UNCOVERED_REASONS = {
     "no_shapes_here": "no shapes recorded for this op (the trace has them for other ops: a graph replay or a "
     "compiled region records none)",
     "no_model": "no FLOP/byte model for this op yet",
+    # cudaGraphLaunch replays kernels recorded at capture time; their ops (and shapes)
+    # ran then, not in the replay.
+    "graph_replay": "replayed from a CUDA graph: the trace has no op shapes for its kernels",
 }
 
 
