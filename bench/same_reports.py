@@ -68,7 +68,8 @@ def _diffs(a: Any, b: Any, path: str = "$") -> list[str]:
 
 def _reports(tree: Path, traces: list[Path], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    # The tree first; anything already on PYTHONPATH (e.g. an optional isal) after it.
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tree), os.environ.get("PYTHONPATH")]))}
     subprocess.run([sys.executable, "-c", _WRITER, str(out), *map(str, traces)], env=env, check=True, cwd=tree)
 
 
