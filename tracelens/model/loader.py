@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import math
 import os
 import re
 import stat
 import time
 import zlib
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -454,15 +454,6 @@ def _to_int(value: int | str | None) -> int | None:
 _MAX_TIME_US = 1e17
 
 
-def _finite_times(evs: list[RawEvent]) -> tuple[list[RawEvent], int]:
-    ok = [
-        e
-        for e in evs
-        if math.isfinite(e.ts) and math.isfinite(e.dur) and abs(e.ts) < _MAX_TIME_US and abs(e.dur) < _MAX_TIME_US
-    ]
-    return ok, len(evs) - len(ok)
-
-
 #: The columns that make an event itself: no two distinct events share kind (category),
 #: name, thread or stream, start, duration, correlation and external id (none do in the
 #: 17 public traces or sample_traces).
@@ -489,9 +480,8 @@ def _drop_repeats(frame: pd.DataFrame, identity: list[str]) -> tuple[pd.DataFram
 MAX_NAME_CHARS = 8192
 
 
-def _capped_names(evs: list[RawEvent]) -> tuple[list[str], int]:
-    """The events' names, those over MAX_NAME_CHARS cut (start and end kept), and how many were."""
-    names = [e.name for e in evs]
+def _capped_names(names: list[str]) -> tuple[list[str], int]:
+    """The names, those over MAX_NAME_CHARS cut (start and end kept), and how many were."""
     if not names or max(map(len, names)) <= MAX_NAME_CHARS:  # C-speed check: the common case
         return names, 0
     half = MAX_NAME_CHARS // 2
@@ -503,21 +493,13 @@ def _capped_names(evs: list[RawEvent]) -> tuple[list[str], int]:
 
 def _opt_int(values: Sequence[int | None]) -> np.ndarray:
     try:
-        return np.fromiter((_NO_ROW if v is None else v for v in values), dtype=np.int64, count=len(values))
+        return np.array([_NO_ROW if v is None else v for v in values], dtype=np.int64)
     except OverflowError:  # an id beyond int64: treat it as absent rather than fail
         return np.fromiter(
             (v if v is not None and _INT64_MIN < v < _INT64_MAX else _NO_ROW for v in values),
             dtype=np.int64,
             count=len(values),
         )
-
-
-def _kind_of(cat: str, cache: dict[str, Kind]) -> Kind:
-    kind = cache.get(cat)
-    if kind is None:
-        kind = CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
-        cache[cat] = kind
-    return kind
 
 
 def _nest(host: pd.DataFrame) -> None:
@@ -850,6 +832,8 @@ def build_model(
     return collector.finish(top, file_bytes=file_bytes, json_bytes=json_bytes)
 
 
+_TS, _DUR, _CAT, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("cat"), attrgetter("name")
+_PID, _TID, _ARGS = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
 _HOST_KIND_CODES = [int(k) for k in HOST_KINDS]
 _GPU_KIND_CODES = [int(k) for k in GPU_KINDS]
 _OP = int(Kind.CPU_OP)
@@ -906,10 +890,21 @@ class _Collector:
             elif ph == "C":
                 self.has_counters = True
         # Events without a finite time cannot be placed; one of them must not poison the origin.
-        xs, dropped = _finite_times(xs)
-        self.dropped += dropped
+        n = len(xs)
+        ts = np.fromiter(map(_TS, xs), dtype=np.float64, count=n)
+        dur = np.fromiter(map(_DUR, xs), dtype=np.float64, count=n)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_TIME_US) & (np.abs(dur) < _MAX_TIME_US)
+        if not ok.all():
+            keep = np.flatnonzero(ok)
+            self.dropped += n - len(keep)
+            xs = [xs[i] for i in keep.tolist()]
+            ts, dur, n = ts[keep], dur[keep], len(keep)
+        cats = list(map(_CAT, xs))
         cache = self.kind_cache
-        kinds = np.fromiter((_kind_of(e.cat, cache) for e in xs), dtype=np.int8, count=len(xs))
+        for cat in set(cats).difference(cache):
+            cache[cat] = CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
+        kinds = np.fromiter(map(cache.__getitem__, cats), dtype=np.int8, count=n)
         self.any_op = self.any_op or bool((kinds == Kind.CPU_OP).any())
         is_host = np.isin(kinds, _HOST_KIND_CODES)
         is_gpu = np.isin(kinds, _GPU_KIND_CODES)
@@ -917,16 +912,16 @@ class _Collector:
         gpu_ev = [xs[i] for i in np.flatnonzero(is_gpu).tolist()]
         host_kinds = kinds[is_host]
         # 2021 traces file ProfilerStep#N under `Operator`: it is an annotation, not an op.
-        is_step = np.fromiter((e.name.startswith("ProfilerStep#") for e in host_ev), dtype=bool, count=len(host_ev))
+        host_names = list(map(_NAME, host_ev))
+        is_step = np.fromiter(map(_is_step_name, host_names), dtype=bool, count=len(host_ev))
         host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
-        self._add_host(host_ev, host_kinds)
-        self._add_gpu(gpu_ev, kinds[is_gpu])
+        self._add_host(host_ev, host_kinds, ts[is_host], dur[is_host], host_names)
+        self._add_gpu(gpu_ev, kinds[is_gpu], ts[is_gpu], dur[is_gpu])
 
-    def _names(self, evs: list[RawEvent], which: int) -> list[str]:
-        names = _capped_names(evs)
-        self.long_names[which] += names[1]
-        intern = self.names.setdefault
-        return [intern(n, n) for n in names[0]]
+    def _names(self, names: list[str], which: int) -> list[str]:
+        names, cut = _capped_names(names)
+        self.long_names[which] += cut
+        return list(map(self.names.setdefault, names, names))
 
     def _op_shapes(self, a: EventArgs) -> OpShapes:
         key = (
@@ -941,16 +936,16 @@ class _Collector:
             found = self.shapes[key] = OpShapes(*key) if any(key) else _NO_SHAPES
         return found
 
-    def _add_host(self, evs: list[RawEvent], kinds: np.ndarray) -> None:
-        n = len(evs)
-        args = [e.args for e in evs]
+    def _add_host(
+        self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray, names: list[str]
+    ) -> None:
+        args = list(map(_ARGS, evs))
         h = self.host
         h["kind"].append(kinds)
-        h["name"].append(self._names(evs, 0))
-        h["pid"].append(_ints_or_raw([e.pid for e in evs]))
-        h["tid"].append(_ints_or_raw([e.tid for e in evs]))
-        h["ts"].append(np.fromiter((e.ts for e in evs), dtype=np.float64, count=n))
-        dur = np.fromiter((e.dur for e in evs), dtype=np.float64, count=n)
+        h["name"].append(self._names(names, 0))
+        h["pid"].append(_ints_or_raw(list(map(_PID, evs))))
+        h["tid"].append(_ints_or_raw(list(map(_TID, evs))))
+        h["ts"].append(ts)
         h["dur"].append(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0))
         h["external_id"].append(_opt_int([_external_id(a) for a in args]))
         h["correlation"].append(_opt_int([a.correlation if a is not None else None for a in args]))
@@ -962,16 +957,15 @@ class _Collector:
             [shape(a) if k == _OP and a is not None else None for a, k in zip(args, kinds.tolist(), strict=True)]
         )
 
-    def _add_gpu(self, evs: list[RawEvent], kinds: np.ndarray) -> None:
+    def _add_gpu(self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
         n = len(evs)
-        args = [e.args for e in evs]
+        args = list(map(_ARGS, evs))
         g = self.gpu
         g["kind"].append(kinds)
-        g["name"].append(self._names(evs, 1))
-        g["pid"].append(_ints_or_raw([e.pid for e in evs]))
-        g["tid"].append(_ints_or_raw([e.tid for e in evs]))
-        g["ts"].append(np.fromiter((e.ts for e in evs), dtype=np.float64, count=n))
-        dur = np.fromiter((e.dur for e in evs), dtype=np.float64, count=n)
+        g["name"].append(self._names(list(map(_NAME, evs)), 1))
+        g["pid"].append(_ints_or_raw(list(map(_PID, evs))))
+        g["tid"].append(_ints_or_raw(list(map(_TID, evs))))
+        g["ts"].append(ts)
         g["dur"].append(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0))
         # Ids beyond int64 (a device of 2**70) are no ids: fall back to pid/tid (in finish).
         g["device"].append(

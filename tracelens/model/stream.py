@@ -233,7 +233,7 @@ def _cut(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
             if _is_cut(buf, pos + 1):
                 break
         try:
-            out = decode(b"[" + buf[: pos + 1] + b"]")
+            out = decode(b"".join((b"[", memoryview(buf)[: pos + 1], b"]")))  # one copy, not two
         except msgspec.ValidationError as exc:
             raise Unstreamable("an event of an unexpected type") from exc
         except msgspec.DecodeError:
