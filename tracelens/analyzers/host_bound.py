@@ -10,6 +10,7 @@ through a bounce buffer and cannot run ahead while it does.
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from typing import cast
 
@@ -273,6 +274,18 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     ]
 
 
+_FRAME_FILE = re.compile(r"^(.*?)\(\d+\): ")
+#: Frames per block of the per-thread index `enclosing` prunes with: small enough that a
+#: gap reads few frames besides the ones it overlaps, large enough that the blocks' end
+#: maxima are few to scan.
+_FRAME_BLOCK = 64
+
+
+def _is_user_frame(name: str) -> bool:
+    m = _FRAME_FILE.match(name)
+    return not is_machinery(m.group(1) if m else "<")
+
+
 class _UserFrames:
     """The program's own Python frames (not torch, stdlib or builtins) per thread, to
     name the code the host ran in a gap that no op covers."""
@@ -280,26 +293,44 @@ class _UserFrames:
     def __init__(self, model: TraceModel) -> None:
         host = model.host
         py = host[host["kind"] == Kind.PYTHON]
-        self.by_thread: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self.by_thread: dict[tuple[int, int], tuple[np.ndarray, ...]] = {}
         if py.empty:
             return
-        files = py["name"].astype(str).str.extract(r"^(.*?)\(\d+\): ", expand=False).fillna("<")
-        user = ~files.map(lambda f: is_machinery(str(f))).to_numpy(dtype=bool)
-        py = py[user]
+        # Decided once per distinct frame name, not per frame.
+        py = py[name_matches(py["name"], _is_user_frame)]
         for key, grp in py.groupby(["pid", "tid"], sort=False):
             pid, tid = cast(tuple[int, int], key)
-            self.by_thread[(int(pid), int(tid))] = (
-                grp.index.to_numpy(),
-                grp["ts"].to_numpy(),
-                grp["end"].to_numpy(),
-            )
+            rows, ts, te = grp.index.to_numpy(), grp["ts"].to_numpy(), grp["end"].to_numpy()
+            # By start time, with each block's latest end: a gap's candidates are the
+            # frames that start before it ends and end after it starts, found without
+            # reading every frame of the thread (that made this quadratic).
+            order = np.argsort(ts, kind="stable")
+            te_sorted = te[order]
+            starts = np.arange(0, len(order), _FRAME_BLOCK)
+            block_end = np.maximum.reduceat(te_sorted, starts) if len(order) else te_sorted
+            self.by_thread[(int(pid), int(tid))] = (rows, ts, te, order, ts[order], te_sorted, block_end)
 
     def enclosing(self, thread: tuple[int, int], start: float, end: float) -> int | None:
-        """The shortest user frame covering at least half of [start, end)."""
+        """The shortest user frame covering at least half of [start, end) (the first in
+        row order among equals)."""
         entry = self.by_thread.get(thread)
         if entry is None:
             return None
-        rows, ts, te = entry
+        rows, ts, te, order, ts_sorted, te_sorted, block_end = entry
+        if end > start:
+            # A frame covering half the gap overlaps it: it starts at or before `end` and
+            # ends at or after `start`. Only those are read.
+            hi = int(np.searchsorted(ts_sorted, end, side="right"))
+            full = hi // _FRAME_BLOCK
+            blocks = np.flatnonzero(block_end[:full] >= start)
+            parts = [np.arange(b * _FRAME_BLOCK, (b + 1) * _FRAME_BLOCK) for b in blocks.tolist()]
+            parts.append(np.arange(full * _FRAME_BLOCK, hi))
+            idx = np.concatenate(parts)
+            idx = order[idx[te_sorted[idx] >= start]]
+            if not len(idx):
+                return None
+            idx.sort()  # row order, for the tie-break
+            rows, ts, te = rows[idx], ts[idx], te[idx]
         ov = np.minimum(te, end) - np.maximum(ts, start)
         ok = ov >= 0.5 * (end - start)
         if not ok.any():

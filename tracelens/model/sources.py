@@ -375,7 +375,7 @@ def _op_key(model: TraceModel, row: int, user: int) -> tuple[str, str] | None:
 
 def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) -> PySource:
     arr = model.arrays
-    key = _callee_key(arr.name(callee)) if callee >= 0 else _op_key(model, row, user)
+    key = _row_callee_key(model, callee) if callee >= 0 else _op_key(model, row, user)
     if key is None:
         return src
     memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.memo.setdefault("call_line", {})
@@ -408,12 +408,29 @@ def _child_frames(model: TraceModel) -> dict[int, list[int]]:
     return memo["all"]
 
 
-def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) -> tuple[int, int]:
+def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
+    """`_callee_key` of a row's name, worked out once per distinct name."""
     arr = model.arrays
-    same = [f for f in _child_frames(model).get(user, []) if _callee_key(arr.name(f)) == key]
-    if callee not in same:
+    memo: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})
+    code = int(arr.name_codes[row])
+    if code not in memo:
+        memo[code] = _callee_key(arr.name_table[code])
+    return memo[code]
+
+
+def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) -> tuple[int, int]:
+    # The same-named calls of one frame instance, listed once per (frame, name) rather
+    # than once per call: a loop body's frame makes thousands.
+    memo: dict[tuple[int, tuple[str, str]], dict[int, int]] = model.memo.setdefault("ordinal", {})
+    positions = memo.get((user, key))
+    if positions is None:
+        same = [f for f in _child_frames(model).get(user, []) if _row_callee_key(model, f) == key]
+        positions = memo[(user, key)] = {}
+        for i, f in enumerate(same):
+            positions.setdefault(f, i)
+    if callee not in positions:
         return (-1, -1)
-    return (same.index(callee), len(same))
+    return (positions[callee], len(positions))
 
 
 def _strip_comment(line: str) -> str:
