@@ -756,8 +756,7 @@ def _load_streaming(path: str | os.PathLike[str], name: str, tick: _Progress) ->
         stream = EventStream(iter(inflow))
         collector = _Collector(name, notes)
         for events, raw in stream.batches(_decode_batch):
-            collector.add(events)
-            if counters_ok and any(e.ph == "C" for e in events):
+            if collector.add(events) and counters_ok:
                 try:
                     counters.extend(_counter_rows(_counter_batch_decoder.decode(raw)))
                 except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
@@ -866,8 +865,10 @@ class _Collector:
         self.memory: list[tuple[float | int | None, ...]] = []
         self.threads: list[tuple[int | str, int | str, str]] = []
 
-    def add(self, events: list[RawEvent]) -> None:
+    def add(self, events: list[RawEvent]) -> bool:
+        """Take one batch; returns whether it held counter events ("ph": "C")."""
         self.n_events += len(events)
+        counters = False
         xs: list[RawEvent] = []
         for e in events:
             ph = e.ph
@@ -888,7 +889,7 @@ class _Collector:
                 if e.name == "thread_name" and e.args is not None and e.args.name:
                     self.threads.append((e.pid, e.tid, e.args.name))
             elif ph == "C":
-                self.has_counters = True
+                counters = True
         # Events without a finite time cannot be placed; one of them must not poison the origin.
         n = len(xs)
         ts = np.fromiter(map(_TS, xs), dtype=np.float64, count=n)
@@ -917,6 +918,8 @@ class _Collector:
         host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
         self._add_host(host_ev, host_kinds, ts[is_host], dur[is_host], host_names)
         self._add_gpu(gpu_ev, kinds[is_gpu], ts[is_gpu], dur[is_gpu])
+        self.has_counters = self.has_counters or counters
+        return counters
 
     def _names(self, names: list[str], which: int) -> list[str]:
         names, cut = _capped_names(names)

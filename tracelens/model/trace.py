@@ -206,8 +206,19 @@ class TraceModel:
         return chain
 
 
+class SharedShapes(dict[str, Any]):
+    """Decoded shape args shared by the op calls that have the same ones, with a `memo`
+    for what analyzers derive from them alone (op_costs.op_cost's cost per op name)."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memo: dict[Any, Any] = {}
+
+
 def _decode_shapes(args: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+    out = SharedShapes()
     for key, attr in (
         ("Input Dims", "input_dims"),
         ("Input Dims", "input_dims_2021"),
