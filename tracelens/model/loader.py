@@ -831,6 +831,13 @@ def build_model(
     return collector.finish(top, file_bytes=file_bytes, json_bytes=json_bytes)
 
 
+#: Python frames (with_stack's python_function events) kept at most. They are the bulk of
+#: stack-heavy traces (60% of the host rows of a transformers generate loop) and only
+#: name sources, so past this they are dropped, with a note, rather than the load running
+#: out of memory. Each costs ~100 bytes of columns: 10M is ~1 GB, about what a 3 GB trace
+#: of them holds, near MAX_JSON_BYTES.
+MAX_PYTHON_FRAMES = 10_000_000
+
 _TS, _DUR, _CAT, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("cat"), attrgetter("name")
 _PID, _TID, _ARGS = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
 _HOST_KIND_CODES = [int(k) for k in HOST_KINDS]
@@ -856,6 +863,8 @@ class _Collector:
         self.has_counters = False
         self.kind_cache: dict[str, Kind] = {}
         self.dropped = 0
+        self.py_frames = 0
+        self.py_dropped = 0
         self.any_op = False
         self.long_names = [0, 0]  # host, gpu
         self.names: dict[str, str] = {}
@@ -916,7 +925,24 @@ class _Collector:
         host_names = list(map(_NAME, host_ev))
         is_step = np.fromiter(map(_is_step_name, host_names), dtype=bool, count=len(host_ev))
         host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
-        self._add_host(host_ev, host_kinds, ts[is_host], dur[is_host], host_names)
+        host_ts, host_dur = ts[is_host], dur[is_host]
+        is_py = host_kinds == Kind.PYTHON
+        n_py = int(is_py.sum())
+        room = max(MAX_PYTHON_FRAMES - self.py_frames, 0)
+        if n_py > room:
+            # Past the cap, Python frames are dropped (and counted for a note) rather than
+            # the load running out of memory: they only name sources, ops and kernels stay.
+            drop = np.flatnonzero(is_py)[room:]
+            keep = np.ones(len(host_ev), dtype=bool)
+            keep[drop] = False
+            self.py_dropped += len(drop)
+            kept = np.flatnonzero(keep).tolist()
+            host_ev = [host_ev[i] for i in kept]
+            host_names = [host_names[i] for i in kept]
+            host_kinds, host_ts, host_dur = host_kinds[keep], host_ts[keep], host_dur[keep]
+            n_py = room
+        self.py_frames += n_py
+        self._add_host(host_ev, host_kinds, host_ts, host_dur, host_names)
         self._add_gpu(gpu_ev, kinds[is_gpu], ts[is_gpu], dur[is_gpu])
         self.has_counters = self.has_counters or counters
         return counters
@@ -1004,6 +1030,11 @@ class _Collector:
         name, notes = self.name, self.notes
         if self.dropped:
             notes.append(f"{self.dropped} events without a finite ts/dur were ignored")
+        if self.py_dropped:
+            notes.append(
+                f"{self.py_dropped:,} Python frames (with_stack) past the first {MAX_PYTHON_FRAMES:,} were dropped to "
+                "bound memory: ops and kernels after them have no Python source"
+            )
         h = {k: _joined(v) for k, v in self.host.items()}
         self.host.clear()
         g = {k: _joined(v) for k, v in self.gpu.items()}
