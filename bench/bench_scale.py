@@ -24,7 +24,6 @@ import argparse
 import gzip
 import json
 import re
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_load import HTA_SNIPPET, _run, machine, versions  # noqa: E402
+from bench_load import HTA_SNIPPET, _run, machine, versions
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = REPO / "sample_traces" / "train_step.pt.trace.json.gz"

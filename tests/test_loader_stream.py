@@ -17,7 +17,7 @@ import tracelens.model.loader as loader_mod
 import tracelens.model.stream as stream_mod
 from tracelens.errors import TraceInputError
 from tracelens.model import Kind, TraceModel, load_trace
-from tracelens.model.loader import _load_whole, _Progress, _printable
+from tracelens.model.loader import _load_whole, _printable, _Progress
 
 
 def _whole(path: Path) -> TraceModel:
