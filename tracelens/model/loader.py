@@ -16,6 +16,7 @@ import re
 import stat
 import time
 import zlib
+from array import array
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from pathlib import Path
@@ -520,27 +521,30 @@ def _nest(host: pd.DataFrame) -> None:
         tid_key = host["pid"].to_numpy() * 1_000_003 + host["tid"].to_numpy()
         ts = host["ts"].to_numpy()
         end = host["end"].to_numpy()
-        order = np.lexsort((-host["dur"].to_numpy(), ts, tid_key)).tolist()
+        order = np.lexsort((-host["dur"].to_numpy(), ts, tid_key))
+        # Thread boundaries in sweep order, so the loop needs no per-row thread key.
+        sorted_keys = tid_key[order]
+        new_thread = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]].tolist()
         kinds = host["kind"].to_numpy().tolist()
         is_step = name_matches(host["name"], _is_step_name).tolist()
+        # Inputs as Python lists (fast indexing); outputs as int64 arrays (array.array):
+        # eight bytes a row instead of an int object each, which made this step the
+        # load's memory peak on stack-heavy traces.
         ts_l = ts.tolist()
         end_l = end.tolist()
-        tk = tid_key.tolist()
-        op_l = op.tolist()
-        root_l = op_root.tolist()
-        rr_l = range_root.tolist()
-        ri_l = range_inner.tolist()
-        py_l = py.tolist()
-        par_l = parent.tolist()
+        op_l = array("q", op.tobytes())
+        root_l = array("q", op_root.tobytes())
+        rr_l = array("q", range_root.tobytes())
+        ri_l = array("q", range_inner.tobytes())
+        py_l = array("q", py.tobytes())
+        par_l = array("q", parent.tobytes())
         is_op = int(Kind.CPU_OP)
         is_py = int(Kind.PYTHON)
         is_ann = int(Kind.USER_ANNOTATION)
         stack: list[int] = []
-        cur_thread = None
-        for i in order:
-            if tk[i] != cur_thread:
+        for i, first in zip(order.tolist(), new_thread, strict=True):
+            if first:
                 stack.clear()
-                cur_thread = tk[i]
             t = ts_l[i]
             # Pop what ended before this event starts, and what it outlives: a range that
             # begins inside a short call and ends long after it (ProfilerStep#N opens
@@ -569,12 +573,12 @@ def _nest(host: pd.DataFrame) -> None:
                     rr = i
             op_l[i], root_l[i], py_l[i], rr_l[i], ri_l[i] = o, r, f, rr, ri
             stack.append(i)
-        parent = np.asarray(par_l, dtype=np.int64)
-        op = np.asarray(op_l, dtype=np.int64)
-        op_root = np.asarray(root_l, dtype=np.int64)
-        range_root = np.asarray(rr_l, dtype=np.int64)
-        range_inner = np.asarray(ri_l, dtype=np.int64)
-        py = np.asarray(py_l, dtype=np.int64)
+        parent = np.frombuffer(par_l, dtype=np.int64).copy()
+        op = np.frombuffer(op_l, dtype=np.int64).copy()
+        op_root = np.frombuffer(root_l, dtype=np.int64).copy()
+        range_root = np.frombuffer(rr_l, dtype=np.int64).copy()
+        range_inner = np.frombuffer(ri_l, dtype=np.int64).copy()
+        py = np.frombuffer(py_l, dtype=np.int64).copy()
     host["parent"] = parent
     host["op"] = op
     host["op_root"] = op_root
@@ -832,10 +836,10 @@ def build_model(
 
 
 #: Python frames (with_stack's python_function events) kept at most. They are the bulk of
-#: stack-heavy traces (60% of the host rows of a transformers generate loop) and only
-#: name sources, so past this they are dropped, with a note, rather than the load running
-#: out of memory. Each costs ~100 bytes of columns: 10M is ~1 GB, about what a 3 GB trace
-#: of them holds, near MAX_JSON_BYTES.
+#: stack-heavy traces (53% of the 967k host rows of a transformers generate loop,
+#: workloads/capture_large.py) and only name sources, so past this they are dropped, with
+#: a note, rather than the load running out of memory. A host row costs 131 bytes of
+#: columns: 10M frames are 1.3 GB, about what a trace near MAX_JSON_BYTES holds.
 MAX_PYTHON_FRAMES = 10_000_000
 
 _TS, _DUR, _CAT, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("cat"), attrgetter("name")
@@ -867,7 +871,8 @@ class _Collector:
         self.py_dropped = 0
         self.any_op = False
         self.long_names = [0, 0]  # host, gpu
-        self.names: dict[str, str] = {}
+        self.name_tables: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self.host_step: list[bool] = []  # per host name code: a ProfilerStep#N
         self.shapes: dict[tuple[bytes, ...], OpShapes] = {}
         self.host: dict[str, list[Any]] = {k: [] for k in _HOST_PIECES}
         self.gpu: dict[str, list[Any]] = {k: [] for k in _GPU_PIECES}
@@ -922,8 +927,8 @@ class _Collector:
         gpu_ev = [xs[i] for i in np.flatnonzero(is_gpu).tolist()]
         host_kinds = kinds[is_host]
         # 2021 traces file ProfilerStep#N under `Operator`: it is an annotation, not an op.
-        host_names = list(map(_NAME, host_ev))
-        is_step = np.fromiter(map(_is_step_name, host_names), dtype=bool, count=len(host_ev))
+        host_codes = self._codes(list(map(_NAME, host_ev)), 0)
+        is_step = np.asarray(self.host_step, dtype=bool)[host_codes] if len(host_codes) else np.zeros(0, bool)
         host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
         host_ts, host_dur = ts[is_host], dur[is_host]
         is_py = host_kinds == Kind.PYTHON
@@ -938,19 +943,26 @@ class _Collector:
             self.py_dropped += len(drop)
             kept = np.flatnonzero(keep).tolist()
             host_ev = [host_ev[i] for i in kept]
-            host_names = [host_names[i] for i in kept]
+            host_codes = host_codes[keep]
             host_kinds, host_ts, host_dur = host_kinds[keep], host_ts[keep], host_dur[keep]
             n_py = room
         self.py_frames += n_py
-        self._add_host(host_ev, host_kinds, host_ts, host_dur, host_names)
+        self._add_host(host_ev, host_kinds, host_ts, host_dur, host_codes)
         self._add_gpu(gpu_ev, kinds[is_gpu], ts[is_gpu], dur[is_gpu])
         self.has_counters = self.has_counters or counters
         return counters
 
-    def _names(self, names: list[str], which: int) -> list[str]:
+    def _codes(self, names: list[str], which: int) -> np.ndarray:
+        """Names as codes into this table's names (host 0, GPU 1), in first-seen order;
+        `finish` sorts them into categories. Per-name facts are worked out per new name."""
         names, cut = _capped_names(names)
         self.long_names[which] += cut
-        return list(map(self.names.setdefault, names, names))
+        table = self.name_tables[which]
+        for name in set(names).difference(table):
+            table[name] = len(table)
+            if which == 0:
+                self.host_step.append(_is_step_name(name))
+        return np.fromiter(map(table.__getitem__, names), dtype=np.int64, count=len(names))
 
     def _op_shapes(self, a: EventArgs) -> OpShapes:
         key = (
@@ -966,12 +978,12 @@ class _Collector:
         return found
 
     def _add_host(
-        self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray, names: list[str]
+        self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray, codes: np.ndarray
     ) -> None:
         args = list(map(_ARGS, evs))
         h = self.host
         h["kind"].append(kinds)
-        h["name"].append(self._names(names, 0))
+        h["name"].append(codes)
         h["pid"].append(_ints_or_raw(list(map(_PID, evs))))
         h["tid"].append(_ints_or_raw(list(map(_TID, evs))))
         h["ts"].append(ts)
@@ -991,7 +1003,7 @@ class _Collector:
         args = list(map(_ARGS, evs))
         g = self.gpu
         g["kind"].append(kinds)
-        g["name"].append(self._names(list(map(_NAME, evs)), 1))
+        g["name"].append(self._codes(list(map(_NAME, evs)), 1))
         g["pid"].append(_ints_or_raw(list(map(_PID, evs))))
         g["tid"].append(_ints_or_raw(list(map(_TID, evs))))
         g["ts"].append(ts)
@@ -1051,9 +1063,9 @@ class _Collector:
             if self.long_names[which]:
                 notes.append(f"{self.long_names[which]} names longer than {MAX_NAME_CHARS:,} characters were shortened")
             if which == 0:
-                host = _host_frame(h, origin)
+                host = _host_frame(h, _categorical(h["name"], self.name_tables[0]), origin)
             else:
-                gpu = _gpu_frame(g, origin)
+                gpu = _gpu_frame(g, _categorical(g["name"], self.name_tables[1]), origin)
         host, host_repeats = _drop_repeats(host, _HOST_IDENTITY)
         gpu, gpu_repeats = _drop_repeats(gpu, _GPU_IDENTITY)
         if host_repeats or gpu_repeats:
@@ -1152,13 +1164,25 @@ def _ids(col: Any) -> np.ndarray:
     return col if isinstance(col, np.ndarray) else _int_or_code(col)
 
 
-def _host_frame(h: dict[str, Any], origin: float) -> pd.DataFrame:
+def _categorical(codes: np.ndarray, table: dict[str, int]) -> pd.Categorical[str]:
+    """The name column: the same categories (sorted) and codes as `pd.Categorical(names)`,
+    made from the codes without hashing every row's string again."""
+    if not len(table):
+        return pd.Categorical(list[str]())
+    names = list(table)  # in code order
+    order = sorted(range(len(names)), key=names.__getitem__)
+    remap = np.empty(len(names), dtype=np.int64)
+    remap[order] = np.arange(len(names))
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index([names[i] for i in order]))
+
+
+def _host_frame(h: dict[str, Any], names: pd.Categorical[str], origin: float) -> pd.DataFrame:
     ts = h["ts"] - origin
     dur = h["dur"]
     return pd.DataFrame(
         {
             "kind": h["kind"].astype(np.int8),
-            "name": pd.Categorical(h["name"]),
+            "name": names,
             "pid": _ids(h["pid"]),
             "tid": _ids(h["tid"]),
             "ts": ts,
@@ -1172,7 +1196,7 @@ def _host_frame(h: dict[str, Any], origin: float) -> pd.DataFrame:
     )
 
 
-def _gpu_frame(g: dict[str, Any], origin: float) -> pd.DataFrame:
+def _gpu_frame(g: dict[str, Any], names: pd.Categorical[str], origin: float) -> pd.DataFrame:
     ts = g["ts"] - origin
     dur = g["dur"]
     pid = _ids(g["pid"])
@@ -1185,7 +1209,7 @@ def _gpu_frame(g: dict[str, Any], origin: float) -> pd.DataFrame:
     return pd.DataFrame(
         {
             "kind": g["kind"].astype(np.int8),
-            "name": pd.Categorical(g["name"]),
+            "name": names,
             "device": np.where(dev >= 0, dev, pid),
             "stream": np.where(stream >= 0, stream, tid),
             "ts": ts,
