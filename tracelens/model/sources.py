@@ -182,7 +182,7 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
         return None
     memo_src: dict[int, PySource | None] = model.memo.setdefault("user_frame_src", {})
     if user not in memo_src:
-        memo_src[user] = parse_frame(arr.name(user), line_is_def=True)
+        memo_src[user] = _frame_of(model, user)
     found = memo_src[user]
     if found is None:
         return None
@@ -203,8 +203,8 @@ def _user_frame(model: TraceModel, frame: int) -> tuple[int, int]:
             if user == f:  # the chain below reached the user frame through path[-1]
                 callee = path[-1] if path else -1
             break
-        src = parse_frame(arr.name(f), line_is_def=True)
-        if src is not None and not is_machinery(src.file):
+        src = _frame_of(model, f)
+        if src is not None and not _is_machinery_file(model, src.file):
             user = f
             memo[f] = (f, -1)
             callee = path[-1] if path else -1
@@ -215,6 +215,24 @@ def _user_frame(model: TraceModel, frame: int) -> tuple[int, int]:
     for p_ in path:
         memo[p_] = (user, callee if user >= 0 else -1)
     return user, callee
+
+
+def _frame_of(model: TraceModel, row: int) -> PySource | None:
+    """`parse_frame(name, line_is_def=True)` of a Python frame row, once per distinct name
+    (a decode loop runs the same few thousand frames once per token)."""
+    arr = model.arrays
+    memo: dict[int, PySource | None] = model.memo.setdefault("frame_of_name", {})
+    code = int(arr.name_codes[row])
+    if code not in memo:
+        memo[code] = parse_frame(arr.name_table[code], line_is_def=True)
+    return memo[code]
+
+
+def _is_machinery_file(model: TraceModel, file: str) -> bool:
+    memo: dict[str, bool] = model.memo.setdefault("machinery_file", {})
+    if file not in memo:
+        memo[file] = is_machinery(file)
+    return memo[file]
 
 
 def _user_source_from_call_stack(model: TraceModel, row: int) -> PySource | None:
