@@ -23,16 +23,19 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import os
 import re
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_load import HTA_SNIPPET, _run, machine, versions
+from bench_load import HTA_SNIPPET, machine, versions
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_SOURCE = REPO / "sample_traces" / "train_step.pt.trace.json.gz"
@@ -113,6 +116,18 @@ def make_scaled(source: Path, copies: int, out: Path) -> None:
     tmp.replace(out)
 
 
+def _run(cmd: list[str]) -> tuple[float, float, float, str, int]:
+    """Wall seconds, CPU seconds (user + system), peak RSS MB, stdout, exit code of one
+    child process. CPU time is the steadier number on a shared machine."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0, out, os.waitstatus_to_exitcode(status)
+
+
 def _json_size(path: Path) -> tuple[int, int]:
     class Top(msgspec.Struct):
         traceEvents: list[msgspec.Raw] = []
@@ -122,25 +137,26 @@ def _json_size(path: Path) -> tuple[int, int]:
     return len(raw), len(msgspec.json.decode(raw, type=Top).traceEvents)
 
 
-def _report(path: Path) -> tuple[float, float, dict[str, Any]]:
+def _report(path: Path) -> tuple[float, float, float, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        wall, rss, _, rc = _run([sys.executable, "-m", "tracelens", "report", str(path), "--json", str(out), "-q"])
+        wall, cpu, rss, _, rc = _run([sys.executable, "-m", "tracelens", "report", str(path), "--json", str(out), "-q"])
         if rc != 0:
             raise SystemExit(f"tracelens failed on {path} (exit {rc})")
-        return wall, rss, json.loads(out.read_text())
+        return wall, cpu, rss, json.loads(out.read_text())
 
 
-def _hta(path: Path) -> tuple[float | None, float | None]:
+def _hta(path: Path) -> tuple[float | None, float | None, float | None]:
+    """HTA's load seconds (timed inside its process), its process's CPU seconds and peak RSS."""
     with tempfile.TemporaryDirectory() as tmp:
         d = Path(tmp) / "hta"
         d.mkdir()
         (d / path.name).symlink_to(path.resolve())
-        _, rss, out, rc = _run([sys.executable, "-c", HTA_SNIPPET, str(d)])
+        _, cpu, rss, out, rc = _run([sys.executable, "-c", HTA_SNIPPET, str(d)])
         line = next((ln for ln in out.splitlines() if ln.startswith("HTA_LOAD_S=")), None)
         if rc != 0 or line is None:
-            return None, None
-        return float(line.split("=", 1)[1]), rss
+            return None, None, None
+        return float(line.split("=", 1)[1]), cpu, rss
 
 
 def main() -> None:
@@ -173,27 +189,30 @@ def main() -> None:
     print(f"machine: {machine()}")
     print(f"versions: {versions()}")
     print(f"source: {args.source.name} ({src_json / 1e6:.1f} MB JSON), 1x = {unit} copies\n")
+    print("load average before: " + " ".join(f"{v:.1f}" for v in os.getloadavg()))
     print(
-        "| input | MB gz | MB json | events | report s | load / analysis s | s per 100 MB | peak RSS MB "
-        "| RSS / JSON | HTA load s | HTA RSS MB | HTA load / report |"
+        "| input | MB gz | MB json | events | report s (wall) | report CPU s | load / analysis s | CPU s per 100 MB "
+        "| peak RSS MB | RSS / JSON | HTA load s | HTA CPU s | HTA RSS MB | HTA load / report (wall) "
+        "| HTA CPU / report CPU |"
     )
-    print("|" + "---|" * 12)
+    print("|" + "---|" * 15)
     for label, path, with_hta in inputs:
         json_bytes, n_events = _json_size(path)
-        wall, rss, rep = _report(path)
-        hta_s, hta_rss = _hta(path) if with_hta else (None, None)
+        wall, cpu, rss, rep = _report(path)
+        hta_s, hta_cpu, hta_rss = _hta(path) if with_hta else (None, None, None)
         mb = json_bytes / 1e6
 
         def f(v: float | None, fmt: str) -> str:
             return "n/a" if v is None else format(v, fmt)
 
         print(
-            f"| {label} | {path.stat().st_size / 1e6:.1f} | {mb:.0f} | {n_events:,} | {wall:.2f} | "
-            f"{rep['load_seconds']:.2f} / {rep['analysis_seconds']:.2f} | {wall / mb * 100:.2f} | {rss:.0f} | "
-            f"{rss / mb:.2f} | {f(hta_s, '.2f')} | {f(hta_rss, '.0f')} | "
-            f"{f(hta_s / wall if hta_s else None, '.1f')}x |",
+            f"| {label} | {path.stat().st_size / 1e6:.1f} | {mb:.0f} | {n_events:,} | {wall:.2f} | {cpu:.2f} | "
+            f"{rep['load_seconds']:.2f} / {rep['analysis_seconds']:.2f} | {cpu / mb * 100:.2f} | {rss:.0f} | "
+            f"{rss / mb:.2f} | {f(hta_s, '.2f')} | {f(hta_cpu, '.2f')} | {f(hta_rss, '.0f')} | "
+            f"{f(hta_s / wall if hta_s else None, '.1f')}x | {f(hta_cpu / cpu if hta_cpu else None, '.1f')}x |",
             flush=True,
         )
+    print("load average after: " + " ".join(f"{v:.1f}" for v in os.getloadavg()))
 
 
 if __name__ == "__main__":

@@ -1061,6 +1061,11 @@ class _Collector:
         g["bytes"].append(_opt_int([_to_int(a.bytes) if a is not None else None for a in args]))
         g["sync_kind"].append([a.cuda_sync_kind if a is not None else None for a in args])
 
+    def _note_long_names(self, which: int) -> None:
+        cut = self.long_names[which]
+        if cut:
+            self.notes.append(f"{cut} names longer than {MAX_NAME_CHARS:,} characters were shortened")
+
     def finish(self, top: dict[str, msgspec.Raw], *, file_bytes: int, json_bytes: int) -> TraceModel:
         name, notes = self.name, self.notes
         if self.dropped:
@@ -1080,16 +1085,13 @@ class _Collector:
         all_ts = np.concatenate([h["ts"], g["ts"]])
         origin = float(all_ts.min()) if len(all_ts) else 0.0
         del all_ts
-        for which, label in ((0, "host"), (1, "gpu")):
-            del label
-            if self.long_names[which]:
-                notes.append(f"{self.long_names[which]} names longer than {MAX_NAME_CHARS:,} characters were shortened")
-            if which == 0:
-                host = _host_frame(h, _categorical(h["name"], self.name_tables[0]), origin)
-                h.clear()  # the frame holds its own copies
-            else:
-                gpu = _gpu_frame(g, _categorical(g["name"], self.name_tables[1]), origin)
-                g.clear()
+        # Host first, then GPU, as the notes have always come.
+        self._note_long_names(0)
+        host = _host_frame(h, _categorical(h["name"], self.name_tables[0]), origin)
+        h.clear()  # the frame holds its own copies
+        self._note_long_names(1)
+        gpu = _gpu_frame(g, _categorical(g["name"], self.name_tables[1]), origin)
+        g.clear()
         host, host_repeats = _drop_repeats(host, _HOST_IDENTITY)
         gpu, gpu_repeats = _drop_repeats(gpu, _GPU_IDENTITY)
         if host_repeats or gpu_repeats:
