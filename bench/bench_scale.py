@@ -137,6 +137,14 @@ def _json_size(path: Path) -> tuple[int, int]:
     return len(raw), len(msgspec.json.decode(raw, type=Top).traceEvents)
 
 
+def _in_child(*args: str) -> str:
+    """Run this script's helper mode in a child process. The parent must stay small: a
+    child's peak RSS (wait4's ru_maxrss) starts from its parent's peak at the fork, so a
+    parent that had decompressed a trace would inflate every measurement after it."""
+    out = subprocess.run([sys.executable, __file__, *args], check=True, capture_output=True, text=True)
+    return out.stdout
+
+
 def _report(path: Path) -> tuple[float, float, float, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
@@ -160,6 +168,13 @@ def _hta(path: Path) -> tuple[float | None, float | None, float | None]:
 
 
 def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "--_size":  # helper mode, see _in_child
+        size, events = _json_size(Path(sys.argv[2]))
+        print(size, events)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "--_make":
+        make_scaled(Path(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--source", type=Path, default=DEFAULT_SOURCE)
     ap.add_argument("--unit-mb", type=float, default=250.0, help="JSON size of the 1x input")
@@ -176,14 +191,14 @@ def main() -> None:
         except ImportError:
             hta_factors = set()
     args.cache.mkdir(parents=True, exist_ok=True)
-    src_json, _ = _json_size(args.source)
+    src_json = int(_in_child("--_size", str(args.source)).split()[0])
     unit = max(1, round(args.unit_mb * 1e6 / src_json))
     inputs: list[tuple[str, Path, bool]] = []
     for f in factors:
         path = args.cache / f"{args.source.name.split('.')[0]}_x{unit * f}.json.gz"
         if not path.exists():
             print(f"making {path} ({unit * f} copies)", file=sys.stderr, flush=True)
-            make_scaled(args.source, unit * f, path)
+            _in_child("--_make", str(args.source), str(unit * f), str(path))
         inputs.append((f"{f}x", path, f in hta_factors))
     inputs += [(p.name, p, bool(hta_factors)) for p in args.extra]
     print(f"machine: {machine()}")
@@ -197,7 +212,7 @@ def main() -> None:
     )
     print("|" + "---|" * 15)
     for label, path, with_hta in inputs:
-        json_bytes, n_events = _json_size(path)
+        json_bytes, n_events = map(int, _in_child("--_size", str(path)).split())
         wall, cpu, rss, rep = _report(path)
         hta_s, hta_cpu, hta_rss = _hta(path) if with_hta else (None, None, None)
         mb = json_bytes / 1e6

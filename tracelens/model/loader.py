@@ -763,7 +763,7 @@ def _load_streaming(path: str | os.PathLike[str], name: str, tick: _Progress) ->
                 except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
                     counters_ok = False
             del events, raw
-            tick(f"decoded {collector.n_events:,} events")
+    tick(f"decoded {collector.n_events:,} events")
     _release_freed_memory()
     if not collector.n_events:
         raise Unstreamable("no events")  # the whole-buffer path words the error
