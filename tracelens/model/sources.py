@@ -408,9 +408,24 @@ def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) 
     return memo[mkey]
 
 
-def _child_frames(model: TraceModel) -> dict[int, list[int]]:
+class _Children:
+    """Python frame rows by the frame that called them, in row (time) order: two sorted
+    int64 arrays rather than a dict of lists (21 MB for 280k frames)."""
+
+    def __init__(self, callers: np.ndarray, rows: np.ndarray) -> None:
+        order = np.lexsort((rows, callers))
+        self._callers = callers[order]
+        self._rows = rows[order]
+
+    def get(self, caller: int, default: list[int]) -> list[int]:
+        lo = int(np.searchsorted(self._callers, caller, side="left"))
+        hi = int(np.searchsorted(self._callers, caller, side="right"))
+        return self._rows[lo:hi].tolist() if hi > lo else default
+
+
+def _child_frames(model: TraceModel) -> _Children:
     """Python frame rows by the frame that called them, in row (time) order."""
-    memo: dict[str, dict[int, list[int]]] = model.memo.setdefault("child_frames", {})
+    memo: dict[str, _Children] = model.memo.setdefault("child_frames", {})
     if "all" not in memo:
         arr = model.arrays
         rows = np.flatnonzero(arr.kind == _PYTHON)
@@ -418,11 +433,8 @@ def _child_frames(model: TraceModel) -> dict[int, list[int]]:
         has = parents >= 0
         rows, parents = rows[has], parents[has]
         callers = arr.py_frame[parents]
-        out: dict[int, list[int]] = {}
-        for r, c in zip(rows.tolist(), callers.tolist(), strict=True):
-            if c >= 0:
-                out.setdefault(c, []).append(r)
-        memo["all"] = out
+        keep = callers >= 0
+        memo["all"] = _Children(callers[keep], rows[keep])
     return memo["all"]
 
 
