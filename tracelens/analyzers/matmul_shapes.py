@@ -268,9 +268,11 @@ def matmul_table(model: TraceModel) -> pd.DataFrame:
     # op, as a groupby gives them), read from numpy columns: no DataFrame per op.
     order = np.argsort(k_op, kind="stable")
     sorted_ops = k_op[order]
-    starts = np.flatnonzero(np.r_[True, sorted_ops[1:] != sorted_ops[:-1]]) if len(order) else order
-    ends = [*starts[1:].tolist(), len(order)]
-    bounds = dict(zip(sorted_ops[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
+    bounds: dict[int, tuple[int, int]] = {}
+    if len(order):  # no kernels launched by these ops (a CPU-only trace): no rows
+        starts = np.flatnonzero(np.r_[True, sorted_ops[1:] != sorted_ops[:-1]])
+        ends = [*starts[1:].tolist(), len(order)]
+        bounds = dict(zip(sorted_ops[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
     dur = k["dur"].to_numpy()
     kname_codes = k["name"].cat.codes.to_numpy()
     kname_table = [str(c) for c in k["name"].cat.categories]
