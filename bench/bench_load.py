@@ -169,7 +169,7 @@ def versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     parts = [f"python {platform.python_version()}"]
-    for dist in ("tracelens-gpu", "msgspec", "pandas", "numpy", "holistictraceanalysis"):
+    for dist in ("tracelens-gpu", "msgspec", "pandas", "numpy", "isal", "holistictraceanalysis"):
         try:
             parts.append(f"{dist} {version(dist)}")
         except PackageNotFoundError:
