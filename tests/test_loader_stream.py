@@ -148,3 +148,19 @@ def test_python_frames_past_the_cap_are_dropped_with_a_note(monkeypatch: pytest.
     assert len(capped.kernels()) == len(full.kernels())
     assert any(f"{n_py - 1000:,} Python frames" in n and "dropped" in n for n in capped.meta.notes)
     assert not any("Python frames" in n for n in full.meta.notes)
+
+
+def test_gzip_members_padding_and_small_input_blocks(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two members split inside an event, then padding; the compressed bytes fed 700 at a
+    # time so members and the padding start inside a fed block.
+    monkeypatch.setattr(stream_mod, "GZIP_IN_BYTES", 700)
+    raw = gzip.decompress(sample("launch_bound").read_bytes())
+    cut = len(raw) // 3 + 17
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(gzip.compress(raw[:cut]) + gzip.compress(raw[cut:]) + b"\n\x00\n")
+    m = _streamed(path)
+    _same(m, _whole(path))
+    assert any("3 bytes of padding after the gzip stream" in n for n in m.meta.notes)
+    assert m.meta.json_bytes == len(raw)
