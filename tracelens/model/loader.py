@@ -801,7 +801,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
         import ctypes
 
         fn: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError, ImportError):
+    except (OSError, AttributeError, ImportError, TypeError):  # no glibc (TypeError: Windows)
         return None
     return fn
 
