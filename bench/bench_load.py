@@ -16,7 +16,6 @@ HTA column (pip install -e ".[hta]"); without it the column says n/a.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import os
 import platform
@@ -27,8 +26,6 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-
-import msgspec
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = REPO.parent / "shared" / "real_traces"
@@ -86,13 +83,24 @@ def _run(cmd: list[str], cwd: str | None = None) -> tuple[float, float, str, int
     return wall, usage.ru_maxrss / 1024.0, out, proc.returncode
 
 
-class _Top(msgspec.Struct):
+_EVENTS_SNIPPET = r"""
+import gzip, sys, msgspec
+from pathlib import Path
+class Top(msgspec.Struct):
     traceEvents: list[msgspec.Raw] = []
+path = Path(sys.argv[1])
+raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+print(len(msgspec.json.decode(raw, type=Top).traceEvents), len(raw))
+"""
 
 
 def _events(path: Path) -> tuple[int, int]:
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return len(msgspec.json.decode(raw, type=_Top).traceEvents), len(raw)
+    """Event count and JSON size, worked out in a child process: a child's peak RSS
+    (wait4's ru_maxrss) starts from its parent's peak at the fork, so decompressing the
+    trace here would inflate every RSS measured after it."""
+    out = subprocess.run([sys.executable, "-c", _EVENTS_SNIPPET, str(path)], check=True, capture_output=True, text=True)
+    n_events, n_bytes = out.stdout.split()
+    return int(n_events), int(n_bytes)
 
 
 def bench_one(path: Path, repeat: int, have_hta: bool) -> Row:
@@ -161,7 +169,7 @@ def versions() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     parts = [f"python {platform.python_version()}"]
-    for dist in ("tracelens-gpu", "msgspec", "pandas", "numpy", "holistictraceanalysis"):
+    for dist in ("tracelens-gpu", "msgspec", "pandas", "numpy", "isal", "holistictraceanalysis"):
         try:
             parts.append(f"{dist} {version(dist)}")
         except PackageNotFoundError:

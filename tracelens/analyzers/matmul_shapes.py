@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -262,25 +262,48 @@ def matmul_table(model: TraceModel) -> pd.DataFrame:
     k = model.kernels()
     k = k[k["launch"] >= 0]
     k_op = arr.op[k["launch"].to_numpy()]
-    k = k.assign(op_row=k_op)
-    k = k[np.isin(k_op, ops.index.to_numpy())]
-    by_op = {int(cast(int, r)): g for r, g in k.groupby("op_row")}
+    keep = np.isin(k_op, ops.index.to_numpy())
+    k, k_op = k[keep], k_op[keep]
+    # Each op's kernels as a run of a stable sort by op row (so in trace order within an
+    # op, as a groupby gives them), read from numpy columns: no DataFrame per op.
+    order = np.argsort(k_op, kind="stable")
+    sorted_ops = k_op[order]
+    bounds: dict[int, tuple[int, int]] = {}
+    if len(order):  # no kernels launched by these ops (a CPU-only trace): no rows
+        starts = np.flatnonzero(np.r_[True, sorted_ops[1:] != sorted_ops[:-1]])
+        ends = [*starts[1:].tolist(), len(order)]
+        bounds = dict(zip(sorted_ops[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
+    dur = k["dur"].to_numpy()
+    kname_codes = k["name"].cat.codes.to_numpy()
+    kname_table = [str(c) for c in k["name"].cat.categories]
+    gx, gy, gz = (k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z"))
+    bx, by, bz = (k[c].to_numpy() for c in ("block_x", "block_y", "block_z"))
+    smem, regs = k["shared_memory"].to_numpy(), k["registers"].to_numpy()
     host_ts = host["ts"].to_numpy()
     rows = []
-    for row in ops.index.to_numpy():
-        row = int(row)
-        shape = shape_of(arr.name(row), model.op_shapes(row))
-        kern = by_op.get(row)
-        if shape is None or kern is None or kern.empty:
+    shape_memo: dict[tuple[int, int], MatmulShape | None] = {}
+    shapes_col = arr.shapes
+    for row in ops.index.to_numpy().tolist():
+        span = bounds.get(row)
+        if span is None:
             continue
-        main: Any = kern.iloc[int(np.argmax(kern["dur"].to_numpy()))]
-        grid = int(max(main["grid_x"], 1) * max(main["grid_y"], 1) * max(main["grid_z"], 1))
-        threads = int(max(main["block_x"], 1) * max(main["block_y"], 1) * max(main["block_z"], 1))
+        # Ops with one name and one shape record share their shape (and its decode).
+        key = (int(arr.name_codes[row]), id(shapes_col[row]))
+        if key not in shape_memo:
+            shape_memo[key] = shape_of(arr.name(row), model.op_shapes(row))
+        shape = shape_memo[key]
+        if shape is None:
+            continue
+        idx = order[span[0] : span[1]]
+        kd = dur[idx]
+        main = int(idx[int(np.argmax(kd))])
+        grid = int(max(gx[main], 1) * max(gy[main], 1) * max(gz[main], 1))
+        threads = int(max(bx[main], 1) * max(by[main], 1) * max(bz[main], 1))
         rows.append(
             (
                 row, shape.op, shape.m, shape.n, shape.k, shape.batch, shape.dtype, shape.itemsize, shape.layout,
-                shape.lda, shape.ldb, str(main["name"]), float(kern["dur"].sum()), len(kern), grid,
-                int(main["shared_memory"]), int(main["registers"]), threads, float(host_ts[row]),
+                shape.lda, shape.ldb, kname_table[int(kname_codes[main])], float(kd.sum()), len(idx), grid,
+                int(smem[main]), int(regs[main]), threads, float(host_ts[row]),
             )
         )  # fmt: skip
     return pd.DataFrame(rows, columns=cols)

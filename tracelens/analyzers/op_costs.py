@@ -357,7 +357,27 @@ def op_cost(
 
     `type_hint`: the element type the op's kernel names, for traces that recorded no
     types. `conv_output`: a convolution's output shape found elsewhere in the trace (its
-    backward), for traces that recorded no stride or padding."""
+    backward), for traces that recorded no stride or padding.
+
+    Shapes from `TraceModel.op_shapes` are shared by every op call with the same shape
+    args and carry a `memo`: the cost is worked out once per (op, hint) for them (a
+    decode loop repeats the same few thousand calls).
+    """
+    memo: dict[tuple[str, str | None], OpCost | None] | None = getattr(shapes, "memo", None)
+    if memo is None or conv_output is not None:
+        return _op_cost(op, shapes, type_hint, conv_output)
+    key = (op, type_hint)
+    if key not in memo:
+        memo[key] = _op_cost(op, shapes, type_hint)  # an exception is raised again next time
+    return memo[key]
+
+
+def _op_cost(
+    op: str,
+    shapes: dict[str, Any],
+    type_hint: str | None = None,
+    conv_output: list[int] | None = None,
+) -> OpCost | None:
     name = op.split("::", 1)[1] if "::" in op else op
     if op in MATMUL_OPS:
         s = shape_of(op, _typed(shapes, type_hint))

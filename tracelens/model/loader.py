@@ -10,16 +10,18 @@ The input file is only ever read.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import gc
-import math
 import os
 import re
 import stat
 import time
 import zlib
+from array import array
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import msgspec
 import numpy as np
@@ -30,13 +32,16 @@ from tracelens.model.schema import (
     CATEGORY_KINDS,
     GPU_KINDS,
     HOST_KINDS,
+    CounterProbe,
     CounterTraceFile,
     EventArgs,
     Kind,
     LooseEvent,
+    OpShapes,
     RawEvent,
     TraceFile,
 )
+from tracelens.model.stream import EventStream, Inflow, Unstreamable
 from tracelens.model.trace import DeviceInfo, TraceMeta, TraceModel, name_matches
 
 ProgressFn = Callable[[str], None]
@@ -69,6 +74,7 @@ _file_decoder = msgspec.json.Decoder(TraceFile)
 _array_decoder = msgspec.json.Decoder(list[RawEvent])
 _event_decoder = msgspec.json.Decoder(RawEvent)
 _counter_decoder = msgspec.json.Decoder(CounterTraceFile)
+_counter_batch_decoder = msgspec.json.Decoder(list[CounterProbe])
 _loose_event_decoder = msgspec.json.Decoder(LooseEvent)
 _raw_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _raw_array_decoder = msgspec.json.Decoder(list[msgspec.Raw])
@@ -108,8 +114,8 @@ _GZIP_MAGIC = b"\x1f\x8b"
 _BOM = b"\xef\xbb\xbf"
 
 
-def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = None) -> tuple[bytes, int]:
-    """Return the decompressed JSON bytes and the file's size. Raises TraceInputError.
+def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, str]:
+    """Open a trace file for reading, or raise TraceInputError.
 
     Only regular files are read (a FIFO, /dev/zero or a terminal would block or never
     end), and never more than a trace can be: see MAX_GZIP_RATIO and MAX_JSON_BYTES.
@@ -130,10 +136,19 @@ def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = Non
         raise TraceInputError(f"{shown}: {st.st_size:,} bytes is larger than tracelens reads ({MAX_JSON_BYTES:,})")
     try:
         # O_NONBLOCK: should the file have become a FIFO since the stat, open() must not
-        # wait for a writer. Read one byte past the size seen, so a file growing under us
-        # is noticed rather than read forever.
+        # wait for a writer. Readers read one byte past the size allowed, so a file
+        # growing under us is noticed rather than read forever.
         fd = os.open(p, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-        with os.fdopen(fd, "rb") as fh:
+        return os.fdopen(fd, "rb"), shown
+    except OSError as exc:
+        raise TraceInputError(f"{shown}: cannot read ({exc.strerror or exc})") from exc
+
+
+def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = None) -> tuple[bytes, int]:
+    """Return the decompressed JSON bytes and the file's size. Raises TraceInputError."""
+    fh, shown = _open_trace(path)
+    try:
+        with fh:
             data = fh.read(MAX_JSON_BYTES + 1)
     except OSError as exc:
         raise TraceInputError(f"{shown}: cannot read ({exc.strerror or exc})") from exc
@@ -373,9 +388,10 @@ def _as_text(value: object) -> str:
     return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else ""
 
 
-def _decode_counters(data: bytes) -> pd.DataFrame:
-    """Counter events ("ph": "C"), decoded in a second pass only when present."""
-    probes = _counter_decoder.decode(data).traceEvents or []
+_COUNTER_COLUMNS = ["name", "series", "ts", "value"]
+
+
+def _counter_rows(probes: list[CounterProbe]) -> list[tuple[str, str, float, float]]:
     rows: list[tuple[str, str, float, float]] = []
     for probe in probes:
         if probe.ph != "C" or not len(probe.args):
@@ -386,7 +402,13 @@ def _decode_counters(data: bytes) -> pd.DataFrame:
             continue
         for key, value in series.items():
             rows.append((probe.name, key, probe.ts, value))
-    return pd.DataFrame(rows, columns=["name", "series", "ts", "value"])
+    return rows
+
+
+def _decode_counters(data: bytes) -> pd.DataFrame:
+    """Counter events ("ph": "C"), decoded in a second pass only when present."""
+    probes = _counter_decoder.decode(data).traceEvents or []
+    return pd.DataFrame(_counter_rows(probes), columns=_COUNTER_COLUMNS)
 
 
 # --------------------------------------------------------------------------------------
@@ -434,15 +456,6 @@ def _to_int(value: int | str | None) -> int | None:
 _MAX_TIME_US = 1e17
 
 
-def _finite_times(evs: list[RawEvent]) -> tuple[list[RawEvent], int]:
-    ok = [
-        e
-        for e in evs
-        if math.isfinite(e.ts) and math.isfinite(e.dur) and abs(e.ts) < _MAX_TIME_US and abs(e.dur) < _MAX_TIME_US
-    ]
-    return ok, len(evs) - len(ok)
-
-
 #: The columns that make an event itself: no two distinct events share kind (category),
 #: name, thread or stream, start, duration, correlation and external id (none do in the
 #: 17 public traces or sample_traces).
@@ -469,35 +482,26 @@ def _drop_repeats(frame: pd.DataFrame, identity: list[str]) -> tuple[pd.DataFram
 MAX_NAME_CHARS = 8192
 
 
-def _capped_names(evs: list[RawEvent], notes: list[str]) -> list[str]:
-    names = [e.name for e in evs]
+def _capped_names(names: list[str]) -> tuple[list[str], int]:
+    """The names, those over MAX_NAME_CHARS cut (start and end kept), and how many were."""
     if not names or max(map(len, names)) <= MAX_NAME_CHARS:  # C-speed check: the common case
-        return names
+        return names, 0
     half = MAX_NAME_CHARS // 2
     long = [i for i, n in enumerate(names) if len(n) > MAX_NAME_CHARS]
     for i in long:
         names[i] = names[i][:half] + "…" + names[i][-half + 1 :]
-    notes.append(f"{len(long)} names longer than {MAX_NAME_CHARS:,} characters were shortened")
-    return names
+    return names, len(long)
 
 
 def _opt_int(values: Sequence[int | None]) -> np.ndarray:
     try:
-        return np.fromiter((_NO_ROW if v is None else v for v in values), dtype=np.int64, count=len(values))
+        return np.array([_NO_ROW if v is None else v for v in values], dtype=np.int64)
     except OverflowError:  # an id beyond int64: treat it as absent rather than fail
         return np.fromiter(
             (v if v is not None and _INT64_MIN < v < _INT64_MAX else _NO_ROW for v in values),
             dtype=np.int64,
             count=len(values),
         )
-
-
-def _kind_of(cat: str, cache: dict[str, Kind]) -> Kind:
-    kind = cache.get(cat)
-    if kind is None:
-        kind = CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
-        cache[cat] = kind
-    return kind
 
 
 def _nest(host: pd.DataFrame) -> None:
@@ -508,37 +512,36 @@ def _nest(host: pd.DataFrame) -> None:
     columns are carried down the stack, so each is O(1) per event.
     """
     n = len(host)
-    parent = np.full(n, _NO_ROW, dtype=np.int64)
-    op = np.full(n, _NO_ROW, dtype=np.int64)
-    op_root = np.full(n, _NO_ROW, dtype=np.int64)
-    range_root = np.full(n, _NO_ROW, dtype=np.int64)
-    range_inner = np.full(n, _NO_ROW, dtype=np.int64)
-    py = np.full(n, _NO_ROW, dtype=np.int64)
+    parent = op = op_root = range_root = range_inner = py = np.full(0, _NO_ROW, dtype=np.int64)
     if n:
         tid_key = host["pid"].to_numpy() * 1_000_003 + host["tid"].to_numpy()
         ts = host["ts"].to_numpy()
         end = host["end"].to_numpy()
-        order = np.lexsort((-host["dur"].to_numpy(), ts, tid_key)).tolist()
-        kinds = host["kind"].to_numpy().tolist()
-        is_step = name_matches(host["name"], _is_step_name).tolist()
-        ts_l = ts.tolist()
-        end_l = end.tolist()
-        tk = tid_key.tolist()
-        op_l = op.tolist()
-        root_l = op_root.tolist()
-        rr_l = range_root.tolist()
-        ri_l = range_inner.tolist()
-        py_l = py.tolist()
-        par_l = parent.tolist()
+        order = np.lexsort((-host["dur"].to_numpy(), ts, tid_key))
+        # Thread boundaries in sweep order, so the loop needs no per-row thread key.
+        sorted_keys = tid_key[order]
+        new_thread = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]].astype(np.uint8).tobytes()
+        kinds = host["kind"].to_numpy().astype(np.uint8).tobytes()  # Kind values are < 128
+        is_step = name_matches(host["name"], _is_step_name).astype(np.uint8).tobytes()
+        # Rows as array.array (8 bytes each) rather than lists of int and float objects
+        # (~36 each), which made this step the load's memory peak on stack-heavy traces;
+        # indexing them costs about what a list does.
+        none = array("q", [_NO_ROW]) * n
+        ts_l = array("d", ts.tobytes())
+        end_l = array("d", end.tobytes())
+        op_l = none * 1
+        root_l = none * 1
+        rr_l = none * 1
+        ri_l = none * 1
+        py_l = none * 1
+        par_l = none * 1
         is_op = int(Kind.CPU_OP)
         is_py = int(Kind.PYTHON)
         is_ann = int(Kind.USER_ANNOTATION)
         stack: list[int] = []
-        cur_thread = None
-        for i in order:
-            if tk[i] != cur_thread:
+        for i, first in zip(array("q", order.astype(np.int64).tobytes()), new_thread, strict=True):
+            if first:
                 stack.clear()
-                cur_thread = tk[i]
             t = ts_l[i]
             # Pop what ended before this event starts, and what it outlives: a range that
             # begins inside a short call and ends long after it (ProfilerStep#N opens
@@ -567,12 +570,12 @@ def _nest(host: pd.DataFrame) -> None:
                     rr = i
             op_l[i], root_l[i], py_l[i], rr_l[i], ri_l[i] = o, r, f, rr, ri
             stack.append(i)
-        parent = np.asarray(par_l, dtype=np.int64)
-        op = np.asarray(op_l, dtype=np.int64)
-        op_root = np.asarray(root_l, dtype=np.int64)
-        range_root = np.asarray(rr_l, dtype=np.int64)
-        range_inner = np.asarray(ri_l, dtype=np.int64)
-        py = np.asarray(py_l, dtype=np.int64)
+        parent = np.frombuffer(par_l, dtype=np.int64)  # shares the array's buffer: no copy
+        op = np.frombuffer(op_l, dtype=np.int64)  # shares the array's buffer: no copy
+        op_root = np.frombuffer(root_l, dtype=np.int64)  # shares the array's buffer: no copy
+        range_root = np.frombuffer(rr_l, dtype=np.int64)  # shares the array's buffer: no copy
+        range_inner = np.frombuffer(ri_l, dtype=np.int64)  # shares the array's buffer: no copy
+        py = np.frombuffer(py_l, dtype=np.int64)  # shares the array's buffer: no copy
     host["parent"] = parent
     host["op"] = op
     host["op_root"] = op_root
@@ -715,10 +718,105 @@ def _versions(meta: dict[str, Any]) -> dict[str, str]:
 def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None) -> TraceModel:
     """Load one Kineto trace (.json or .json.gz) of any vintage.
 
-    Raises TraceInputError for anything that is not a readable torch.profiler trace.
+    Streams the file (see tracelens.model.stream): decompressed in chunks, the event
+    array decoded a batch at a time, columns kept. A file the stream cannot place is read
+    whole instead; both routes build the model with the same code, so they give the
+    same model. Raises TraceInputError for anything that is not a readable trace.
     """
     tick = _Progress(progress)
     name = _printable(path)
+    # The cyclic GC would rescan the ~10^5 small objects of every batch repeatedly (it
+    # doubled decode time on the 54 MB HTA trace); none of them form cycles.
+    gc_was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        try:
+            return _load_streaming(path, name, tick)
+        except Unstreamable:
+            pass
+        return _load_whole(path, name, tick)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+
+def _load_streaming(path: str | os.PathLike[str], name: str, tick: _Progress) -> TraceModel:
+    notes: list[str] = []
+    fh, _ = _open_trace(path)
+    counters: list[tuple[str, str, float, float]] = []
+    counters_ok = True
+    with fh:
+        inflow = Inflow(
+            fh,
+            name,
+            notes,
+            limit_for=_gzip_limit,
+            ratio=MAX_GZIP_RATIO,
+            max_bytes=MAX_JSON_BYTES,
+        )
+        stream = EventStream(iter(inflow))
+        collector = _Collector(name, notes)
+        for events, raw in stream.batches(_decode_batch):
+            if collector.add(events) and counters_ok:
+                try:
+                    counters.extend(_counter_rows(_counter_batch_decoder.decode(raw)))
+                except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
+                    counters_ok = False
+            del events, raw
+    tick(f"decoded {collector.n_events:,} events")
+    _release_freed_memory()
+    if not collector.n_events:
+        raise Unstreamable("no events")  # the whole-buffer path words the error
+    try:
+        top = _file_decoder.decode(stream.top_bytes)
+    except (msgspec.MsgspecError, RecursionError) as exc:
+        raise Unstreamable("top-level keys") from exc
+    if top.traceEvents:
+        raise Unstreamable("a second traceEvents key")
+    meta = {key: raw for key in TraceFile.__struct_fields__ if key != "traceEvents" and len(raw := getattr(top, key))}
+    model = collector.finish(meta, file_bytes=inflow.file_bytes, json_bytes=stream.json_bytes)
+    if collector.has_counters:
+        model = _with_counters(model, pd.DataFrame(counters, columns=_COUNTER_COLUMNS) if counters_ok else None)
+    _release_freed_memory()
+    tick("built the trace model")
+    return model
+
+
+def _release_freed_memory() -> None:
+    """Hand the batches' freed memory back to the OS (glibc's malloc_trim).
+
+    glibc raises its mmap threshold each time a large block (a 16 MB batch) is freed, so
+    later batches come from the heap, and freed heap memory stays in the process: on a
+    225 MB trace the process kept 430 MB after the load, 237 MB once trimmed, and the
+    analyzers allocate on top of that. Elsewhere (macOS, musl) this does nothing.
+    """
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        import ctypes
+
+        fn: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError, ImportError, TypeError):  # no glibc (TypeError: Windows)
+        return None
+    return fn
+
+
+def _decode_batch(data: bytes) -> tuple[list[RawEvent], bytes]:
+    return _array_decoder.decode(data), data
+
+
+def _gzip_limit(compressed: int) -> int:
+    return min(MAX_JSON_BYTES, max(GZIP_FLOOR_BYTES, MAX_GZIP_RATIO * compressed))
+
+
+def _load_whole(path: str | os.PathLike[str], name: str, tick: _Progress) -> TraceModel:
+    """The whole-buffer route: the file read and decoded in one piece, with the repairs
+    and the tolerant per-event decode for odd files."""
     notes: list[str] = []
     data, file_bytes = read_trace_bytes(path, notes)
     tick("read")
@@ -729,16 +827,21 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
     model = build_model(events, top, name=name, file_bytes=file_bytes, json_bytes=len(data), notes=notes)
     if any(e.ph == "C" for e in events):
         try:
-            counters = _decode_counters(data)
+            counters: pd.DataFrame | None = _decode_counters(data)
         except (msgspec.MsgspecError, ValueError, TypeError, RecursionError):
-            note = "counter events ('ph': 'C') could not be read and were ignored"
-            model = dataclasses.replace(model, meta=dataclasses.replace(model.meta, notes=(*model.meta.notes, note)))
-        else:
-            shift = model.meta.origin_us - (model.meta.base_time_ns / 1000.0 if model.meta.base_time_ns else 0.0)
-            counters["ts"] = counters["ts"] - shift
-            model = dataclasses.replace(model, counters=counters)
+            counters = None
+        model = _with_counters(model, counters)
     tick("built the trace model")
     return model
+
+
+def _with_counters(model: TraceModel, counters: pd.DataFrame | None) -> TraceModel:
+    if counters is None:
+        note = "counter events ('ph': 'C') could not be read and were ignored"
+        return dataclasses.replace(model, meta=dataclasses.replace(model.meta, notes=(*model.meta.notes, note)))
+    shift = model.meta.origin_us - (model.meta.base_time_ns / 1000.0 if model.meta.base_time_ns else 0.0)
+    counters["ts"] = counters["ts"] - shift
+    return dataclasses.replace(model, counters=counters)
 
 
 def build_model(
@@ -750,55 +853,413 @@ def build_model(
     json_bytes: int,
     notes: list[str] | None = None,
 ) -> TraceModel:
-    notes = list(notes or [])
-    kind_cache: dict[str, Kind] = {}
-    # One pass to partition by phase: complete events, instants ([memory]), metadata.
-    xs: list[RawEvent] = []
-    instants: list[RawEvent] = []
-    metas: list[RawEvent] = []
-    for e in events:
-        ph = e.ph
-        if ph == "X":
-            xs.append(e)
-        elif ph == "i":
-            instants.append(e)
-        elif ph == "M":
-            metas.append(e)
-    # Events without a finite time cannot be placed; one of them must not poison the origin.
-    xs, dropped = _finite_times(xs)
-    if dropped:
-        notes.append(f"{dropped} events without a finite ts/dur were ignored")
-    kinds = np.fromiter((_kind_of(e.cat, kind_cache) for e in xs), dtype=np.int8, count=len(xs))
+    collector = _Collector(name, list(notes or []))
+    collector.add(events)
+    return collector.finish(top, file_bytes=file_bytes, json_bytes=json_bytes)
 
-    is_host = np.isin(kinds, [int(k) for k in HOST_KINDS])
-    is_gpu = np.isin(kinds, [int(k) for k in GPU_KINDS])
-    host_ev = [xs[i] for i in np.flatnonzero(is_host)]
-    gpu_ev = [xs[i] for i in np.flatnonzero(is_gpu)]
-    if not gpu_ev and not any(kinds == Kind.CPU_OP):
-        raise TraceInputError(
-            f"{name}: no PyTorch CPU ops, runtime calls or GPU kernels found: not a torch.profiler (Kineto) trace"
+
+#: Python frames (with_stack's python_function events) kept at most. They are the bulk of
+#: stack-heavy traces (53% of the 967k host rows of a transformers generate loop,
+#: workloads/capture_large.py) and only name sources, so past this they are dropped, with
+#: a note, rather than the load running out of memory. A host row costs 131 bytes of
+#: columns: 10M frames are 1.3 GB, about what a trace near MAX_JSON_BYTES holds.
+MAX_PYTHON_FRAMES = 10_000_000
+
+_TS, _DUR, _CAT, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("cat"), attrgetter("name")
+_PID, _TID, _ARGS = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
+_HOST_KIND_CODES = [int(k) for k in HOST_KINDS]
+_GPU_KIND_CODES = [int(k) for k in GPU_KINDS]
+_OP = int(Kind.CPU_OP)
+_NO_SHAPES = OpShapes()
+
+
+class _Collector:
+    """Turns batches of decoded events into column pieces, then one TraceModel.
+
+    What is kept of an event is its columns (numbers in numpy arrays, names interned, an
+    op's shape args as one shared compact record per distinct set), so a batch's JSON
+    and decoded objects can be freed once `add` returns. Everything that depends on more
+    than one event (the time origin, string-id codes, the notes' counts) is done in
+    `finish`, over all batches, so the model does not depend on where batches end.
+    """
+
+    def __init__(self, name: str, notes: list[str]) -> None:
+        self.name = name
+        self.notes = notes
+        self.n_events = 0
+        self.has_counters = False
+        self.kind_cache: dict[str, Kind] = {}
+        self.dropped = 0
+        self.py_frames = 0
+        self.py_dropped = 0
+        self.any_op = False
+        self.long_names = [0, 0]  # host, gpu
+        self.name_tables: tuple[dict[str, int], dict[str, int]] = ({}, {})
+        self.host_step: list[bool] = []  # per host name code: a ProfilerStep#N
+        self.shapes: dict[tuple[bytes, ...], OpShapes] = {}
+        self.host: dict[str, list[Any]] = {k: [] for k in _HOST_PIECES}
+        self.gpu: dict[str, list[Any]] = {k: [] for k in _GPU_PIECES}
+        self.memory: list[tuple[float | int | None, ...]] = []
+        self.threads: list[tuple[int | str, int | str, str]] = []
+
+    def add(self, events: list[RawEvent]) -> bool:
+        """Take one batch; returns whether it held counter events ("ph": "C")."""
+        self.n_events += len(events)
+        counters = False
+        xs: list[RawEvent] = []
+        for e in events:
+            ph = e.ph
+            if ph == "X":
+                xs.append(e)
+            elif ph == "i":
+                if e.name == "[memory]" and (a := e.args) is not None:
+                    self.memory.append(
+                        (
+                            e.ts,
+                            *map(
+                                _int64_or_none,
+                                (a.mem_bytes, a.total_allocated, a.total_reserved, a.device_type, a.device_id, a.addr),
+                            ),
+                        )
+                    )
+            elif ph == "M":
+                if e.name == "thread_name" and e.args is not None and e.args.name:
+                    self.threads.append((e.pid, e.tid, e.args.name))
+            elif ph == "C":
+                counters = True
+        # Events without a finite time cannot be placed; one of them must not poison the origin.
+        n = len(xs)
+        ts = np.fromiter(map(_TS, xs), dtype=np.float64, count=n)
+        dur = np.fromiter(map(_DUR, xs), dtype=np.float64, count=n)
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(ts) & np.isfinite(dur) & (np.abs(ts) < _MAX_TIME_US) & (np.abs(dur) < _MAX_TIME_US)
+        if not ok.all():
+            keep = np.flatnonzero(ok)
+            self.dropped += n - len(keep)
+            xs = [xs[i] for i in keep.tolist()]
+            ts, dur, n = ts[keep], dur[keep], len(keep)
+        cats = list(map(_CAT, xs))
+        cache = self.kind_cache
+        for cat in set(cats).difference(cache):
+            cache[cat] = CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
+        kinds = np.fromiter(map(cache.__getitem__, cats), dtype=np.int8, count=n)
+        self.any_op = self.any_op or bool((kinds == Kind.CPU_OP).any())
+        is_host = np.isin(kinds, _HOST_KIND_CODES)
+        is_gpu = np.isin(kinds, _GPU_KIND_CODES)
+        host_ev = [xs[i] for i in np.flatnonzero(is_host).tolist()]
+        gpu_ev = [xs[i] for i in np.flatnonzero(is_gpu).tolist()]
+        host_kinds = kinds[is_host]
+        # 2021 traces file ProfilerStep#N under `Operator`: it is an annotation, not an op.
+        host_codes = self._codes(list(map(_NAME, host_ev)), 0)
+        is_step = np.asarray(self.host_step, dtype=bool)[host_codes] if len(host_codes) else np.zeros(0, bool)
+        host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
+        host_ts, host_dur = ts[is_host], dur[is_host]
+        is_py = host_kinds == Kind.PYTHON
+        n_py = int(is_py.sum())
+        room = max(MAX_PYTHON_FRAMES - self.py_frames, 0)
+        if n_py > room:
+            # Past the cap, Python frames are dropped (and counted for a note) rather than
+            # the load running out of memory: they only name sources, ops and kernels stay.
+            drop = np.flatnonzero(is_py)[room:]
+            keep = np.ones(len(host_ev), dtype=bool)
+            keep[drop] = False
+            self.py_dropped += len(drop)
+            kept = np.flatnonzero(keep).tolist()
+            host_ev = [host_ev[i] for i in kept]
+            host_codes = host_codes[keep]
+            host_kinds, host_ts, host_dur = host_kinds[keep], host_ts[keep], host_dur[keep]
+            n_py = room
+        self.py_frames += n_py
+        self._add_host(host_ev, host_kinds, host_ts, host_dur, host_codes)
+        self._add_gpu(gpu_ev, kinds[is_gpu], ts[is_gpu], dur[is_gpu])
+        self.has_counters = self.has_counters or counters
+        return counters
+
+    def _codes(self, names: list[str], which: int) -> np.ndarray:
+        """Names as codes into this table's names (host 0, GPU 1), in first-seen order;
+        `finish` sorts them into categories. Per-name facts are worked out per new name."""
+        names, cut = _capped_names(names)
+        self.long_names[which] += cut
+        table = self.name_tables[which]
+        for name in set(names).difference(table):
+            table[name] = len(table)
+            if which == 0:
+                self.host_step.append(_is_step_name(name))
+        return np.fromiter(map(table.__getitem__, names), dtype=np.int64, count=len(names))
+
+    def _op_shapes(self, a: EventArgs) -> OpShapes:
+        key = (
+            bytes(a.input_dims),
+            bytes(a.input_dims_2021),
+            bytes(a.input_type),
+            bytes(a.input_strides),
+            bytes(a.concrete_inputs),
+        )
+        found = self.shapes.get(key)
+        if found is None:
+            found = self.shapes[key] = OpShapes(*key) if any(key) else _NO_SHAPES
+        return found
+
+    def _add_host(
+        self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray, codes: np.ndarray
+    ) -> None:
+        args = list(map(_ARGS, evs))
+        h = self.host
+        h["kind"].append(kinds)
+        h["name"].append(codes)
+        h["pid"].append(_ints_or_raw(list(map(_PID, evs))))
+        h["tid"].append(_ints_or_raw(list(map(_TID, evs))))
+        h["ts"].append(ts)
+        h["dur"].append(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0))
+        h["external_id"].append(_opt_int([_external_id(a) for a in args]))
+        h["correlation"].append(_opt_int([a.correlation if a is not None else None for a in args]))
+        h["call_stack"].append([(a.call_stack or None) if a is not None else None for a in args])
+        # Ops keep their shape args (raw JSON, decoded when an analyzer asks), one shared
+        # record per distinct set: a loop's ops repeat the same few hundred shapes.
+        shape = self._op_shapes
+        h["shapes"].append(
+            [shape(a) if k == _OP and a is not None else None for a, k in zip(args, kinds.tolist(), strict=True)]
         )
 
-    all_ts = [e.ts for e in host_ev] + [e.ts for e in gpu_ev]
-    origin = float(min(all_ts)) if all_ts else 0.0
+    def _add_gpu(self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
+        n = len(evs)
+        args = list(map(_ARGS, evs))
+        g = self.gpu
+        g["kind"].append(kinds)
+        g["name"].append(self._codes(list(map(_NAME, evs)), 1))
+        g["pid"].append(_ints_or_raw(list(map(_PID, evs))))
+        g["tid"].append(_ints_or_raw(list(map(_TID, evs))))
+        g["ts"].append(ts)
+        g["dur"].append(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0))
+        # Ids beyond int64 (a device of 2**70) are no ids: fall back to pid/tid (in finish).
+        g["device"].append(
+            np.fromiter(
+                (
+                    a.device if a is not None and a.device is not None and 0 <= a.device < _INT64_MAX else -1
+                    for a in args
+                ),
+                dtype=np.int64,
+                count=n,
+            )
+        )
+        g["stream"].append(
+            np.fromiter(
+                (
+                    a.stream if a is not None and isinstance(a.stream, int) and 0 <= a.stream < _INT64_MAX else -1
+                    for a in args
+                ),
+                dtype=np.int64,
+                count=n,
+            )
+        )
+        g["grid"].append(_triples([a.grid if a is not None else None for a in args]))
+        g["block"].append(_triples([a.block if a is not None else None for a in args]))
+        g["correlation"].append(_opt_int([a.correlation if a is not None else None for a in args]))
+        g["external_id"].append(_opt_int([_external_id(a) for a in args]))
+        g["registers"].append(_opt_int([a.registers_per_thread if a is not None else None for a in args]))
+        g["shared_memory"].append(_opt_int([a.shared_memory if a is not None else None for a in args]))
+        g["bytes"].append(_opt_int([_to_int(a.bytes) if a is not None else None for a in args]))
+        g["sync_kind"].append([a.cuda_sync_kind if a is not None else None for a in args])
 
-    host_kinds = kinds[is_host]
-    # 2021 traces file ProfilerStep#N under `Operator`: it is an annotation, not an op.
-    is_step = np.fromiter((e.name.startswith("ProfilerStep#") for e in host_ev), dtype=bool, count=len(host_ev))
-    host_kinds = np.where(is_step, np.int8(Kind.USER_ANNOTATION), host_kinds).astype(np.int8)
-    host = _host_frame(host_ev, host_kinds, origin, notes)
-    gpu = _gpu_frame(gpu_ev, kinds[is_gpu], origin, notes)
-    host, host_repeats = _drop_repeats(host, _HOST_IDENTITY)
-    gpu, gpu_repeats = _drop_repeats(gpu, _GPU_IDENTITY)
-    if host_repeats or gpu_repeats:
-        notes.append(f"{host_repeats + gpu_repeats} exact repeats of events were ignored (each event counted once)")
-    _nest(host)
+    def _note_long_names(self, which: int) -> None:
+        cut = self.long_names[which]
+        if cut:
+            self.notes.append(f"{cut} names longer than {MAX_NAME_CHARS:,} characters were shortened")
 
-    steps = _steps(host, notes)
-    host["step"] = _assign_steps(host["ts"].to_numpy(), steps)
+    def finish(self, top: dict[str, msgspec.Raw], *, file_bytes: int, json_bytes: int) -> TraceModel:
+        name, notes = self.name, self.notes
+        if self.dropped:
+            notes.append(f"{self.dropped} events without a finite ts/dur were ignored")
+        if self.py_dropped:
+            notes.append(
+                f"{self.py_dropped:,} Python frames (with_stack) past the first {MAX_PYTHON_FRAMES:,} were dropped to "
+                "bound memory: ops and kernels after them have no Python source"
+            )
+        # Column by column, each one's pieces freed once joined (peak memory).
+        h = {k: _joined(self.host.pop(k)) for k in list(self.host)}
+        g = {k: _joined(self.gpu.pop(k)) for k in list(self.gpu)}
+        if not len(g["kind"]) and not self.any_op:
+            raise TraceInputError(
+                f"{name}: no PyTorch CPU ops, runtime calls or GPU kernels found: not a torch.profiler (Kineto) trace"
+            )
+        all_ts = np.concatenate([h["ts"], g["ts"]])
+        origin = float(all_ts.min()) if len(all_ts) else 0.0
+        del all_ts
+        # Host first, then GPU, as the notes have always come.
+        self._note_long_names(0)
+        host = _host_frame(h, _categorical(h["name"], self.name_tables[0]), origin)
+        h.clear()  # the frame holds its own copies
+        self._note_long_names(1)
+        gpu = _gpu_frame(g, _categorical(g["name"], self.name_tables[1]), origin)
+        g.clear()
+        host, host_repeats = _drop_repeats(host, _HOST_IDENTITY)
+        gpu, gpu_repeats = _drop_repeats(gpu, _GPU_IDENTITY)
+        if host_repeats or gpu_repeats:
+            notes.append(f"{host_repeats + gpu_repeats} exact repeats of events were ignored (each event counted once)")
+        _nest(host)
 
-    # runtime/driver call <-> GPU activity by correlation id (flows are not 1:1; see
-    # SOURCES.md #6), then the launch's step.
+        steps = _steps(host, notes)
+        host["step"] = _assign_steps(host["ts"].to_numpy(), steps)
+        _link_launches(host, gpu)
+        steps = _gpu_step_windows(steps, gpu)
+        cols = ["ts", "bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"]
+        memory = pd.DataFrame([(r[0] - origin, *r[1:]) for r in self.memory], columns=cols)  # type: ignore[operator]
+        for c in cols[1:]:
+            memory[c] = pd.to_numeric(memory[c], errors="coerce").astype("Int64")
+        counters = pd.DataFrame({"name": [], "series": [], "ts": [], "value": []})
+
+        meta_dict = _small_metadata(top)
+        vendor = _vendor(host, gpu)
+        devices = _devices(top, vendor)
+        if not devices:
+            notes.append("no deviceProperties in the trace: GPU model and SM count unknown")
+        active = _active_devices(gpu)
+        dist = meta_dict.get("distributedInfo") if isinstance(meta_dict.get("distributedInfo"), dict) else {}
+        assert isinstance(dist, dict)
+        base_ns = _base_time_ns(top)
+        origin_abs = origin + (base_ns / 1000.0 if base_ns else 0.0)
+        meta = TraceMeta(
+            path=name,
+            file_bytes=file_bytes,
+            json_bytes=json_bytes,
+            n_events=self.n_events,
+            vintage=_vintage(self.kind_cache, base_ns),
+            origin_us=origin_abs,
+            base_time_ns=base_ns,
+            vendor=vendor,
+            devices=devices,
+            active_devices=active,
+            rank=_opt_meta_int(dist.get("rank")),
+            world_size=_opt_meta_int(dist.get("world_size")),
+            versions=_versions(meta_dict),
+            metadata=meta_dict,
+            notes=tuple(notes),
+        )
+        threads: dict[tuple[int, int], str] = {}
+        for pid, tid, tname in self.threads:
+            threads[(int(_int_or_code([pid])[0]), int(_int_or_code([tid])[0]))] = tname
+        return TraceModel(
+            meta=meta, host=host, gpu=gpu, steps=steps, memory=memory, counters=counters, thread_names=threads
+        )
+
+
+_HOST_PIECES = ("kind", "name", "pid", "tid", "ts", "dur", "external_id", "correlation", "call_stack", "shapes")
+_GPU_PIECES = (
+    "kind",
+    "name",
+    "pid",
+    "tid",
+    "ts",
+    "dur",
+    "device",
+    "stream",
+    "grid",
+    "block",
+    "correlation",
+    "external_id",
+    "registers",
+    "shared_memory",
+    "bytes",
+    "sync_kind",
+)
+
+
+def _ints_or_raw(values: list[int | str]) -> np.ndarray | list[int | str]:
+    """A pid/tid piece: an int64 array when every value is an int (the common case), else
+    the values themselves, for `_int_or_code` over the whole column in `finish`."""
+    try:
+        return np.array(values, dtype=np.int64)
+    except (TypeError, ValueError, OverflowError):
+        return values
+
+
+def _joined(pieces: list[Any]) -> Any:
+    """One column from its batch pieces: arrays concatenated, lists joined; a pid/tid
+    column with any raw piece stays a list."""
+    if not pieces:
+        return np.empty(0)
+    if all(isinstance(p, np.ndarray) for p in pieces):
+        return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+    out: list[Any] = []
+    for p in pieces:
+        out.extend(p.tolist() if isinstance(p, np.ndarray) else p)
+    return out
+
+
+def _ids(col: Any) -> np.ndarray:
+    return col if isinstance(col, np.ndarray) else _int_or_code(col)
+
+
+def _categorical(codes: np.ndarray, table: dict[str, int]) -> pd.Categorical[str]:
+    """The name column: the same categories (sorted) and codes as `pd.Categorical(names)`,
+    made from the codes without hashing every row's string again."""
+    if not len(table):
+        return pd.Categorical(list[str]())
+    names = list(table)  # in code order
+    order = sorted(range(len(names)), key=names.__getitem__)
+    remap = np.empty(len(names), dtype=np.int64)
+    remap[order] = np.arange(len(names))
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index([names[i] for i in order]))
+
+
+def _host_frame(h: dict[str, Any], names: pd.Categorical[str], origin: float) -> pd.DataFrame:
+    ts = h["ts"] - origin
+    dur = h["dur"]
+    return pd.DataFrame(
+        {
+            "kind": h["kind"].astype(np.int8),
+            "name": names,
+            "pid": _ids(h["pid"]),
+            "tid": _ids(h["tid"]),
+            "ts": ts,
+            "dur": dur,
+            "end": ts + dur,
+            "external_id": h["external_id"].astype(np.int64),
+            "correlation": h["correlation"].astype(np.int64),
+            "call_stack": np.array(h["call_stack"], dtype=object),
+            "shapes": np.array(h["shapes"], dtype=object),
+        }
+    )
+
+
+def _gpu_frame(g: dict[str, Any], names: pd.Categorical[str], origin: float) -> pd.DataFrame:
+    ts = g["ts"] - origin
+    dur = g["dur"]
+    pid = _ids(g["pid"])
+    tid = _ids(g["tid"])
+    n = len(ts)
+    dev = g["device"].astype(np.int64)
+    stream = g["stream"].astype(np.int64)
+    grid = g["grid"].reshape(n, 3) if n else np.full((0, 3), -1, dtype=np.int64)
+    block = g["block"].reshape(n, 3) if n else np.full((0, 3), -1, dtype=np.int64)
+    return pd.DataFrame(
+        {
+            "kind": g["kind"].astype(np.int8),
+            "name": names,
+            "device": np.where(dev >= 0, dev, pid),
+            "stream": np.where(stream >= 0, stream, tid),
+            "ts": ts,
+            "dur": dur,
+            "end": ts + dur,
+            "correlation": g["correlation"].astype(np.int64),
+            "external_id": g["external_id"].astype(np.int64),
+            "grid_x": grid[:, 0],
+            "grid_y": grid[:, 1],
+            "grid_z": grid[:, 2],
+            "block_x": block[:, 0],
+            "block_y": block[:, 1],
+            "block_z": block[:, 2],
+            "registers": g["registers"].astype(np.int64),
+            "shared_memory": g["shared_memory"].astype(np.int64),
+            "bytes": g["bytes"].astype(np.int64),
+            "sync_kind": pd.Categorical(g["sync_kind"]),
+        }
+    )
+
+
+def _link_launches(host: pd.DataFrame, gpu: pd.DataFrame) -> None:
+    """runtime/driver call <-> GPU activity by correlation id (flows are not 1:1; see
+    SOURCES.md #6), then the launch's step."""
     launchers = host[((host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)) & (host["correlation"] >= 0)]
     corr_index = pd.Index(launchers["correlation"].to_numpy())
     launch_rows = launchers.index.to_numpy()
@@ -812,126 +1273,6 @@ def build_model(
     gpu["launch"] = launch.astype(np.int64)
     host_step = host["step"].to_numpy()
     gpu["step"] = np.where(launch >= 0, host_step[np.clip(launch, 0, None)], _NO_ROW) if len(host) else _NO_ROW
-
-    steps = _gpu_step_windows(steps, gpu)
-    memory = _memory_frame(instants, origin)
-    counters = pd.DataFrame({"name": [], "series": [], "ts": [], "value": []})
-
-    meta_dict = _small_metadata(top)
-    vendor = _vendor(host, gpu)
-    devices = _devices(top, vendor)
-    if not devices:
-        notes.append("no deviceProperties in the trace: GPU model and SM count unknown")
-    active = _active_devices(gpu)
-    dist = meta_dict.get("distributedInfo") if isinstance(meta_dict.get("distributedInfo"), dict) else {}
-    assert isinstance(dist, dict)
-    base_ns = _base_time_ns(top)
-    origin_abs = origin + (base_ns / 1000.0 if base_ns else 0.0)
-    meta = TraceMeta(
-        path=name,
-        file_bytes=file_bytes,
-        json_bytes=json_bytes,
-        n_events=len(events),
-        vintage=_vintage(kind_cache, base_ns),
-        origin_us=origin_abs,
-        base_time_ns=base_ns,
-        vendor=vendor,
-        devices=devices,
-        active_devices=active,
-        rank=_opt_meta_int(dist.get("rank")),
-        world_size=_opt_meta_int(dist.get("world_size")),
-        versions=_versions(meta_dict),
-        metadata=meta_dict,
-        notes=tuple(notes),
-    )
-    threads = _thread_names(metas)
-    return TraceModel(
-        meta=meta, host=host, gpu=gpu, steps=steps, memory=memory, counters=counters, thread_names=threads
-    )
-
-
-def _host_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float, notes: list[str]) -> pd.DataFrame:
-    n = len(evs)
-    args = [e.args for e in evs]
-    ts = np.fromiter((e.ts for e in evs), dtype=np.float64, count=n) - origin
-    dur = np.fromiter((e.dur for e in evs), dtype=np.float64, count=n)
-    dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
-    ext = [_external_id(a) for a in args]
-    corr = [a.correlation if a is not None else None for a in args]
-    stacks = [(a.call_stack or None) if a is not None else None for a in args]
-    op_kind = int(Kind.CPU_OP)
-    # Ops keep their decoded args; shape fields stay raw JSON until an analyzer asks.
-    shapes: list[EventArgs | None] = [a if k == op_kind else None for a, k in zip(args, kinds.tolist(), strict=True)]
-    names = _capped_names(evs, notes)
-    frame = pd.DataFrame(
-        {
-            "kind": kinds,
-            "name": pd.Categorical(names),
-            "pid": _int_or_code([e.pid for e in evs]),
-            "tid": _int_or_code([e.tid for e in evs]),
-            "ts": ts,
-            "dur": dur,
-            "end": ts + dur,
-            "external_id": _opt_int(ext),
-            "correlation": _opt_int(corr),
-            "call_stack": np.array(stacks, dtype=object),
-            "shapes": np.array(shapes, dtype=object),
-        }
-    )
-    return frame
-
-
-def _gpu_frame(evs: list[RawEvent], kinds: np.ndarray, origin: float, notes: list[str]) -> pd.DataFrame:
-    n = len(evs)
-    args = [e.args for e in evs]
-    ts = np.fromiter((e.ts for e in evs), dtype=np.float64, count=n) - origin
-    dur = np.fromiter((e.dur for e in evs), dtype=np.float64, count=n)
-    dur = np.where(np.isfinite(dur) & (dur > 0), dur, 0.0)
-    pid = _int_or_code([e.pid for e in evs])
-    tid = _int_or_code([e.tid for e in evs])
-    # Ids beyond int64 (a device of 2**70) are no ids: fall back to pid/tid.
-    dev = np.fromiter(
-        (a.device if a is not None and a.device is not None and 0 <= a.device < _INT64_MAX else -1 for a in args),
-        dtype=np.int64,
-        count=n,
-    )
-    dev = np.where(dev >= 0, dev, pid)
-    stream = np.fromiter(
-        (a.stream if a is not None and isinstance(a.stream, int) and 0 <= a.stream < _INT64_MAX else -1 for a in args),
-        dtype=np.int64,
-        count=n,
-    )
-    stream = np.where(stream >= 0, stream, tid)
-
-    grid = _triples([a.grid if a is not None else None for a in args])
-    block = _triples([a.block if a is not None else None for a in args])
-
-    ext = [_external_id(a) for a in args]
-    names = _capped_names(evs, notes)
-    frame = pd.DataFrame(
-        {
-            "kind": kinds,
-            "name": pd.Categorical(names),
-            "device": dev,
-            "stream": stream,
-            "ts": ts,
-            "dur": dur,
-            "end": ts + dur,
-            "correlation": _opt_int([a.correlation if a is not None else None for a in args]),
-            "external_id": _opt_int(ext),
-            "grid_x": grid[:, 0],
-            "grid_y": grid[:, 1],
-            "grid_z": grid[:, 2],
-            "block_x": block[:, 0],
-            "block_y": block[:, 1],
-            "block_z": block[:, 2],
-            "registers": _opt_int([a.registers_per_thread if a is not None else None for a in args]),
-            "shared_memory": _opt_int([a.shared_memory if a is not None else None for a in args]),
-            "bytes": _opt_int([_to_int(a.bytes) if a is not None else None for a in args]),
-            "sync_kind": pd.Categorical([a.cuda_sync_kind if a is not None else None for a in args]),
-        }
-    )
-    return frame
 
 
 _NO_DIMS = (-1, -1, -1)
@@ -960,35 +1301,6 @@ def _gpu_step_windows(steps: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
 
 def _int64_or_none(value: int | None) -> int | None:
     return value if value is not None and _INT64_MIN < value < _INT64_MAX else None
-
-
-def _memory_frame(events: list[RawEvent], origin: float) -> pd.DataFrame:
-    # Values beyond int64 (a Bytes of 2**63 and more) are no sizes: treat them as absent.
-    rows = [
-        (
-            e.ts - origin,
-            *map(
-                _int64_or_none, (a.mem_bytes, a.total_allocated, a.total_reserved, a.device_type, a.device_id, a.addr)
-            ),
-        )
-        for e in events
-        if e.name == "[memory]" and (a := e.args) is not None
-    ]
-    cols = ["ts", "bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"]
-    frame = pd.DataFrame(rows, columns=cols)
-    for c in cols[1:]:
-        frame[c] = pd.to_numeric(frame[c], errors="coerce").astype("Int64")
-    return frame
-
-
-def _thread_names(events: list[RawEvent]) -> dict[tuple[int, int], str]:
-    out: dict[tuple[int, int], str] = {}
-    for e in events:
-        if e.name == "thread_name" and e.args is not None and e.args.name:
-            pid = _int_or_code([e.pid])[0]
-            tid = _int_or_code([e.tid])[0]
-            out[(int(pid), int(tid))] = e.args.name
-    return out
 
 
 def _vendor(host: pd.DataFrame, gpu: pd.DataFrame) -> str:

@@ -112,6 +112,19 @@ class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
     addr: int | None = msgspec.field(name="Addr", default=None)
 
 
+class OpShapes(msgspec.Struct, frozen=True, gc=False):
+    """What the model keeps of an op's args: its shape args as raw JSON bytes (b"" where
+    absent), decoded by `TraceModel.op_shapes` when an analyzer asks. The loader keeps
+    one record per distinct set, shared by every op that has it, and copies the bytes
+    out of the decoded batch so the batch's buffer is freed."""
+
+    input_dims: bytes = b""
+    input_dims_2021: bytes = b""
+    input_type: bytes = b""
+    input_strides: bytes = b""
+    concrete_inputs: bytes = b""
+
+
 class RawEvent(msgspec.Struct, gc=False):
     """One Chrome trace event, with only the fields tracelens reads."""
 

@@ -182,7 +182,7 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
         return None
     memo_src: dict[int, PySource | None] = model.memo.setdefault("user_frame_src", {})
     if user not in memo_src:
-        memo_src[user] = parse_frame(arr.name(user), line_is_def=True)
+        memo_src[user] = _frame_of(model, user)
     found = memo_src[user]
     if found is None:
         return None
@@ -203,8 +203,8 @@ def _user_frame(model: TraceModel, frame: int) -> tuple[int, int]:
             if user == f:  # the chain below reached the user frame through path[-1]
                 callee = path[-1] if path else -1
             break
-        src = parse_frame(arr.name(f), line_is_def=True)
-        if src is not None and not is_machinery(src.file):
+        src = _frame_of(model, f)
+        if src is not None and not _is_machinery_file(model, src.file):
             user = f
             memo[f] = (f, -1)
             callee = path[-1] if path else -1
@@ -215,6 +215,24 @@ def _user_frame(model: TraceModel, frame: int) -> tuple[int, int]:
     for p_ in path:
         memo[p_] = (user, callee if user >= 0 else -1)
     return user, callee
+
+
+def _frame_of(model: TraceModel, row: int) -> PySource | None:
+    """`parse_frame(name, line_is_def=True)` of a Python frame row, once per distinct name
+    (a decode loop runs the same few thousand frames once per token)."""
+    arr = model.arrays
+    memo: dict[int, PySource | None] = model.memo.setdefault("frame_of_name", {})
+    code = int(arr.name_codes[row])
+    if code not in memo:
+        memo[code] = parse_frame(arr.name_table[code], line_is_def=True)
+    return memo[code]
+
+
+def _is_machinery_file(model: TraceModel, file: str) -> bool:
+    memo: dict[str, bool] = model.memo.setdefault("machinery_file", {})
+    if file not in memo:
+        memo[file] = is_machinery(file)
+    return memo[file]
 
 
 def _user_source_from_call_stack(model: TraceModel, row: int) -> PySource | None:
@@ -375,7 +393,7 @@ def _op_key(model: TraceModel, row: int, user: int) -> tuple[str, str] | None:
 
 def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) -> PySource:
     arr = model.arrays
-    key = _callee_key(arr.name(callee)) if callee >= 0 else _op_key(model, row, user)
+    key = _row_callee_key(model, callee) if callee >= 0 else _op_key(model, row, user)
     if key is None:
         return src
     memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.memo.setdefault("call_line", {})
@@ -390,9 +408,24 @@ def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) 
     return memo[mkey]
 
 
-def _child_frames(model: TraceModel) -> dict[int, list[int]]:
+class _Children:
+    """Python frame rows by the frame that called them, in row (time) order: two sorted
+    int64 arrays rather than a dict of lists (21 MB for 280k frames)."""
+
+    def __init__(self, callers: np.ndarray, rows: np.ndarray) -> None:
+        order = np.lexsort((rows, callers))
+        self._callers = callers[order]
+        self._rows = rows[order]
+
+    def get(self, caller: int, default: list[int]) -> list[int]:
+        lo = int(np.searchsorted(self._callers, caller, side="left"))
+        hi = int(np.searchsorted(self._callers, caller, side="right"))
+        return self._rows[lo:hi].tolist() if hi > lo else default
+
+
+def _child_frames(model: TraceModel) -> _Children:
     """Python frame rows by the frame that called them, in row (time) order."""
-    memo: dict[str, dict[int, list[int]]] = model.memo.setdefault("child_frames", {})
+    memo: dict[str, _Children] = model.memo.setdefault("child_frames", {})
     if "all" not in memo:
         arr = model.arrays
         rows = np.flatnonzero(arr.kind == _PYTHON)
@@ -400,20 +433,34 @@ def _child_frames(model: TraceModel) -> dict[int, list[int]]:
         has = parents >= 0
         rows, parents = rows[has], parents[has]
         callers = arr.py_frame[parents]
-        out: dict[int, list[int]] = {}
-        for r, c in zip(rows.tolist(), callers.tolist(), strict=True):
-            if c >= 0:
-                out.setdefault(c, []).append(r)
-        memo["all"] = out
+        keep = callers >= 0
+        memo["all"] = _Children(callers[keep], rows[keep])
     return memo["all"]
 
 
-def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) -> tuple[int, int]:
+def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
+    """`_callee_key` of a row's name, worked out once per distinct name."""
     arr = model.arrays
-    same = [f for f in _child_frames(model).get(user, []) if _callee_key(arr.name(f)) == key]
-    if callee not in same:
+    memo: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})
+    code = int(arr.name_codes[row])
+    if code not in memo:
+        memo[code] = _callee_key(arr.name_table[code])
+    return memo[code]
+
+
+def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) -> tuple[int, int]:
+    # The same-named calls of one frame instance, listed once per (frame, name) rather
+    # than once per call: a loop body's frame makes thousands.
+    memo: dict[tuple[int, tuple[str, str]], dict[int, int]] = model.memo.setdefault("ordinal", {})
+    positions = memo.get((user, key))
+    if positions is None:
+        same = [f for f in _child_frames(model).get(user, []) if _row_callee_key(model, f) == key]
+        positions = memo[(user, key)] = {}
+        for i, f in enumerate(same):
+            positions.setdefault(f, i)
+    if callee not in positions:
         return (-1, -1)
-    return (same.index(callee), len(same))
+    return (positions[callee], len(positions))
 
 
 def _strip_comment(line: str) -> str:

@@ -120,6 +120,10 @@ class HostArrays:
     name_codes: np.ndarray
     name_table: list[str]
     call_stack: np.ndarray
+    shapes: np.ndarray
+    #: `parent` as a list: a chain walk indexes it ~10 times per kernel, and list
+    #: indexing with Python ints is several times faster than numpy scalar indexing.
+    parent_list: list[int]
 
     def name(self, row: int) -> str:
         return self.name_table[int(self.name_codes[row])]
@@ -161,6 +165,8 @@ class TraceModel:
             name_codes=names.cat.codes.to_numpy(),
             name_table=[str(c) for c in names.cat.categories],
             call_stack=self.host["call_stack"].to_numpy(),
+            shapes=self.host["shapes"].to_numpy(),
+            parent_list=self.host["parent"].to_numpy().tolist(),
         )
 
     @cached_property
@@ -168,32 +174,62 @@ class TraceModel:
         """Scratch space for derived per-row results (e.g. resolved Python sources)."""
         return {}
 
+    @cached_property
+    def _decoded_shapes(self) -> dict[Any, dict[str, Any]]:
+        return {}
+
     def op_shapes(self, row: int) -> dict[str, Any]:
-        """Decoded shape args of one host row (`Input Dims`, `Input type`, ...)."""
-        args = self.host["shapes"].iat[row]
+        """Decoded shape args of one host row (`Input Dims`, `Input type`, ...).
+
+        Decoded once per distinct set of shape args (the loader shares one record among
+        the ops that have the same), so the dict returned is shared: read it, never change it.
+        """
+        args = self.arrays.shapes[row]
         if args is None:
             return {}
-        out: dict[str, Any] = {}
-        for key, attr in (
-            ("Input Dims", "input_dims"),
-            ("Input Dims", "input_dims_2021"),
-            ("Input type", "input_type"),
-            ("Input Strides", "input_strides"),
-            ("Concrete Inputs", "concrete_inputs"),
-        ):
-            raw = getattr(args, attr)
-            if len(raw) and key not in out:
-                try:
-                    out[key] = msgspec.json.decode(raw)
-                except msgspec.ValidationError:  # a number out of float range (1e400): no shapes
-                    continue
-        return out
+        try:
+            found = self._decoded_shapes.get(args)
+        except TypeError:  # an unhashable args record (a model built by hand)
+            return _decode_shapes(args)
+        if found is None:
+            found = self._decoded_shapes[args] = _decode_shapes(args)
+        return found
 
     def host_chain(self, row: int) -> list[int]:
         """Host rows from `row` up to its outermost ancestor, innermost first."""
-        parent = self.arrays.parent
+        parent = self.arrays.parent_list
         chain: list[int] = []
+        row = int(row)
         while row >= 0 and len(chain) < 512:
             chain.append(row)
-            row = int(parent[row])
+            row = parent[row]
         return chain
+
+
+class SharedShapes(dict[str, Any]):
+    """Decoded shape args shared by the op calls that have the same ones, with a `memo`
+    for what analyzers derive from them alone (op_costs.op_cost's cost per op name)."""
+
+    __slots__ = ("memo",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.memo: dict[Any, Any] = {}
+
+
+def _decode_shapes(args: Any) -> dict[str, Any]:
+    out = SharedShapes()
+    for key, attr in (
+        ("Input Dims", "input_dims"),
+        ("Input Dims", "input_dims_2021"),
+        ("Input type", "input_type"),
+        ("Input Strides", "input_strides"),
+        ("Concrete Inputs", "concrete_inputs"),
+    ):
+        raw = getattr(args, attr)
+        if len(raw) and key not in out:
+            try:
+                out[key] = msgspec.json.decode(raw)
+            except msgspec.ValidationError:  # a number out of float range (1e400): no shapes
+                continue
+    return out

@@ -1,0 +1,166 @@
+"""The streaming loader (issue 13): the same model as the whole-buffer read, whatever the
+chunk size, on real traces; odd files handed to the whole-buffer path; truncation and the
+Python-frame cap reported."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+from conftest import real, sample
+
+import tracelens.model.loader as loader_mod
+import tracelens.model.stream as stream_mod
+from tracelens.errors import TraceInputError
+from tracelens.model import Kind, TraceModel, load_trace
+from tracelens.model.loader import _load_whole, _printable, _Progress
+
+
+def _whole(path: Path) -> TraceModel:
+    return _load_whole(path, _printable(path), _Progress(None))
+
+
+def _streamed(path: Path) -> TraceModel:
+    """Load through the stream, failing if it handed the file to the whole-buffer path."""
+    return loader_mod._load_streaming(path, _printable(path), _Progress(None))
+
+
+def _same(a: TraceModel, b: TraceModel) -> None:
+    for table in ("host", "gpu", "steps", "memory", "counters"):
+        x, y = getattr(a, table), getattr(b, table)
+        if table == "host":
+            assert [a.op_shapes(i) for i in range(len(x))] == [b.op_shapes(i) for i in range(len(y))]
+            x, y = x.drop(columns="shapes"), y.drop(columns="shapes")
+        pd.testing.assert_frame_equal(x, y, check_exact=True)
+    assert a.meta == b.meta
+    assert a.thread_names == b.thread_names
+
+
+@pytest.fixture
+def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    # A few KB per piece: hundreds of cuts per trace, so pieces end inside strings,
+    # escapes, numbers and nested args.
+    monkeypatch.setattr(stream_mod, "CHUNK_BYTES", 3001)
+    monkeypatch.setattr(stream_mod, "READ_BYTES", 1777)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(lambda: sample("train_step"), id="train_step (python_function tree, shapes)"),
+        pytest.param(lambda: real("worker0.pt.trace.json.gz"), id="2021 (Call stack strings, string tids)"),
+        pytest.param(lambda: real("mi250_minitoy_train_ROCm6_2_kineto.json.gz"), id="AMD"),
+        pytest.param(lambda: sample("power_gemm"), id="counter events"),
+    ],
+)
+def test_small_chunks_give_the_whole_buffer_model(path: Any, small_chunks: None) -> None:
+    p = path()
+    _same(_streamed(p), _whole(p))
+
+
+def test_plain_json_and_gzip_give_the_same_model(tmp_path: Path, small_chunks: None) -> None:
+    src = sample("host_sync_mask")
+    plain = tmp_path / "t.json"
+    plain.write_bytes(gzip.decompress(src.read_bytes()))
+    a, b = _streamed(plain), _streamed(src)
+    assert a.meta.json_bytes == b.meta.json_bytes == plain.stat().st_size
+    assert a.meta.file_bytes == plain.stat().st_size and b.meta.file_bytes == src.stat().st_size
+    pd.testing.assert_frame_equal(a.host.drop(columns="shapes"), b.host.drop(columns="shapes"))
+    pd.testing.assert_frame_equal(a.gpu, b.gpu)
+
+
+def test_event_boundaries_inside_strings_are_not_cuts(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Names and call stacks holding `},{` and escaped quotes: a cut there would leave an
+    # unterminated string, so the stream must try an earlier boundary and still read
+    # every event, as the whole-buffer path does.
+    d = json.loads(gzip.decompress(sample("elementwise_fp32").read_bytes()))
+    tricky = '}, {"ph": "X"}, {\\" },\n  {'
+    n = 0
+    for e in d["traceEvents"]:
+        if e.get("cat") == "cpu_op" and n < 40:
+            e["name"] = f"aten::weird{n}{tricky}"
+            e.setdefault("args", {})["Call stack"] = tricky * 3
+            n += 1
+    path = tmp_path / "tricky.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(d, indent=1).encode()))
+    failed = []
+    decode = loader_mod._decode_batch
+
+    def counting(data: bytes) -> Any:
+        try:
+            return decode(data)
+        except Exception:
+            failed.append(data)
+            raise
+
+    monkeypatch.setattr(loader_mod, "_decode_batch", counting)
+    m = _streamed(path)
+    assert failed, "no cut fell inside a string: the test does not test the retry"
+    _same(m, _whole(path))
+    assert sum(tricky in str(c) for c in m.host["name"].cat.categories) == 40
+
+
+def test_truncated_files_are_clear_errors(tmp_path: Path) -> None:
+    raw = gzip.decompress(sample("train_step").read_bytes())
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(raw[: len(raw) // 2])
+    with pytest.raises(TraceInputError, match="JSON is truncated"):
+        load_trace(cut)
+    gz = gzip.compress(raw)
+    cut_gz = tmp_path / "cut.json.gz"
+    cut_gz.write_bytes(gz[: len(gz) // 2])
+    with pytest.raises(TraceInputError, match="truncated or corrupt gzip file"):
+        load_trace(cut_gz)
+
+
+def test_odd_files_take_the_whole_buffer_path(tmp_path: Path) -> None:
+    # An array-format trace and a value of an unexpected type: the stream declines both,
+    # and the whole-buffer path reads them.
+    d = json.loads(gzip.decompress(sample("gemm_bf16").read_bytes()))
+    arr = tmp_path / "array.json"
+    arr.write_text(json.dumps(d["traceEvents"]))
+    with pytest.raises(stream_mod.Unstreamable):
+        _streamed(arr)
+    assert len(load_trace(arr).kernels()) == len(_whole(sample("gemm_bf16")).kernels())
+    d["traceEvents"][5]["ts"] = "soon"
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps(d))
+    with pytest.raises(stream_mod.Unstreamable):
+        _streamed(odd)
+    assert any("unexpected types" in n for n in load_trace(odd).meta.notes)
+
+
+def test_python_frames_past_the_cap_are_dropped_with_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = sample("train_step")
+    full = load_trace(path)
+    n_py = int((full.host["kind"] == Kind.PYTHON).sum())
+    assert n_py > 1000
+    monkeypatch.setattr(loader_mod, "MAX_PYTHON_FRAMES", 1000)
+    capped = load_trace(path)
+    assert int((capped.host["kind"] == Kind.PYTHON).sum()) == 1000
+    assert len(capped.host) == len(full.host) - (n_py - 1000)
+    assert len(capped.kernels()) == len(full.kernels())
+    assert any(f"{n_py - 1000:,} Python frames" in n and "dropped" in n for n in capped.meta.notes)
+    assert not any("Python frames" in n for n in full.meta.notes)
+
+
+def test_gzip_members_padding_and_small_input_blocks(
+    tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two members split inside an event, then padding; the compressed bytes fed 700 at a
+    # time so members and the padding start inside a fed block.
+    monkeypatch.setattr(stream_mod, "GZIP_IN_BYTES", 700)
+    raw = gzip.decompress(sample("launch_bound").read_bytes())
+    cut = len(raw) // 3 + 17
+    path = tmp_path / "members.json.gz"
+    path.write_bytes(gzip.compress(raw[:cut]) + gzip.compress(raw[cut:]) + b"\n\x00\n")
+    m = _streamed(path)
+    _same(m, _whole(path))
+    assert any("3 bytes of padding after the gzip stream" in n for n in m.meta.notes)
+    assert m.meta.json_bytes == len(raw)

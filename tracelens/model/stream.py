@@ -1,0 +1,285 @@
+"""Streaming input: a trace file as decompressed chunks, and its event array as batches.
+
+The loader never holds the whole JSON: it inflates the file in chunks (ISA-L's inflate
+when `isal` is installed, about 2x zlib's speed; zlib otherwise), cuts the
+`traceEvents` array at event boundaries and hands msgspec one batch at a time. What it
+keeps of a batch is columns, so the JSON's bytes and the decoded events are freed as
+soon as the batch is read.
+
+A cut is only ever made just after a `}` that is followed by `,` and `{`. That need not
+be an event's end (such bytes can sit inside a string or a nested object), but a wrong
+cut is never read wrongly: the bytes before it are then an unterminated string or an
+unclosed object, which no JSON decoder accepts, so the batch fails to decode and the cut
+moves to an earlier candidate. Anything the stream cannot place (an array-format trace,
+a `traceEvents` key it cannot find, an event of an unexpected type) raises `Unstreamable`
+and the loader reads the file the whole-buffer way, which handles every odd input.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any, BinaryIO, cast
+
+import msgspec
+
+from tracelens.errors import TraceInputError
+
+try:  # ISA-L inflate: 0.14 s vs zlib's 0.31 s on a 25 MB gzip of 225 MB JSON (bench/RESULTS.md)
+    from isal import isal_zlib as _inflate_mod
+
+    _INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error, cast("type[Exception]", _inflate_mod.error))
+except ImportError:  # no wheel for this platform: the standard library's zlib
+    _inflate_mod = zlib  # type: ignore[assignment,misc,unused-ignore]
+    _INFLATE_ERRORS = (zlib.error,)
+
+#: Decompressed bytes handed on at a time: a batch of 8 MB holds about 30k events, whose
+#: decoded objects live while the batch is turned into columns. The loader's peak memory
+#: on a 225 MB trace: 344 MB with 16 MB batches, 304 MB with 8 MB or 4 MB; the time is
+#: the same.
+CHUNK_BYTES = 8 * 2**20
+#: Bytes read from the file at a time (the first read, and each read of a plain file is
+#: CHUNK_BYTES).
+READ_BYTES = 4 * 2**20
+#: Compressed bytes handed to the inflater at a time (about 10 MB of JSON).
+GZIP_IN_BYTES = 2**20
+#: How many cut candidates a batch tries before the stream gives up (each failed try
+#: decodes the batch once; real traces need one).
+MAX_CUT_TRIES = 8
+#: How far into the file the `"traceEvents"` key may start (after deviceProperties and
+#: the other leading metadata, a few KB in Kineto's files).
+MAX_PREFIX_BYTES = 64 * 2**20
+#: How many `]` from the end are tried as the event array's end (Kineto writes a few
+#: short keys after it).
+MAX_END_TRIES = 64
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_BOM = b"\xef\xbb\xbf"
+_WS = b" \t\r\n"
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_raw_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
+
+
+class Unstreamable(Exception):
+    """The stream cannot read this file; the whole-buffer path must."""
+
+
+class Inflow:
+    """The file's decompressed bytes, in pieces of about CHUNK_BYTES, BOMs removed.
+
+    Enforces the same limits, and raises the same errors, as the whole-buffer reader:
+    `limit_for(compressed size)` bytes at most from a gzip file (the message names
+    `ratio`), `max_bytes` read from the file; padding after the last gzip member is
+    noted, anything else there is corruption. `file_bytes` counts what was read.
+    """
+
+    def __init__(
+        self, fh: BinaryIO, shown: str, notes: list[str], *, limit_for: Callable[[int], int], ratio: int, max_bytes: int
+    ) -> None:
+        self._fh = fh
+        self._shown = shown
+        self._notes = notes
+        self._limit_for = limit_for
+        self._ratio = ratio
+        self._max = max_bytes
+        self.file_bytes = 0
+
+    def _read(self, n: int) -> bytes:
+        data = self._fh.read(n)
+        self.file_bytes += len(data)
+        if self.file_bytes > self._max:
+            raise TraceInputError(f"{self._shown}: larger than tracelens reads ({self._max:,} bytes)")
+        return data
+
+    def __iter__(self) -> Iterator[bytes]:
+        head = self._read(READ_BYTES)
+        if head[:3] == _BOM:
+            head = head[3:]
+        if head[:2] != _GZIP_MAGIC:
+            while head:
+                yield head
+                head = self._read(CHUNK_BYTES)
+            return
+        # gzip: the compressed file is read whole (it is 10-30x smaller than the JSON).
+        data = head + self._read(self._max + 1 - self.file_bytes)
+        yield from self._gunzip(data)
+
+    def _gunzip(self, data: bytes) -> Iterator[bytes]:
+        shown = self._shown
+        limit = self._limit_for(len(data))
+        total = 0
+        # The compressed bytes are fed GZIP_IN_BYTES at a time: handing the inflater the
+        # whole rest each time makes it copy that rest into `unconsumed_tail` on every
+        # call, quadratic in the file (19 GB of copies for a 190 MB gzip).
+        view = memoryview(data)
+        pos = 0
+        pending: bytes | memoryview = b""
+        first = True
+        while True:  # one gzip member per pass
+            inflater = _inflate_mod.decompressobj(wbits=31)
+            try:
+                while not inflater.eof:
+                    if not len(pending) and pos < len(view):
+                        pending = view[pos : pos + GZIP_IN_BYTES]
+                        pos += len(pending)
+                    piece = inflater.decompress(pending, min(CHUNK_BYTES, limit - total + 1))
+                    pending = inflater.unconsumed_tail
+                    if piece:
+                        total += len(piece)
+                        if total > limit:
+                            raise TraceInputError(
+                                f"{shown}: decompresses to more than {limit:,} bytes ({self._ratio}x the file):"
+                                " not a trace (a decompression bomb?)"
+                            )
+                        if first and piece[:3] == _BOM:
+                            piece = piece[3:]
+                        first = False
+                        yield piece
+                    elif not len(pending) and pos >= len(view):
+                        break  # no input left and nothing more came out
+            except _INFLATE_ERRORS as exc:
+                # The whole-buffer reader words the error (zlib's text, not ISA-L's).
+                raise Unstreamable("corrupt gzip") from exc
+            if not inflater.eof:
+                raise Unstreamable("truncated gzip")
+            after = bytes(inflater.unused_data)
+            if (after + bytes(view[pos : pos + 2]))[:2] == _GZIP_MAGIC:
+                pending = after  # another member (concatenated gzip files are one stream)
+                continue
+            rest = after + bytes(view[pos:])
+            if rest.strip(b" \t\r\n\x00"):
+                raise TraceInputError(
+                    f"{shown}: truncated or corrupt gzip file (unexpected bytes after the gzip stream)"
+                )
+            if rest:
+                self._notes.append(f"{len(rest)} bytes of padding after the gzip stream were ignored")
+            return
+
+
+class EventStream:
+    """Cuts the `traceEvents` array of a JSON object into batches of whole events.
+
+    Iterate `batches(decode)` to get `decode(batch_bytes)` for each batch (batch_bytes is
+    a JSON array of events); afterwards `top_bytes` is the file with the array emptied,
+    for the metadata keys, and `json_bytes` the decompressed size.
+    """
+
+    def __init__(self, source: Iterator[bytes]) -> None:
+        self._source = source
+        self.json_bytes = 0
+        self.top_bytes = b""
+
+    def _more(self) -> bytes | None:
+        piece = next(self._source, None)
+        if piece is not None:
+            self.json_bytes += len(piece)
+        return piece
+
+    def batches(self, decode: Callable[[bytes], Any]) -> Iterator[Any]:
+        buf = b""
+        while True:  # the prefix: everything up to the array's `[`
+            m = _KEY.search(buf)
+            if m is not None:
+                break
+            if len(buf) > MAX_PREFIX_BYTES:
+                raise Unstreamable("no traceEvents key near the start")
+            piece = self._more()
+            if piece is None:
+                raise Unstreamable("no traceEvents key")
+            buf += piece
+        prefix = buf[: m.start()]
+        if prefix.lstrip(_WS)[:1] != b"{":
+            raise Unstreamable("top level is not an object")
+        _check_prefix(prefix)
+        buf = buf[m.end() :]
+        done = False
+        while not done:
+            piece = self._more()
+            if piece is None:
+                done = True
+            else:
+                buf += piece
+                if len(buf) < CHUNK_BYTES // 2:
+                    continue  # a small first piece: batch it with the next
+            if done:
+                events_end, suffix = _array_end(buf, decode)
+                if events_end is not None:
+                    yield events_end
+                    del events_end
+                self.top_bytes = prefix + b'"traceEvents": []' + suffix
+                return
+            out, buf = _cut(buf, decode)
+            if out is not None:
+                yield out
+                del out  # before the next batch is decoded: one batch alive at a time
+
+
+def _check_prefix(prefix: bytes) -> None:
+    """The bytes before the `"traceEvents"` key must be an object's opening and whole
+    key/value pairs, or the key found is inside some value."""
+    body = prefix.rstrip(_WS)
+    if body.endswith(b","):
+        body = body[:-1]
+    elif body.lstrip(_WS) != b"{":
+        raise Unstreamable("traceEvents is not a key of the top-level object")
+    try:
+        _raw_top_decoder.decode(body + b"}")
+    except (msgspec.DecodeError, RecursionError) as exc:
+        raise Unstreamable("traceEvents is not a key of the top-level object") from exc
+
+
+def _is_cut(buf: bytes, comma: int) -> bool:
+    """Whether `},` at comma-1 is followed by whitespace and `{`."""
+    j = comma + 1
+    n = len(buf)
+    while j < n and buf[j] in _WS:
+        j += 1
+    return j < n and buf[j] == 0x7B  # "{"
+
+
+def _cut(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+    """Decode the longest run of whole events at the start of buf; return it and the rest."""
+    pos = len(buf)
+    for _ in range(MAX_CUT_TRIES):
+        while True:
+            pos = buf.rfind(b"},", 0, pos)
+            if pos < 0:
+                return None, buf  # no candidate yet: wait for more bytes
+            if _is_cut(buf, pos + 1):
+                break
+        try:
+            out = decode(b"".join((b"[", memoryview(buf)[: pos + 1], b"]")))  # one copy, not two
+        except msgspec.ValidationError as exc:
+            raise Unstreamable("an event of an unexpected type") from exc
+        except msgspec.DecodeError:
+            continue  # a `},{` inside a string or a nested object: try an earlier one
+        except RecursionError as exc:
+            raise Unstreamable("deep nesting") from exc
+        rest = buf[pos + 2 :]
+        return out, rest
+    raise Unstreamable("no event boundary found")
+
+
+def _array_end(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+    """The last events and what follows the array: the first `]` from the right that
+    closes a list of whole events ends it (a `]` further right leaves bytes after the
+    list, one further left an unclosed event)."""
+    pos = len(buf)
+    for _ in range(MAX_END_TRIES):
+        pos = buf.rfind(b"]", 0, pos)
+        if pos < 0:
+            break
+        body = buf[:pos].strip(_WS)
+        if not body:
+            return None, buf[pos + 1 :]
+        try:
+            out = decode(b"[" + body + b"]")
+        except msgspec.ValidationError as exc:
+            raise Unstreamable("an event of an unexpected type") from exc
+        except msgspec.DecodeError:
+            continue
+        except RecursionError as exc:
+            raise Unstreamable("deep nesting") from exc
+        return out, buf[pos + 1 :]
+    raise Unstreamable("the event array's end was not found")
