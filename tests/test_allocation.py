@@ -104,6 +104,23 @@ def test_memory_events_with_totals() -> None:
     assert m.fragmentation_at_peak >= 0
 
 
+def test_memory_events_of_our_own_capture() -> None:
+    """`tracelens capture --memory` on the H200 (the empty_cache loop): the [memory]
+    events come through, and empty_cache is counted from its own frame, not from a
+    script whose file name contains the word."""
+    rep = report_of(sample("dyn_empty_cache_memory"))
+    m = rep.memory
+    assert m is not None and not m.relative and len(m.ts) > 100
+    # Buffers of 16-96 MiB through a 1024 -> 4096 -> 1024 MLP: peaks under 1 GiB.
+    assert 0.5e9 < m.peak_allocated <= m.peak_reserved < 1.5e9
+    assert m.allocated_per_step > 0
+    f = _alloc(rep)
+    assert f is not None
+    # 60 of the 120 allocator calls are the frees empty_cache() makes.
+    assert _metric(f, "torch.cuda.empty_cache() calls") == _metric(f, "of them frees (device-wide syncs)") == 60
+    assert _metric(f, "allocator calls in the window") == 120
+
+
 def test_memory_chart_escapes_op_names() -> None:
     from dataclasses import replace
 

@@ -106,6 +106,12 @@ def test_describe_shapes() -> None:
     shapes = [b"[[8, 8, %d, 64], [8, 8, %d, 64]]" % (n, n) for n in (64, 100, 512)]
     assert describe_shapes(shapes) == "dim 2 of [8, 8, N, 64] takes 3 values (64..512)"
     assert describe_shapes([b"[[1, 2]]", b"[[3]]"]).startswith("2 input shapes")
+    # Decode attention: the query is [1, 16, 1, 64] after the prompt, the key grows each
+    # step; the key is what the sentence must name.
+    decode = [b"[[1, 16, 32, 64], [1, 16, 32, 64], [1, 16, 32, 64]]"] + [
+        b"[[1, 16, 1, 64], [1, 16, %d, 64], [1, 16, %d, 64]]" % (n, n) for n in range(33, 40)
+    ]
+    assert describe_shapes(decode) == "dim 2 of input 2 [1, 16, N, 64] takes 8 values (32..39)"
 
 
 def test_no_question_is_not_built() -> None:

@@ -94,6 +94,9 @@ class CatGrowth:
     steps: set[int] = field(default_factory=set)
 
 
+#: Python frame of torch.cuda.empty_cache() as Kineto names it: "torch/cuda/memory.py(212): empty_cache".
+_EMPTY_CACHE_FRAME = re.compile(r"\):\s*empty_cache$")
+
 def analyze(ctx: AnalysisContext) -> list[Finding]:
     dev = ctx.ledger.primary
     if dev is None:
@@ -123,8 +126,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         api = model.arrays.name(int(r))
         ops = op_chain(model, int(r))
         # empty_cache() is no aten op: its Python frame (with_stack) or an op name says so.
-        in_empty_cache = any("empty_cache" in o for o in ops) or any(
-            "empty_cache" in f for f in python_stack(model, int(r), limit=8)
+        # (The function, not any frame that mentions it: a script named empty_cache_loop.py
+        # is on every frame's path.)
+        in_empty_cache = any(o.endswith("empty_cache") for o in ops) or any(
+            _EMPTY_CACHE_FRAME.search(f) for f in python_stack(model, int(r), limit=8)
         )
         if in_empty_cache:
             empty_cache += 1

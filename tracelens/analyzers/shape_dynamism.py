@@ -224,34 +224,49 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
     return out
 
 
-def _first_dims(raw: bytes) -> list[int]:
+def _tensor_dims(raw: bytes) -> list[tuple[int, ...] | None]:
+    """Each input's dims (None for an input that is not a tensor)."""
     try:
         dims = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         return []
-    for d in dims if isinstance(dims, list) else []:
-        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
-            return list(d)
-    return []
+    return [
+        tuple(d) if isinstance(d, list) and d and all(isinstance(x, int) for x in d) else None
+        for d in (dims if isinstance(dims, list) else [])
+    ]
 
 
 def describe_shapes(shapes: list[bytes]) -> str:
-    """ "dim 2 of [8, 8, L, 64] takes 10 values (64..512)" or a few shapes listed."""
-    firsts = [_first_dims(s) for s in dict.fromkeys(shapes)]
-    firsts = [f for f in firsts if f]
-    if not firsts:
+    """ "dim 2 of [8, 8, N, 64] takes 10 values (64..512)", naming the input that varies
+    (attention's query can stay [8, 16, 1, 64] while its key grows), or a few shapes."""
+    sets = [d for d in (_tensor_dims(s) for s in dict.fromkeys(shapes)) if any(x is not None for x in d)]
+    if not sets:
         return f"{len(set(shapes))} input shapes"
-    rank = {len(f) for f in firsts}
-    if len(rank) == 1:
-        n = rank.pop()
-        moving = [i for i in range(n) if len({f[i] for f in firsts}) > 1]
+    width = max(len(d) for d in sets)
+    # The tensor input taking the most distinct dims is the one to show (in a decode
+    # step the query goes 32 -> 1 once while the key grows every step); the first on ties.
+    varying = [
+        i
+        for i in range(width)
+        if all(i < len(d) and d[i] is not None for d in sets) and len({d[i] for d in sets}) > 1
+    ]
+    arg = max(varying, key=lambda i: len({d[i] for d in sets}), default=None)
+    if arg is None:
+        return f"{len(set(shapes))} input shapes"
+    dims = [d[arg] for d in sets if d[arg] is not None]
+    label = f"input {arg + 1}" if width > 1 and arg > 0 else ""
+    if len({len(d) for d in dims}) == 1:
+        moving = [j for j in range(len(dims[0])) if len({d[j] for d in dims}) > 1]
         if len(moving) == 1:
-            i = moving[0]
-            vals = sorted({f[i] for f in firsts})
-            pattern = ", ".join("N" if j == i else str(x) for j, x in enumerate(firsts[0]))
-            return f"dim {i} of [{pattern}] takes {len(vals)} values ({vals[0]}..{vals[-1]})"
-    shown = "; ".join(str(f) for f in firsts[:3])
-    return f"{len(set(shapes))} input shapes ({shown}{'; ...' if len(firsts) > 3 else ''})"
+            j = moving[0]
+            vals = sorted({d[j] for d in dims})
+            pattern = ", ".join("N" if k == j else str(x) for k, x in enumerate(dims[0]))
+            of = f"{label} [{pattern}]" if label else f"[{pattern}]"
+            return f"dim {j} of {of} takes {len(vals)} values ({vals[0]}..{vals[-1]})"
+    distinct = list(dict.fromkeys(dims))
+    shown = "; ".join(str(list(d)) for d in distinct[:3])
+    lead = f"{label}: " if label else ""
+    return f"{len(distinct)} input shapes ({lead}{shown}{'; ...' if len(distinct) > 3 else ''})"
 
 
 def _graph_launches(ctx: AnalysisContext) -> int:

@@ -152,7 +152,9 @@ def _plain_text(report: Report) -> Report:
             primary_advice="\n".join(plain(line, MAX_PROSE) for line in s.primary_advice.split("\n")),
             notes=tuple(plain(n, MAX_PROSE) for n in s.notes),
         ),
-        findings=tuple(dataclasses.replace(f, title=plain(f.title)) for f in report.findings),
+        # A title is our sentence quoting trace text: capped as prose, so the cut never
+        # lands in the middle of the op and source it names.
+        findings=tuple(dataclasses.replace(f, title=plain(f.title, MAX_PROSE)) for f in report.findings),
     )
 
 
