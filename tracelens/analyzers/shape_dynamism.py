@@ -253,7 +253,7 @@ def describe_shapes(shapes: list[bytes]) -> str:
     arg = max(varying, key=lambda i: len({d[i] for d in sets}), default=None)
     if arg is None:
         return f"{len(set(shapes))} input shapes"
-    dims = [d[arg] for d in sets if d[arg] is not None]
+    dims = [t for d in sets if (t := d[arg]) is not None]
     label = f"input {arg + 1}" if width > 1 and arg > 0 else ""
     if len({len(d) for d in dims}) == 1:
         moving = [j for j in range(len(dims[0])) if len({d[j] for d in dims}) > 1]
