@@ -5,6 +5,8 @@ layout, not a guess from the CSS; skipped where no Chromium binary is found (CI)
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from conftest import REAL_TRACES, SAMPLE_TRACES, report_of
 from layout import PHONE_PX, chromium, overflow, overflow_many
@@ -52,3 +54,23 @@ def test_dark_mode_and_diff_fit_too() -> None:
     page = {"diff": render_diff_html(d), "report": render_html(report_of(sample("train_step")))}
     for name, r in overflow_many(page, PHONE_PX, dark=True).items():
         assert r["count"] == 0, (name, r)
+
+
+def test_job_reports_fit() -> None:
+    """The job report (rank x step heat maps, ranks and collectives tables) on the H200
+    gloo captures: no sideways scrolling on a phone, in light and dark mode."""
+    from conftest import SAMPLES
+
+    from tracelens.job import analyze, expand, map_ranks, rank_inputs
+    from tracelens.render.job import render_job_html
+
+    pages = {}
+    for folder in sorted(SAMPLES.glob("ranks_*")):
+        results, seconds, how = map_ranks(rank_inputs(expand([str(folder)])), workers=1)
+        page = render_job_html(analyze(results, map_seconds=seconds, scheduler=how))
+        # The job page runs no script and its policy says so; the layout probe is one.
+        pages[folder.name] = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)
+    assert len(pages) == 3
+    for dark in (False, True):
+        for name, r in overflow_many(pages, PHONE_PX, dark=dark).items():
+            assert r["count"] == 0 and r["scroll_width"] == PHONE_PX, (name, dark, r)
