@@ -59,6 +59,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["kname"] = kernel_name
     env.filters["counted"] = counted
     env.globals["uncovered_reasons"] = fmt.UNCOVERED_REASONS
+    env.globals["time_axis"] = lambda span_us: Markup(_time_axis(span_us))
     return env
 
 
