@@ -118,3 +118,13 @@ def test_no_question_is_not_built() -> None:
     rep = report_of(sample("dyn_kv_cat"))
     assert all(q.status != "not_built" for q in rep.questions)
     assert all("not built" not in q.answer for q in rep.questions)
+
+
+@needs_real
+def test_a_fixed_set_of_shapes_per_step_is_no_dynamism() -> None:
+    """The 2021 V100 ResNet-50 trace copies images [32, 3, 224, 224] and labels [32] with
+    one `.to(device)` line every step: two shapes at one site, the same two each step.
+    Only the window's first step sees them new; that is no shape dynamism."""
+    rep = report_of(real("worker0.1623212756351.pt.trace.json.gz"))
+    assert next(q.status for q in rep.questions if q.id == "shape_dynamism") == "no"
+    assert not any(f.category.value == "shape_dynamism" for f in rep.findings)
