@@ -128,3 +128,13 @@ def test_a_fixed_set_of_shapes_per_step_is_no_dynamism() -> None:
     rep = report_of(real("worker0.1623212756351.pt.trace.json.gz"))
     assert next(q.status for q in rep.questions if q.id == "shape_dynamism") == "no"
     assert not any(f.category.value == "shape_dynamism" for f in rep.findings)
+
+
+@needs_real
+def test_a_small_part_is_not_named_in_the_headline() -> None:
+    """HTA's sampled DLRM rank: 361 ms host-bound, of which a 6 ms shape-dynamism part;
+    the headline is the host-bound time, not 'the largest part: <the 6 ms>'."""
+    rep = report_of(real("sampled_rank-0.json.gz"))
+    assert rep.summary.primary == "host_bound"
+    assert "the largest part" not in rep.summary.headline
+    assert any(f.category.value == "shape_dynamism" and f.parent is not None for f in rep.findings)

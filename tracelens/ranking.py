@@ -119,6 +119,10 @@ NEAR_TIE = 0.8
 #: A child finding headlines instead of its parent when it holds this share of the
 #: parent's gain (pad the misaligned matmul, rather than "compute-bound kernels").
 CHILD_HEADLINE_SHARE = 0.5
+#: A part of the primary finding is named in the headline ("the largest part: ...") only
+#: when it holds at least this share of the primary's gain: a 6 ms sub-finding of a
+#: 361 ms host-bound finding is not what that time is, and stays among the findings.
+PART_IN_HEADLINE_SHARE = 0.2
 
 
 def _finite(x: float) -> float:
@@ -397,7 +401,11 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         )
     unit = ("iteration" if ctx.window.source == "detected" else "step") if ctx.ledger.windowed_by_steps else "window"
     per = max(steps, 1) if unit != "window" else 1
-    kids = [f for f in findings if f.parent == top.category and f.expected_gain_us > 0]
+    kids = [
+        f
+        for f in findings
+        if f.parent == top.category and f.expected_gain_us >= PART_IN_HEADLINE_SHARE * top.expected_gain_us > 0
+    ]
     part = max(kids, key=lambda f: f.expected_gain_us) if kids else None
     title = top.title + (f"; the largest part: {part.title}" if part is not None else "")
     if top.parent is not None:
