@@ -369,7 +369,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     if by_ancestor:
         # An enclosing op whose other kernels have their own models would be counted twice.
         direct = {int(o) for o in np.unique(owner[(owner >= 0) & (owner == op_rows)])}
-        clash = {a for r in direct for a in model.host_chain(r)[1:] if a in by_ancestor}
+        clash = _ancestors_among(model.arrays.parent_list, direct, by_ancestor)
         if clash:
             owner[via_ancestor & np.isin(owner, list(clash))] = -1
     flops = np.zeros(n)
@@ -390,7 +390,8 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     longest = np.full(len(owners), -1, dtype=np.int64)
     longest[slot[by_len][first]] = owned[by_len][first]
     owned_names: dict[int, list[str]] = defaultdict(list)
-    for i in owned[np.fromiter(("winograd" in nm.lower() for nm in names[owned]), dtype=bool, count=len(owned))]:
+    winograd_of = {nm: "winograd" in nm.lower() for nm in aux_of}  # once per distinct name
+    for i in owned[np.fromiter((winograd_of[nm] for nm in names[owned]), dtype=bool, count=len(owned))]:
         owned_names[int(owner[i])].append(names[i])
     for o, c in owner_cost.items():
         divisor = _winograd_divisor(owned_names.get(o, []))
@@ -451,6 +452,25 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
             j = int(np.searchsorted(owners, o))
             instr[i] = counted[i] * float(np.prod(lead)) * dur[i] / op_time[j]
     return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr)
+
+
+def _ancestors_among(up: list[int], rows: set[int], among: set[int]) -> set[int]:
+    """The rows of `among` that enclose one of `rows` within host_chain's bound (what
+    `{a for r in rows for a in model.host_chain(r)[1:] if a in among}` gives), in one walk
+    over the shared ancestors rather than one whole chain per row: a stack-heavy trace's
+    ops share long chains of Python frames."""
+    budget: dict[int, int] = {}  # row -> the most chain entries left when a walk reached it
+    found: set[int] = set()
+    for r in rows:
+        a, left = up[r], HOST_CHAIN_LIMIT - 1  # host_chain(r)[1:]: r's ancestors, up to 511
+        while a >= 0 and left > 0:
+            if budget.get(a, 0) >= left:
+                break  # walked from here already with at least this much of the bound left
+            budget[a] = left
+            if a in among:
+                found.add(a)
+            a, left = up[a], left - 1
+    return found
 
 
 def _subset(att: _Attribution, keep: np.ndarray) -> _Attribution:
