@@ -302,6 +302,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     has_shapes = model.host["shapes"].notna().to_numpy().copy() if len(model.host) else np.zeros(0, dtype=bool)
     decoded: dict[int, dict[str, Any]] = {}
     by_content: dict[tuple[str, str | None, bytes], OpCost | None] = {}
+    by_identity: dict[tuple[str, str | None, int], OpCost | None] = {}  # ids of dicts `decoded` keeps alive
     parent = model.arrays.parent if len(model.host) else np.zeros(0, dtype=np.int64)
 
     def cost_of(r: int, hint: str | None) -> OpCost | None:
@@ -314,6 +315,12 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
             shapes = decoded[r]
             cost = None
             op = model.arrays.name(r)
+            # Ops with the same shape args share one decoded dict (TraceModel.op_shapes): the
+            # cost found for that dict is the cost of its content, without encoding it again.
+            known = (op, hint, id(shapes))
+            if shapes and known in by_identity:
+                costs[key] = by_identity[known]
+                return costs[key]
             # A loop calls the same op on the same shapes every iteration: model it once.
             same = (op, hint, msgspec.json.encode(shapes)) if shapes else None
             if same is not None and same in by_content:
@@ -332,6 +339,8 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
                 except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
                     cost = None
                 by_content[same] = cost
+            if shapes:
+                by_identity[known] = cost
             costs[key] = cost
         return costs[key]
 
@@ -1062,8 +1071,10 @@ def eager_attention(
     host = model.host
     if host.empty:
         return ()
-    names = host["name"].astype(str).to_numpy()
-    wanted = np.flatnonzero(np.isin(names, list(ATTN_MATMULS | ATTN_SOFTMAX | ATTN_DROPOUT)))
+    # Rows by name code: the names are tested once per distinct name, not once per row.
+    codes, table = model.arrays.name_codes, model.arrays.name_table
+    attn = ATTN_MATMULS | ATTN_SOFTMAX | ATTN_DROPOUT
+    wanted = np.flatnonzero(np.isin(codes, [c for c, nm in enumerate(table) if nm in attn]))
     kinds = host["kind"].to_numpy()
     op_kind = kinds[wanted[0]] if len(wanted) else 0
     all_ops = np.flatnonzero(kinds == op_kind)
@@ -1073,7 +1084,7 @@ def eager_attention(
     found: list[list[Any]] = []
     state: dict[int, list[Any]] = {}  # tid -> [stage, rows, (B, Lq, Lk, D), dtype, last position]
     for r in sorted((int(x) for x in wanted), key=lambda x: ts[x]):
-        name = names[r]
+        name = table[codes[r]]
         dims = model.op_shapes(r).get("Input Dims") or []
         types = model.op_shapes(r).get("Input type") or []
         tid = int(tids[r])
