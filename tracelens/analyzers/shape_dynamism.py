@@ -211,22 +211,26 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
         np.isin(kind, [int(Kind.RUNTIME), int(Kind.DRIVER)]) & name_matches(host["name"], ALLOC_APIS.__contains__)
     )
     alloc_by_root: dict[int, int] = defaultdict(int)
-    for a in alloc_rows:
-        if root[a] >= 0:
-            alloc_by_root[int(root[a])] += 1
+    for a in root[alloc_rows].tolist():
+        if a >= 0:
+            alloc_by_root[a] += 1
     picked = [c for c in window_calls if c[1] in varying]
-    steps = _step_of(ctx, np.array([ts[r] for r, _, _, _ in picked]))
+    picked_rows = np.array([r for r, _, _, _ in picked], dtype=np.int64)
+    steps = _step_of(ctx, ts[picked_rows])
     sites: dict[tuple[str, str], ShapeSite] = {}
-    for (r, name, dims, new), step in zip(picked, steps, strict=True):
+    for (r, name, dims, new), step, d_r in zip(picked, steps.tolist(), dur[picked_rows].tolist(), strict=True):
         src = user_source(model, r)
-        site = sites.setdefault((name, src.label if src else ""), ShapeSite(name, src))
+        site_key = (name, src.label if src else "")
+        site = sites.get(site_key)
+        if site is None:
+            site = sites[site_key] = ShapeSite(name, src)
         site.shapes.append(dims)
         site.steps.add(int(step))
         site.calls += 1
         site.alloc_calls += alloc_by_root.get(r, 0)
         if new:
             site.new_calls += 1
-            excess = float(dur[r]) - baseline[name]
+            excess = float(d_r) - baseline[name]
             if excess >= NEW_SHAPE_MIN_EXCESS_US:
                 site.excess_us += excess
                 idle = float(overlap(gap_iv, np.array([ts[r]]), np.array([ts[r] + dur[r]]))[0]) if len(gap_iv) else 0.0
