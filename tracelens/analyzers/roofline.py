@@ -655,11 +655,15 @@ def compute_roofline(
         meta[names[i]] = att.meta[i]
     transposing: dict[str, float] = defaultdict(float)  # time in copies from a transposed source
     transposed_op: dict[int, bool] = {}
+    transposed_of: dict[int, tuple[bool, Any]] = {}  # by id of the shapes dict, kept alive beside it
     for i in modelled_idx.tolist():
         o = int(att.owner[i])
         if att.meta[i][1] == "copy" and o >= 0:
             if o not in transposed_op:
-                transposed_op[o] = _transposed_source(model.op_shapes(o))
+                shapes = model.op_shapes(o)  # shared per distinct shape args: judged once each
+                if id(shapes) not in transposed_of:
+                    transposed_of[id(shapes)] = (_transposed_source(shapes), shapes)
+                transposed_op[o] = transposed_of[id(shapes)][0]
             if transposed_op[o]:
                 transposing[names[i]] += dur[i]
     modelled = float(dur[att.source == 1].sum())
@@ -1078,7 +1082,13 @@ def eager_attention(
     kinds = host["kind"].to_numpy()
     op_kind = kinds[wanted[0]] if len(wanted) else 0
     all_ops = np.flatnonzero(kinds == op_kind)
-    position = {int(r): i for i, r in enumerate(all_ops)}  # order among ops, for the gap limit
+
+    def position(r: int) -> int:
+        """A row's order among the ops (0 when it is none), for the gap limit: a search
+        in the sorted op rows rather than a dict of every op row."""
+        i = int(np.searchsorted(all_ops, r))
+        return i if i < len(all_ops) and int(all_ops[i]) == r else 0
+
     tids = host["tid"].to_numpy()
     ts = host["ts"].to_numpy()
     found: list[list[Any]] = []
@@ -1089,7 +1099,7 @@ def eager_attention(
         types = model.op_shapes(r).get("Input type") or []
         tid = int(tids[r])
         st = state.get(tid)
-        pos = position.get(r, 0)
+        pos = position(r)
         if st is not None and pos - st[4] > ATTN_MAX_GAP_OPS:
             st = state.pop(tid, None)
         if name in ATTN_MATMULS and name != "aten::einsum":
@@ -1135,7 +1145,7 @@ def eager_attention(
         first, last = rows[0], rows[-1]
         tid = tids[first]
         roots = {int(root[r]) for r in rows}
-        lo, hi = position.get(int(root[first]), 0), position.get(int(root[last]), 0)
+        lo, hi = position(int(root[first])), position(int(root[last]))
         for r in all_ops[lo : hi + 1]:
             r = int(r)
             if tids[r] == tid and root[r] == r and r not in roots:
