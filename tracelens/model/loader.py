@@ -469,11 +469,35 @@ def _drop_repeats(frame: pd.DataFrame, identity: list[str]) -> tuple[pd.DataFram
     of each is kept, and rows are renumbered so row links stay positions."""
     if len(frame) < 2:
         return frame, 0
+    if not _may_repeat(frame, identity):
+        return frame, 0
     repeat = frame.duplicated(subset=identity).to_numpy()
     n = int(repeat.sum())
     if not n:
         return frame, 0
     return frame[~repeat].reset_index(drop=True), n
+
+
+def _may_repeat(frame: pd.DataFrame, identity: list[str]) -> bool:
+    """False only when no two rows can be equal on `identity`: one int64 key per row, a
+    function of those columns (equal rows, equal keys), has no repeat. A 64-bit key is
+    hashed once, where `duplicated` factorizes eight columns (0.15 s vs 0.01 s on a
+    600k-row host frame); a collision only sends the frame to that full check."""
+    key = np.zeros(len(frame), dtype=np.int64)
+    for i, col in enumerate(identity):
+        values = frame[col]
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            part = values.cat.codes.to_numpy().astype(np.int64)
+        else:
+            arr = values.to_numpy()
+            if arr.dtype.kind == "f":
+                part = (arr + 0.0).view(np.int64)  # + 0.0: -0.0 and 0.0 are one value
+            elif arr.dtype.kind in "iu":
+                part = arr.astype(np.int64)
+            else:
+                return True  # not a numeric column: let `duplicated` decide
+        key = (key * np.int64(1_000_003 + 2 * i)) ^ part
+    return bool(pd.Index(key).has_duplicates)
 
 
 #: Names longer than this are cut (start and end kept). The longest real names are C++
