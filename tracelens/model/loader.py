@@ -919,7 +919,7 @@ class _Collector:
         self.long_names = [0, 0]  # host, gpu
         self.name_tables: tuple[dict[str, int], dict[str, int]] = ({}, {})
         self.host_step: list[bool] = []  # per host name code: a ProfilerStep#N
-        self.shapes: dict[tuple[bytes, ...], OpShapes] = {}
+        self.shapes: dict[bytes, OpShapes] = {}
         self.host: dict[str, list[Any]] = {k: [] for k in _HOST_PIECES}
         self.gpu: dict[str, list[Any]] = {k: [] for k in _GPU_PIECES}
         self.memory: list[tuple[float | int | None, ...]] = []
@@ -1011,16 +1011,20 @@ class _Collector:
         return np.fromiter(map(table.__getitem__, names), dtype=np.int64, count=len(names))
 
     def _op_shapes(self, a: EventArgs) -> OpShapes:
-        key = (
-            bytes(a.input_dims),
-            bytes(a.input_dims_2021),
-            bytes(a.input_type),
-            bytes(a.input_strides),
-            bytes(a.concrete_inputs),
-        )
+        # One bytes key per op, the five raw fields joined by NUL: a JSON value cannot hold
+        # a raw NUL (msgspec rejects one), so the key is unambiguous; five separate copies
+        # are made only for a set not seen before.
+        key = b"\x00".join((a.input_dims, a.input_dims_2021, a.input_type, a.input_strides, a.concrete_inputs))
         found = self.shapes.get(key)
         if found is None:
-            found = self.shapes[key] = OpShapes(*key) if any(key) else _NO_SHAPES
+            fields = (
+                bytes(a.input_dims),
+                bytes(a.input_dims_2021),
+                bytes(a.input_type),
+                bytes(a.input_strides),
+                bytes(a.concrete_inputs),
+            )
+            found = self.shapes[key] = OpShapes(*fields) if any(fields) else _NO_SHAPES
         return found
 
     def _add_host(
