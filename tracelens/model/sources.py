@@ -427,6 +427,12 @@ class _Children:
         self._callers = callers[order]
         self._rows = rows[order]
 
+    def rows_of(self, caller: int) -> np.ndarray:
+        """The frames `caller` called, in row order (an empty array for none)."""
+        lo = int(np.searchsorted(self._callers, caller, side="left"))
+        hi = int(np.searchsorted(self._callers, caller, side="right"))
+        return self._rows[lo:hi]
+
     def get(self, caller: int, default: list[int]) -> list[int]:
         lo = int(np.searchsorted(self._callers, caller, side="left"))
         hi = int(np.searchsorted(self._callers, caller, side="right"))
@@ -467,8 +473,13 @@ def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) ->
     by_key = memo.get(user)
     if by_key is None:
         by_key = memo[user] = {}
-        for f in _child_frames(model).get(user, []):
-            same = by_key.setdefault(_row_callee_key(model, f), {})
+        children = _child_frames(model).rows_of(user)
+        arr = model.arrays
+        keys: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})  # as _row_callee_key
+        for f, code in zip(children.tolist(), arr.name_codes[children].tolist(), strict=True):
+            if code not in keys:
+                keys[code] = _callee_key(arr.name_table[code])
+            same = by_key.setdefault(keys[code], {})
             same.setdefault(f, len(same))
     positions = by_key.get(key, {})
     if callee not in positions:
