@@ -218,7 +218,7 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
     picked_rows = np.array([r for r, _, _, _ in picked], dtype=np.int64)
     steps = _step_of(ctx, ts[picked_rows])
     sites: dict[tuple[str, str], ShapeSite] = {}
-    for (r, name, dims, new), step, d_r in zip(picked, steps.tolist(), dur[picked_rows].tolist(), strict=True):
+    for (r, name, dims, new), step in zip(picked, steps.tolist(), strict=True):
         src = user_source(model, r)
         site_key = (name, src.label if src else "")
         site = sites.get(site_key)
@@ -230,7 +230,7 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
         site.alloc_calls += alloc_by_root.get(r, 0)
         if new:
             site.new_calls += 1
-            excess = float(d_r) - baseline[name]
+            excess = float(dur[r]) - baseline[name]
             if excess >= NEW_SHAPE_MIN_EXCESS_US:
                 site.excess_us += excess
                 idle = float(overlap(gap_iv, np.array([ts[r]]), np.array([ts[r] + dur[r]]))[0]) if len(gap_iv) else 0.0
