@@ -187,29 +187,37 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
     by_key: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     src_of: dict[tuple[str, str], PySource | None] = {}
     kernels_of: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    src_cache: dict[int, PySource | None] = {}
+    # Per anchor (the launch's outermost op, else the launch): its site key and source,
+    # worked out once; a decode loop launches from the same few thousand ops' rows.
+    key_of: dict[int, tuple[tuple[str, str], PySource | None]] = {}
     gpu_codes = model.gpu["name"].cat.codes.to_numpy()
     gpu_table = [str(c) for c in model.gpu["name"].cat.categories]
-    for lrow, nrow, dur in zip(
-        launch_gaps["launch_row"].to_numpy(),
-        launch_gaps["next_row"].to_numpy(),
-        launch_gaps["dur"].to_numpy(),
+    lrows = launch_gaps["launch_row"].to_numpy()
+    nrows = launch_gaps["next_row"].to_numpy()
+    roots = np.where(lrows >= 0, op_root[np.clip(lrows, 0, None)], -1) if len(lrows) else lrows
+    kernel_codes = gpu_codes[np.clip(nrows, 0, None)] if len(nrows) and len(gpu_codes) else nrows
+    for lrow, root, nrow, code, dur in zip(
+        lrows.tolist(),
+        roots.tolist(),
+        nrows.tolist(),
+        kernel_codes.tolist(),
+        launch_gaps["dur"].to_numpy().tolist(),
         strict=True,
     ):
         if lrow < 0:
             continue
-        root = int(op_root[lrow])
-        op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
-        anchor = root if root >= 0 else int(lrow)
-        if anchor not in src_cache:
-            src_cache[anchor] = user_source(model, anchor)
-        src = src_cache[anchor]
-        key = (op_name, src.label if src else "")
+        anchor = root if root >= 0 else lrow
+        found = key_of.get(anchor)
+        if found is None:
+            op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
+            src = user_source(model, anchor)
+            found = key_of[anchor] = ((op_name, src.label if src else ""), src)
+        key, src = found
         by_key[key][0] += float(dur)
         by_key[key][1] += 1
         src_of[key] = src
         if nrow >= 0:
-            kernels_of[key][gpu_table[gpu_codes[int(nrow)]]] += 1
+            kernels_of[key][gpu_table[code]] += 1
     ranked = sorted(by_key.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_SITES]
     return tuple(
         Site(

@@ -302,6 +302,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     has_shapes = model.host["shapes"].notna().to_numpy().copy() if len(model.host) else np.zeros(0, dtype=bool)
     decoded: dict[int, dict[str, Any]] = {}
     by_content: dict[tuple[str, str | None, bytes], OpCost | None] = {}
+    by_identity: dict[tuple[str, str | None, int], OpCost | None] = {}  # ids of dicts `decoded` keeps alive
     parent = model.arrays.parent if len(model.host) else np.zeros(0, dtype=np.int64)
 
     def cost_of(r: int, hint: str | None) -> OpCost | None:
@@ -314,6 +315,12 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
             shapes = decoded[r]
             cost = None
             op = model.arrays.name(r)
+            # Ops with the same shape args share one decoded dict (TraceModel.op_shapes): the
+            # cost found for that dict is the cost of its content, without encoding it again.
+            known = (op, hint, id(shapes))
+            if shapes and known in by_identity:
+                costs[key] = by_identity[known]
+                return costs[key]
             # A loop calls the same op on the same shapes every iteration: model it once.
             same = (op, hint, msgspec.json.encode(shapes)) if shapes else None
             if same is not None and same in by_content:
@@ -332,6 +339,8 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
                 except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
                     cost = None
                 by_content[same] = cost
+            if shapes:
+                by_identity[known] = cost
             costs[key] = cost
         return costs[key]
 
@@ -369,7 +378,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     if by_ancestor:
         # An enclosing op whose other kernels have their own models would be counted twice.
         direct = {int(o) for o in np.unique(owner[(owner >= 0) & (owner == op_rows)])}
-        clash = {a for r in direct for a in model.host_chain(r)[1:] if a in by_ancestor}
+        clash = _ancestors_among(model.arrays.parent_list, direct, by_ancestor)
         if clash:
             owner[via_ancestor & np.isin(owner, list(clash))] = -1
     flops = np.zeros(n)
@@ -390,7 +399,8 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     longest = np.full(len(owners), -1, dtype=np.int64)
     longest[slot[by_len][first]] = owned[by_len][first]
     owned_names: dict[int, list[str]] = defaultdict(list)
-    for i in owned[np.fromiter(("winograd" in nm.lower() for nm in names[owned]), dtype=bool, count=len(owned))]:
+    winograd_of = {nm: "winograd" in nm.lower() for nm in aux_of}  # once per distinct name
+    for i in owned[np.fromiter((winograd_of[nm] for nm in names[owned]), dtype=bool, count=len(owned))]:
         owned_names[int(owner[i])].append(names[i])
     for o, c in owner_cost.items():
         divisor = _winograd_divisor(owned_names.get(o, []))
@@ -451,6 +461,25 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
             j = int(np.searchsorted(owners, o))
             instr[i] = counted[i] * float(np.prod(lead)) * dur[i] / op_time[j]
     return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr)
+
+
+def _ancestors_among(up: list[int], rows: set[int], among: set[int]) -> set[int]:
+    """The rows of `among` that enclose one of `rows` within host_chain's bound (what
+    `{a for r in rows for a in model.host_chain(r)[1:] if a in among}` gives), in one walk
+    over the shared ancestors rather than one whole chain per row: a stack-heavy trace's
+    ops share long chains of Python frames."""
+    budget: dict[int, int] = {}  # row -> the most chain entries left when a walk reached it
+    found: set[int] = set()
+    for r in rows:
+        a, left = up[r], HOST_CHAIN_LIMIT - 1  # host_chain(r)[1:]: r's ancestors, up to 511
+        while a >= 0 and left > 0:
+            if budget.get(a, 0) >= left:
+                break  # walked from here already with at least this much of the bound left
+            budget[a] = left
+            if a in among:
+                found.add(a)
+            a, left = up[a], left - 1
+    return found
 
 
 def _subset(att: _Attribution, keep: np.ndarray) -> _Attribution:
@@ -626,11 +655,15 @@ def compute_roofline(
         meta[names[i]] = att.meta[i]
     transposing: dict[str, float] = defaultdict(float)  # time in copies from a transposed source
     transposed_op: dict[int, bool] = {}
+    transposed_of: dict[int, tuple[bool, Any]] = {}  # by id of the shapes dict, kept alive beside it
     for i in modelled_idx.tolist():
         o = int(att.owner[i])
         if att.meta[i][1] == "copy" and o >= 0:
             if o not in transposed_op:
-                transposed_op[o] = _transposed_source(model.op_shapes(o))
+                shapes = model.op_shapes(o)  # shared per distinct shape args: judged once each
+                if id(shapes) not in transposed_of:
+                    transposed_of[id(shapes)] = (_transposed_source(shapes), shapes)
+                transposed_op[o] = transposed_of[id(shapes)][0]
             if transposed_op[o]:
                 transposing[names[i]] += dur[i]
     modelled = float(dur[att.source == 1].sum())
@@ -1042,23 +1075,31 @@ def eager_attention(
     host = model.host
     if host.empty:
         return ()
-    names = host["name"].astype(str).to_numpy()
-    wanted = np.flatnonzero(np.isin(names, list(ATTN_MATMULS | ATTN_SOFTMAX | ATTN_DROPOUT)))
+    # Rows by name code: the names are tested once per distinct name, not once per row.
+    codes, table = model.arrays.name_codes, model.arrays.name_table
+    attn = ATTN_MATMULS | ATTN_SOFTMAX | ATTN_DROPOUT
+    wanted = np.flatnonzero(np.isin(codes, [c for c, nm in enumerate(table) if nm in attn]))
     kinds = host["kind"].to_numpy()
     op_kind = kinds[wanted[0]] if len(wanted) else 0
     all_ops = np.flatnonzero(kinds == op_kind)
-    position = {int(r): i for i, r in enumerate(all_ops)}  # order among ops, for the gap limit
+
+    def position(r: int) -> int:
+        """A row's order among the ops (0 when it is none), for the gap limit: a search
+        in the sorted op rows rather than a dict of every op row."""
+        i = int(np.searchsorted(all_ops, r))
+        return i if i < len(all_ops) and int(all_ops[i]) == r else 0
+
     tids = host["tid"].to_numpy()
     ts = host["ts"].to_numpy()
     found: list[list[Any]] = []
     state: dict[int, list[Any]] = {}  # tid -> [stage, rows, (B, Lq, Lk, D), dtype, last position]
     for r in sorted((int(x) for x in wanted), key=lambda x: ts[x]):
-        name = names[r]
+        name = table[codes[r]]
         dims = model.op_shapes(r).get("Input Dims") or []
         types = model.op_shapes(r).get("Input type") or []
         tid = int(tids[r])
         st = state.get(tid)
-        pos = position.get(r, 0)
+        pos = position(r)
         if st is not None and pos - st[4] > ATTN_MAX_GAP_OPS:
             st = state.pop(tid, None)
         if name in ATTN_MATMULS and name != "aten::einsum":
@@ -1104,7 +1145,7 @@ def eager_attention(
         first, last = rows[0], rows[-1]
         tid = tids[first]
         roots = {int(root[r]) for r in rows}
-        lo, hi = position.get(int(root[first]), 0), position.get(int(root[last]), 0)
+        lo, hi = position(int(root[first])), position(int(root[last]))
         for r in all_ops[lo : hi + 1]:
             r = int(r)
             if tids[r] == tid and root[r] == r and r not in roots:

@@ -168,20 +168,32 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
     seen: dict[str, set[bytes]] = defaultdict(set)
     repeat_durs: dict[str, list[float]] = defaultdict(list)
     window_calls: list[tuple[int, str, bytes, bool]] = []
-    for r in order:
-        args = shapes_col[r]
+    # The loader shares one args record among the ops with the same shape args: their
+    # dims bytes are made once per record (by identity: the column keeps them alive).
+    dims_of: dict[int, bytes] = {}
+    table = names.name_table
+    for r, code, t, d, args in zip(
+        order.tolist(),
+        names.name_codes[order].tolist(),
+        ts[order].tolist(),
+        dur[order].tolist(),
+        shapes_col[order].tolist(),
+        strict=True,
+    ):
         if args is None:
             continue
-        dims = bytes(args.input_dims) or bytes(args.input_dims_2021)
+        dims = dims_of.get(id(args))
+        if dims is None:
+            dims = dims_of[id(args)] = bytes(args.input_dims) or bytes(args.input_dims_2021)
         if not dims or dims == b"[]":
             continue
-        name = names.name(int(r))
+        name = table[code]
         new = dims not in seen[name]
         seen[name].add(dims)
         if not new:
-            repeat_durs[name].append(float(dur[r]))
-        if w0 <= ts[r] < w1:
-            window_calls.append((int(r), name, dims, new))
+            repeat_durs[name].append(float(d))
+        if w0 <= t < w1:
+            window_calls.append((r, name, dims, new))
     if not window_calls:
         return []
     by_name: dict[str, set[bytes]] = defaultdict(set)
@@ -200,15 +212,19 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
         np.isin(kind, [int(Kind.RUNTIME), int(Kind.DRIVER)]) & name_matches(host["name"], ALLOC_APIS.__contains__)
     )
     alloc_by_root: dict[int, int] = defaultdict(int)
-    for a in alloc_rows:
-        if root[a] >= 0:
-            alloc_by_root[int(root[a])] += 1
+    for a in root[alloc_rows].tolist():
+        if a >= 0:
+            alloc_by_root[a] += 1
     picked = [c for c in window_calls if c[1] in varying]
-    steps = _step_of(ctx, np.array([ts[r] for r, _, _, _ in picked]))
+    picked_rows = np.array([r for r, _, _, _ in picked], dtype=np.int64)
+    steps = _step_of(ctx, ts[picked_rows])
     sites: dict[tuple[str, str], ShapeSite] = {}
-    for (r, name, dims, new), step in zip(picked, steps, strict=True):
+    for (r, name, dims, new), step in zip(picked, steps.tolist(), strict=True):
         src = user_source(model, r)
-        site = sites.setdefault((name, src.label if src else ""), ShapeSite(name, src))
+        site_key = (name, src.label if src else "")
+        site = sites.get(site_key)
+        if site is None:
+            site = sites[site_key] = ShapeSite(name, src)
         site.shapes.append(dims)
         site.steps.add(int(step))
         site.calls += 1

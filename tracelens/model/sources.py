@@ -172,7 +172,17 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
     calling statement inferred from the source where it is readable (`call_line`).
 
     Memoised per Python frame (and per `Call stack` string in 2021-2022 traces): every
-    frame on a walk learns the answer, so resolving all kernels' sources is linear."""
+    frame on a walk learns the answer, so resolving all kernels' sources is linear. The
+    answer is memoised per row too: several analyzers ask about the same launch rows."""
+    memo_row: dict[int, PySource | None] = model.memo.setdefault("user_source_row", {})
+    row = int(row)
+    if row in memo_row:
+        return memo_row[row]
+    found = memo_row[row] = _user_source(model, row)
+    return found
+
+
+def _user_source(model: TraceModel, row: int) -> PySource | None:
     arr = model.arrays
     frame = int(arr.py_frame[row])
     if frame < 0:
@@ -417,6 +427,12 @@ class _Children:
         self._callers = callers[order]
         self._rows = rows[order]
 
+    def rows_of(self, caller: int) -> np.ndarray:
+        """The frames `caller` called, in row order (an empty array for none)."""
+        lo = int(np.searchsorted(self._callers, caller, side="left"))
+        hi = int(np.searchsorted(self._callers, caller, side="right"))
+        return self._rows[lo:hi]
+
     def get(self, caller: int, default: list[int]) -> list[int]:
         lo = int(np.searchsorted(self._callers, caller, side="left"))
         hi = int(np.searchsorted(self._callers, caller, side="right"))
@@ -451,13 +467,21 @@ def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
 def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) -> tuple[int, int]:
     # The same-named calls of one frame instance, listed once per (frame, name) rather
     # than once per call: a loop body's frame makes thousands.
-    memo: dict[tuple[int, tuple[str, str]], dict[int, int]] = model.memo.setdefault("ordinal", {})
-    positions = memo.get((user, key))
-    if positions is None:
-        same = [f for f in _child_frames(model).get(user, []) if _row_callee_key(model, f) == key]
-        positions = memo[(user, key)] = {}
-        for i, f in enumerate(same):
-            positions.setdefault(f, i)
+    # All of a frame's callees are grouped by key in one pass over its children (a frame
+    # asked about for several keys is not scanned once per key).
+    memo: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = model.memo.setdefault("ordinal", {})
+    by_key = memo.get(user)
+    if by_key is None:
+        by_key = memo[user] = {}
+        children = _child_frames(model).rows_of(user)
+        arr = model.arrays
+        keys: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})  # as _row_callee_key
+        for f, code in zip(children.tolist(), arr.name_codes[children].tolist(), strict=True):
+            if code not in keys:
+                keys[code] = _callee_key(arr.name_table[code])
+            same = by_key.setdefault(keys[code], {})
+            same.setdefault(f, len(same))
+    positions = by_key.get(key, {})
     if callee not in positions:
         return (-1, -1)
     return (positions[callee], len(positions))
