@@ -8,8 +8,6 @@ autoescaping in HTML, `md_cell` in Markdown and `plain` on the terminal.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import jinja2
 import msgspec
 import typer
@@ -33,27 +31,11 @@ MAX_HEATMAP_STEPS = 200
 MAX_TERMINAL_ITEMS = 5
 
 
-def _template_dir() -> Path:
-    here = Path(__file__).resolve()
-    for candidate in (here.parents[1] / "templates", here.parents[2] / "templates"):
-        if (candidate / "job.html.j2").is_file():
-            return candidate
-    raise FileNotFoundError("tracelens templates not found (expected templates/job.html.j2)")
-
-
 def _env(autoescape: bool) -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(_template_dir())),
-        autoescape=autoescape,
-        undefined=jinja2.StrictUndefined,
-        trim_blocks=True,
-        lstrip_blocks=True,
-        keep_trailing_newline=True,
-    )
-    env.filters["us"] = fmt.us
-    env.filters["pct"] = fmt.pct
-    env.filters["nbytes"] = fmt.nbytes
-    env.filters["short"] = fmt.short
+    """The single-trace report's environment (templates, filters) plus the job's own."""
+    from tracelens.render.html import environment
+
+    env = environment(autoescape)
     env.filters["md"] = md_cell
     env.filters["cause"] = lambda c: CAUSE_LABELS.get(c, c)
     env.globals["colours"] = CAUSE_COLOURS
