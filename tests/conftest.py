@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from functools import cache
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -64,3 +65,12 @@ def report_of(path: Path) -> Report:
 @pytest.fixture(scope="session")
 def all_real_reports() -> dict[str, Report]:
     return {p.name: report_of(p) for p in REAL_TRACES}
+
+
+@cache
+def job_of(folder: Path) -> Any:
+    """The job report of a folder of rank traces, read with one worker (no pool)."""
+    from tracelens.job import analyze, expand, map_ranks, rank_inputs
+
+    results, seconds, how = map_ranks(rank_inputs(expand([str(folder)])), workers=1)
+    return analyze(results, map_seconds=seconds, scheduler=how)

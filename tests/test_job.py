@@ -9,12 +9,11 @@ import json
 import shutil
 import subprocess
 import sys
-from functools import cache
 from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import REPO, SAMPLES, real
+from conftest import REPO, SAMPLES, job_of, real
 
 from tracelens.job import analyze, expand, looks_like_ranks, map_ranks, rank_inputs
 from tracelens.job.discover import rank_from_name
@@ -34,12 +33,6 @@ def case(name: str) -> Path:
     if not p.is_dir():
         pytest.fail(f"sample rank traces missing: {p}")
     return p
-
-
-@cache
-def job_of(folder: Path) -> JobReport:
-    results, seconds, how = map_ranks(rank_inputs(expand([str(folder)])), workers=1)
-    return analyze(results, map_seconds=seconds, scheduler=how)
 
 
 def test_host_slow_rank_is_named_with_its_reason_and_cost() -> None:

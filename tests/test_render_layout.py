@@ -59,15 +59,13 @@ def test_dark_mode_and_diff_fit_too() -> None:
 def test_job_reports_fit() -> None:
     """The job report (rank x step heat maps, ranks and collectives tables) on the H200
     gloo captures: no sideways scrolling on a phone, in light and dark mode."""
-    from conftest import SAMPLES
+    from conftest import SAMPLES, job_of
 
-    from tracelens.job import analyze, expand, map_ranks, rank_inputs
     from tracelens.render.job import render_job_html
 
     pages = {}
     for folder in sorted(SAMPLES.glob("ranks_*")):
-        results, seconds, how = map_ranks(rank_inputs(expand([str(folder)])), workers=1)
-        page = render_job_html(analyze(results, map_seconds=seconds, scheduler=how))
+        page = render_job_html(job_of(folder))
         # The job page runs no script and its policy says so; the layout probe is one.
         pages[folder.name] = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)
     assert len(pages) == 3
