@@ -350,6 +350,55 @@ def _foreach_estimate(name: str, grid: int, op: str) -> OpCost | None:
     return OpCost(flops, elements * item * (reads + writes), DTYPE_SHORT.get(ctype, ctype), False, "optimizer")
 
 
+#: cuDNN's flash-attention backward runs two passes beside its main kernel, each moving a
+#: fixed multiple of the N = batch x heads x length x head-dim elements of dO: (kernel-name
+#: marker, bytes per element of dO's type read or written, fp32 bytes per element, fp32
+#: bytes per row). compute_dot_do_o reads dO and O (rowsum(dO * O), one fp32 a row) and
+#: zeroes the fp32 dQ accumulator (its 47 MB of DRAM writes on the attention case, 4 x 16 x
+#: 2048 x 128, match what the 60 MiB L2 cannot hold of a 67 MB buffer); convert_dq_to_16bits
+#: reads that accumulator (67.2 MB, measured) and writes dQ in dO's type. Nsight Compute
+#: DRAM reads on the H200 (bench/ncu_compare_memory.sh): 67.14 / 16.79 MB and 67.21 / 16.79 MB
+#: on the attention / train cases, as modelled.
+ATTENTION_HELPERS: tuple[tuple[str, float, float, float], ...] = (
+    ("compute_dot_do_o", 2.0, 4.0, 4.0),
+    ("convert_dq_to_16bits", 1.0, 4.0, 0.0),
+)
+
+
+def _attention_helper_bytes(
+    model: TraceModel,
+    names: np.ndarray,
+    owner: np.ndarray,
+    dur: np.ndarray,
+    nbytes: np.ndarray,
+    decoded: dict[int, dict[str, Any]],
+) -> None:
+    """Give cuDNN's attention-backward passes (ATTENTION_HELPERS) the bytes they move,
+    from the backward op's dO, and the op's main kernels its modelled bytes shared over
+    their own time, instead of every kernel a time share of the op's bytes."""
+    helper_of = {nm: next((h for h in ATTENTION_HELPERS if h[0] in nm), None) for nm in set(names.tolist())}
+    rows = np.flatnonzero((owner >= 0) & np.fromiter((helper_of[nm] is not None for nm in names), bool, len(names)))
+    for o in {int(owner[i]) for i in rows.tolist()}:
+        shapes = decoded.get(o) or {}
+        dims = shapes.get("Input Dims") or []
+        types = shapes.get("Input type") or []
+        grad = dims[0] if dims else None
+        if not (isinstance(grad, list) and len(grad) == 4 and all(isinstance(x, int) for x in grad)):
+            continue
+        item = DTYPE_BYTES.get(str(types[0]) if types else "", 2)
+        elements = float(np.prod(grad))
+        mine = np.flatnonzero(owner == o)
+        helpers = [i for i in mine.tolist() if helper_of[names[i]] is not None]
+        rest = [i for i in mine.tolist() if helper_of[names[i]] is None]
+        total, rest_time = float(nbytes[mine].sum()), float(dur[rest].sum())
+        for i in helpers:
+            h = helper_of[names[i]]
+            assert h is not None
+            nbytes[i] = elements * (h[1] * item + h[2]) + elements / grad[-1] * h[3]
+        if rest and rest_time > 0:
+            nbytes[rest] = total * dur[rest] / rest_time
+
+
 def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribution:
     """FLOPs and bytes of every kernel. Each kernel belongs to the innermost op that has a
     model, or to the nearest enclosing op with one (cudnn_convolution_backward for its
@@ -490,6 +539,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     math_flops = np.where(main_time[slot] > 0, by_main, on_longest)
     sel = owned[ok]
     nbytes[sel] = shared_bytes[ok]
+    _attention_helper_bytes(model, names, owner, dur, nbytes, decoded)
     flops[sel] = np.where(c_math[slot], math_flops, shared_flops)[ok]
     source[sel] = 1
     kinds = [(c.dtype, c.family, c.tensor_core) for c in costs_of]
