@@ -24,7 +24,6 @@ class OpCost:
     dtype: str  # short dtype of the main operand
     tensor_core: bool  # matmul-like work that can run on tensor cores
     family: str  # matmul, conv, attention, elementwise, reduction, norm, copy, gather, optimizer
-    written: float = 0.0  # of `bytes`, those written (outputs); 0 where the model does not split them
 
 
 ELEMENTWISE = frozenset(
@@ -242,7 +241,7 @@ def _gather_cost(name: str, shapes: dict[str, Any], tensors: list[TensorArg]) ->
     if name == "embedding" and len(dims) >= 2 and isinstance(dims[0], list) and len(dims[0]) == 2:
         rows = _numel(dims[1])
         out = rows * dims[0][1] * tensors[0][1]
-        return OpCost(0.0, 2.0 * out + 8 * rows, tensors[0][2], False, "gather", out)
+        return OpCost(0.0, 2.0 * out + 8 * rows, tensors[0][2], False, "gather")
     if name == "index_select" and len(dims) >= 3 and isinstance(dims[0], list) and dims[0]:
         dim = (_concrete_ints(shapes, 1) or [0])[0]
         table = dims[0]
@@ -251,7 +250,7 @@ def _gather_cost(name: str, shapes: dict[str, Any], tensors: list[TensorArg]) ->
         row = _numel(table) // table[dim]
         picked = _numel(dims[2])
         out = picked * row * tensors[0][1]
-        return OpCost(0.0, 2.0 * out + 8 * picked, tensors[0][2], False, "gather", out)
+        return OpCost(0.0, 2.0 * out + 8 * picked, tensors[0][2], False, "gather")
     if name == "embedding_dense_backward" and len(tensors) >= 2:
         # (grad_output, indices, num_weights, ...): every gradient row read once and added
         # into a zeroed [num_weights, D] table.
@@ -439,7 +438,7 @@ def _op_cost(
         if name in ATTENTION_BWD:
             return OpCost(flops * ATTENTION_BWD_FACTOR, in_bytes + in_bytes, dtype, True, "attention")
         out_bytes = b * h * lq * d * tensors[0][1]
-        return OpCost(flops, in_bytes + out_bytes, dtype, True, "attention", out_bytes)
+        return OpCost(flops, in_bytes + out_bytes, dtype, True, "attention")
     out_bytes = biggest[0] * biggest[1]
     inplace = name.endswith("_")
     if op.startswith(("triton_poi_", "triton_red_", "triton_per_")):
@@ -464,30 +463,27 @@ def _op_cost(
             written = float(sum(t.nbytes for t in outs))
         else:
             written = float(out_bytes)
-        return OpCost(float(biggest[0]), read_bytes + written, dtype, False, "elementwise", written)
+        return OpCost(float(biggest[0]), read_bytes + written, dtype, False, "elementwise")
     if name in COPIES:
         if name in ("fill_", "zero_"):
-            return OpCost(0.0, float(out_bytes), dtype, False, "copy", float(out_bytes))
+            return OpCost(0.0, float(out_bytes), dtype, False, "copy")
         if name in ("cat", "stack"):
-            return OpCost(0.0, 2 * in_bytes, dtype, False, "copy", in_bytes)
+            return OpCost(0.0, 2 * in_bytes, dtype, False, "copy")
         # copy_(dst, src): read src, write dst; to/_to_copy/contiguous/clone: read + write.
         # An expanded source is read once per distinct element.
         if name == "copy_" and len(tensors) >= 2:
-            return OpCost(0.0, float(tensors[0].nbytes + tensors[1].read_bytes), dtype, False, "copy",
-                          float(tensors[0].nbytes))  # fmt: skip
+            return OpCost(0.0, float(tensors[0].nbytes + tensors[1].read_bytes), dtype, False, "copy")
         if name in ("_to_copy", "to") and type_hint in DTYPE_BYTES:
             # A cast writes the kernel's element type (bfloat16_copy_kernel: 2 bytes), not the input's.
-            out = float(tensors[0].numel * DTYPE_BYTES[type_hint])
-            return OpCost(0.0, float(tensors[0].read_bytes) + out, dtype, False, "copy", out)
-        return OpCost(0.0, float(tensors[0].read_bytes + in_bytes), dtype, False, "copy", in_bytes)
+            return OpCost(0.0, float(tensors[0].read_bytes + tensors[0].numel * DTYPE_BYTES[type_hint]), dtype,
+                          False, "copy")  # fmt: skip
+        return OpCost(0.0, float(tensors[0].read_bytes + in_bytes), dtype, False, "copy")
     if name in REDUCTIONS:
         return OpCost(float(biggest[0]), in_bytes, dtype, False, "reduction")
     if name in NORMS:
-        return OpCost(NORM_FLOPS_PER_ELEMENT * float(biggest[0]), in_bytes + out_bytes, dtype, False, "norm",
-                      float(out_bytes))  # fmt: skip
+        return OpCost(NORM_FLOPS_PER_ELEMENT * float(biggest[0]), in_bytes + out_bytes, dtype, False, "norm")
     if name in NORM_BACKWARD:
-        return OpCost(NORM_BWD_FLOPS_PER_ELEMENT * float(biggest[0]), in_bytes + out_bytes, dtype, False, "norm",
-                      float(out_bytes))  # fmt: skip
+        return OpCost(NORM_BWD_FLOPS_PER_ELEMENT * float(biggest[0]), in_bytes + out_bytes, dtype, False, "norm")
     if name in POOLS:
         return OpCost(float(biggest[0]), in_bytes, dtype, False, "pool")
     if name in GATHERS:
@@ -502,5 +498,5 @@ def _op_cost(
         # addcmul_) the first list itself, out of place (sqrt, div) the result.
         first = float(sum(t.nbytes for t in tensors if t.position == 0))
         writes = 0.75 * in_bytes if "adam" in name else first
-        return OpCost(float(flops), in_bytes + writes, dtype, False, "optimizer", writes)
+        return OpCost(float(flops), in_bytes + writes, dtype, False, "optimizer")
     return None

@@ -15,7 +15,6 @@ gives more than the peak is reported as a model error, never as > 100 % efficien
 
 from __future__ import annotations
 
-import os
 import re
 from collections import defaultdict
 from collections.abc import Callable
@@ -314,7 +313,6 @@ class _Attribution:
     unmodelled: dict[tuple[str, str], float]
     owner: np.ndarray  # host row of the op whose model covers each kernel, or -1
     instructions: np.ndarray | None = None  # estimated thread instructions (0: no count)
-    written: np.ndarray | None = None  # of `bytes`, those written (0: not split out)
 
 
 def _conv_outputs(model: TraceModel) -> dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]]:
@@ -349,8 +347,7 @@ def _foreach_estimate(name: str, grid: int, op: str) -> OpCost | None:
         reads, writes, flops = depth - 1, 1, elements  # out of place: the last list is the result
     else:
         reads, writes, flops = depth, 1, elements
-    return OpCost(flops, elements * item * (reads + writes), DTYPE_SHORT.get(ctype, ctype), False, "optimizer",
-                  elements * item * writes)  # fmt: skip
+    return OpCost(flops, elements * item * (reads + writes), DTYPE_SHORT.get(ctype, ctype), False, "optimizer")
 
 
 #: cuDNN's flash-attention backward runs two passes beside its main kernel, each moving a
@@ -527,25 +524,21 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     for o, c in owner_cost.items():
         divisor = _winograd_divisor(owned_names.get(o, []))
         if divisor != 1.0 and c.family == "conv":
-            owner_cost[o] = OpCost(c.flops / divisor, c.bytes, c.dtype, c.tensor_core, c.family, c.written)
+            owner_cost[o] = OpCost(c.flops / divisor, c.bytes, c.dtype, c.tensor_core, c.family)
     costs_of = [owner_cost[o] for o in owners.tolist()]
     c_bytes = np.array([c.bytes for c in costs_of], dtype=float)
-    c_written = np.array([c.written for c in costs_of], dtype=float)
     c_flops = np.array([c.flops for c in costs_of], dtype=float)
     c_math = np.array([c.family in MATH_FAMILIES for c in costs_of], dtype=bool)
     ok = op_time[slot] > 0  # an owner whose kernels all took 0 µs shares nothing
     d = dur[owned]
     with np.errstate(divide="ignore", invalid="ignore"):
         shared_bytes = c_bytes[slot] * d / op_time[slot]
-        shared_written = c_written[slot] * d / op_time[slot]
         shared_flops = c_flops[slot] * d / op_time[slot]
         by_main = np.where(aux[owned], 0.0, c_flops[slot] * d / main_time[slot])
     on_longest = np.where(owned == longest[slot], c_flops[slot], 0.0)
     math_flops = np.where(main_time[slot] > 0, by_main, on_longest)
     sel = owned[ok]
     nbytes[sel] = shared_bytes[ok]
-    written = np.zeros(n)
-    written[sel] = shared_written[ok]
     _attention_helper_bytes(model, names, owner, dur, nbytes, decoded)
     flops[sel] = np.where(c_math[slot], math_flops, shared_flops)[ok]
     source[sel] = 1
@@ -561,7 +554,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
         if "multi_tensor_apply" in names[i]:
             est = _foreach_estimate(names[i], int(grids[i]), op)
             if est is not None:
-                flops[i], nbytes[i], written[i], source[i] = est.flops, est.bytes, est.written, 2
+                flops[i], nbytes[i], source[i] = est.flops, est.bytes, 2
                 meta[i] = (est.dtype, est.family, est.tensor_core)
                 continue
         if r < 0:
@@ -597,7 +590,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
         if found is not None and coef is not None:
             j = int(np.searchsorted(owners, o))
             instr[i] = (coef[0] + coef[1] * found[1]) * found[0] * dur[i] / op_time[j]
-    return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr, written)
+    return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr)
 
 
 def _ancestors_among(up: list[int], rows: set[int], among: set[int]) -> set[int]:
@@ -776,16 +769,7 @@ def compute_roofline(
     counts = np.bincount(codes, minlength=width)
     times = np.bincount(codes, weights=dur[kept], minlength=width)
     g_flops = np.bincount(codes, weights=np.where(with_model, att.flops[kept], 0.0), minlength=width)
-    dram = att.bytes
-    if os.environ.get("R3_RETAIN") and att.written is not None:
-        # Experiment (issue 10, third pass): writes up to R3_RETAIN x L2 x written/moved stay in the
-        # H200's 60 MiB L2 at the kernel's end and never reach DRAM under Nsight Compute.
-        l2 = 62914560.0 * float(os.environ["R3_RETAIN"])
-        w = att.written
-        with np.errstate(divide="ignore", invalid="ignore"):
-            keep_in_l2 = np.minimum(w, np.where(att.bytes > 0, l2 * w / att.bytes, 0.0))
-        dram = att.bytes - keep_in_l2
-    g_bytes = np.bincount(codes, weights=np.where(with_model, dram[kept], 0.0), minlength=width)
+    g_bytes = np.bincount(codes, weights=np.where(with_model, att.bytes[kept], 0.0), minlength=width)
     g_mtime = np.bincount(codes, weights=np.where(with_model, dur[kept], 0.0), minlength=width)
     instr_of = att.instructions if att.instructions is not None else np.zeros(len(k))
     g_instr = np.bincount(codes, weights=np.where(with_model, instr_of[kept], 0.0), minlength=width)
