@@ -160,7 +160,7 @@ def instructions_per_element(kernel: str) -> float:
 #: 2.11+cu130, workloads/ncu_cases.py `legacy`: broadcast copies over 1-4 coalesced dimensions
 #: and strided or broadcast add/mul over 2-4, fp32 and bf16, 8M elements,
 #: bench/ncu_compare_memory.sh): copies 21.0 / 18.5 (fp32 / 16-bit) + 12.0 a dimension within
-#: 0.1 on all 10; add and mul 27.0 / 28.3 + 14.0 a dimension within 0.8 on all 10.
+#: 0.1 on all 10; add and mul 27.0 / 28.3 + 14.0 a dimension within 0.5 on all 10.
 #: (kernel-name marker, fp32 base, 16-bit base, per dimension).
 LEGACY_INSTRUCTIONS: tuple[tuple[str, float, float, float], ...] = (
     ("direct_copy_kernel_cuda", 21.0, 18.5, 12.0),
@@ -174,6 +174,8 @@ def legacy_coefficients(kernel: str) -> tuple[float, float] | None:
     """(base, per dimension) instructions per element of a non-vectorised elementwise
     kernel in LEGACY_INSTRUCTIONS, None for any other kernel."""
     if not all(m in kernel for m in LEGACY_KERNEL_MARKERS) or "vectorized_" in kernel or "unrolled_" in kernel:
+        return None
+    if "UnaryFunctor" in kernel:  # AUnary/BUnary: a binary op with a scalar operand, not measured
         return None
     half = dtype_from_kernel(kernel) in ("c10::BFloat16", "c10::Half")
     for marker, fp32, h, per_dim in LEGACY_INSTRUCTIONS:
