@@ -105,6 +105,31 @@ def read_ncu(path: Path) -> list[NcuKernel]:
     return out
 
 
+#: Units of Nsight Compute's raw page, to bytes, sectors and microseconds.
+_UNIT_SCALE = {"byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "sector": 1.0, "Ksector": 1e3,
+               "Msector": 1e6, "Gsector": 1e9, "usecond": 1.0, "nsecond": 1e-3, "msecond": 1e3}  # fmt: skip
+
+
+def read_raw(path: Path) -> list[dict[str, float | str]]:
+    """Nsight Compute's `--page raw --csv` (gzipped or not): one dict per profiled launch in
+    ID order, numbers scaled to bytes, sectors and microseconds where the unit row says
+    so; "Kernel Name" and other text as text."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt") as f:  # type: ignore[operator]
+        rows = list(csv.reader(io.StringIO("".join(ln for ln in f if ln.startswith('"')))))
+    header, units = rows[0], rows[1]
+    out: list[dict[str, float | str]] = []
+    for r in rows[2:]:
+        d: dict[str, float | str] = {}
+        for h, u, v in zip(header, units, r, strict=False):
+            try:
+                d[h] = float(v.replace(",", "")) * _UNIT_SCALE.get(u, 1.0)
+            except ValueError:
+                d[h] = v
+        out.append(d)
+    return out
+
+
 _ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

@@ -24,6 +24,11 @@ Cases (sizes on CUDA; ``--device cpu`` shrinks them for a smoke test):
              sigmoid, SiLU, rsqrt, erf, add, mul, ReLU, casts, dropout) in fp32 and bf16 on
              32768 x 1024 tensors: for the instructions each executes per element (ncu's
              InstructionStats), not for the bound comparison
+  legacy     ATen's non-vectorised elementwise path (`elementwise_kernel<128, 4>`, taken when an
+             operand is broadcast or strided): broadcast copies and strided/broadcast adds and
+             muls over 1-4 dimensions (after TensorIterator's coalescing), fp32 and bf16, on
+             8M-element tensors shaped unlike the comparison cases: for the instructions each
+             executes per element, not for the bound comparison
   onchip     fp32 memory-efficient attention (SDPA without TF32, no grad) at 8 x 16 heads x 256 and
              x 1024 tokens, head dim 64: its L1/shared-memory traffic per FLOP (ncu's
              MemoryWorkloadAnalysis), not for the bound comparison
@@ -42,7 +47,7 @@ import torch.nn.functional as F
 from _profile import make_parser, profile_steps, sync
 from torch import nn
 
-CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm", "instructions", "onchip")
+CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm", "instructions", "onchip", "legacy")
 
 
 def _train(dev: torch.device, big: bool) -> Callable[[], None]:
@@ -218,6 +223,35 @@ def _instructions(dev: torch.device, big: bool) -> Callable[[], None]:
     return step
 
 
+def _legacy(dev: torch.device, big: bool) -> Callable[[], None]:
+    r, c = (4096, 2048) if big else (32, 16)  # 2-D
+    a3, b3, c3 = (32, 256, 1024) if big else (2, 8, 16)  # 3-D
+    a4, b4, c4, d4 = (16, 8, 256, 256) if big else (2, 2, 4, 8)  # 4-D
+    dtypes = (torch.float32, torch.bfloat16) if dev.type == "cuda" else (torch.float32,)
+    sets = []
+    for dt in dtypes:
+        def t(*shape: int, dt: torch.dtype = dt) -> torch.Tensor:
+            return torch.randn(*shape, device=dev, dtype=dt)
+
+        sets.append((t(1), t(1, c), t(r, 1), t(a3, 1, c3), t(a4, 1, c4, 1), t(r, c), t(c, r), t(a3, b3, c3),
+                     t(a3, c3, b3), t(a4, b4, c4, d4), t(a4, c4, b4, d4)))  # fmt: skip
+
+    def step() -> None:
+        for one, row, col, b3d, b4d, x, xt, y3, y3t, y4, y4p in sets:
+            one.expand(r, c).contiguous()  # copy, 1 dim (all strides 0 coalesce)
+            row.expand(r, c).contiguous()  # copy, 2 dims
+            col.expand(r, c).contiguous()  # copy, 2 dims (column broadcast)
+            b3d.expand(a3, b3, c3).contiguous()  # copy, 3 dims
+            b4d.expand(a4, b4, c4, d4).contiguous()  # copy, 4 dims
+            torch.add(x, xt.t())  # add, 2 dims, one transposed operand
+            y3.add_(y3t.transpose(1, 2))  # in-place add, 3 dims (as attention's grad accumulation)
+            torch.add(y4, y4p.transpose(1, 2))  # add, 4 dims (last dim contiguous: 3 after coalescing)
+            torch.mul(x, row)  # mul by a broadcast row, 2 dims
+            torch.mul(y3, b3d)  # mul by a broadcast, 3 dims
+
+    return step
+
+
 def _onchip(dev: torch.device, big: bool) -> Callable[[], None]:
     batch, heads, dh = (8, 16, 64) if big else (1, 2, 16)
     qkv = [[torch.randn(batch, heads, s, dh, device=dev) for _ in range(3)] for s in ((256, 1024) if big else (16, 32))]
@@ -239,6 +273,7 @@ BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
     "gemm": _gemm,
     "instructions": _instructions,
     "onchip": _onchip,
+    "legacy": _legacy,
 }
 
 

@@ -152,6 +152,78 @@ def instructions_per_element(kernel: str) -> float:
     return 0.0
 
 
+#: ATen's non-vectorised elementwise path (`elementwise_kernel<128, 4 or 2>` through
+#: gpu_kernel_impl_nocast, taken when an operand is broadcast or strided) computes every
+#: operand's offset from the element index, one integer division and one multiply-add per
+#: operand per dimension the TensorIterator could not coalesce: its instructions per element
+#: are linear in those dimensions. Measured (Nsight Compute InstructionStats, H200, torch
+#: 2.11+cu130, workloads/ncu_cases.py `legacy`: broadcast copies over 1-4 coalesced dimensions
+#: and strided or broadcast add/mul over 2-4, fp32 and bf16, 8M elements,
+#: bench/ncu_compare_memory.sh): copies 21.0 / 18.5 (fp32 / 16-bit) + 12.0 a dimension within
+#: 0.1 on all 10; add and mul 27.0 / 28.3 + 14.0 a dimension within 0.5 on all 10.
+#: (kernel-name marker, fp32 base, 16-bit base, per dimension).
+LEGACY_INSTRUCTIONS: tuple[tuple[str, float, float, float], ...] = (
+    ("direct_copy_kernel_cuda", 21.0, 18.5, 12.0),
+    ("CUDAFunctor_add", 27.0, 28.3, 14.0),
+    ("MulFunctor", 27.0, 28.3, 14.0),
+)
+LEGACY_KERNEL_MARKERS = ("elementwise_kernel<128,", "gpu_kernel_impl_nocast<")
+
+
+def legacy_coefficients(kernel: str) -> tuple[float, float] | None:
+    """(base, per dimension) instructions per element of a non-vectorised elementwise
+    kernel in LEGACY_INSTRUCTIONS, None for any other kernel."""
+    if not all(m in kernel for m in LEGACY_KERNEL_MARKERS) or "vectorized_" in kernel or "unrolled_" in kernel:
+        return None
+    if "UnaryFunctor" in kernel:  # AUnary/BUnary: a binary op with a scalar operand, not measured
+        return None
+    half = dtype_from_kernel(kernel) in ("c10::BFloat16", "c10::Half")
+    for marker, fp32, h, per_dim in LEGACY_INSTRUCTIONS:
+        if marker in kernel:
+            return (h if half else fp32), per_dim
+    return None
+
+
+def iteration_dims(shapes: dict[str, Any], inplace_or_copy: bool) -> tuple[int, int] | None:
+    """(elements, dimensions) of the TensorIterator an elementwise op or copy runs: the
+    output's shape (the first tensor for copy_ and in-place ops, else the inputs' broadcast
+    shape, contiguous) and the dimensions left after merging each pair of adjacent ones whose
+    strides are contiguous for every operand (size-1 dimensions dropped), as
+    TensorIterator's coalescing does. None where shapes or strides are missing."""
+    dims = [d for d in shapes.get("Input Dims") or [] if isinstance(d, list) and d]
+    strides = [s for s in shapes.get("Input Strides") or [] if isinstance(s, list) and s]
+    if not dims or len(dims) != len(strides) or any(len(d) != len(s) for d, s in zip(dims, strides, strict=True)):
+        return None
+    if not all(isinstance(x, int) for d in dims + strides for x in d):
+        return None
+    rank = max(len(d) for d in dims)
+    shape = [1] * rank
+    for d in dims:
+        for j, x in enumerate(d, start=rank - len(d)):
+            shape[j] = max(shape[j], x)
+    ops = [[0] * (rank - len(s)) + [st if x > 1 else 0 for x, st in zip(d, s, strict=True)]
+           for d, s in zip(dims, strides, strict=True)]  # fmt: skip
+    if not inplace_or_copy:  # a fresh contiguous output
+        out, acc = [0] * rank, 1
+        for j in range(rank - 1, -1, -1):
+            out[j], acc = (acc if shape[j] > 1 else 0), acc * shape[j]
+        ops.insert(0, out)
+    keep = [j for j in range(rank) if shape[j] > 1]
+    elements = int(np.prod(shape)) if shape else 1
+    if not keep:
+        return elements, 1
+    # Innermost first, the output's fastest dimension innermost (TensorIterator permutes so).
+    keep.sort(key=lambda j: -ops[0][j])
+    n_dims, inner_size = 1, shape[keep[-1]]
+    inner = [op[keep[-1]] for op in ops]
+    for j in reversed(keep[:-1]):
+        if all(op[j] == st * inner_size for op, st in zip(ops, inner, strict=True)):
+            inner_size *= shape[j]  # merged: same base strides, a larger extent
+        else:
+            n_dims, inner_size, inner = n_dims + 1, shape[j], [op[j] for op in ops]
+    return elements, n_dims
+
+
 #: Winograd convolutions do fewer multiplies than a direct convolution: F(4x4, 3x3) 36
 #: per 16 outputs instead of 144 (4x fewer), F(2x2, 3x3) 16 per 4 instead of 36 (2.25x).
 #: An op whose kernels say winograd is credited with the direct FLOPs divided by this.
@@ -278,6 +350,55 @@ def _foreach_estimate(name: str, grid: int, op: str) -> OpCost | None:
     else:
         reads, writes, flops = depth, 1, elements
     return OpCost(flops, elements * item * (reads + writes), DTYPE_SHORT.get(ctype, ctype), False, "optimizer")
+
+
+#: cuDNN's flash-attention backward runs two passes beside its main kernel, each moving a
+#: fixed multiple of the N = batch x heads x length x head-dim elements of dO: (kernel-name
+#: marker, bytes per element of dO's type read or written, fp32 bytes per element, fp32
+#: bytes per row). compute_dot_do_o reads dO and O (rowsum(dO * O), one fp32 a row) and
+#: zeroes the fp32 dQ accumulator (its 47 MB of DRAM writes on the attention case, 4 x 16 x
+#: 2048 x 128, match what the 60 MiB L2 cannot hold of a 67 MB buffer); convert_dq_to_16bits
+#: reads that accumulator (67.2 MB, measured) and writes dQ in dO's type. Nsight Compute
+#: DRAM reads on the H200 (bench/ncu_compare_memory.sh): 67.14 / 16.79 MB and 67.21 / 16.79 MB
+#: on the attention / train cases, as modelled.
+ATTENTION_HELPERS: tuple[tuple[str, float, float, float], ...] = (
+    ("compute_dot_do_o", 2.0, 4.0, 4.0),
+    ("convert_dq_to_16bits", 1.0, 4.0, 0.0),
+)
+
+
+def _attention_helper_bytes(
+    model: TraceModel,
+    names: np.ndarray,
+    owner: np.ndarray,
+    dur: np.ndarray,
+    nbytes: np.ndarray,
+    decoded: dict[int, dict[str, Any]],
+) -> None:
+    """Give cuDNN's attention-backward passes (ATTENTION_HELPERS) the bytes they move,
+    from the backward op's dO, and the op's main kernels its modelled bytes shared over
+    their own time, instead of every kernel a time share of the op's bytes."""
+    helper_of = {nm: next((h for h in ATTENTION_HELPERS if h[0] in nm), None) for nm in set(names.tolist())}
+    rows = np.flatnonzero((owner >= 0) & np.fromiter((helper_of[nm] is not None for nm in names), bool, len(names)))
+    for o in {int(owner[i]) for i in rows.tolist()}:
+        shapes = decoded.get(o) or {}
+        dims = shapes.get("Input Dims") or []
+        types = shapes.get("Input type") or []
+        grad = dims[0] if dims else None
+        if not (isinstance(grad, list) and len(grad) == 4 and all(isinstance(x, int) for x in grad)):
+            continue
+        item = DTYPE_BYTES.get(str(types[0]) if types else "", 2)
+        elements = float(np.prod(grad))
+        mine = np.flatnonzero(owner == o)
+        helpers = [i for i in mine.tolist() if helper_of[names[i]] is not None]
+        rest = [i for i in mine.tolist() if helper_of[names[i]] is None]
+        total, rest_time = float(nbytes[mine].sum()), float(dur[rest].sum())
+        for i in helpers:
+            h = helper_of[names[i]]
+            assert h is not None
+            nbytes[i] = elements * (h[1] * item + h[2]) + elements / grad[-1] * h[3]
+        if rest and rest_time > 0:
+            nbytes[rest] = total * dur[rest] / rest_time
 
 
 def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribution:
@@ -420,6 +541,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     math_flops = np.where(main_time[slot] > 0, by_main, on_longest)
     sel = owned[ok]
     nbytes[sel] = shared_bytes[ok]
+    _attention_helper_bytes(model, names, owner, dur, nbytes, decoded)
     flops[sel] = np.where(c_math[slot], math_flops, shared_flops)[ok]
     source[sel] = 1
     kinds = [(c.dtype, c.family, c.tensor_core) for c in costs_of]
@@ -460,6 +582,16 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
         if isinstance(lead, list) and lead and all(isinstance(x, int) for x in lead):
             j = int(np.searchsorted(owners, o))
             instr[i] = counted[i] * float(np.prod(lead)) * dur[i] / op_time[j]
+    # The non-vectorised path: per element, linear in the dimensions left after coalescing.
+    legacy = {nm: legacy_coefficients(nm) for nm in aux_of}
+    for i in np.flatnonzero((source == 1) & np.fromiter((legacy[nm] is not None for nm in names), bool, n)).tolist():
+        o = int(owner[i])
+        op = model.arrays.name(o).split("::")[-1]
+        found = iteration_dims(decoded.get(o) or {}, op == "copy_" or op.endswith("_"))
+        coef = legacy[names[i]]
+        if found is not None and coef is not None:
+            j = int(np.searchsorted(owners, o))
+            instr[i] = (coef[0] + coef[1] * found[1]) * found[0] * dur[i] / op_time[j]
     return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr)
 
 
@@ -653,12 +785,12 @@ def compute_roofline(
     _, first_of = np.unique(codes[with_model], return_index=True)
     for i in modelled_idx[first_of].tolist():
         meta[names[i]] = att.meta[i]
-    transposing: dict[str, float] = defaultdict(float)  # time in copies from a transposed source
+    transposing: dict[str, float] = defaultdict(float)  # time in copies/elementwise ops of a transposed source
     transposed_op: dict[int, bool] = {}
     transposed_of: dict[int, tuple[bool, Any]] = {}  # by id of the shapes dict, kept alive beside it
     for i in modelled_idx.tolist():
         o = int(att.owner[i])
-        if att.meta[i][1] == "copy" and o >= 0:
+        if att.meta[i][1] in ("copy", "elementwise") and o >= 0:
             if o not in transposed_op:
                 shapes = model.op_shapes(o)  # shared per distinct shape args: judged once each
                 if id(shapes) not in transposed_of:
@@ -684,8 +816,12 @@ def compute_roofline(
             # dtype and so its roof, though without FLOPs no rate or bound.
             gm = gemm_from_name(name)
             unit, peak = peaks.roof(gm.dtype, True, name) if gm and peaks else ("", 0.0)
+            # Latency needs no model: a grid too small to fill the SMs (Nsight Compute's "grid
+            # is too small" rule; train's arange, 64 blocks) or launches too short to ramp up.
+            short = peaks is not None and (time_us / count < LATENCY_US or 0 < grid < sms * SMALL_GRID_SHARE)
             rows.append(KernelRoof(name, int(count), time_us, 0, 0, gm.dtype if gm else dtype,
-                                   "matmul" if gm else family, bool(gm) or tc, 0, 0, 0, 0, 0, "unknown",
+                                   "matmul" if gm else family, bool(gm) or tc, 0, 0, 0, 0, 0,
+                                   "latency" if short else "unknown",
                                    UNIT_NAMES.get(unit, ""), peak, grid=grid, unit=unit))  # fmt: skip
             continue
         fps = flops / (mtime * 1e-6)
@@ -725,9 +861,11 @@ def compute_roofline(
             errors += 1
             bound = "unknown"
         elif transposing.get(name, 0.0) > mtime / 2 and time_us / count >= LATENCY_US and grid >= sms:
-            # A copy out of a transposed view reads one element per 32-byte sector: the memory
-            # pipeline, not DRAM bytes, is the limit (Nsight Compute: L1 96%, DRAM 23% on a
-            # 8192^2 fp32 transpose), so it is memory-bound below the DRAM roof.
+            # A copy or elementwise op reading a transposed view reads one element per 32-byte
+            # sector: the memory pipeline, not DRAM bytes, is the limit (Nsight Compute: L1
+            # 96%, DRAM 23% on a 8192^2 fp32 transpose; memory 88-94%, DRAM 14-29% on the
+            # `legacy` case's adds of a transposed operand, fp32 and bf16, 2-D and 3-D), so
+            # it is memory-bound below the DRAM roof.
             bound = "memory"
         elif (
             time_us / count < LATENCY_US
