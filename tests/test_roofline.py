@@ -559,3 +559,20 @@ def test_attention_helper_bytes_against_dram() -> None:
                 rd, wr = float(m["dram__bytes_read.sum"]), float(m["dram__bytes_write.sum"])
                 assert rd == pytest.approx(reads, rel=0.01), (case, marker)
                 assert model - l2 <= rd + wr <= model * 1.01, (case, marker)
+
+
+@needs_real
+def test_qwen_strided_elementwise_advice() -> None:
+    """Qwen's rotary-embedding muls, adds and copies run ATen's non-vectorised path (broadcast
+    or strided operands) and are instruction-bound: the compute finding says why (offset
+    arithmetic per dimension) and marks those sites, and does not blame erf/exp/Welford."""
+    rep = report_of(real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))
+    comp = next(f for f in rep.findings if f.category == "compute_bound")
+    assert "non-vectorised path" in comp.advice
+    assert "Welford" not in comp.advice  # no erf/exp/layer-norm kernel among its issue-bound ones
+    marked = [s for s in comp.sites if "non-vectorised" in s.description]
+    assert marked and all("instruction-bound" in s.description for s in marked)
+    # A trace whose issue-bound kernels are the vectorised GELU/softmax ones keeps the examples.
+    train = report_of(sample("train_step"))
+    comp_train = next(f for f in train.findings if f.category == "compute_bound")
+    assert "Welford" in comp_train.advice and "non-vectorised" not in comp_train.advice

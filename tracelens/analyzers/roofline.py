@@ -1099,12 +1099,25 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         )
         issue_bound = [r for r in comp if r.unit == "issue"]
         if issue_bound:
+            # The non-vectorised path's count grows by 12-14 instructions an element for
+            # every dimension it cannot merge (LEGACY_INSTRUCTIONS): there the layout is the cost.
+            strided = [r for r in issue_bound if legacy_coefficients(r.name) is not None]
+            strided_us = sum(r.time_us for r in strided)
+            examples = (
+                " (GELU's erf, softmax's exp, layer norm's Welford division)" if len(strided) < len(issue_bound) else ""
+            )
             advice += (
                 f" {fmt_us(sum(r.time_us for r in issue_bound))} of them are elementwise/norm kernels that run out of "
-                "instruction issue, not FLOPs or bandwidth (GELU's erf, softmax's exp, layer norm's Welford "
-                "division): fusing them into the neighbouring kernels (torch.compile, a fused epilogue) removes their "
-                "separate passes; tensor cores do not help them."
+                f"instruction issue, not FLOPs or bandwidth{examples}: fusing them into the neighbouring kernels "
+                "(torch.compile, a fused epilogue) removes their separate passes; tensor cores do not help them."
             )
+            if strided:
+                advice += (
+                    f" {fmt_us(strided_us)} of those run ATen's non-vectorised path because an operand is broadcast "
+                    "or strided (a transposed or sliced view), and most of their instructions compute offsets, one "
+                    "set per dimension that cannot be merged. Fusing is the fix there too; where one strided view "
+                    "feeds several ops, a single .contiguous() upstream moves them to the vectorised path."
+                )
         if fp32_time:
             advice += (
                 f" {fmt_us(fp32_time)} of fp32 matmuls run on CUDA cores: "
@@ -1142,6 +1155,7 @@ def _compute_site(r: KernelRoof) -> str:
         return (
             f"{r.family or 'kernel'} {r.dtype}: instruction-bound, {r.instructions / (r.time_us * 1e-6) / 1e12:.1f} T "
             f"instructions/s ({r.roof_share:.0%} of the issue roof)"
+            + ("; non-vectorised: a broadcast or strided operand" if legacy_coefficients(r.name) is not None else "")
         )
     return (
         f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
