@@ -164,3 +164,80 @@ def test_gzip_members_padding_and_small_input_blocks(
     _same(m, _whole(path))
     assert any("3 bytes of padding after the gzip stream" in n for n in m.meta.notes)
     assert m.meta.json_bytes == len(raw)
+
+
+# -- the split load (two processes, every other batch each) -----------------------------
+@pytest.fixture
+def split(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every load in the test is split; the list records whether each split was merged
+    (False: it fell back to the one-process read)."""
+    merged: list[bool] = []
+    merge = loader_mod._merged
+
+    def spy(mine: Any, theirs: Any) -> Any:
+        out = merge(mine, theirs)
+        merged.append(out is not None and theirs.collector.n_events > 0)
+        return out
+
+    monkeypatch.setattr(loader_mod, "_split_wanted", lambda path: True)
+    monkeypatch.setattr(loader_mod, "_merged", spy)
+    return merged
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(lambda: sample("train_step"), id="train_step (python_function tree, shapes)"),
+        pytest.param(lambda: real("worker0.pt.trace.json.gz"), id="2021 (Call stack strings, string tids)"),
+        pytest.param(lambda: real("nccl_data.json.gz"), id="NCCL"),
+        pytest.param(lambda: sample("power_gemm"), id="counter events"),
+    ],
+)
+def test_a_split_load_gives_the_one_process_model(path: Any, small_chunks: None, split: list[bool]) -> None:
+    p = path()
+    _same(_streamed(p), _whole(p))
+    assert split == [True], "the second process read nothing: the test does not test the split"
+
+
+def test_a_split_load_that_meets_a_cut_inside_a_string_reads_again(
+    tmp_path: Path, small_chunks: None, split: list[bool]
+) -> None:
+    # A share cannot try an earlier cut; the load must notice and read in one process.
+    d = json.loads(gzip.decompress(sample("elementwise_fp32").read_bytes()))
+    tricky = '}, {"ph": "X"}, {\\" },\n  {'
+    for n, e in enumerate(e for e in d["traceEvents"] if e.get("cat") == "cpu_op"):
+        e["name"] = f"aten::weird{n}{tricky}"
+    path = tmp_path / "tricky.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(d, indent=1).encode()))
+    _same(_streamed(path), _whole(path))
+    assert split == []  # a share failed to decode: nothing was merged
+
+
+def test_a_failed_second_process_falls_back(small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+    read = loader_mod._read_stream
+
+    def failing(path: Any, name: str, notes: list[str], share: Any) -> Any:
+        if share == (1, 2):
+            raise MemoryError  # in the child: it sends nothing back
+        return read(path, name, notes, share)
+
+    monkeypatch.setattr(loader_mod, "_read_stream", failing)
+    p = sample("host_sync_mask")
+    _same(_streamed(p), _whole(p))
+    assert not split  # nothing to merge: the one-process read ran
+
+
+def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRACELENS_LOAD_PROCESSES", raising=False)
+    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(loader_mod.sys, "platform", "linux")
+    small = sample("train_step")
+    assert not loader_mod._split_wanted(small)
+    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", small.stat().st_size * 5)
+    assert loader_mod._split_wanted(small)  # gzip: estimated at 9x its size
+    monkeypatch.setenv("TRACELENS_LOAD_PROCESSES", "1")
+    assert not loader_mod._split_wanted(small)
+    monkeypatch.delenv("TRACELENS_LOAD_PROCESSES")
+    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not loader_mod._split_wanted(small)
+    assert not loader_mod._split_wanted(tmp_path)  # a directory: the one-process read words it

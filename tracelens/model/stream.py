@@ -157,18 +157,34 @@ class Inflow:
             return
 
 
+class Misaligned(Exception):
+    """A split read (`EventStream(share=...)`) met a batch that did not decode where the
+    first candidate cut it: the serial read, which tries earlier cuts, must redo the load."""
+
+
 class EventStream:
     """Cuts the `traceEvents` array of a JSON object into batches of whole events.
 
     Iterate `batches(decode)` to get `decode(batch_bytes)` for each batch (batch_bytes is
     a JSON array of events); afterwards `top_bytes` is the file with the array emptied,
     for the metadata keys, and `json_bytes` the decompressed size.
+
+    `share=(part, parts)` reads one share of a split load: two processes each run the same
+    stream over the same file, and batch i (counted in `cuts`) is decoded only by the
+    process whose `part` is i % parts; the last batch (the array's end) only by part 0.
+    Without decoding, a share cannot try an earlier cut when one proves wrong, so each
+    batch is cut at the last candidate only and any failure to decode raises `Misaligned`
+    (the serial read then decides). The cuts are a function of the bytes alone, so every
+    share cuts the same batches.
     """
 
-    def __init__(self, source: Iterator[bytes]) -> None:
+    def __init__(self, source: Iterator[bytes], share: tuple[int, int] | None = None) -> None:
         self._source = source
+        self._share = share
         self.json_bytes = 0
         self.top_bytes = b""
+        self.cuts = 0  # batches cut before the last one
+        self.last = False  # whether the array's last batch held events (and was yielded)
 
     def _more(self) -> bytes | None:
         piece = next(self._source, None)
@@ -193,6 +209,7 @@ class EventStream:
             raise Unstreamable("top level is not an object")
         _check_prefix(prefix)
         buf = buf[m.end() :]
+        share = self._share
         done = False
         while not done:
             piece = self._more()
@@ -203,13 +220,25 @@ class EventStream:
                 if len(buf) < CHUNK_BYTES // 2:
                     continue  # a small first piece: batch it with the next
             if done:
+                if share is not None and share[0]:
+                    return  # the array's end is part 0's
                 events_end, suffix = _array_end(buf, decode)
                 if events_end is not None:
+                    self.last = True
                     yield events_end
                     del events_end
                 self.top_bytes = prefix + b'"traceEvents": []' + suffix
                 return
-            out, buf = _cut(buf, decode)
+            if share is None:
+                out, buf = _cut(buf, decode)
+            else:
+                mine = self.cuts % share[1] == share[0]
+                out, buf = _cut_at_last(buf, decode if mine else None)
+                if out is _NOT_CUT:
+                    continue
+                self.cuts += 1
+                if not mine:
+                    continue
             if out is not None:
                 yield out
                 del out  # before the next batch is decoded: one batch alive at a time
@@ -259,6 +288,29 @@ def _cut(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
         rest = buf[pos + 2 :]
         return out, rest
     raise Unstreamable("no event boundary found")
+
+
+#: What `_cut_at_last` returns when buf holds no cut yet.
+_NOT_CUT = object()
+
+
+def _cut_at_last(buf: bytes, decode: Callable[[bytes], Any] | None) -> tuple[Any, bytes]:
+    """A share's cut: the events before the last candidate, decoded when `decode` is given
+    (None when this share skips the batch); `_NOT_CUT` while buf holds no candidate."""
+    pos = len(buf)
+    while True:
+        pos = buf.rfind(b"},", 0, pos)
+        if pos < 0:
+            return _NOT_CUT, buf
+        if _is_cut(buf, pos + 1):
+            break
+    out = None
+    if decode is not None:
+        try:
+            out = decode(b"".join((b"[", memoryview(buf)[: pos + 1], b"]")))
+        except (msgspec.MsgspecError, RecursionError) as exc:
+            raise Misaligned from exc
+    return out, buf[pos + 2 :]
 
 
 def _array_end(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
