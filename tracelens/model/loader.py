@@ -23,7 +23,8 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, not_
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -1100,6 +1101,15 @@ MAX_PYTHON_FRAMES = 10_000_000
 
 _TS, _DUR, _CAT, _NAME = attrgetter("ts"), attrgetter("dur"), attrgetter("cat"), attrgetter("name")
 _PID, _TID, _ARGS = attrgetter("pid"), attrgetter("tid"), attrgetter("args")
+_PH = attrgetter("ph")
+_IS_X = "X".__eq__
+_EXT_ID, _EXT_ID_2021 = attrgetter("external_id"), attrgetter("external_id_2021")
+_CORRELATION, _CALL_STACK = attrgetter("correlation"), attrgetter("call_stack")
+#: The five shape args of an op, in the order of `_op_shapes`'s key.
+_SHAPE_FIELDS = tuple(
+    attrgetter(f) for f in ("input_dims", "input_dims_2021", "input_type", "input_strides", "concrete_inputs")
+)
+_NUL_JOIN = b"\x00".join
 _HOST_KIND_CODES = [int(k) for k in HOST_KINDS]
 _GPU_KIND_CODES = [int(k) for k in GPU_KINDS]
 _OP = int(Kind.CPU_OP)
@@ -1144,12 +1154,13 @@ class _Collector:
         """Take one batch; returns whether it held counter events ("ph": "C")."""
         self.n_events += len(events)
         counters = False
-        xs: list[RawEvent] = []
-        for e in events:
+        # Complete events ("X") are picked out at C speed (compress over a map of
+        # comparisons); only the rest (flows, instants, metadata) are looked at in Python.
+        is_x = list(map(_IS_X, map(_PH, events)))
+        xs: list[RawEvent] = list(compress(events, is_x))
+        for e in compress(events, map(not_, is_x)):
             ph = e.ph
-            if ph == "X":
-                xs.append(e)
-            elif ph == "i":
+            if ph == "i":
                 if e.name == "[memory]" and (a := e.args) is not None:
                     self.memory.append(
                         (
@@ -1184,8 +1195,8 @@ class _Collector:
         self.any_op = self.any_op or bool((kinds == Kind.CPU_OP).any())
         is_host = np.isin(kinds, _HOST_KIND_CODES)
         is_gpu = np.isin(kinds, _GPU_KIND_CODES)
-        host_ev = [xs[i] for i in np.flatnonzero(is_host).tolist()]
-        gpu_ev = [xs[i] for i in np.flatnonzero(is_gpu).tolist()]
+        host_ev = list(compress(xs, is_host.tolist()))
+        gpu_ev = list(compress(xs, is_gpu.tolist()))
         host_kinds = kinds[is_host]
         # 2021 traces file ProfilerStep#N under `Operator`: it is an annotation, not an op.
         host_codes = self._codes(list(map(_NAME, host_ev)), 0)
@@ -1254,15 +1265,44 @@ class _Collector:
         h["tid"].append(_ints_or_raw(list(map(_TID, evs))))
         h["ts"].append(ts)
         h["dur"].append(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0))
-        h["external_id"].append(_opt_int([_external_id(a) for a in args]))
-        h["correlation"].append(_opt_int([a.correlation if a is not None else None for a in args]))
-        h["call_stack"].append([(a.call_stack or None) if a is not None else None for a in args])
+        if None in args:  # events without args (rare): row by row
+            h["external_id"].append(_opt_int([_external_id(a) for a in args]))
+            h["correlation"].append(_opt_int([a.correlation if a is not None else None for a in args]))
+            h["call_stack"].append([(a.call_stack or None) if a is not None else None for a in args])
+            shape = self._op_shapes
+            h["shapes"].append(
+                [shape(a) if k == _OP and a is not None else None for a, k in zip(args, kinds.tolist(), strict=True)]
+            )
+            return
+        # Every event has args: each field is read with a C-level map over them.
+        ext = list(map(_EXT_ID, args))
+        if None in ext:
+            old = list(map(_EXT_ID_2021, args))
+            if old.count(None) != len(old):  # the 2021 spelling somewhere
+                ext = [x if x is not None else y for x, y in zip(ext, old, strict=True)]
+        h["external_id"].append(_opt_int(ext))
+        h["correlation"].append(_opt_int(list(map(_CORRELATION, args))))
+        stacks = list(map(_CALL_STACK, args))
+        if "" in stacks:
+            stacks = [s or None for s in stacks]
+        h["call_stack"].append(stacks)
         # Ops keep their shape args (raw JSON, decoded when an analyzer asks), one shared
         # record per distinct set: a loop's ops repeat the same few hundred shapes.
-        shape = self._op_shapes
-        h["shapes"].append(
-            [shape(a) if k == _OP and a is not None else None for a, k in zip(args, kinds.tolist(), strict=True)]
-        )
+        h["shapes"].append(self._shapes_of(args, kinds == _OP))
+
+    def _shapes_of(self, args: list[EventArgs], is_op: np.ndarray) -> list[OpShapes | None]:
+        """The shapes column of a piece whose events all have args: None but for ops."""
+        ops = list(compress(args, is_op.tolist()))
+        keys = list(map(_NUL_JOIN, zip(*(map(get, ops) for get in _SHAPE_FIELDS), strict=True)))
+        found = list(map(self.shapes.get, keys))
+        if None in found:
+            for i, rec in enumerate(found):
+                if rec is None:
+                    found[i] = self._op_shapes(ops[i])
+        out: list[OpShapes | None] = [None] * len(args)
+        for i, rec in zip(np.flatnonzero(is_op).tolist(), found, strict=True):
+            out[i] = rec
+        return out
 
     def _add_gpu(self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
         n = len(evs)

@@ -215,10 +215,10 @@ class EventStream:
             piece = self._more()
             if piece is None:
                 done = True
-            else:
+                piece = b""
+            elif len(buf) + len(piece) < CHUNK_BYTES // 2:
                 buf += piece
-                if len(buf) < CHUNK_BYTES // 2:
-                    continue  # a small first piece: batch it with the next
+                continue  # a small first piece: batch it with the next
             if done:
                 if share is not None and share[0]:
                     return  # the array's end is part 0's
@@ -229,11 +229,13 @@ class EventStream:
                     del events_end
                 self.top_bytes = prefix + b'"traceEvents": []' + suffix
                 return
+            # buf (what the last cut left: part of one event, as a rule) and the new
+            # piece are joined only for the batch's own copy, not into a buffer first.
             if share is None:
-                out, buf = _cut(buf, decode)
+                out, buf = _cut(buf, piece, decode)
             else:
                 mine = self.cuts % share[1] == share[0]
-                out, buf = _cut_at_last(buf, decode if mine else None)
+                out, buf = _cut_at_last(buf, piece, decode if mine else None)
                 if out is _NOT_CUT:
                     continue
                 self.cuts += 1
@@ -267,7 +269,35 @@ def _is_cut(buf: bytes, comma: int) -> bool:
     return j < n and buf[j] == 0x7B  # "{"
 
 
-def _cut(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+def _last_cut(piece: bytes) -> int:
+    """The position of the last `}` of piece that is followed by `,` and `{`, or -1."""
+    pos = len(piece)
+    while True:
+        pos = piece.rfind(b"},", 0, pos)
+        if pos < 0 or _is_cut(piece, pos + 1):
+            return pos
+
+
+def _cut(head: bytes, piece: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+    """Decode the longest run of whole events at the start of head + piece; return it and
+    the rest. The last candidate is looked for in piece first (it is the last of the two
+    when piece has one); the joined bytes are searched only when that one fails."""
+    pos = _last_cut(piece)
+    if pos >= 0:
+        try:
+            out = decode(b"".join((b"[", head, memoryview(piece)[: pos + 1], b"]")))
+        except msgspec.ValidationError as exc:
+            raise Unstreamable("an event of an unexpected type") from exc
+        except msgspec.DecodeError:
+            pass  # inside a string after all: the tries below start again from the end
+        except RecursionError as exc:
+            raise Unstreamable("deep nesting") from exc
+        else:
+            return out, piece[pos + 2 :]
+    return _cut_joined(head + piece, decode)
+
+
+def _cut_joined(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
     """Decode the longest run of whole events at the start of buf; return it and the rest."""
     pos = len(buf)
     for _ in range(MAX_CUT_TRIES):
@@ -294,23 +324,24 @@ def _cut(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
 _NOT_CUT = object()
 
 
-def _cut_at_last(buf: bytes, decode: Callable[[bytes], Any] | None) -> tuple[Any, bytes]:
-    """A share's cut: the events before the last candidate, decoded when `decode` is given
-    (None when this share skips the batch); `_NOT_CUT` while buf holds no candidate."""
-    pos = len(buf)
-    while True:
-        pos = buf.rfind(b"},", 0, pos)
+def _cut_at_last(head: bytes, piece: bytes, decode: Callable[[bytes], Any] | None) -> tuple[Any, bytes]:
+    """A share's cut of head + piece: the events before the last candidate, decoded when
+    `decode` is given (None when this share skips the batch); `_NOT_CUT` and the joined
+    bytes while they hold no candidate."""
+    pos = _last_cut(piece)
+    if pos < 0:
+        buf = head + piece
+        pos = _last_cut(buf)
         if pos < 0:
             return _NOT_CUT, buf
-        if _is_cut(buf, pos + 1):
-            break
+        head, piece = b"", buf
     out = None
     if decode is not None:
         try:
-            out = decode(b"".join((b"[", memoryview(buf)[: pos + 1], b"]")))
+            out = decode(b"".join((b"[", head, memoryview(piece)[: pos + 1], b"]")))
         except (msgspec.MsgspecError, RecursionError) as exc:
             raise Misaligned from exc
-    return out, buf[pos + 2 :]
+    return out, piece[pos + 2 :]
 
 
 def _array_end(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
