@@ -549,37 +549,40 @@ def _nest(host: pd.DataFrame) -> None:
         ts = host["ts"].to_numpy()
         end = host["end"].to_numpy()
         order = np.lexsort((-host["dur"].to_numpy(), ts, tid_key))
-        # Thread boundaries in sweep order, so the loop needs no per-row thread key.
+        # Per thread, in sweep order. A row pops what ended before it starts (t >= E) and
+        # what it outlives (x - slack > E): for floats, a > E exactly when the largest
+        # float below a is >= E, so the two tests are one, `key >= E`, with key computed
+        # here for every row at once.
         sorted_keys = tid_key[order]
-        new_thread = np.r_[True, sorted_keys[1:] != sorted_keys[:-1]].astype(np.uint8).tobytes()
+        cuts = np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1
+        threads_at = np.concatenate(([0], cuts, [n])).tolist()
+        ts_s = ts[order]
+        end_s = end[order]
+        key_s = np.maximum(ts_s, np.nextafter(end_s - _NEST_SLACK_US, -np.inf))
         # Rows as array.array (8 bytes each) rather than lists of int and float objects
         # (~36 each), which made this step the load's memory peak on stack-heavy traces;
         # indexing them costs about what a list does.
-        ts_l = array("d", ts.tobytes())
-        end_l = array("d", end.tobytes())
+        order_l = array("q", order.astype(np.int64).tobytes())
+        key_l = array("d", key_s.tobytes())
+        end_l = array("d", end_s.tobytes())
+        del ts_s, end_s, key_s, sorted_keys
         par_l = array("q", [_NO_ROW]) * n
         dep_l = array("q", [0]) * n
-        stack: list[int] = []  # open rows, innermost last
-        ends: list[float] = []  # their ends, beside them (one index per test, not two)
+        # The open rows, innermost last, and their ends beside them; a sentinel at the
+        # bottom of each (no row, an end nothing reaches) so the loop tests nothing else.
+        stack: list[int] = [_NO_ROW]
+        ends: list[float] = [float("inf")]
         push, pop, push_end, pop_end = stack.append, stack.pop, ends.append, ends.pop
-        for i, first in zip(array("q", order.astype(np.int64).tobytes()), new_thread, strict=True):
-            if first:
-                stack.clear()
-                ends.clear()
-            t = ts_l[i]
-            x = end_l[i]
-            # Pop what ended before this event starts, and what it outlives: a range that
-            # begins inside a short call and ends long after it (ProfilerStep#N opens
-            # inside prof.step()) is not that call's child.
-            e = x - _NEST_SLACK_US
-            while ends and (t >= ends[-1] or e > ends[-1]):
-                pop()
-                pop_end()
-            if stack:
+        for lo, hi in zip(threads_at[:-1], threads_at[1:], strict=True):
+            del stack[1:], ends[1:]
+            for i, k, x in zip(order_l[lo:hi], key_l[lo:hi], end_l[lo:hi], strict=True):
+                while k >= ends[-1]:
+                    pop()
+                    pop_end()
                 par_l[i] = stack[-1]
-                dep_l[i] = len(stack)
-            push(i)
-            push_end(x)
+                dep_l[i] = len(stack) - 1
+                push(i)
+                push_end(x)
         parent = np.frombuffer(par_l, dtype=np.int64)  # shares the array's buffer: no copy
         depth = np.frombuffer(dep_l, dtype=np.int64)
         kinds = host["kind"].to_numpy()
