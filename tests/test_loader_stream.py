@@ -241,3 +241,30 @@ def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatc
     monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert not loader_mod._split_wanted(small)
     assert not loader_mod._split_wanted(tmp_path)  # a directory: the one-process read words it
+
+
+def test_reads_ask_for_what_the_file_holds_not_the_limit(tmp_path: Path) -> None:
+    # `fh.read(MAX_JSON_BYTES + 1)` would reserve 4 GiB up front for any file.
+    path = tmp_path / "t.json"
+    path.write_bytes(b"x" * 1000)
+    asked: list[int] = []
+
+    class Recording:
+        def __init__(self, fh: Any) -> None:
+            self._fh = fh
+
+        def read(self, n: int) -> bytes:
+            asked.append(n)
+            return bytes(self._fh.read(n))
+
+        def fileno(self) -> int:
+            return int(self._fh.fileno())
+
+        def tell(self) -> int:
+            return int(self._fh.tell())
+
+    with path.open("rb") as fh:
+        fh.read(10)
+        data = stream_mod.read_upto(Recording(fh), loader_mod.MAX_JSON_BYTES + 1)  # type: ignore[arg-type]
+    assert data == b"x" * 990
+    assert asked == [991]  # what is left, and one byte to see the file grow

@@ -46,7 +46,7 @@ from tracelens.model.schema import (
     RawEvent,
     TraceFile,
 )
-from tracelens.model.stream import EventStream, Inflow, Misaligned, Unstreamable
+from tracelens.model.stream import EventStream, Inflow, Misaligned, Unstreamable, read_upto
 from tracelens.model.trace import DeviceInfo, TraceMeta, TraceModel, name_matches
 
 ProgressFn = Callable[[str], None]
@@ -154,7 +154,7 @@ def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = Non
     fh, shown = _open_trace(path)
     try:
         with fh:
-            data = fh.read(MAX_JSON_BYTES + 1)
+            data = read_upto(fh, MAX_JSON_BYTES + 1)
     except OSError as exc:
         raise TraceInputError(f"{shown}: cannot read ({exc.strerror or exc})") from exc
     size = len(data)

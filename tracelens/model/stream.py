@@ -17,6 +17,7 @@ and the loader reads the file the whole-buffer way, which handles every odd inpu
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -61,6 +62,31 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _raw_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
+#: Bytes read at a time once a file has grown past the size it had when opened.
+_READ_STEP = 64 * 2**20
+
+
+def read_upto(fh: BinaryIO, n: int) -> bytes:
+    """At most n bytes from fh. `fh.read(n)` would reserve n bytes up front (4 GiB for
+    MAX_JSON_BYTES + 1, where strict overcommit or a ulimit refuses it): this reads what
+    the file holds (its size, plus one byte to see it grow), then steps of _READ_STEP."""
+    try:
+        left = os.fstat(fh.fileno()).st_size - fh.tell()
+    except (OSError, ValueError, AttributeError):  # not a real file (io.BytesIO in a test)
+        left = _READ_STEP
+    step = max(left, 0) + 1
+    parts: list[bytes] = []
+    while n > 0:
+        want = min(n, step)
+        chunk = fh.read(want)
+        parts.append(chunk)
+        n -= len(chunk)
+        if len(chunk) < want:
+            break  # the end of the file (a regular file's read is short only there)
+        step = _READ_STEP
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class Unstreamable(Exception):
     """The stream cannot read this file; the whole-buffer path must."""
 
@@ -86,7 +112,7 @@ class Inflow:
         self.file_bytes = 0
 
     def _read(self, n: int) -> bytes:
-        data = self._fh.read(n)
+        data = read_upto(self._fh, n)
         self.file_bytes += len(data)
         if self.file_bytes > self._max:
             raise TraceInputError(f"{self._shown}: larger than tracelens reads ({self._max:,} bytes)")
