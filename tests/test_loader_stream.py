@@ -213,7 +213,9 @@ def test_a_split_load_that_meets_a_cut_inside_a_string_reads_again(
     assert split == []  # a share failed to decode: nothing was merged
 
 
-def test_a_failed_second_process_falls_back(small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_second_process_falls_back(
+    small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
     read = loader_mod._read_stream
 
     def failing(path: Any, name: str, notes: list[str], share: Any) -> Any:

@@ -9,9 +9,9 @@ The input file is only ever read.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
-import contextlib
 import gc
 import os
 import pickle
@@ -23,7 +23,7 @@ import time
 import zlib
 from array import array
 from collections.abc import Callable, Sequence
-from itertools import compress
+from itertools import compress, pairwise
 from operator import attrgetter, not_
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -573,7 +573,7 @@ def _nest(host: pd.DataFrame) -> None:
         stack: list[int] = [_NO_ROW]
         ends: list[float] = [float("inf")]
         push, pop, push_end, pop_end = stack.append, stack.pop, ends.append, ends.pop
-        for lo, hi in zip(threads_at[:-1], threads_at[1:], strict=True):
+        for lo, hi in pairwise(threads_at):
             del stack[1:], ends[1:]
             for i, k, x in zip(order_l[lo:hi], key_l[lo:hi], end_l[lo:hi], strict=True):
                 while k >= ends[-1]:
@@ -812,9 +812,7 @@ class _Read:
     json_bytes: int
 
 
-def _read_stream(
-    path: str | os.PathLike[str], name: str, notes: list[str], share: tuple[int, int] | None
-) -> _Read:
+def _read_stream(path: str | os.PathLike[str], name: str, notes: list[str], share: tuple[int, int] | None) -> _Read:
     fh, _ = _open_trace(path)
     counters: list[list[tuple[str, str, float, float]]] = []
     counters_ok = True
@@ -915,12 +913,13 @@ def _read_split(path: str | os.PathLike[str], name: str, notes: list[str]) -> _R
     if pid == 0:  # the child: never returns into the caller's stack
         try:
             os.close(r)
-            try:
-                payload = pickle.dumps(_read_stream(path, name, [], (1, 2)), protocol=pickle.HIGHEST_PROTOCOL)
-            except BaseException:  # noqa: BLE001 - any failure: the parent reads alone
-                payload = b""
             with os.fdopen(w, "wb") as out:
-                out.write(payload)
+                # Pickled straight into the pipe (and unpickled from it), so neither
+                # process holds the columns twice. On any failure nothing is written,
+                # or a torn pickle: the parent reads alone either way.
+                pickle.dump(_read_stream(path, name, [], (1, 2)), out, protocol=pickle.HIGHEST_PROTOCOL)
+        except BaseException:  # any failure: the parent reads alone
+            pass
         finally:
             os._exit(0)
     os.close(w)
@@ -932,14 +931,13 @@ def _read_split(path: str | os.PathLike[str], name: str, notes: list[str]) -> _R
             return None
         with os.fdopen(r, "rb") as inp:
             r = -1
-            payload = inp.read()
+            try:
+                theirs = pickle.load(inp)
+            except Exception:  # nothing, or a torn pickle: the child failed
+                return None
         os.waitpid(pid, 0)
         reaped = True
-        if not payload:
-            return None
-        theirs = pickle.loads(payload)
-        del payload
-        return _merged(mine, theirs)
+        return _merged(mine, theirs) if isinstance(theirs, _Read) else None
     finally:
         if r >= 0:
             os.close(r)
@@ -981,13 +979,13 @@ def _merged(mine: _Read, theirs: _Read) -> _Read | None:
         return [next(ib) if o else next(ia) for o in owner]
 
     for cols, tables_of, which in ((a.host, b.host, 0), (a.gpu, b.gpu, 1)):
-        for key in list(cols):
+        for col in list(cols):
             fix: Callable[[Any], Any] | None = None
-            if key == "name":
+            if col == "name":
                 fix = remap[which].__getitem__
-            elif key == "shapes":
+            elif col == "shapes":
                 fix = functools.partial(_same_shapes, same)
-            cols[key] = interleave(cols[key], tables_of.pop(key), fix)
+            cols[col] = interleave(cols[col], tables_of.pop(col), fix)
 
     def spans(marks: list[tuple[int, int]], j: int) -> list[tuple[int, int]]:
         ends = [m[j] for m in marks]
