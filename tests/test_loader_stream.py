@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -233,6 +234,7 @@ def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatc
     monkeypatch.delenv("TRACELENS_LOAD_PROCESSES", raising=False)
     monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(loader_mod.sys, "platform", "linux")
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # earlier tests may leave threads
     small = sample("train_step")
     assert not loader_mod._split_wanted(small)
     monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", small.stat().st_size * 5)
@@ -243,6 +245,9 @@ def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatc
     monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     assert not loader_mod._split_wanted(small)
     assert not loader_mod._split_wanted(tmp_path)  # a directory: the one-process read words it
+    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert not loader_mod._split_wanted(small)  # another thread: no fork
 
 
 def test_reads_ask_for_what_the_file_holds_not_the_limit(tmp_path: Path) -> None:
