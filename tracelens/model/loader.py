@@ -959,11 +959,11 @@ def _read_split(path: str | os.PathLike[str], name: str, notes: list[str]) -> _R
 
 def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     """Share 0's read with share 1's batches put in their places: batch i of the stream is
-    share i % 2's, the last is share 0's. Names are re-coded into share 0's tables, shape
+    share (i + 1) % 2's, the last is share 0's. Names are re-coded into share 0's tables, shape
     records replaced by share 0's record of the same set. None if the shares disagree."""
     a, b = mine.collector, theirs.collector
-    n_a = (mine.cuts + 1) // 2 + int(mine.last)
-    n_b = mine.cuts // 2
+    n_a = mine.cuts // 2 + int(mine.last)
+    n_b = (mine.cuts + 1) // 2
     if theirs.cuts != mine.cuts or len(a.marks) != n_a or len(b.marks) != n_b:
         return None
     if a.py_frames + b.py_frames > MAX_PYTHON_FRAMES:
@@ -981,7 +981,7 @@ def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     same: dict[int, OpShapes] = {}
     for key, rec in b.shapes.items():
         same[id(rec)] = a.shapes.setdefault(key, _NO_SHAPES if key == _EMPTY_SHAPES_KEY else rec)
-    owner = [i % 2 for i in range(mine.cuts)] + ([0] if mine.last else [])
+    owner = [(i + 1) % 2 for i in range(mine.cuts)] + ([0] if mine.last else [])
 
     def interleave(pa: list[Any], pb: list[Any], fix: Callable[[Any], Any] | None = None) -> list[Any]:
         ia, ib = iter(pa), iter(map(fix, pb) if fix is not None else pb)

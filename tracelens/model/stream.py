@@ -197,7 +197,8 @@ class EventStream:
 
     `share=(part, parts)` reads one share of a split load: two processes each run the same
     stream over the same file, and batch i (counted in `cuts`) is decoded only by the
-    process whose `part` is i % parts; the last batch (the array's end) only by part 0.
+    process whose `part` is (i + 1) % parts; the last batch (the array's end) only by
+    part 0, which has one fewer of the others (it also puts the shares together).
     Without decoding, a share cannot try an earlier cut when one proves wrong, so each
     batch is cut at the last candidate only and any failure to decode raises `Misaligned`
     (the serial read then decides). The cuts are a function of the bytes alone, so every
@@ -260,7 +261,7 @@ class EventStream:
             if share is None:
                 out, buf = _cut(buf, piece, decode)
             else:
-                mine = self.cuts % share[1] == share[0]
+                mine = (self.cuts + 1) % share[1] == share[0]
                 out, buf = _cut_at_last(buf, piece, decode if mine else None)
                 if out is _NOT_CUT:
                     continue
