@@ -237,8 +237,13 @@ def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatc
     monkeypatch.setattr(threading, "active_count", lambda: 1)  # earlier tests may leave threads
     small = sample("train_step")
     assert not loader_mod._split_wanted(small)
-    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", small.stat().st_size * 5)
-    assert loader_mod._split_wanted(small)  # gzip: estimated at 9x its size
+    json_bytes = len(gzip.decompress(small.read_bytes()))
+    assert json_bytes > 9 * small.stat().st_size  # else the test tests the floor, not the trailer
+    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
+    assert loader_mod._split_wanted(small)  # gzip: its JSON size from the trailer
+    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes + 1)
+    assert not loader_mod._split_wanted(small)
+    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
     monkeypatch.setenv("TRACELENS_LOAD_PROCESSES", "1")
     assert not loader_mod._split_wanted(small)
     monkeypatch.delenv("TRACELENS_LOAD_PROCESSES")
