@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -164,3 +165,118 @@ def test_gzip_members_padding_and_small_input_blocks(
     _same(m, _whole(path))
     assert any("3 bytes of padding after the gzip stream" in n for n in m.meta.notes)
     assert m.meta.json_bytes == len(raw)
+
+
+# -- the split load (two processes, every other batch each) -----------------------------
+@pytest.fixture
+def split(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Every load in the test is split; the list records whether each split was merged
+    (False: it fell back to the one-process read)."""
+    merged: list[bool] = []
+    merge = loader_mod._merged
+
+    def spy(mine: Any, theirs: Any) -> Any:
+        out = merge(mine, theirs)
+        merged.append(out is not None and theirs.collector.n_events > 0)
+        return out
+
+    monkeypatch.setattr(loader_mod, "_split_wanted", lambda path: True)
+    monkeypatch.setattr(loader_mod, "_merged", spy)
+    return merged
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        pytest.param(lambda: sample("train_step"), id="train_step (python_function tree, shapes)"),
+        pytest.param(lambda: real("worker0.pt.trace.json.gz"), id="2021 (Call stack strings, string tids)"),
+        pytest.param(lambda: real("nccl_data.json.gz"), id="NCCL"),
+        pytest.param(lambda: sample("power_gemm"), id="counter events"),
+    ],
+)
+def test_a_split_load_gives_the_one_process_model(path: Any, small_chunks: None, split: list[bool]) -> None:
+    p = path()
+    _same(_streamed(p), _whole(p))
+    assert split == [True], "the second process read nothing: the test does not test the split"
+
+
+def test_a_split_load_that_meets_a_cut_inside_a_string_reads_again(
+    tmp_path: Path, small_chunks: None, split: list[bool]
+) -> None:
+    # A share cannot try an earlier cut; the load must notice and read in one process.
+    d = json.loads(gzip.decompress(sample("elementwise_fp32").read_bytes()))
+    tricky = '}, {"ph": "X"}, {\\" },\n  {'
+    for n, e in enumerate(e for e in d["traceEvents"] if e.get("cat") == "cpu_op"):
+        e["name"] = f"aten::weird{n}{tricky}"
+    path = tmp_path / "tricky.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(d, indent=1).encode()))
+    _same(_streamed(path), _whole(path))
+    assert split == []  # a share failed to decode: nothing was merged
+
+
+def test_a_failed_second_process_falls_back(
+    small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    read = loader_mod._read_stream
+
+    def failing(path: Any, name: str, notes: list[str], share: Any) -> Any:
+        if share == (1, 2):
+            raise MemoryError  # in the child: it sends nothing back
+        return read(path, name, notes, share)
+
+    monkeypatch.setattr(loader_mod, "_read_stream", failing)
+    p = sample("host_sync_mask")
+    _same(_streamed(p), _whole(p))
+    assert not split  # nothing to merge: the one-process read ran
+
+
+def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("TRACELENS_LOAD_PROCESSES", raising=False)
+    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(loader_mod.sys, "platform", "linux")
+    monkeypatch.setattr(threading, "active_count", lambda: 1)  # earlier tests may leave threads
+    small = sample("train_step")
+    assert not loader_mod._split_wanted(small)
+    json_bytes = len(gzip.decompress(small.read_bytes()))
+    assert json_bytes > 9 * small.stat().st_size  # else the test tests the floor, not the trailer
+    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
+    assert loader_mod._split_wanted(small)  # gzip: its JSON size from the trailer
+    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes + 1)
+    assert not loader_mod._split_wanted(small)
+    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
+    monkeypatch.setenv("TRACELENS_LOAD_PROCESSES", "1")
+    assert not loader_mod._split_wanted(small)
+    monkeypatch.delenv("TRACELENS_LOAD_PROCESSES")
+    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not loader_mod._split_wanted(small)
+    assert not loader_mod._split_wanted(tmp_path)  # a directory: the one-process read words it
+    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(threading, "active_count", lambda: 2)
+    assert not loader_mod._split_wanted(small)  # another thread: no fork
+
+
+def test_reads_ask_for_what_the_file_holds_not_the_limit(tmp_path: Path) -> None:
+    # `fh.read(MAX_JSON_BYTES + 1)` would reserve 4 GiB up front for any file.
+    path = tmp_path / "t.json"
+    path.write_bytes(b"x" * 1000)
+    asked: list[int] = []
+
+    class Recording:
+        def __init__(self, fh: Any) -> None:
+            self._fh = fh
+
+        def read(self, n: int) -> bytes:
+            asked.append(n)
+            return bytes(self._fh.read(n))
+
+        def fileno(self) -> int:
+            return int(self._fh.fileno())
+
+        def tell(self) -> int:
+            return int(self._fh.tell())
+
+    with path.open("rb") as fh:
+        fh.read(10)
+        data = stream_mod.read_upto(Recording(fh), loader_mod.MAX_JSON_BYTES + 1)  # type: ignore[arg-type]
+    assert data == b"x" * 990
+    assert asked == [991]  # what is left, and one byte to see the file grow

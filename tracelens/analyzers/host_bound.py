@@ -171,7 +171,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     # Group the charged ranges by op name + source.
     grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
     src_of: dict[tuple[str, str], PySource | None] = {}
-    kinds = host["kind"].to_numpy()
+    # Plain ints: a numpy int8 compared with an IntEnum member costs ~3 µs (60k rows
+    # charged on a 50-step training trace), a list item compared with an int ~0.03 µs.
+    kinds = host["kind"].to_numpy().tolist()
+    python_kind = int(Kind.PYTHON)
     for row, us in charged.items():
         if row is None:
             key = (UNTRACED, "")
@@ -180,7 +183,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             inner = ~row
             src = user_source(model, inner)
             key = (f"between ops inside {model.arrays.name(inner)}", src.label if src else "")
-        elif kinds[row] == Kind.PYTHON:
+        elif kinds[row] == python_kind:
             src = parse_frame(model.arrays.name(row), line_is_def=True)
             key = (f"Python code in {src.function}()" if src else UNTRACED, src.label if src else "")
         else:

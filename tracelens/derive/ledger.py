@@ -663,11 +663,15 @@ def _apply_regions(gaps: pd.DataFrame, regions: list[tuple[float, float, int]]) 
     gaps["in_region"] = inside
     cause = gaps["cause"].to_numpy().copy()
     dur = g_end - g_start
-    for r in np.unique(k[inside]):
-        sel = inside & (k == r)
+    # The gaps of each region as one slice of a stable sort by region (a mask over every
+    # gap per region was regions x gaps: 0.23 s on a 50-step trace, and growing with it).
+    rows = np.flatnonzero(inside)
+    rows = rows[np.argsort(k[rows], kind="stable")]
+    edges = np.flatnonzero(np.diff(k[rows])) + 1
+    for sel in np.split(rows, edges) if len(rows) else ():
         med = float(np.median(dur[sel]))
         limit = max(REGION_OUTLIER_FACTOR * med, REGION_HOST_WORK_MIN_US)
-        dispatch = sel & (cause == "host_bound") & (dur < limit)
+        dispatch = sel[(cause[sel] == "host_bound") & (dur[sel] < limit)]
         cause[dispatch] = "launch_overhead"
     gaps["cause"] = cause
     return gaps

@@ -17,6 +17,7 @@ and the loader reads the file the whole-buffer way, which handles every odd inpu
 
 from __future__ import annotations
 
+import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
@@ -61,6 +62,31 @@ _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _raw_top_decoder = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
 
+#: Bytes read at a time once a file has grown past the size it had when opened.
+_READ_STEP = 64 * 2**20
+
+
+def read_upto(fh: BinaryIO, n: int) -> bytes:
+    """At most n bytes from fh. `fh.read(n)` would reserve n bytes up front (4 GiB for
+    MAX_JSON_BYTES + 1, where strict overcommit or a ulimit refuses it): this reads what
+    the file holds (its size, plus one byte to see it grow), then steps of _READ_STEP."""
+    try:
+        left = os.fstat(fh.fileno()).st_size - fh.tell()
+    except (OSError, ValueError, AttributeError):  # not a real file (io.BytesIO in a test)
+        left = _READ_STEP
+    step = max(left, 0) + 1
+    parts: list[bytes] = []
+    while n > 0:
+        want = min(n, step)
+        chunk = fh.read(want)
+        parts.append(chunk)
+        n -= len(chunk)
+        if len(chunk) < want:
+            break  # the end of the file (a regular file's read is short only there)
+        step = _READ_STEP
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class Unstreamable(Exception):
     """The stream cannot read this file; the whole-buffer path must."""
 
@@ -86,7 +112,7 @@ class Inflow:
         self.file_bytes = 0
 
     def _read(self, n: int) -> bytes:
-        data = self._fh.read(n)
+        data = read_upto(self._fh, n)
         self.file_bytes += len(data)
         if self.file_bytes > self._max:
             raise TraceInputError(f"{self._shown}: larger than tracelens reads ({self._max:,} bytes)")
@@ -157,18 +183,35 @@ class Inflow:
             return
 
 
+class Misaligned(Exception):
+    """A split read (`EventStream(share=...)`) met a batch that did not decode where the
+    first candidate cut it: the serial read, which tries earlier cuts, must redo the load."""
+
+
 class EventStream:
     """Cuts the `traceEvents` array of a JSON object into batches of whole events.
 
     Iterate `batches(decode)` to get `decode(batch_bytes)` for each batch (batch_bytes is
     a JSON array of events); afterwards `top_bytes` is the file with the array emptied,
     for the metadata keys, and `json_bytes` the decompressed size.
+
+    `share=(part, parts)` reads one share of a split load: two processes each run the same
+    stream over the same file, and batch i (counted in `cuts`) is decoded only by the
+    process whose `part` is (i + 1) % parts; the last batch (the array's end) only by
+    part 0, which has one fewer of the others (it also puts the shares together).
+    Without decoding, a share cannot try an earlier cut when one proves wrong, so each
+    batch is cut at the last candidate only and any failure to decode raises `Misaligned`
+    (the serial read then decides). The cuts are a function of the bytes alone, so every
+    share cuts the same batches.
     """
 
-    def __init__(self, source: Iterator[bytes]) -> None:
+    def __init__(self, source: Iterator[bytes], share: tuple[int, int] | None = None) -> None:
         self._source = source
+        self._share = share
         self.json_bytes = 0
         self.top_bytes = b""
+        self.cuts = 0  # batches cut before the last one
+        self.last = False  # whether the array's last batch held events (and was yielded)
 
     def _more(self) -> bytes | None:
         piece = next(self._source, None)
@@ -193,23 +236,38 @@ class EventStream:
             raise Unstreamable("top level is not an object")
         _check_prefix(prefix)
         buf = buf[m.end() :]
+        share = self._share
         done = False
         while not done:
             piece = self._more()
             if piece is None:
                 done = True
-            else:
+                piece = b""
+            elif len(buf) + len(piece) < CHUNK_BYTES // 2:
                 buf += piece
-                if len(buf) < CHUNK_BYTES // 2:
-                    continue  # a small first piece: batch it with the next
+                continue  # a small first piece: batch it with the next
             if done:
+                if share is not None and share[0]:
+                    return  # the array's end is part 0's
                 events_end, suffix = _array_end(buf, decode)
                 if events_end is not None:
+                    self.last = True
                     yield events_end
                     del events_end
                 self.top_bytes = prefix + b'"traceEvents": []' + suffix
                 return
-            out, buf = _cut(buf, decode)
+            # buf (what the last cut left: part of one event, as a rule) and the new
+            # piece are joined only for the batch's own copy, not into a buffer first.
+            if share is None:
+                out, buf = _cut(buf, piece, decode)
+            else:
+                mine = (self.cuts + 1) % share[1] == share[0]
+                out, buf = _cut_at_last(buf, piece, decode if mine else None)
+                if out is _NOT_CUT:
+                    continue
+                self.cuts += 1
+                if not mine:
+                    continue
             if out is not None:
                 yield out
                 del out  # before the next batch is decoded: one batch alive at a time
@@ -238,7 +296,35 @@ def _is_cut(buf: bytes, comma: int) -> bool:
     return j < n and buf[j] == 0x7B  # "{"
 
 
-def _cut(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+def _last_cut(piece: bytes) -> int:
+    """The position of the last `}` of piece that is followed by `,` and `{`, or -1."""
+    pos = len(piece)
+    while True:
+        pos = piece.rfind(b"},", 0, pos)
+        if pos < 0 or _is_cut(piece, pos + 1):
+            return pos
+
+
+def _cut(head: bytes, piece: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
+    """Decode the longest run of whole events at the start of head + piece; return it and
+    the rest. The last candidate is looked for in piece first (it is the last of the two
+    when piece has one); the joined bytes are searched only when that one fails."""
+    pos = _last_cut(piece)
+    if pos >= 0:
+        try:
+            out = decode(b"".join((b"[", head, memoryview(piece)[: pos + 1], b"]")))
+        except msgspec.ValidationError as exc:
+            raise Unstreamable("an event of an unexpected type") from exc
+        except msgspec.DecodeError:
+            pass  # inside a string after all: the tries below start again from the end
+        except RecursionError as exc:
+            raise Unstreamable("deep nesting") from exc
+        else:
+            return out, piece[pos + 2 :]
+    return _cut_joined(head + piece, decode)
+
+
+def _cut_joined(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
     """Decode the longest run of whole events at the start of buf; return it and the rest."""
     pos = len(buf)
     for _ in range(MAX_CUT_TRIES):
@@ -259,6 +345,30 @@ def _cut(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
         rest = buf[pos + 2 :]
         return out, rest
     raise Unstreamable("no event boundary found")
+
+
+#: What `_cut_at_last` returns when buf holds no cut yet.
+_NOT_CUT = object()
+
+
+def _cut_at_last(head: bytes, piece: bytes, decode: Callable[[bytes], Any] | None) -> tuple[Any, bytes]:
+    """A share's cut of head + piece: the events before the last candidate, decoded when
+    `decode` is given (None when this share skips the batch); `_NOT_CUT` and the joined
+    bytes while they hold no candidate."""
+    pos = _last_cut(piece)
+    if pos < 0:
+        buf = head + piece
+        pos = _last_cut(buf)
+        if pos < 0:
+            return _NOT_CUT, buf
+        head, piece = b"", buf
+    out = None
+    if decode is not None:
+        try:
+            out = decode(b"".join((b"[", head, memoryview(piece)[: pos + 1], b"]")))
+        except (msgspec.MsgspecError, RecursionError) as exc:
+            raise Misaligned from exc
+    return out, piece[pos + 2 :]
 
 
 def _array_end(buf: bytes, decode: Callable[[bytes], Any]) -> tuple[Any, bytes]:
