@@ -498,8 +498,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
 
     # Per distinct kernel name (kcodes index `uniq`): its type hint and the flags below,
     # found once per name and spread to the kernels by their codes.
-    kcodes, uniq = pd.factorize(names)
-    uniq_names = [str(nm) for nm in uniq]
+    kcodes, uniq_names = _factorize_names(k["name"])
     hint_of = [dtype_from_kernel(nm) for nm in uniq_names]
     owner = np.full(n, -1, dtype=np.int64)
     via_ancestor = np.zeros(n, dtype=bool)
@@ -774,12 +773,29 @@ def _transposed_source(shapes: dict[str, Any]) -> bool:
     return False
 
 
-def _median_grids(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> dict[str, int]:
-    """Median blocks per launch of each kernel name (0 where the trace has no grids)."""
+def _factorize_names(col: pd.Series, index: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+    """`pd.factorize` of a kernel-name column's strings (of the rows `index` picks, all by
+    default): codes in first-seen order and the names. From a categorical's codes where
+    it is one (ints, no string hashed: the kernels of a long trace are tens of thousands)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cat_codes = col.cat.codes.to_numpy()
+        if index is not None:
+            cat_codes = cat_codes[index]
+        if not len(cat_codes) or int(cat_codes.min()) >= 0:  # a missing name: as strings
+            codes, first = pd.factorize(cat_codes)
+            cats = col.cat.categories
+            return codes, [str(cats[c]) for c in first.tolist()]
+    names = col.astype(str).to_numpy()
+    codes, uniq = pd.factorize(names if index is None else names[index])
+    return codes, [str(nm) for nm in uniq]
+
+
+def _median_grids(codes: np.ndarray, uniq: list[str], blocks: np.ndarray, dur: np.ndarray) -> dict[str, int]:
+    """Median blocks per launch of each kernel name (0 where the trace has no grids), from
+    the names' codes (first-seen order) and the names."""
     out: dict[str, int] = {}
-    if not len(names):
+    if not len(codes):
         return out
-    codes, uniq = pd.factorize(names)
     # Weighted by time: one name can cover a big launch and many tiny ones (mul on a large
     # tensor and on a scalar); the launches holding the time decide. Sorted by name, then
     # blocks: each name's launches are one slice, its time-weighted median a search in it.
@@ -824,7 +840,7 @@ def compute_roofline(
     att = _attribute(model, k, comm)
     # Per kernel name (first-seen order): launches, time, modelled FLOPs, bytes and time.
     kept = np.flatnonzero(~comm)
-    codes, uniq = pd.factorize(names[kept])
+    codes, uniq = _factorize_names(k["name"], kept)
     with_model = att.source[kept] > 0
     width = len(uniq)
     counts = np.bincount(codes, minlength=width)
@@ -866,7 +882,7 @@ def compute_roofline(
     sms = (dev.num_sms if dev else None) or 0
     gx = k["grid_x"].to_numpy()
     blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
-    grid_of = _median_grids(names[kept], blocks[kept], dur[kept])
+    grid_of = _median_grids(codes, uniq, blocks[kept], dur[kept])
     for name, (count, time_us, flops, nbytes, mtime) in groups.items():
         dtype, family, tc = meta.get(name, ("", "", False))
         grid = grid_of.get(name, 0)
