@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
@@ -189,7 +190,7 @@ def _user_source(model: TraceModel, row: int) -> PySource | None:
     arr = model.arrays
     frame = int(arr.py_frame[row])
     if frame < 0:
-        return _user_source_from_call_stack(model, row)
+        return _user_source_from_call_stack(model, row) if _has_call_stacks(model) else None
     user, callee = _user_frame(model, frame)
     if user < 0:
         return None
@@ -310,6 +311,17 @@ def _is_machinery_file(model: TraceModel, file: str) -> bool:
     if file not in memo:
         memo[file] = is_machinery(file)
     return memo[file]
+
+
+def _has_call_stacks(model: TraceModel) -> bool:
+    """Whether any host row has a `Call stack` string (2021-2022 traces). A 2024+ trace
+    has none, and rows outside Python frames then have no source without a walk each."""
+    memo: dict[str, bool] = model.memo.setdefault("has_call_stacks", {})
+    if "any" not in memo:
+        stacks = model.arrays.call_stack
+        present = stacks[np.flatnonzero(pd.notna(stacks))] if len(stacks) else stacks
+        memo["any"] = any(isinstance(cs, str) and cs for cs in present.tolist())
+    return memo["any"]
 
 
 def _user_source_from_call_stack(model: TraceModel, row: int) -> PySource | None:
