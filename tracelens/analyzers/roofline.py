@@ -373,7 +373,6 @@ def _attention_helper_bytes(
     owner: np.ndarray,
     dur: np.ndarray,
     nbytes: np.ndarray,
-    decoded: dict[int, dict[str, Any]],
 ) -> None:
     """Give cuDNN's attention-backward passes (ATTENTION_HELPERS) the bytes they move,
     from the backward op's dO, and the op's main kernels its modelled bytes shared over
@@ -381,7 +380,7 @@ def _attention_helper_bytes(
     helper_of = {nm: next((h for h in ATTENTION_HELPERS if h[0] in nm), None) for nm in set(names.tolist())}
     rows = np.flatnonzero((owner >= 0) & np.fromiter((helper_of[nm] is not None for nm in names), bool, len(names)))
     for o in {int(owner[i]) for i in rows.tolist()}:
-        shapes = decoded.get(o) or {}
+        shapes = model.op_shapes(o)
         dims = shapes.get("Input Dims") or []
         types = shapes.get("Input type") or []
         grad = dims[0] if dims else None
@@ -414,7 +413,6 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     grids = np.where(k["grid_x"].to_numpy() > 0, grids, 0)
     n = len(k)
     op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
-    hints: dict[str, str | None] = {}
     costs: dict[tuple[int, str | None], OpCost | None] = {}
     conv_out: dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]] | None = None
     # Ops with no recorded shapes have no model: skip them without decoding anything (a
@@ -466,36 +464,95 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
         return costs[key]
 
     # The owner of a launching op's kernels depends on the op row and the kernel's type
-    # hint only: resolved once per (row, hint), not once per kernel.
-    resolved: dict[tuple[int, str | None], tuple[int, int]] = {}
+    # hint only. The nearest modelled row at or above a row (and its distance) is what its
+    # parent's is, one further, unless the row has a model itself: memoised per (row, hint)
+    # along each walk, so ops under the same chain of Python frames share the walk up it.
+    # NONE: no modelled row within HOST_CHAIN_LIMIT rows (the bound host_chain has).
+    nearest: dict[tuple[int, str | None], tuple[int, int]] = {}
+    none = (-1, HOST_CHAIN_LIMIT)
 
     def resolve(r: int, hint: str | None) -> tuple[int, int]:
-        key = (r, hint)
-        if key not in resolved:
-            found, a, depth = (-1, 0), r, 0
-            while a >= 0 and depth < HOST_CHAIN_LIMIT:  # innermost op first, as host_chain
-                if has_shapes[a] and cost_of(a, hint) is not None:
-                    found = (a, depth)
-                    break
-                a, depth = int(parent[a]), depth + 1
-            resolved[key] = found
-        return resolved[key]
+        path: list[int] = []
+        a, base = r, none  # base: the answer at `a` (none past the root)
+        while a >= 0:
+            got = nearest.get((a, hint))
+            if got is not None:
+                base = got
+                break
+            if len(path) == HOST_CHAIN_LIMIT:
+                # r's whole bound walked without a find; the rows above r on the path had
+                # less of theirs looked at, so only r's answer is known.
+                nearest[(r, hint)] = none
+                return (-1, 0)
+            if has_shapes[a] and cost_of(a, hint) is not None:  # innermost op first, as host_chain
+                base = nearest[(a, hint)] = (a, 0)
+                break
+            path.append(a)
+            a = int(parent[a])
+        row, dist = base
+        for k, p in enumerate(path):
+            d = dist + len(path) - k
+            nearest[(p, hint)] = (row, d) if row >= 0 and d < HOST_CHAIN_LIMIT else none
+        found = nearest[(r, hint)]
+        return found if found[0] >= 0 else (-1, 0)
 
+    # Per distinct kernel name (kcodes index `uniq`): its type hint and the flags below,
+    # found once per name and spread to the kernels by their codes.
+    kcodes, uniq_names = _factorize_names(k["name"])
+    hint_of = [dtype_from_kernel(nm) for nm in uniq_names]
     owner = np.full(n, -1, dtype=np.int64)
     via_ancestor = np.zeros(n, dtype=bool)
     owner_cost: dict[int, OpCost] = {}
     by_ancestor: set[int] = set()
-    for i in np.flatnonzero((op_rows >= 0) & ~comm).tolist():
-        name = names[i]
-        if name not in hints:
-            hints[name] = dtype_from_kernel(name)
-        a, depth = resolve(int(op_rows[i]), hints[name])
-        if a >= 0:
-            owner[i] = a
-            owner_cost[a] = costs[(a, hints[name])]  # type: ignore[assignment]
-            if depth:
-                by_ancestor.add(a)
-                via_ancestor[i] = True
+    cand = np.flatnonzero((op_rows >= 0) & ~comm)
+    if len(cand):
+        # One walk per distinct (launching op, kernel name), not one per kernel.
+        pair = op_rows[cand].astype(np.int64) * len(uniq_names) + kcodes[cand]
+        _, first, inv = np.unique(pair, return_index=True, return_inverse=True)
+        rows0, codes0 = op_rows[cand[first]], kcodes[cand[first]]
+        p_owner = np.full(len(rows0), -1, dtype=np.int64)
+        p_depth = np.zeros(len(rows0), dtype=np.int64)
+        p_cost: list[OpCost | None] = [None] * len(rows0)
+        # An op with the same name, shape args record (the loader shares one among equal
+        # args) and kernel hint as another costs the same: the ops that own their kernels
+        # (most) are found per distinct such key, in numpy, without a walk each.
+        sel = np.flatnonzero(has_shapes[rows0])
+        if len(sel):
+            srows = rows0[sel]
+            args_ids, _ = pd.factorize(
+                np.fromiter((id(x) for x in model.arrays.shapes[srows].tolist()), dtype=np.uint64, count=len(sel))
+            )
+            hint_codes, _ = pd.factorize(np.array(hint_of, dtype=object)[codes0[sel]], use_na_sentinel=False)
+            key = (model.arrays.name_codes[srows].astype(np.int64) * (int(args_ids.max()) + 1) + args_ids) * (
+                int(hint_codes.max()) + 1
+            ) + hint_codes
+            _, rep_first, rep_inv = np.unique(key, return_index=True, return_inverse=True)
+            rep_cost = [
+                cost_of(r, hint_of[c])
+                for r, c in zip(srows[rep_first].tolist(), codes0[sel][rep_first].tolist(), strict=True)
+            ]
+            modelled_rep = np.array([c is not None for c in rep_cost], dtype=bool)
+            own = modelled_rep[rep_inv]
+            p_owner[sel[own]] = srows[own]
+            for j, q in zip(sel[own].tolist(), rep_inv[own].tolist(), strict=True):
+                p_cost[j] = rep_cost[q]
+        # The rest walk up their ops to the nearest one with a model.
+        for j in np.flatnonzero(p_owner < 0).tolist():
+            hint = hint_of[int(codes0[j])]
+            found_at, depth = resolve(int(rows0[j]), hint)
+            if found_at >= 0:
+                p_owner[j], p_depth[j], p_cost[j] = found_at, depth, costs[(found_at, hint)]
+        owner[cand] = p_owner[inv]
+        via_ancestor[cand] = (p_owner >= 0)[inv] & (p_depth > 0)[inv]
+        by_ancestor = {int(a) for a in np.unique(owner[via_ancestor])}
+        # An owner's cost is that of its last kernel's hint (in kernel order), as a
+        # per-kernel walk assigning it kernel by kernel would leave it.
+        pos = np.flatnonzero(owner[cand] >= 0)[::-1]
+        _, last = np.unique(owner[cand[pos]], return_index=True)
+        for j in pos[last].tolist():
+            c = p_cost[int(inv[j])]
+            assert c is not None
+            owner_cost[int(owner[cand[j]])] = c
     if by_ancestor:
         # An enclosing op whose other kernels have their own models would be counted twice.
         direct = {int(o) for o in np.unique(owner[(owner >= 0) & (owner == op_rows)])}
@@ -506,8 +563,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     nbytes = np.zeros(n)
     source = np.zeros(n, dtype=np.int8)
     meta: dict[int, tuple[str, str, bool]] = {}
-    aux_of = {nm: any(m in nm.lower() for m in AUX_KERNEL_MARKERS) for nm in set(names.tolist())}
-    aux = np.fromiter((aux_of[nm] for nm in names), dtype=bool, count=n)
+    aux = np.array([any(m in nm.lower() for m in AUX_KERNEL_MARKERS) for nm in uniq_names], dtype=bool)[kcodes]
     owned = np.flatnonzero(owner >= 0)
     # Per owner: its kernels' total time, the time of its main (non-aux) kernels, its
     # longest kernel (the FLOPs' home when all its kernels are aux), by vectorised groups.
@@ -520,8 +576,8 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     longest = np.full(len(owners), -1, dtype=np.int64)
     longest[slot[by_len][first]] = owned[by_len][first]
     owned_names: dict[int, list[str]] = defaultdict(list)
-    winograd_of = {nm: "winograd" in nm.lower() for nm in aux_of}  # once per distinct name
-    for i in owned[np.fromiter((winograd_of[nm] for nm in names[owned]), dtype=bool, count=len(owned))]:
+    winograd = np.array(["winograd" in nm.lower() for nm in uniq_names], dtype=bool)  # once per distinct name
+    for i in owned[winograd[kcodes[owned]]]:
         owned_names[int(owner[i])].append(names[i])
     for o, c in owner_cost.items():
         divisor = _winograd_divisor(owned_names.get(o, []))
@@ -541,7 +597,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     math_flops = np.where(main_time[slot] > 0, by_main, on_longest)
     sel = owned[ok]
     nbytes[sel] = shared_bytes[ok]
-    _attention_helper_bytes(model, names, owner, dur, nbytes, decoded)
+    _attention_helper_bytes(model, names, owner, dur, nbytes)
     flops[sel] = np.where(c_math[slot], math_flops, shared_flops)[ok]
     source[sel] = 1
     kinds = [(c.dtype, c.family, c.tensor_core) for c in costs_of]
@@ -573,21 +629,21 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     # first tensor (gelu's input, gelu_backward's and softmax backward's gradient, the
     # normalised input), shared among the owner's kernels by time as its bytes are.
     instr = np.zeros(n)
-    per_elem = {nm: instructions_per_element(nm) for nm in aux_of}
-    counted = np.fromiter((per_elem[nm] for nm in names), dtype=float, count=n)
+    counted = np.array([instructions_per_element(nm) for nm in uniq_names], dtype=float)[kcodes]
     for i in np.flatnonzero((counted > 0) & (source == 1)).tolist():
         o = int(owner[i])
-        dims = (decoded.get(o) or {}).get("Input Dims") or []
+        dims = model.op_shapes(o).get("Input Dims") or []
         lead = dims[0] if dims else None
         if isinstance(lead, list) and lead and all(isinstance(x, int) for x in lead):
             j = int(np.searchsorted(owners, o))
             instr[i] = counted[i] * float(np.prod(lead)) * dur[i] / op_time[j]
     # The non-vectorised path: per element, linear in the dimensions left after coalescing.
-    legacy = {nm: legacy_coefficients(nm) for nm in aux_of}
-    for i in np.flatnonzero((source == 1) & np.fromiter((legacy[nm] is not None for nm in names), bool, n)).tolist():
+    legacy = {nm: legacy_coefficients(nm) for nm in uniq_names}
+    has_legacy = np.array([legacy[nm] is not None for nm in uniq_names], dtype=bool)[kcodes]
+    for i in np.flatnonzero((source == 1) & has_legacy).tolist():
         o = int(owner[i])
         op = model.arrays.name(o).split("::")[-1]
-        found = iteration_dims(decoded.get(o) or {}, op == "copy_" or op.endswith("_"))
+        found = iteration_dims(model.op_shapes(o), op == "copy_" or op.endswith("_"))
         coef = legacy[names[i]]
         if found is not None and coef is not None:
             j = int(np.searchsorted(owners, o))
@@ -644,19 +700,21 @@ def _fusion_chains(
     """Maximal runs of consecutive fusible kernels on each stream (no other kernel between
     them), of comparable size, two passes or more."""
     order = np.lexsort((k["ts"].to_numpy(), k["stream"].to_numpy(), k["device"].to_numpy()))
-    streams = (k["device"].to_numpy() * 1_000_003 + k["stream"].to_numpy())[order]
+    # Python lists, not numpy arrays: the walk below reads single items (a numpy scalar
+    # costs an object and slower arithmetic each; the values are the same floats and ints).
+    streams = (k["device"].to_numpy() * 1_000_003 + k["stream"].to_numpy())[order].tolist()
     # A chain ends at a step (iteration) boundary: fusing compilers fuse within one
     # iteration's graph, and a chain spanning iterations over-states the saving (14.7 ms
     # claimed vs 11.6 ms measured eager-vs-compiled on a 5-iteration elementwise loop).
-    steps = _kernel_steps(model, k, iterations)[order]
-    dur = k["dur"].to_numpy(dtype=float)[order]
+    steps = _kernel_steps(model, k, iterations)[order].tolist()
+    dur = k["dur"].to_numpy(dtype=float)[order].tolist()
     names = k["name"].astype(str).to_numpy()[order]
-    nbytes = att.bytes[order]
-    owner = att.owner[order]
-    fusible = np.array(
-        [att.source[i] == 1 and att.meta.get(int(i), ("", "", False))[1] in FUSIBLE_FAMILIES for i in order],
-        dtype=bool,
-    )
+    nbytes = att.bytes[order].tolist()
+    owner = att.owner[order].tolist()
+    fusible_family = np.zeros(len(order), dtype=bool)
+    for i, m in att.meta.items():
+        fusible_family[i] = m[1] in FUSIBLE_FAMILIES
+    fusible = ((att.source == 1) & fusible_family)[order].tolist()
     groups: dict[tuple[str, ...], list[Any]] = {}
 
     def close(run: list[int]) -> None:
@@ -715,12 +773,29 @@ def _transposed_source(shapes: dict[str, Any]) -> bool:
     return False
 
 
-def _median_grids(names: np.ndarray, blocks: np.ndarray, dur: np.ndarray) -> dict[str, int]:
-    """Median blocks per launch of each kernel name (0 where the trace has no grids)."""
+def _factorize_names(col: pd.Series, index: np.ndarray | None = None) -> tuple[np.ndarray, list[str]]:
+    """`pd.factorize` of a kernel-name column's strings (of the rows `index` picks, all by
+    default): codes in first-seen order and the names. From a categorical's codes where
+    it is one (ints, no string hashed: the kernels of a long trace are tens of thousands)."""
+    if isinstance(col.dtype, pd.CategoricalDtype):
+        cat_codes = col.cat.codes.to_numpy()
+        if index is not None:
+            cat_codes = cat_codes[index]
+        if not len(cat_codes) or int(cat_codes.min()) >= 0:  # a missing name: as strings
+            codes, first = pd.factorize(cat_codes)
+            cats = col.cat.categories
+            return codes, [str(cats[c]) for c in first.tolist()]
+    names = col.astype(str).to_numpy()
+    codes, uniq = pd.factorize(names if index is None else names[index])
+    return codes, [str(nm) for nm in uniq]
+
+
+def _median_grids(codes: np.ndarray, uniq: list[str], blocks: np.ndarray, dur: np.ndarray) -> dict[str, int]:
+    """Median blocks per launch of each kernel name (0 where the trace has no grids), from
+    the names' codes (first-seen order) and the names."""
     out: dict[str, int] = {}
-    if not len(names):
+    if not len(codes):
         return out
-    codes, uniq = pd.factorize(names)
     # Weighted by time: one name can cover a big launch and many tiny ones (mul on a large
     # tensor and on a scalar); the launches holding the time decide. Sorted by name, then
     # blocks: each name's launches are one slice, its time-weighted median a search in it.
@@ -765,7 +840,7 @@ def compute_roofline(
     att = _attribute(model, k, comm)
     # Per kernel name (first-seen order): launches, time, modelled FLOPs, bytes and time.
     kept = np.flatnonzero(~comm)
-    codes, uniq = pd.factorize(names[kept])
+    codes, uniq = _factorize_names(k["name"], kept)
     with_model = att.source[kept] > 0
     width = len(uniq)
     counts = np.bincount(codes, minlength=width)
@@ -807,7 +882,7 @@ def compute_roofline(
     sms = (dev.num_sms if dev else None) or 0
     gx = k["grid_x"].to_numpy()
     blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
-    grid_of = _median_grids(names[kept], blocks[kept], dur[kept])
+    grid_of = _median_grids(codes, uniq, blocks[kept], dur[kept])
     for name, (count, time_us, flops, nbytes, mtime) in groups.items():
         dtype, family, tc = meta.get(name, ("", "", False))
         grid = grid_of.get(name, 0)

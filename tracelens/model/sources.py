@@ -31,11 +31,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 
 _PYTHON = int(Kind.PYTHON)
+#: Pointer-doubling passes when finding each frame's user frame: 2**64 frames deep is
+#: beyond any stack, so more passes means a cycle.
+MAX_DOUBLINGS = 64
 _FRAME_RE = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
 
 #: Frames that are machinery rather than the program being profiled: PyTorch itself (its
@@ -186,7 +190,7 @@ def _user_source(model: TraceModel, row: int) -> PySource | None:
     arr = model.arrays
     frame = int(arr.py_frame[row])
     if frame < 0:
-        return _user_source_from_call_stack(model, row)
+        return _user_source_from_call_stack(model, row) if _has_call_stacks(model) else None
     user, callee = _user_frame(model, frame)
     if user < 0:
         return None
@@ -202,6 +206,68 @@ def _user_source(model: TraceModel, row: int) -> PySource | None:
 def _user_frame(model: TraceModel, frame: int) -> tuple[int, int]:
     """(user frame row, the frame directly inside it on this chain or -1) for a Python
     frame row; (-1, -1) when no frame on the chain is the user's."""
+    table = _user_frames(model)
+    if table is not None:
+        users, callees, index = table
+        i = int(index[frame])
+        if i >= 0:
+            return int(users[i]), int(callees[i])
+    return _user_frame_walk(model, frame)
+
+
+def _user_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """`_user_frame` of every Python frame row at once: (user, callee, index), where
+    index maps a host row to its slot (-1 for rows that are not Python frames).
+
+    Whether a frame is the user's depends on its name only (checked once per distinct
+    name); the nearest such frame up each chain is found by pointer doubling over the
+    frames' callers (log2 of the stack depth numpy passes), rather than a walk per frame.
+    None when a frame's caller is not itself a Python frame row (then frames are walked)."""
+    memo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = model.memo.setdefault("user_frames", {})
+    if "all" in memo:
+        return memo["all"]
+    arr = model.arrays
+    frames = np.flatnonzero(arr.kind == _PYTHON)
+    n = len(frames)
+    index = np.full(len(arr.kind), -1, dtype=np.int64)
+    index[frames] = np.arange(n)
+    parents = arr.parent[frames]
+    up_rows = np.where(parents >= 0, arr.py_frame[np.clip(parents, 0, None)], -1)
+    up = np.where(up_rows >= 0, index[np.clip(up_rows, 0, None)], n)  # n: past the outermost frame
+    if bool(np.any((up_rows >= 0) & (up == -1))):
+        memo["all"] = None
+        return None
+    codes = arr.name_codes[frames]
+    distinct = np.unique(codes)
+    user_code = np.zeros(int(distinct.max()) + 1 if len(distinct) else 0, dtype=bool)
+    for code in distinct.tolist():
+        src = _frame_of_code(model, code)
+        user_code[code] = src is not None and not _is_machinery_file(model, src.file)
+    is_user = np.append(user_code[codes], False)  # slot n: past the outermost frame
+    # jump[i]: how far up the chain from i a walk has got, stopping at a user frame (or n);
+    # below[i]: the frame it passed last before that (i itself at first).
+    slots = np.arange(n + 1)
+    jump = np.where(is_user, slots, np.append(up, n))
+    below = np.where(is_user, -1, slots)
+    for _ in range(MAX_DOUBLINGS):
+        moving = ~is_user[jump] & (jump != n)
+        if not bool(np.any(moving)):
+            break
+        below = np.where(moving, below[jump], below)
+        jump = np.where(moving, jump[jump], jump)
+    else:  # a cycle of callers (a broken trace): leave it to the walk
+        memo["all"] = None
+        return None
+    found = is_user[jump]
+    rows = np.append(frames, -1)
+    users = np.where(found, rows[jump], -1)[:n]
+    callees = np.where(found & ~is_user, rows[np.clip(below, 0, None)], -1)[:n]
+    table = (users, callees, index)
+    memo["all"] = table
+    return table
+
+
+def _user_frame_walk(model: TraceModel, frame: int) -> tuple[int, int]:
     arr = model.arrays
     memo: dict[int, tuple[int, int]] = model.memo.setdefault("user_frame", {})
     path: list[int] = []
@@ -230,11 +296,13 @@ def _user_frame(model: TraceModel, frame: int) -> tuple[int, int]:
 def _frame_of(model: TraceModel, row: int) -> PySource | None:
     """`parse_frame(name, line_is_def=True)` of a Python frame row, once per distinct name
     (a decode loop runs the same few thousand frames once per token)."""
-    arr = model.arrays
+    return _frame_of_code(model, int(model.arrays.name_codes[row]))
+
+
+def _frame_of_code(model: TraceModel, code: int) -> PySource | None:
     memo: dict[int, PySource | None] = model.memo.setdefault("frame_of_name", {})
-    code = int(arr.name_codes[row])
     if code not in memo:
-        memo[code] = parse_frame(arr.name_table[code], line_is_def=True)
+        memo[code] = parse_frame(model.arrays.name_table[code], line_is_def=True)
     return memo[code]
 
 
@@ -243,6 +311,17 @@ def _is_machinery_file(model: TraceModel, file: str) -> bool:
     if file not in memo:
         memo[file] = is_machinery(file)
     return memo[file]
+
+
+def _has_call_stacks(model: TraceModel) -> bool:
+    """Whether any host row has a `Call stack` string (2021-2022 traces). A 2024+ trace
+    has none, and rows outside Python frames then have no source without a walk each."""
+    memo: dict[str, bool] = model.memo.setdefault("has_call_stacks", {})
+    if "any" not in memo:
+        stacks = model.arrays.call_stack
+        present = stacks[np.flatnonzero(pd.notna(stacks))] if len(stacks) else stacks
+        memo["any"] = any(isinstance(cs, str) and cs for cs in present.tolist())
+    return memo["any"]
 
 
 def _user_source_from_call_stack(model: TraceModel, row: int) -> PySource | None:
