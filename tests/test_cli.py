@@ -384,3 +384,19 @@ def test_json_is_strict_even_with_nan() -> None:
 
     data = json.loads(text, parse_constant=no_constants)
     assert data["summary"]["primary_share"] is None
+
+
+def test_fast_exit_loses_no_output(tmp_path: Path) -> None:
+    """The report command leaves by os._exit once its outputs are written (no heap
+    teardown): what went to a pipe must still arrive whole, and the exit code stay 0."""
+    trace = sample("host_sync_mask")
+    piped = run("report", trace, "--md", "-")
+    assert piped.returncode == 0, piped.stderr
+    filed = run("report", trace, "--md", tmp_path / "r.md", "-q")
+    assert filed.returncode == 0, filed.stderr
+    expected = (tmp_path / "r.md").read_text()
+    # The same Markdown (its generation time aside), to the last line.
+    strip = lambda text: [ln for ln in text.splitlines() if "generated" not in ln.lower()]  # noqa: E731
+    assert strip(piped.stdout) == strip(expected) and len(expected) > 1000
+    json_out = run("report", trace, "--json", "-")
+    assert json_out.returncode == 0 and json.loads(json_out.stdout)["summary"]["primary"]

@@ -167,9 +167,10 @@ def report(
     """
     _interrupt_as_error()
     if len(traces) == 1 and Path(traces[0]).is_file():
-        _report_one(
+        built = _report_one(
             Path(traces[0]), html, markdown, json_out, out_dir, quiet, window, steps, perfetto=perfetto, redact=redact
         )
+        _FINISHED.extend(built)
         return
     from tracelens.job.cli import report_many
 
@@ -195,8 +196,8 @@ def _report_one(
     steps: str | None,
     perfetto: Path | None = None,
     redact: bool = False,
-) -> None:
-    """The report on one trace."""
+) -> tuple[object, ...]:
+    """The report on one trace; returns what it built (the model, its context, the report)."""
     from tracelens.analyzers.context import AnalysisContext
     from tracelens.assemble import build_report
     from tracelens.model import load_trace
@@ -233,6 +234,7 @@ def _report_one(
         }
         written = _write(wanted, renderers, rep, scrub)
     _summary(wanted, written, rep, None if quiet else render_terminal, scrub)
+    return model, ctx, rep
 
 
 @app.command()
@@ -685,13 +687,33 @@ def _say(message: str) -> None:
 MAX_ERROR_CHARS = 1000
 
 
+#: What finished single-trace reports leave behind (the trace model, its context, the
+#: report), kept alive to the end: freeing a large trace's columns and interned strings
+#: takes ~0.1 s at exit on a 250 MB trace (measured on the 2-core machine), time the user
+#: waits for nothing once every output is written.
+_FINISHED: list[object] = []
+
+
+def _hard_exit(code: int) -> None:
+    """Leave without tearing down the heap (as mypy does): flush what the user sees, then
+    os._exit. Only for the process's own entry point and only after a single-trace report,
+    whose outputs are already written (atomically) and which holds no pool or child."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping user errors to one line and an exit code."""
     try:
         # Without standalone mode click returns the exit code of typer.Exit instead of
         # raising it; pass it on (capture's exit code is the script's).
         code = app(args=argv, standalone_mode=False)
-        sys.exit(code if isinstance(code, int) else 0)
+        code = code if isinstance(code, int) else 0
+        if argv is None and _FINISHED:  # the console script or `python -m tracelens`
+            _hard_exit(code)
+        sys.exit(code)
     except TracelensError as exc:
         _say(f"error: {exc}" if not isinstance(exc, Interrupted) else "interrupted")
         sys.exit(exc.exit_code)
