@@ -1165,7 +1165,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         fp32_time = sum(r.time_us for r in fp32_mm)
         fp32_gain = fp32_time * (1 - roof.peaks.flops.get("fp32", 0.0) / tf32) if tf32 else 0.0
         eff = sum(r.time_us * r.roof_share for r in comp) / comp_time
-        gain = fp32_gain + sum(_gain_to_roof(r) for r in comp if r not in fp32_mm)
+        # A kernel in a fusion chain is the memory finding's to gain from (fusing removes
+        # its pass): counting its distance to the roof here too would count it twice.
+        in_chains = {name for c in roof.chains for name in c.kernels}
+        gain = fp32_gain + sum(_gain_to_roof(r) for r in comp if r not in fp32_mm and r.name not in in_chains)
         share = ctx.share(comp_time)
         advice = (
             "These kernels are limited by arithmetic: check their efficiency against the peak (the table), "
@@ -1211,7 +1214,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 share=share,
                 advice=advice,
                 expected_gain_us=gain,
-                gain_note="each compute-bound kernel's distance to its roof, plus fp32 matmuls at the TF32 peak",
+                gain_note=(
+                    "each compute-bound kernel's distance to its roof (kernels in a fusion chain are left to the "
+                    "memory finding), plus fp32 matmuls at the TF32 peak"
+                ),
                 evidence=(
                     Metric("compute-bound kernel time", comp_time, "us"),
                     Metric("time-weighted share of the roof", eff, "share"),
