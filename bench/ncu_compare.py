@@ -16,8 +16,11 @@ Nsight Compute's verdict per kernel launch comes from its SOLBottleneck rule:
 Launches are paired with the trace's kernels by aligning the two sequences of function
 names (Nsight Compute and CUPTI demangle differently, so only the identifier is compared).
 A kernel family is a kernel name in the trace (one row of kernels[]); its Nsight Compute
-verdict is the one holding most of its launches' time. Agreement is printed by family and
-by time (each launch weighted by its Nsight Compute duration), per case and overall.
+verdict is the one holding most of its launches' time, compared with the family's bound.
+By time, each launch (weighted by its Nsight Compute duration) is compared with the bound
+tracelens gives that launch: its family's, or latency for a launch latency-bound on its own
+(too short, too small a grid: Roofline.latency_rows, which the ledger counts as latency).
+Agreement is printed by family and by time, per case and overall.
 """
 
 from __future__ import annotations
@@ -156,13 +159,15 @@ class Pair:
     case: str
     family: str  # the trace's kernel name
     ncu: NcuKernel
-    bound: str  # tracelens'
+    bound: str  # tracelens' for this launch: its family's, or latency for a launch latency-bound on its own
     detail: str  # tracelens' shares of its roofs
+    family_bound: str = ""  # tracelens' bound of the family (kernels[])
 
 
-def last_step_kernels(path: Path) -> tuple[list[str], dict[str, str], dict[str, str]]:
+def last_step_kernels(path: Path) -> tuple[list[str], dict[str, str], dict[str, str], list[bool]]:
     """Kernel names of the trace's last ProfilerStep in launch order, tracelens' bound per
-    kernel name, and each name's share of the roof."""
+    kernel name, each name's share of the roof, and whether tracelens counts each launch
+    as latency-bound on its own (Roofline.latency_rows)."""
     model = load_trace(path)
     roof = for_context(AnalysisContext(model))
     bound = {r.name: r.bound for r in roof.kernels}
@@ -170,19 +175,22 @@ def last_step_kernels(path: Path) -> tuple[list[str], dict[str, str], dict[str, 
     k = model.kernels()
     k = k[k["step"] >= 0]
     last = k[k["step"] == k["step"].max()].sort_values("ts")
-    return [str(n) for n in last["name"]], bound, share
+    latency = set(roof.latency_rows.tolist())
+    return [str(n) for n in last["name"]], bound, share, [int(i) in latency for i in last.index]
 
 
 def pairs_for(case: str, data: Path, traces: Path) -> list[Pair]:
     ncu = read_ncu(data / f"{case}.csv.gz")
-    names, bound, detail = last_step_kernels(traces / f"ncu_{case}.pt.trace.json.gz")
+    names, bound, detail, on_own = last_step_kernels(traces / f"ncu_{case}.pt.trace.json.gz")
     a = [identifier(n.name) for n in ncu]
     b = [identifier(n) for n in names]
     out = []
     for blk in difflib.SequenceMatcher(None, a, b, autojunk=False).get_matching_blocks():
         for j in range(blk.size):
             fam = names[blk.b + j]
-            out.append(Pair(case, fam, ncu[blk.a + j], bound.get(fam, "unknown"), detail.get(fam, "")))
+            family_bound = bound.get(fam, "unknown")
+            launch_bound = "latency" if on_own[blk.b + j] else family_bound
+            out.append(Pair(case, fam, ncu[blk.a + j], launch_bound, detail.get(fam, ""), family_bound))
     return out
 
 
@@ -213,7 +221,7 @@ def agreement(pairs: list[Pair]) -> Agreement:
     fams: dict[tuple[str, str], list[Pair]] = defaultdict(list)
     for p in pairs:
         fams[(p.case, p.family)].append(p)
-    agree = sum(1 for ps in fams.values() if ps[0].bound in family_verdict(ps))
+    agree = sum(1 for ps in fams.values() if ps[0].family_bound in family_verdict(ps))
     t = sum(p.ncu.duration_us for p in pairs)
     ta = sum(p.ncu.duration_us for p in pairs if p.bound in p.ncu.verdict)
     return Agreement(len(fams), agree, t, ta)
@@ -252,8 +260,9 @@ def main() -> None:
         sm = sum(x * p.ncu.sm_pct for x, p in zip(w, ps, strict=True))
         mem = sum(x * p.ncu.mem_pct for x, p in zip(w, ps, strict=True))
         dram = sum(x * p.ncu.dram_pct for x, p in zip(w, ps, strict=True))
-        ok = ps[0].bound in v
-        rows.append((ok, -t, case, fam, len(ps), t, "/".join(sorted(v)), ps[0].bound, sm, mem, dram, ps[0].detail))
+        ok = ps[0].family_bound in v
+        rows.append((ok, -t, case, fam, len(ps), t, "/".join(sorted(v)), ps[0].family_bound, sm, mem, dram,
+                     ps[0].detail))  # fmt: skip
     rows.sort()
     for ok, _, case, fam, n, t, v, b, sm, mem, dram, detail in rows:
         if ok and not args.verbose:

@@ -315,6 +315,7 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
             roof_value=r.roof_value if r else 0.0,
             roof_share=r.roof_share if r and r.bound != "unknown" else 0.0,
             measured_ceiling=r.measured_ceiling if r else 0.0,
+            latency_us=r.latency_us if r and r.bound in ("memory", "compute") else 0.0,
         )
         for name, row in g.iterrows()
         for r in (roofs.get(str(name)),)

@@ -208,6 +208,9 @@ class KernelRow:
     roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
     roof_share: float = 0.0  # achieved fraction of that roof (never above 1: above is a model error)
     measured_ceiling: float = 0.0  # sustained ceiling measured for that roof on this GPU, 0 if none
+    # Time in launches latency-bound on their own (too short, too small a grid), counted as
+    # latency in the ledger whatever `bound` says.
+    latency_us: float = 0.0
 
 
 @dataclass(frozen=True)

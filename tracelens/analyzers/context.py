@@ -40,8 +40,9 @@ class AnalysisContext:
     def ledger(self) -> Ledger:
         from tracelens.analyzers.roofline import for_context
 
-        bounds = {k.name: k.bound for k in for_context(self).kernels}
-        return compute_ledger(self.model, self.window, lambda name: bounds.get(name, "unknown"))
+        roof = for_context(self)
+        bounds = {k.name: k.bound for k in roof.kernels}
+        return compute_ledger(self.model, self.window, lambda name: bounds.get(name, "unknown"), roof.latency_rows)
 
     @property
     def window_us(self) -> float:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -28,7 +28,14 @@ import pandas as pd
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT, gemm_from_name
-from tracelens.analyzers.op_costs import ADAM_FLOPS_PER_ELEMENT, CONV, OpCost, dtype_from_kernel, op_cost
+from tracelens.analyzers.op_costs import (
+    ADAM_FLOPS_PER_ELEMENT,
+    BSHD_ATTENTION,
+    CONV,
+    OpCost,
+    dtype_from_kernel,
+    op_cost,
+)
 from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -88,6 +95,15 @@ class KernelRoof:
     unit: str = ""  # execution unit of the compute roof (fp32, tf32, bf16, fp16, fp8, int8; issue)
     instructions: float = 0.0  # thread instructions executed, estimated (INSTRUCTIONS_PER_ELEMENT), 0 if no count
     issue_share: float = 0.0  # instructions/s / the GPU's issue roof
+    l2_share: float = 0.0  # modelled traffic into L2 (register spills) / the L2 write roof, 0 if not modelled
+    #: Time in this name's launches that are latency-bound on their own (launch_is_latency),
+    #: whatever the name's bound: an 18-block AdamW launch beside 320-block ones.
+    latency_us: float = 0.0
+
+    @property
+    def bound_us(self) -> float:
+        """The time `bound` holds for: the name's time less its launches latency-bound on their own."""
+        return self.time_us - self.latency_us if self.bound in ("memory", "compute") else self.time_us
 
 
 #: Elements each block of ATen's multi_tensor_apply kernels handles (kChunkSize in
@@ -287,6 +303,9 @@ class Roofline:
     unmodelled: tuple[Unmodelled, ...] = ()
     chains: tuple[FusionChain, ...] = ()
     window: tuple[float, float] = (0.0, 0.0)  # the profiled window the kernels were taken from
+    #: GPU rows (model.gpu index) of launches that are latency-bound on their own although
+    #: their name's bound is memory or compute: the ledger counts them as latency.
+    latency_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @property
     def total_us(self) -> float:
@@ -315,6 +334,7 @@ class _Attribution:
     unmodelled: dict[tuple[str, str], float]
     owner: np.ndarray  # host row of the op whose model covers each kernel, or -1
     instructions: np.ndarray | None = None  # estimated thread instructions (0: no count)
+    l2_port: np.ndarray | None = None  # L2 port bytes of register spills (0: not modelled)
 
 
 def _conv_outputs(model: TraceModel) -> dict[tuple[tuple[int, ...], tuple[int, ...]], list[int]]:
@@ -365,6 +385,57 @@ ATTENTION_HELPERS: tuple[tuple[str, float, float, float], ...] = (
     ("compute_dot_do_o", 2.0, 4.0, 4.0),
     ("convert_dq_to_16bits", 1.0, 4.0, 0.0),
 )
+
+
+#: Kernels that spill registers to local memory, whose spills (written through L1) load the
+#: crossbar into L2 while DRAM idles: (kernel-name marker, keys per tile, L2 bytes written
+#: per (query tile, key tile) pair and head, L2 bytes read per key per query tile and head).
+#: PyTorch's fp32 memory-efficient attention (AttentionKernel<float, Sm80, aligned, 64, 64,
+#: 64>, 168 registers a thread, 3.4M local spilling requests on a 256-token launch) writes
+#: 30-150 times its output into L2 and Nsight Compute calls it memory-bound on L2 (lts
+#: 60-72%, DRAM 8%). Fitted on the `onchip` case (8 x 16 heads x 64, 256 and 1024 tokens;
+#: lts__t_sectors_op_write / _read): 164.3 / 156.9 kB written a pair (spills, whole tiles
+#: or not; output included), 765 / 828 B read a key (K and V, and spill reloads; the larger
+#: 1024-token launch's figure taken). On the encoder case (16 x 12 heads, 77 / 197 / 384
+#: tokens, not used to fit) it predicts writes within 4% and reads within 5% of Nsight
+#: Compute's, and the port's use within 4 points (tests/test_roofline.py).
+L2_SPILL_MODELS: tuple[tuple[str, int, float, float], ...] = (("fmha_cutlassf_f32_aligned_64x64_rf", 64, 158e3, 828.0),)
+#: Bytes a read request brings from L2: the port carries one request per 128-byte line.
+L2_READ_REQUEST_BYTES = 128.0
+L2_ROOF_NAME = "L2 write port (register spills)"
+L2_SECTOR_BYTES = 32.0
+
+
+def spill_model(kernel: str) -> tuple[str, int, float, float] | None:
+    low = kernel.lower()
+    return next((m for m in L2_SPILL_MODELS if m[0] in low), None)
+
+
+def _l2_spill_traffic(
+    model: TraceModel, names: np.ndarray, owner: np.ndarray, grids: np.ndarray, source: np.ndarray
+) -> np.ndarray:
+    """Per kernel, the L2 port bytes of its register spills (L2_SPILL_MODELS): writes plus
+    a request per 128-byte line read, in bytes of 32-byte port slots; 0 where not modelled.
+    A launch's blocks are its query tiles x heads x batch; the key length comes from the
+    owning attention op's key tensor."""
+    port = np.zeros(len(names))
+    spills = {nm: spill_model(nm) for nm in set(names.tolist())}
+    rows = [i for i in np.flatnonzero((source == 1) & (grids > 0)).tolist() if spills[names[i]] is not None]
+    for i in rows:
+        found = spills[names[i]]
+        assert found is not None
+        _, keys_per_tile, written, read_per_key = found
+        o = int(owner[i])
+        op = model.arrays.name(o).split("::")[-1]
+        dims = model.op_shapes(o).get("Input Dims") or []
+        key = dims[1] if len(dims) > 1 else None
+        if not (isinstance(key, list) and len(key) == 4 and all(isinstance(x, int) for x in key)):
+            continue
+        length = key[1] if op in BSHD_ATTENTION else key[2]
+        pairs = float(grids[i]) * -(-length // keys_per_tile)
+        reads = float(grids[i]) * length * read_per_key
+        port[i] = pairs * written + reads * L2_SECTOR_BYTES / L2_READ_REQUEST_BYTES
+    return port
 
 
 def _attention_helper_bytes(
@@ -648,7 +719,8 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
         if found is not None and coef is not None:
             j = int(np.searchsorted(owners, o))
             instr[i] = (coef[0] + coef[1] * found[1]) * found[0] * dur[i] / op_time[j]
-    return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr)
+    l2_port = _l2_spill_traffic(model, names, owner, grids, source)
+    return _Attribution(flops, nbytes, source, meta, dict(unmodelled), owner, instr, l2_port)
 
 
 def _ancestors_among(up: list[int], rows: set[int], among: set[int]) -> set[int]:
@@ -676,8 +748,9 @@ def _subset(att: _Attribution, keep: np.ndarray) -> _Attribution:
     new_of = {int(old): new for new, old in enumerate(index)}
     meta = {new_of[i]: m for i, m in att.meta.items() if i in new_of}
     instr = att.instructions[keep] if att.instructions is not None else None
+    port = att.l2_port[keep] if att.l2_port is not None else None
     return _Attribution(
-        att.flops[keep], att.bytes[keep], att.source[keep], meta, att.unmodelled, att.owner[keep], instr
+        att.flops[keep], att.bytes[keep], att.source[keep], meta, att.unmodelled, att.owner[keep], instr, port
     )
 
 
@@ -810,6 +883,18 @@ def _median_grids(codes: np.ndarray, uniq: list[str], blocks: np.ndarray, dur: n
     return out
 
 
+def launch_is_latency(blocks: np.ndarray, dur: np.ndarray, sms: int) -> np.ndarray:
+    """Launches latency-bound on their own: shorter than LATENCY_US, or with a grid under
+    SMALL_GRID_SHARE of the SMs (Nsight Compute's "grid is too small", launch by launch).
+    One kernel name runs at many sizes (the 18-block AdamW launches beside the 320-block
+    ones; a 77-token batch beside a 384-token one): Nsight Compute calls the small launches
+    latency-bound whatever the large ones are (train case: 148 us of AdamW, 25 us of casts)."""
+    small = dur < LATENCY_US
+    if sms > 0:
+        small |= (blocks > 0) & (blocks < sms * SMALL_GRID_SHARE)
+    return small
+
+
 def compute_roofline(
     model: TraceModel, device: int | None, window: tuple[float, float], iterations: tuple[float, ...] = ()
 ) -> Roofline:
@@ -855,6 +940,9 @@ def compute_roofline(
         for j, nm in enumerate(uniq)
     }
     instructions = {str(nm): float(g_instr[j]) for j, nm in enumerate(uniq)}
+    port_of = att.l2_port if att.l2_port is not None else np.zeros(len(k))
+    g_port = np.bincount(codes, weights=np.where(with_model, port_of[kept], 0.0), minlength=width)
+    l2_port = {str(nm): float(g_port[j]) for j, nm in enumerate(uniq) if g_port[j] > 0}
     meta: dict[str, tuple[str, str, bool]] = {}
     modelled_idx = kept[with_model]
     _, first_of = np.unique(codes[with_model], return_index=True)
@@ -883,6 +971,9 @@ def compute_roofline(
     gx = k["grid_x"].to_numpy()
     blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
     grid_of = _median_grids(codes, uniq, blocks[kept], dur[kept])
+    small = launch_is_latency(blocks[kept], dur[kept], sms)
+    small_time = np.bincount(codes, weights=np.where(small, dur[kept], 0.0), minlength=width)
+    latency_of = {str(nm): float(small_time[j]) for j, nm in enumerate(uniq)}
     for name, (count, time_us, flops, nbytes, mtime) in groups.items():
         dtype, family, tc = meta.get(name, ("", "", False))
         grid = grid_of.get(name, 0)
@@ -909,7 +1000,12 @@ def compute_roofline(
         unit, peak = peaks.roof(dtype, tc, name)
         winograd = "winograd" in name.lower()
         flop_share = fps / peak if peak > 0 else 0.0
-        memory_share = bps / peaks.bw if peaks.bw > 0 else 0.0
+        dram_share = bps / peaks.bw if peaks.bw > 0 else 0.0
+        # Register spills load the port into L2, not DRAM: the memory roof is the nearer of the two.
+        port = l2_port.get(name, 0.0)
+        l2_share = port / (mtime * 1e-6) / peaks.l2_write if peaks.l2_write > 0 and port > 0 else 0.0
+        memory_share = max(dram_share, l2_share)
+        by_l2 = l2_share > dram_share
         if winograd:
             # Winograd convolutions do fewer multiplies than the direct FLOPs we count:
             # their "FLOP/s" can pass the peak without the model being wrong.
@@ -928,9 +1024,9 @@ def compute_roofline(
         roof = min(peak, ai * peaks.bw) if ai != float("inf") and not by_issue else peak
         share = max(compute_share, memory_share)
         near_memory = memory_share >= compute_share
-        roof_name = "memory bandwidth" if near_memory else UNIT_NAMES.get(unit, unit)
-        roof_value = peaks.bw if near_memory else peak
-        ceiling = peaks.measured.get("bandwidth" if near_memory else unit, 0.0)
+        roof_name = (L2_ROOF_NAME if by_l2 else "memory bandwidth") if near_memory else UNIT_NAMES.get(unit, unit)
+        roof_value = (peaks.l2_write if by_l2 else peaks.bw) if near_memory else peak
+        ceiling = 0.0 if near_memory and by_l2 else peaks.measured.get("bandwidth" if near_memory else unit, 0.0)
         if max(flop_share, compute_share, memory_share) > MODEL_ERROR_SHARE:
             # Above the datasheet roof: the FLOP, instruction or byte model (or the peak) is wrong.
             errors += 1
@@ -953,9 +1049,12 @@ def compute_roofline(
             bound = "memory" if memory_share / NEAR_ROOF_SHARE >= compute_share / near_compute else "compute"
         rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, roof,
                                share, bound, roof_name, roof_value, ceiling, compute_share, memory_share, grid,
-                               unit, instr, issue_share))  # fmt: skip
+                               unit, instr, issue_share, l2_share, latency_of.get(name, 0.0)))  # fmt: skip
     rows.sort(key=lambda r: -r.time_us)
     classified = sum(r.time_us for r in rows if r.bound != "unknown")
+    roofed = {r.name for r in rows if r.bound in ("memory", "compute")}
+    in_roofed = np.fromiter((str(nm) in roofed for nm in uniq), dtype=bool, count=width)
+    latency_rows = k.index.to_numpy()[kept[small & in_roofed[codes]]]
     unmodelled = tuple(
         Unmodelled(op, reason, t) for (op, reason), t in sorted(att.unmodelled.items(), key=lambda kv: -kv[1])
     )
@@ -971,6 +1070,7 @@ def compute_roofline(
         unmodelled[:MAX_UNMODELLED],
         _fusion_chains(model, k[~comm], _subset(att, ~comm), iterations),
         window,
+        latency_rows,
     )
     memo[key] = result
     return result
@@ -990,7 +1090,7 @@ def _gain_to_roof(r: KernelRoof) -> float:
     if r.roof_share <= 0 or r.roof_value <= 0:
         return 0.0
     reachable = min(r.measured_ceiling, r.roof_value) if r.measured_ceiling > 0 else r.roof_value
-    return r.time_us * max(1.0 - r.roof_share * r.roof_value / reachable, 0.0)
+    return r.bound_us * max(1.0 - r.roof_share * r.roof_value / reachable, 0.0)
 
 
 def _ledger_capped(ctx: AnalysisContext, cause: str, kernel_us: float) -> float:
@@ -1001,7 +1101,7 @@ def _ledger_capped(ctx: AnalysisContext, cause: str, kernel_us: float) -> float:
 def _sites(rows: list[KernelRoof], describe: Callable[[KernelRoof], str]) -> tuple[Site, ...]:
     """The costliest kernel groups as finding sites."""
     return tuple(
-        Site(description=describe(r), count=r.count, time_us=r.time_us, kernels=(r.name,)) for r in rows[:MAX_SITES]
+        Site(description=describe(r), count=r.count, time_us=r.bound_us, kernels=(r.name,)) for r in rows[:MAX_SITES]
     )
 
 
@@ -1076,13 +1176,13 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         findings.append(eager)
     mem = [r for r in roof.kernels if r.bound == "memory"]
     # The ledger's share of the window: kernels overlapping on several streams count once.
-    mem_time = _ledger_capped(ctx, "gpu_busy_memory", sum(r.time_us for r in mem))
+    mem_time = _ledger_capped(ctx, "gpu_busy_memory", sum(r.bound_us for r in mem))
     if mem_time > 0:
         elementwise = [r for r in mem if r.family in ("elementwise", "copy")]
         compiled = [r for r in mem if r.family == "compiled"]
-        ew_time = sum(r.time_us for r in elementwise)
+        ew_time = sum(r.bound_us for r in elementwise)
         copies = [r for r in mem if r.family == "copy"]
-        copy_time = sum(r.time_us for r in copies)
+        copy_time = sum(r.bound_us for r in copies)
         copy_bytes = sum(r.bytes for r in copies)
         # A chain of n passes fused makes about one: it saves all but its longest kernel.
         # Other memory-bound kernels can at best reach the bandwidth roof.
@@ -1106,13 +1206,8 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             )
             for c in chains[:MAX_CHAINS]
         )
-        kernel_sites = _sites(
-            mem,
-            lambda r: (
-                f"{r.family or 'kernel'}: {r.bytes_per_s / 1e9:.0f} GB/s "
-                f"({r.roof_share:.0%} of the roof), {r.intensity:.2f} FLOP/B"
-            ),
-        )
+        kernel_sites = _sites(mem, _memory_site)
+        spilling = [r for r in mem if r.roof_name == L2_ROOF_NAME]
         findings.append(
             Finding(
                 category=Category.MEMORY_BOUND,
@@ -1131,6 +1226,13 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                     "makes one round trip instead of one per op (torch.compile does this; the chains are listed "
                     "with their source), avoid copies and casts (.contiguous(), .to(dtype) inside the step), keep "
                     "activations in bf16, and reuse buffers in place where autograd allows."
+                    + (
+                        f" {fmt_us(sum(r.bound_us for r in spilling))} is fp32 memory-efficient attention spilling "
+                        "registers: its spills fill the L2 port while DRAM idles. Run attention in bf16/fp16 "
+                        "(torch.autocast), where SDPA picks the flash or cuDNN kernels, which keep their tiles on chip."
+                        if spilling
+                        else ""
+                    )
                 ),
                 expected_gain_us=gain,
                 gain_note=(
@@ -1157,14 +1259,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             )
         )
     comp = [r for r in roof.kernels if r.bound == "compute"]
-    comp_time = _ledger_capped(ctx, "gpu_busy_compute", sum(r.time_us for r in comp))
+    comp_time = _ledger_capped(ctx, "gpu_busy_compute", sum(r.bound_us for r in comp))
     if comp_time > 0:
         tf32 = roof.peaks.flops.get("tf32", 0.0)
         # fp32 matmuls and convolutions on CUDA cores, on a GPU that has TF32 (not V100/T4).
         fp32_mm = [r for r in comp if r.tensor_core and r.unit == "fp32" and r.dtype == "fp32"] if tf32 else []
-        fp32_time = sum(r.time_us for r in fp32_mm)
+        fp32_time = sum(r.bound_us for r in fp32_mm)
         fp32_gain = fp32_time * (1 - roof.peaks.flops.get("fp32", 0.0) / tf32) if tf32 else 0.0
-        eff = sum(r.time_us * r.roof_share for r in comp) / comp_time
+        eff = sum(r.bound_us * r.roof_share for r in comp) / comp_time
         # A kernel in a fusion chain is the memory finding's to gain from (fusing removes
         # its pass): counting its distance to the roof here too would count it twice.
         in_chains = {name for c in roof.chains for name in c.kernels}
@@ -1180,12 +1282,12 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             # The non-vectorised path's count grows by 12-14 instructions an element for
             # every dimension it cannot merge (LEGACY_INSTRUCTIONS): there the layout is the cost.
             strided = [r for r in issue_bound if legacy_coefficients(r.name) is not None]
-            strided_us = sum(r.time_us for r in strided)
+            strided_us = sum(r.bound_us for r in strided)
             examples = (
                 " (GELU's erf, softmax's exp, layer norm's Welford division)" if len(strided) < len(issue_bound) else ""
             )
             advice += (
-                f" {fmt_us(sum(r.time_us for r in issue_bound))} of them are elementwise/norm kernels that run out of "
+                f" {fmt_us(sum(r.bound_us for r in issue_bound))} of them are elementwise/norm kernels that run out of "
                 f"instruction issue, not FLOPs or bandwidth{examples}: fusing them into the neighbouring kernels "
                 "(torch.compile, a fused epilogue) removes their separate passes; tensor cores do not help them."
             )
@@ -1228,6 +1330,18 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             )
         )
     return findings
+
+
+def _memory_site(r: KernelRoof) -> str:
+    if r.roof_name == L2_ROOF_NAME:
+        return (
+            f"{r.family or 'kernel'} {r.dtype}: register spills through L2 at {r.l2_share:.0%} of the L2 write port; "
+            f"DRAM {r.bytes_per_s / 1e9:.0f} GB/s"
+        )
+    return (
+        f"{r.family or 'kernel'}: {r.bytes_per_s / 1e9:.0f} GB/s "
+        f"({r.roof_share:.0%} of the roof), {r.intensity:.2f} FLOP/B"
+    )
 
 
 def _compute_site(r: KernelRoof) -> str:

@@ -331,9 +331,15 @@ def _named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds:
 # -- the ledger ----------------------------------------------------------------------------
 
 
-def compute_ledger(model: TraceModel, window: Window, bound_of: Callable[[str], str]) -> Ledger:
+def compute_ledger(
+    model: TraceModel,
+    window: Window,
+    bound_of: Callable[[str], str],
+    latency_rows: np.ndarray | None = None,
+) -> Ledger:
     """The ledger of every active GPU over `window`. `bound_of(kernel name)` gives the
-    roofline's bound (compute, memory, latency or unknown)."""
+    roofline's bound (compute, memory, latency or unknown); `latency_rows` (model.gpu
+    rows) are launches latency-bound on their own whatever their name's bound."""
     act_all = model.gpu_activity()
     w0, w1 = window.start_us, window.end_us
     host = model.host
@@ -404,6 +410,8 @@ def compute_ledger(model: TraceModel, window: Window, bound_of: Callable[[str], 
             if b is None:
                 b = bound_cache[nm] = _BOUND_CLASS.get(bound_of(nm), "gpu_busy_unknown")
             cls[i] = b
+        if latency_rows is not None and len(latency_rows):
+            cls[np.isin(rows, latency_rows) & (kind == int(Kind.KERNEL))] = "gpu_busy_latency"
         cls[kind != int(Kind.KERNEL)] = "gpu_busy_copy"
         cls[is_comm] = "communication"
         busy_classes: dict[str, np.ndarray] = {}

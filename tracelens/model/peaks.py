@@ -51,6 +51,10 @@ class DevicePeaks:
     #: per clock: SMs x 4 x 32 x boost clock), the roof of kernels limited by instruction
     #: count rather than FLOPs or bytes (erf, exp, conversions, index math). 0: not known.
     issue: float = 0.0
+    #: Bytes/s the crossbar can carry into L2 (Nsight Compute's lts__xbar2lts): one 32-byte
+    #: write sector or one read request (a 128-byte line) per cycle per L2 slice. The roof of
+    #: kernels whose traffic stays on chip, as register spills do. 0: not known.
+    l2_write: float = 0.0
 
     def unit_for(self, dtype: str, tensor_core: bool, kernel: str = "") -> str:
         """The execution unit whose peak is the roof for an op of this dtype on this GPU:
@@ -95,6 +99,13 @@ _HOPPER = _p(67, 494.7, 989.4, 989.4, 1978.9, 1978.9)
 #: throughput of ATen's elementwise kernels on the H200 equals their issue-slot use (GELU
 #: bf16: 68% for 3.16e7 warp instructions in 45 us, i.e. 1.955 GHz: the clock holds there).
 _HOPPER_ISSUE = 132 * 4 * 32 * 1.98e9
+#: H200: Nsight Compute's L2 peak (lts__t_bytes.sum.peak_sustained) is 9,024 B per L2 cycle,
+#: 64 B per slice, and its crossbar port takes 32 B per slice per cycle, so 4,512 B/cycle at
+#: the L2 clock (1.65-1.71 GHz under Nsight Compute, 1.70 taken). Checked on the fp32
+#: memory-efficient attention at 256 and 1024 tokens (bench/ncu_compare_memory.sh, `onchip`
+#: case): writes/32 B plus reads/128 B against this port predict lts__xbar2lts_cycles_active
+#: at 57.4% and 70.7%, Nsight Compute measured 58.0% and 71.5%.
+_H200_L2_WRITE = 4512 * 1.70e9
 _A100 = _p(19.5, 156, 312, 312, 0, 624)
 
 #: (substring of deviceProperties name, peaks). More specific names first.
@@ -107,6 +118,7 @@ TABLE: tuple[tuple[str, DevicePeaks], ...] = (
             # lent H200, 2026-11 (gpu-trace-facts.md).
             measured={"bf16": 790 * TFLOPS, "fp16": 790 * TFLOPS, "bandwidth": 4.3 * TBPS},
             issue=_HOPPER_ISSUE,
+            l2_write=_H200_L2_WRITE,
         ),
     ),
     ("H100 PCIe", DevicePeaks("H100 PCIe", _p(51, 378, 756, 756, 1513, 1513), 2.0 * TBPS,
@@ -158,5 +170,6 @@ def peaks_for(device_name: str | None) -> DevicePeaks | None:
             flops = dict(base.flops)
             flops.update({k: float(v) for k, v in values.items() if k != "bandwidth"})
             bw = float(values.get("bandwidth", base.bandwidth))
-            found = DevicePeaks(base.name, flops, bw, base.source + " + TRACELENS_PEAKS", {}, base.issue)
+            found = DevicePeaks(base.name, flops, bw, base.source + " + TRACELENS_PEAKS", {}, base.issue,
+                                base.l2_write)
     return found
