@@ -489,7 +489,7 @@ def test_spill_model_predicts_the_held_out_case() -> None:
     (writes / 32 B + reads / 128 B against DevicePeaks.l2_write at the L2 clock ncu saw)
     within 4 points of lts__xbar2lts_cycles_active."""
     bench = _ncu_bench()
-    marker, keys_per_tile, written, read_per_key = L2_SPILL_MODELS[0]
+    marker, _, keys_per_tile, written, read_per_key = L2_SPILL_MODELS[0]
     mem = [r for r in bench.read_raw(NCU_DATA / "encoder_mem.csv.gz")  # type: ignore[attr-defined]
            if marker in str(r["Kernel Name"]).lower()]  # fmt: skip
     raw = [r for r in _ncu_raw("encoder_raw.csv.gz") if "fmha_cutlassF_f32" in r["Kernel Name"]]
@@ -510,6 +510,48 @@ def test_spill_model_predicts_the_held_out_case() -> None:
         port_pct = port_bytes / seconds / (h200.l2_write / 1.70e9 * clock) * 100
         measured = float(r["lts__xbar2lts_cycles_active.avg.pct_of_peak_sustained_elapsed"])
         assert abs(port_pct - measured) < 4, (tokens, port_pct, measured)
+
+
+def test_spill_model_on_shapes_it_was_not_fitted_on() -> None:
+    """The `spill` case (bench/ncu_spill_check.sh): fp32 memory-efficient attention at head
+    dims 32/64/128, cross-attention, 100 and 2048 tokens. At head dim 64 the model predicts
+    the L2 bytes written within 10% and the port's use within 4 points of Nsight Compute
+    (measured: -1.7/+1.1/+0.5/-8.5%, 0.4/0.1/0.5/3.5 points); head dim 128 runs another
+    kernel that does not spill (12.6 MB written, not 324) and gets no spill model. By time
+    the bound agrees with ncu on 80.6% of the case (20% before the model): the launches at
+    512 tokens sit at 57-58% of the port, under the 60% line, beside a 2048-token one at 70%."""
+    bench = _ncu_bench()
+    marker, head_dim, keys_per_tile, written, read_per_key = L2_SPILL_MODELS[0]
+    raw = bench.read_raw(NCU_DATA / "spill_raw.csv.gz")  # type: ignore[attr-defined]
+    # workloads/ncu_cases.py SPILL_SHAPES: (batch, heads, queries, keys, head dim)
+    shapes = ((4, 8, 512, 512, 64), (4, 8, 512, 512, 32), (4, 8, 128, 1024, 64), (2, 16, 2048, 2048, 64),
+              (8, 12, 100, 100, 64), (4, 8, 512, 512, 128))  # fmt: skip
+    assert len(raw) == len(shapes)
+    h200 = peaks_for("NVIDIA H200")
+    assert h200 is not None
+    checked = 0
+    for r, (b, h, lq, lk, d) in zip(raw, shapes, strict=True):
+        name = str(r["Kernel Name"]).lower()
+        if d == 128:
+            assert marker not in name and float(r["lts__t_sectors_op_write.sum"]) * 32 < 20e6
+            continue
+        assert marker in name
+        if d != head_dim:
+            continue
+        blocks = -(-lq // 64) * h * b
+        pairs = blocks * -(-lk // keys_per_tile)
+        wrote = float(r["lts__t_sectors_op_write.sum"]) * 32
+        assert abs(pairs * written / wrote - 1) < 0.10
+        clock = float(r["lts__cycles_elapsed.avg.per_second"]) * 1e9
+        seconds = float(r["gpu__time_duration.sum"]) * 1e-6
+        port_pct = (pairs * written + blocks * lk * read_per_key / 4) / seconds / (h200.l2_write / 1.70e9 * clock) * 100
+        assert abs(port_pct - float(r["lts__xbar2lts_cycles_active.avg.pct_of_peak_sustained_elapsed"])) < 4
+        checked += 1
+    assert checked == 4
+    roof = for_context(context_of(NCU_DATA / "ncu_spill.pt.trace.json.gz"))
+    assert [k.l2_share > 0 for k in roof.kernels if "fmha" in k.name] == [True, False]
+    a = bench.agreement(bench.pairs_for("spill", NCU_DATA, NCU_DATA))  # type: ignore[attr-defined]
+    assert a.by_time >= 0.8
 
 
 def test_small_launches_are_latency_on_their_own() -> None:

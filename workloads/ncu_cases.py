@@ -32,6 +32,9 @@ Cases (sizes on CUDA; ``--device cpu`` shrinks them for a smoke test):
   onchip     fp32 memory-efficient attention (SDPA without TF32, no grad) at 8 x 16 heads x 256 and
              x 1024 tokens, head dim 64: its L1/shared-memory traffic per FLOP (ncu's
              MemoryWorkloadAnalysis), not for the bound comparison
+  spill      fp32 memory-efficient attention at shapes the spill model (roofline.L2_SPILL_MODELS)
+             was not fitted on: head dims 32 and 128, cross-attention (128 queries x 1024 keys),
+             partial tiles (100 tokens), 2048 tokens: held-out checks of its L2 traffic and bound
 """
 
 from __future__ import annotations
@@ -47,7 +50,9 @@ import torch.nn.functional as F
 from _profile import make_parser, profile_steps, sync
 from torch import nn
 
-CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm", "instructions", "onchip", "legacy")
+CASES = (
+    "train", "encoder", "attention", "compiled", "elementwise", "gemm", "instructions", "onchip", "legacy", "spill",
+)  # fmt: skip
 
 
 def _train(dev: torch.device, big: bool) -> Callable[[], None]:
@@ -264,6 +269,24 @@ def _onchip(dev: torch.device, big: bool) -> Callable[[], None]:
     return step
 
 
+#: (batch, heads, queries, keys, head dim) of the `spill` case.
+SPILL_SHAPES = ((4, 8, 512, 512, 64), (4, 8, 512, 512, 32), (4, 8, 128, 1024, 64), (2, 16, 2048, 2048, 64),
+                (8, 12, 100, 100, 64), (4, 8, 512, 512, 128))  # fmt: skip
+
+
+def _spill(dev: torch.device, big: bool) -> Callable[[], None]:
+    shapes = SPILL_SHAPES if big else ((1, 2, 16, 32, 16),)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    qkv = [tuple(torch.randn(b, h, n, d, device=dev) for n in (lq, lk, lk)) for b, h, lq, lk, d in shapes]
+
+    def step() -> None:
+        with torch.no_grad():
+            for q, k, v in qkv:
+                F.scaled_dot_product_attention(q, k, v)
+
+    return step
+
+
 BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
     "train": _train,
     "encoder": _encoder,
@@ -274,6 +297,7 @@ BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
     "instructions": _instructions,
     "onchip": _onchip,
     "legacy": _legacy,
+    "spill": _spill,
 }
 
 
