@@ -268,9 +268,9 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
         if k.bound in ("memory", "compute", "latency") and k.flops > 0
     )[:MAX_ROOFLINE_POINTS]  # fmt: skip
     # The roofs the kernels were judged against (datasheet), one line per unit that was used.
-    units_order = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8")
+    units_order = ("fp32", "tf32x3", "tf32", "bf16", "fp16", "fp8", "int8")
     units = {k.unit for k in roof.kernels if k.unit} | {"fp32"}
-    used: dict[str, float] = {u: p.flops[u] for u in units_order if u in units and u in p.flops}
+    used: dict[str, float] = {u: p.unit_peak(u) for u in units_order if u in units and p.unit_peak(u) > 0}
     return RooflineSummary(
         device=p.name,
         source=p.source + (" (measured here: " + ", ".join(sorted(p.measured)) + ")" if p.measured else ""),

@@ -27,6 +27,7 @@ TBPS = 1e12
 UNIT_NAMES = {
     "fp32": "fp32 CUDA cores",
     "tf32": "TF32 tensor cores",
+    "tf32x3": "TF32 tensor cores, 3 per fp32 product (3xTF32)",
     "bf16": "bf16 tensor cores",
     "fp16": "fp16 tensor cores",
     "fp8": "fp8 tensor cores",
@@ -37,7 +38,15 @@ UNIT_NAMES = {
 #: (cuBLAS/cuDNN xmma names spell the operand types, CUTLASS's s1688/s16816 are TF32 MMA shapes).
 TF32_MARKERS = ("tf32", "s1688", "s16816", "xmma_tf32")
 #: ... and of those that run on CUDA cores (FFMA), whatever else the name says.
-FFMA_MARKERS = ("ffma", "sgemm", "simt", "scudnn", "_f32f32_f32f32_f32", "cutlassf_f32")
+FFMA_MARKERS = ("ffma", "sgemm", "simt", "scudnn", "_f32f32_f32f32_f32", "cutlassf_f32", "cutlassb_f32")
+#: fp32 kernels that multiply on TF32 tensor cores three times per product (CUTLASS's
+#: OpMultiplyAddFastF32, fp32 accuracy): PyTorch's memory-efficient attention for fp32 on
+#: compute capability 8.0 and later (mem_eff_attention/gemm_kernel_utils.h, DefaultGemmType
+#: for float), whatever allow_tf32 says. Nsight Compute shows its tensor pipe busy (25% of
+#: cycles on the `onchip` case's 256-token launch). Their roof is a third of TF32's.
+TF32X3_MARKERS = ("fmha_cutlassf_f32", "fmha_cutlassb_f32")
+TF32X3_ARCH_SUFFIXES = ("_sm80", "_sm86", "_sm89", "_sm90", "_sm100", "_sm120")
+TF32X3_PASSES = 3.0
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,10 @@ class DevicePeaks:
         low = kernel.lower()
         if not tensor_core:
             return "fp32"
+        if dtype == "fp32" and "tf32" in self.flops and any(m in low for m in TF32X3_MARKERS):
+            arch = low.split("(", 1)[0]
+            if any(arch.endswith(s) or s + "(" in low for s in TF32X3_ARCH_SUFFIXES):
+                return "tf32x3"
         if dtype == "fp32":
             tf32 = any(m in low for m in TF32_MARKERS) and not any(m in low for m in FFMA_MARKERS)
             return "tf32" if tf32 and "tf32" in self.flops else "fp32"
@@ -76,7 +89,13 @@ class DevicePeaks:
     def roof(self, dtype: str, tensor_core: bool, kernel: str = "") -> tuple[str, float]:
         """(unit, datasheet FLOP/s) of the compute roof for this kernel."""
         unit = self.unit_for(dtype, tensor_core, kernel)
-        return unit, self.flops.get(unit, 0.0)
+        return unit, self.unit_peak(unit)
+
+    def unit_peak(self, unit: str) -> float:
+        """The datasheet FLOP/s of a unit (3xTF32: a third of TF32's); 0 if the GPU has none."""
+        if unit == "tf32x3":
+            return self.flops.get("tf32", 0.0) / TF32X3_PASSES
+        return self.flops.get(unit, 0.0)
 
     def peak(self, dtype: str, tensor_core: bool) -> float:
         """The datasheet FLOP/s roof for an op of this dtype."""
