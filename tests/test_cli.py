@@ -400,3 +400,50 @@ def test_fast_exit_loses_no_output(tmp_path: Path) -> None:
     assert strip(piped.stdout) == strip(expected) and len(expected) > 1000
     json_out = run("report", trace, "--json", "-")
     assert json_out.returncode == 0 and json.loads(json_out.stdout)["summary"]["primary"]
+
+
+def test_the_early_scan_finds_one_report_input_or_none() -> None:
+    from tracelens.cli import _early_input
+
+    assert _early_input(["report", "t.json.gz", "--json", "o.json", "-q"]) == "t.json.gz"
+    assert _early_input(["report", "--md", "x.md", "--out-dir=r", "t.json", "--redact"]) == "t.json"
+    assert _early_input(["report", "--json", "-q", "t.json"]) == "t.json"  # -q is --json's value
+    assert _early_input(["report", "--", "-odd.json"]) == "-odd.json"
+    assert _early_input(["report", "a.json", "b.json"]) is None  # ranks of a job
+    assert _early_input(["report", "t.json", "--help"]) is None
+    assert _early_input(["report", "t.json", "--new-option"]) is None
+    assert _early_input(["capture", "train.py"]) is None
+    assert _early_input([]) is None
+
+
+_EARLY = (
+    "import sys, tracelens.model.loader as L; L.SPLIT_MIN_JSON_BYTES = 0; L.EARLY_SHARE = L.Share(1, 2, 3); "
+    "take = L._adopt_early; "
+    "L._adopt_early = lambda p: (lambda c: (print('adopted', c is not None, file=sys.stderr), c)[1])(take(p)); "
+    "sys.argv = ['tracelens', *sys.argv[1:]]; from tracelens.cli import main; main()"
+)
+
+
+def test_a_report_whose_load_starts_before_the_imports_is_the_same(tmp_path: Path) -> None:
+    # The early child (forked before typer parses) reads 2 of every 3 batches; the JSON
+    # report must be the one the one-process load gives.
+    trace = sample("train_step")
+    early = subprocess.run(
+        [PY, "-c", _EARLY, "report", str(trace), "--json", str(tmp_path / "a.json"), "-q"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TRACELENS_LOAD_PROCESSES": ""},
+    )  # fmt: skip
+    assert early.returncode == 0 and early.stderr == "adopted True\n", early.stderr
+    one = subprocess.run(
+        [PY, "-m", "tracelens", "report", str(trace), "--json", str(tmp_path / "b.json"), "-q"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TRACELENS_LOAD_PROCESSES": "1"},
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    skip = {"load_seconds", "analysis_seconds", "generated_at"}
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+    bad = subprocess.run(
+        [PY, "-c", _EARLY, "report", str(trace), "--window", "5:1", "-q"], capture_output=True, text=True, timeout=300
+    )
+    assert bad.returncode == 2 and "expected 0 <= START < END" in bad.stderr and "Traceback" not in bad.stderr

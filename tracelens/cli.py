@@ -698,14 +698,67 @@ def _hard_exit(code: int) -> None:
     """Leave without tearing down the heap (as mypy does): flush what the user sees, then
     os._exit. Only for the process's own entry point and only after a single-trace report,
     whose outputs are already written (atomically) and which holds no pool or child."""
+    _discard_early()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
 
 
+#: `report`'s options that take a value (the next argument, or after `=`) and its flags:
+#: enough to find the one input among the arguments before typer parses them.
+_REPORT_VALUE_OPTIONS = frozenset(
+    {"--html", "--markdown", "--md", "--json", "--out-dir", "--window", "--steps", "--scheduler", "--workers",
+     "--perfetto"}
+)  # fmt: skip
+_REPORT_FLAGS = frozenset({"--quiet", "-q", "--per-rank", "--redact"})
+
+
+def _early_input(args: list[str]) -> str | None:
+    """The one trace a `report` command line names, found without typer (which takes
+    ~0.1 s to import and parse); None for any other command, several inputs, or an
+    argument this scan does not know (typer then decides everything as before)."""
+    if not args or args[0] != "report":
+        return None
+    found: list[str] = []
+    rest = iter(args[1:])
+    for arg in rest:
+        if arg in _REPORT_VALUE_OPTIONS:
+            next(rest, None)
+        elif arg in _REPORT_FLAGS or (arg.startswith("--") and arg.split("=", 1)[0] in _REPORT_VALUE_OPTIONS):
+            continue
+        elif arg == "--":
+            found.extend(rest)
+        elif arg.startswith("-") and arg != "-":
+            return None  # --help, a typo, an option this scan does not know
+        else:
+            found.append(arg)
+    return found[0] if len(found) == 1 else None
+
+
+def _start_early(args: list[str]) -> None:
+    """For `report TRACE` on a large file, fork the split load's second process before
+    anything else is imported (tracelens.model.loader.start_split_early): it decodes its
+    share while this process imports the analyzers and parses the arguments."""
+    trace = _early_input(args)
+    if trace is None:
+        return
+    from tracelens.model.loader import start_split_early
+
+    with contextlib.suppress(OSError, ValueError):
+        start_split_early(trace)
+
+
+def _discard_early() -> None:
+    loader = sys.modules.get("tracelens.model.loader")
+    if loader is not None:
+        loader.discard_early()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping user errors to one line and an exit code."""
+    if argv is None:  # the console script or `python -m tracelens`: a process of its own
+        _start_early(sys.argv[1:])
     try:
         # Without standalone mode click returns the exit code of typer.Exit instead of
         # raising it; pass it on (capture's exit code is the script's).
@@ -740,3 +793,5 @@ def main(argv: list[str] | None = None) -> None:
             "(set TRACELENS_DEBUG=1 for the traceback, and please report it)"
         )
         sys.exit(1)
+    finally:
+        _discard_early()

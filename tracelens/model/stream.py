@@ -21,7 +21,7 @@ import os
 import re
 import zlib
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO, cast
+from typing import Any, BinaryIO, NamedTuple, cast
 
 import msgspec
 
@@ -188,6 +188,21 @@ class Misaligned(Exception):
     first candidate cut it: the serial read, which tries earlier cuts, must redo the load."""
 
 
+class Share(NamedTuple):
+    """One process's part of a split load. Of the batches before the array's end, part 1
+    decodes `taken` of every `of` (spread evenly: batch i when i * taken % of < taken),
+    part 0 the others and the end. Both parts of one load are made with the same
+    `taken`/`of`."""
+
+    part: int
+    taken: int = 1
+    of: int = 2
+
+    def owner(self, i: int) -> int:
+        """The part that decodes batch i (i < the stream's `cuts`)."""
+        return 1 if (i * self.taken) % self.of < self.taken else 0
+
+
 class EventStream:
     """Cuts the `traceEvents` array of a JSON object into batches of whole events.
 
@@ -195,17 +210,17 @@ class EventStream:
     a JSON array of events); afterwards `top_bytes` is the file with the array emptied,
     for the metadata keys, and `json_bytes` the decompressed size.
 
-    `share=(part, parts)` reads one share of a split load: two processes each run the same
-    stream over the same file, and batch i (counted in `cuts`) is decoded only by the
-    process whose `part` is (i + 1) % parts; the last batch (the array's end) only by
-    part 0, which has one fewer of the others (it also puts the shares together).
+    `share=Share(part, ...)` reads one share of a split load: two processes each run the
+    same stream over the same file, and batch i (counted in `cuts`) is decoded only by the
+    process whose `part` is `share.owner(i)`; the last batch (the array's end) only by
+    part 0 (which also puts the shares together).
     Without decoding, a share cannot try an earlier cut when one proves wrong, so each
     batch is cut at the last candidate only and any failure to decode raises `Misaligned`
     (the serial read then decides). The cuts are a function of the bytes alone, so every
     share cuts the same batches.
     """
 
-    def __init__(self, source: Iterator[bytes], share: tuple[int, int] | None = None) -> None:
+    def __init__(self, source: Iterator[bytes], share: Share | None = None) -> None:
         self._source = source
         self._share = share
         self.json_bytes = 0
@@ -247,7 +262,7 @@ class EventStream:
                 buf += piece
                 continue  # a small first piece: batch it with the next
             if done:
-                if share is not None and share[0]:
+                if share is not None and share.part:
                     return  # the array's end is part 0's
                 events_end, suffix = _array_end(buf, decode)
                 if events_end is not None:
@@ -261,7 +276,7 @@ class EventStream:
             if share is None:
                 out, buf = _cut(buf, piece, decode)
             else:
-                mine = (self.cuts + 1) % share[1] == share[0]
+                mine = share.owner(self.cuts) == share.part
                 out, buf = _cut_at_last(buf, piece, decode if mine else None)
                 if out is _NOT_CUT:
                     continue

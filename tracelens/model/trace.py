@@ -41,13 +41,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from tracelens.model.schema import Kind
+
+if TYPE_CHECKING:  # only annotations here: the split load's early child runs without pandas
+    import pandas as pd
 
 
 def name_matches(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
