@@ -21,7 +21,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from tracelens import __version__
+from tracelens import __version__, early
 from tracelens.errors import Interrupted, TracelensError
 
 #: What a command renders: a Report or a DiffReport.
@@ -698,72 +698,53 @@ def _hard_exit(code: int) -> None:
     """Leave without tearing down the heap (as mypy does): flush what the user sees, then
     os._exit. Only for the process's own entry point and only after a single-trace report,
     whose outputs are already written (atomically) and which holds no pool or child."""
-    _discard_early()
+    early.discard()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
     os._exit(code)
 
 
-#: `report`'s options that take a value (the next argument, or after `=`) and its flags:
-#: enough to find the one input among the arguments before typer parses them.
-_REPORT_VALUE_OPTIONS = frozenset(
-    {"--html", "--markdown", "--md", "--json", "--out-dir", "--window", "--steps", "--scheduler", "--workers",
-     "--perfetto"}
-)  # fmt: skip
-_REPORT_FLAGS = frozenset({"--quiet", "-q", "--per-rank", "--redact"})
+#: The options of a plain single-trace report that `_fast_report` passes on itself (what
+#: typer would: a Path for each value, True for each flag); any other option goes to typer.
+_FAST_PATHS = {"--html": "html", "--markdown": "markdown", "--md": "markdown", "--json": "json_out",
+               "--out-dir": "out_dir", "--perfetto": "perfetto"}  # fmt: skip
+_FAST_FLAGS = {"-q": "quiet", "--quiet": "quiet", "--redact": "redact"}
 
 
-def _early_input(args: list[str]) -> str | None:
-    """The one trace a `report` command line names, found without typer (which takes
-    ~0.1 s to import and parse); None for any other command, several inputs, or an
-    argument this scan does not know (typer then decides everything as before)."""
-    if not args or args[0] != "report":
+def _fast_report(args: list[str]) -> dict[str, Any] | None:
+    """`report`'s arguments for `report TRACE [--html/--md/--json/--out-dir/--perfetto PATH]
+    [-q] [--redact]` on an existing file, as typer would pass them; None for any other
+    command line. typer's parse of `report` costs ~65 ms on the development machine,
+    most of it importing pydantic for its parameter coercion; this line needs none."""
+    scanned = early.scan_report(args)
+    if scanned is None or not os.path.isfile(scanned[0]):
         return None
-    found: list[str] = []
-    rest = iter(args[1:])
-    for arg in rest:
-        if arg in _REPORT_VALUE_OPTIONS:
-            next(rest, None)
-        elif arg in _REPORT_FLAGS or (arg.startswith("--") and arg.split("=", 1)[0] in _REPORT_VALUE_OPTIONS):
-            continue
-        elif arg == "--":
-            found.extend(rest)
-        elif arg.startswith("-") and arg != "-":
-            return None  # --help, a typo, an option this scan does not know
+    kwargs: dict[str, Any] = {"traces": [scanned[0]]}
+    for option, value in scanned[1]:
+        if option in _FAST_FLAGS:
+            kwargs[_FAST_FLAGS[option]] = True
+        elif option in _FAST_PATHS and value is not None:
+            kwargs[_FAST_PATHS[option]] = Path(value)  # the last one given wins, as in click
         else:
-            found.append(arg)
-    return found[0] if len(found) == 1 else None
-
-
-def _start_early(args: list[str]) -> None:
-    """For `report TRACE` on a large file, fork the split load's second process before
-    anything else is imported (tracelens.model.loader.start_split_early): it decodes its
-    share while this process imports the analyzers and parses the arguments."""
-    trace = _early_input(args)
-    if trace is None:
-        return
-    from tracelens.model.loader import start_split_early
-
-    with contextlib.suppress(OSError, ValueError):
-        start_split_early(trace)
-
-
-def _discard_early() -> None:
-    loader = sys.modules.get("tracelens.model.loader")
-    if loader is not None:
-        loader.discard_early()
+            return None
+    return kwargs
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping user errors to one line and an exit code."""
     if argv is None:  # the console script or `python -m tracelens`: a process of its own
-        _start_early(sys.argv[1:])
+        early.start(sys.argv[1:])
     try:
-        # Without standalone mode click returns the exit code of typer.Exit instead of
-        # raising it; pass it on (capture's exit code is the script's).
-        code = app(args=argv, standalone_mode=False)
-        code = code if isinstance(code, int) else 0
+        fast = _fast_report(sys.argv[1:] if argv is None else argv)
+        if fast is not None:
+            report(**fast)
+            got: object = 0
+        else:
+            # Without standalone mode click returns the exit code of typer.Exit instead of
+            # raising it; pass it on (capture's exit code is the script's).
+            got = app(args=argv, standalone_mode=False)
+        code = got if isinstance(got, int) else 0
         if argv is None and _FINISHED:  # the console script or `python -m tracelens`
             _hard_exit(code)
         sys.exit(code)
@@ -781,10 +762,10 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:
         # Usage errors (click's, vendored by typer) know how to show themselves.
         show = getattr(exc, "show", None)
-        code = getattr(exc, "exit_code", None)
-        if callable(show) and isinstance(code, int):
+        exit_code = getattr(exc, "exit_code", None)
+        if callable(show) and isinstance(exit_code, int):
             show()
-            sys.exit(code)
+            sys.exit(exit_code)
         # A bug in tracelens: one line for the user, the traceback on request.
         if os.environ.get("TRACELENS_DEBUG"):
             raise
@@ -794,4 +775,4 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(1)
     finally:
-        _discard_early()
+        early.discard()

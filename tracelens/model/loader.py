@@ -1020,6 +1020,11 @@ def start_split_early(path: str | os.PathLike[str]) -> bool:
     return _early is not None
 
 
+def early_started() -> bool:
+    """Whether an early child waits for its load."""
+    return _early is not None
+
+
 def discard_early() -> None:
     """Stop the early child if no load took it (an error before the load, another input)."""
     global _early
