@@ -935,7 +935,7 @@ LATE_SHARE = Share(1, 1, 2)
 #: on the development machine, while the child needs ~0.05 s before decoding): 3 of every
 #: 5 batches, so that both finish their shares at about the same time. Measured on train50
 #: (bench/RESULTS.md, "Issue 13, fifth pass").
-EARLY_SHARE = Share(1, 3, 5)
+EARLY_SHARE = Share(1, 4, 7)
 
 
 @dataclasses.dataclass
