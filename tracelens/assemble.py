@@ -420,9 +420,11 @@ def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:
         anchor = np.where(root >= 0, root, launch[ok])
         durs = act["dur"].to_numpy()[ok]
         frame = pd.DataFrame({"anchor": anchor, "dur": durs}).groupby("anchor")["dur"].agg(["sum", "size"])
-        sources = _SourceCache(model)
-        for anchor_row, (total, n) in zip(frame.index.to_numpy(), frame.to_numpy(), strict=True):
-            src = sources(int(anchor_row))
+        # Plain lists: a numpy row and its scalars per anchor cost more than the lookups.
+        for anchor_row, total, n in zip(
+            frame.index.tolist(), frame["sum"].tolist(), frame["size"].tolist(), strict=True
+        ):
+            src = user_source(model, anchor_row)
             if src is not None:
                 gpu_by[src][0] += float(total)
                 gpu_by[src][1] += float(n)
