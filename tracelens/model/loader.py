@@ -577,21 +577,24 @@ def _nest(host: pd.DataFrame) -> dict[str, np.ndarray]:
         del ts_s, end_s, key_s, sorted_keys
         par_l = array("q", [_NO_ROW]) * n
         dep_l = array("q", [0]) * n
-        # The open rows, innermost last, and their ends beside them; a sentinel at the
-        # bottom of each (no row, an end nothing reaches) so the loop tests nothing else.
-        stack: list[int] = [_NO_ROW]
-        ends: list[float] = [float("inf")]
-        push, pop, push_end, pop_end = stack.append, stack.pop, ends.append, ends.pop
+        # The open rows by depth (rows_at[d], innermost at depth d) and their ends beside
+        # them, as preallocated lists indexed by the current depth: popping is `d -= 1`
+        # and pushing two stores, not four list method calls per row (train50's sweep:
+        # ~0.21 s -> ~0.15 s). Depth 0 is a sentinel (no row, an end nothing reaches), so
+        # the loop tests nothing else.
+        longest = max((hi - lo for lo, hi in pairwise(threads_at)), default=0)
+        rows_at: list[int] = [_NO_ROW] * (longest + 1)
+        ends_at: list[float] = [float("inf")] * (longest + 1)
         for lo, hi in pairwise(threads_at):
-            del stack[1:], ends[1:]
+            d = 0
             for i, k, x in zip(order_l[lo:hi], key_l[lo:hi], end_l[lo:hi], strict=True):
-                while k >= ends[-1]:
-                    pop()
-                    pop_end()
-                par_l[i] = stack[-1]
-                dep_l[i] = len(stack) - 1
-                push(i)
-                push_end(x)
+                while k >= ends_at[d]:
+                    d -= 1
+                par_l[i] = rows_at[d]
+                dep_l[i] = d
+                d += 1
+                rows_at[d] = i
+                ends_at[d] = x
         parent = np.frombuffer(par_l, dtype=np.int64)  # shares the array's buffer: no copy
         depth = np.frombuffer(dep_l, dtype=np.int64)
         kinds = host["kind"].to_numpy()
