@@ -247,6 +247,10 @@ def test_an_early_child_is_taken_by_the_load_of_its_file(
     assert shares == [loader_mod.EARLY_SHARE] and loader_mod._early is None
     with pytest.raises(ChildProcessError):
         os.waitpid(child.pid, os.WNOHANG)  # reaped
+    # The same file by another name (as `report ./t.json` is loaded as `t.json`).
+    assert loader_mod.start_split_early(f"{p.parent}/./{p.name}")
+    _same(_streamed(p), _whole(p))
+    assert shares == [loader_mod.EARLY_SHARE] * 2 and loader_mod._early is None
 
 
 def test_an_early_child_of_another_or_changed_file_is_stopped(

@@ -948,7 +948,6 @@ class _Child:
     pid: int
     fd: int
     share: Share
-    path: str
     ident: tuple[int, int, int, int]  # the file when the child started: (dev, inode, size, mtime)
 
 
@@ -996,7 +995,7 @@ def _fork_reader(path: str | os.PathLike[str], share: Share) -> _Child | None:
         finally:
             os._exit(0)
     os.close(w)
-    return _Child(pid, r, share, os.fspath(path), ident)
+    return _Child(pid, r, share, ident)
 
 
 def _stop(child: _Child) -> None:
@@ -1037,12 +1036,12 @@ def discard_early() -> None:
 
 
 def _adopt_early(path: str | os.PathLike[str]) -> _Child | None:
-    """The early child, if it reads this very file as it is now; else it is stopped."""
+    """The early child, if it reads this very file, unchanged; else it is stopped."""
     global _early
     child, _early = _early, None
     if child is None:
         return None
-    if child.path != os.fspath(path) or child.ident != _file_ident(path):
+    if child.ident != _file_ident(path):  # by inode, size and mtime: `./t.json` is `t.json`
         _stop(child)
         return None
     return child
