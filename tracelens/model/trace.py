@@ -128,7 +128,7 @@ class HostArrays:
     parent_list: list[int]
 
     def name(self, row: int) -> str:
-        return self.name_table[int(self.name_codes[row])]
+        return self.name_table[self.name_codes.item(row)]
 
 
 @dataclass(frozen=True)
