@@ -430,7 +430,9 @@ _EARLY = (
     "import sys, tracelens.model.loader as L; L.SPLIT_MIN_JSON_BYTES = 0; L.EARLY_SHARE = L.Share(1, 2, 3); "
     "take = L._adopt_early; "
     "L._adopt_early = lambda p: (lambda c: (print('adopted', c is not None, file=sys.stderr), c)[1])(take(p)); "
-    "sys.argv = ['tracelens', *sys.argv[1:]]; from tracelens.cli import main; main()"
+    "import gc, tracelens.cli as cli; leave = cli._hard_exit; "
+    "cli._hard_exit = lambda code: (print('frozen', gc.get_freeze_count() > 0, file=sys.stderr), leave(code)); "
+    "sys.argv = ['tracelens', *sys.argv[1:]]; cli.main()"
 )
 
 
@@ -443,7 +445,8 @@ def test_a_report_whose_load_starts_before_the_imports_is_the_same(tmp_path: Pat
         capture_output=True, text=True, timeout=300,
         env={**os.environ, "TRACELENS_LOAD_PROCESSES": ""},
     )  # fmt: skip
-    assert early.returncode == 0 and early.stderr == "adopted True\n", early.stderr
+    # The early child was taken by the load, and the model frozen out of the GC's scans.
+    assert early.returncode == 0 and early.stderr == "adopted True\nfrozen True\n", early.stderr
     one = subprocess.run(
         [PY, "-m", "tracelens", "report", str(trace), "--json", str(tmp_path / "b.json"), "-q"],
         capture_output=True, text=True, timeout=300,

@@ -11,6 +11,7 @@ input trace is only ever read, and an output path that is the input is refused.
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import sys
@@ -217,6 +218,12 @@ def _report_one(
         t0 = time.perf_counter()
         model = load_trace(trace, progress=bar.loader)
         load_s = time.perf_counter() - t0
+        if _OWN_PROCESS:
+            # The model lives to the end of the process: the cyclic GC need not scan its
+            # objects again in every full collection of the analysis (train50: 64 -> 18 ms
+            # of collections in build_report). Only in the command's own process: a
+            # library caller's objects are not ours to freeze.
+            gc.freeze()
         bar.analysing()
         ctx = AnalysisContext(
             model,
@@ -731,9 +738,15 @@ def _fast_report(args: list[str]) -> dict[str, Any] | None:
     return kwargs
 
 
+#: Whether this process is the command's own (main() called as the entry point).
+_OWN_PROCESS = False
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping user errors to one line and an exit code."""
+    global _OWN_PROCESS
     if argv is None:  # the console script or `python -m tracelens`: a process of its own
+        _OWN_PROCESS = True
         early.start(sys.argv[1:])
     try:
         fast = _fast_report(sys.argv[1:] if argv is None else argv)
