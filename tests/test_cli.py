@@ -431,7 +431,8 @@ _EARLY = (
     "take = L._adopt_early; "
     "L._adopt_early = lambda p: (lambda c: (print('adopted', c is not None, file=sys.stderr), c)[1])(take(p)); "
     "import gc, tracelens.cli as cli; leave = cli._hard_exit; "
-    "cli._hard_exit = lambda code: (print('frozen', gc.get_freeze_count() > 0, file=sys.stderr), leave(code)); "
+    "cli._hard_exit = lambda code: (print('frozen', gc.get_freeze_count() > 0 and gc.isenabled(), file=sys.stderr), "
+    "leave(code)); "
     "sys.argv = ['tracelens', *sys.argv[1:]]; cli.main()"
 )
 
