@@ -933,11 +933,12 @@ def _split_wanted(path: str | os.PathLike[str]) -> bool:
 #: The second process's share when it is forked by the load itself (after the caller's
 #: imports): every other batch.
 LATE_SHARE = Share(1, 1, 2)
-#: Its share when `start_split_early` forks it as the report starts, before the parent
-#: imports pandas, the analyzers and the renderers and parses its arguments (~0.3-0.4 s
-#: on the development machine, while the child needs ~0.05 s before decoding): 3 of every
-#: 5 batches, so that both finish their shares at about the same time. Measured on train50
-#: (bench/RESULTS.md, "Issue 13, fifth pass").
+#: Its share when `start_split_early` forks it as the report starts (~0.08 s into the
+#: process), before the parent imports pandas, the analyzers and the renderers: the parent
+#: reaches its own batches at ~0.31 s, the child at once. 4 of every 7 batches, so that
+#: both finish at about the same time: on train50 (248 MB) the parent's share was done at
+#: 0.95-0.98 s and the child's columns in at 0.98-1.10 s (3 of 5: 1.03-1.05 / 1.15-1.17 s;
+#: whole-process medians were not told apart, bench/RESULTS.md "Issue 13, fifth pass").
 EARLY_SHARE = Share(1, 4, 7)
 
 
