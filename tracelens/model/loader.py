@@ -937,8 +937,8 @@ LATE_SHARE = Share(1, 1, 2)
 #: process), before the parent imports pandas, the analyzers and the renderers: the parent
 #: reaches its own batches at ~0.31 s, the child at once. 4 of every 7 batches, so that
 #: both finish at about the same time: on train50 (248 MB) the parent's share was done at
-#: 0.95-0.98 s and the child's columns in at 0.98-1.10 s (3 of 5: 1.03-1.05 / 1.15-1.17 s;
-#: whole-process medians were not told apart, bench/RESULTS.md "Issue 13, fifth pass").
+#: 0.95-0.98 s and the child's columns in at 0.98-1.10 s (3 of 5, earlier in the pass: 1.03-1.05
+#: / 1.15-1.17 s; whole-process medians not told apart: bench/RESULTS.md, "Issue 13, fifth pass").
 EARLY_SHARE = Share(1, 4, 7)
 
 
