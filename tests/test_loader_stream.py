@@ -152,6 +152,21 @@ def test_python_frames_past_the_cap_are_dropped_with_a_note(monkeypatch: pytest.
     assert not any("Python frames" in n for n in full.meta.notes)
 
 
+def test_a_gzip_file_is_read_as_the_inflater_needs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A regular gzip file is not held whole: read GZIP_IN_BYTES at a time (a split load's
+    # two processes each held all of it). A pipe or other non-file is still read whole.
+    monkeypatch.setattr(stream_mod, "GZIP_IN_BYTES", 4096)
+    monkeypatch.setattr(stream_mod, "READ_BYTES", 1000)
+    asked: list[int] = []
+    read_upto = stream_mod.read_upto
+    monkeypatch.setattr(stream_mod, "read_upto", lambda fh, n: (asked.append(n), read_upto(fh, n))[1])
+    p = sample("train_step")
+    assert p.stat().st_size > 50 * 4096  # else one read would hold it all anyway
+    _same(_streamed(p), _whole(p))
+    assert asked[0] == 1000 and max(asked[1:-1]) <= 2 * 4096 and len(asked) > p.stat().st_size // 8192
+    assert asked[-1] == stream_mod._READ_STEP  # the rest after the stream, to the end
+
+
 def test_gzip_members_padding_and_small_input_blocks(
     tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
