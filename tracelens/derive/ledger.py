@@ -396,15 +396,16 @@ def compute_ledger(model: TraceModel, window: Window, bound_of: Callable[[str], 
         kind = act["kind"].to_numpy()
         is_comm = comm_gpu[rows]
         cls = np.full(len(act), "gpu_busy_unknown", dtype=object)
-        knames = act["name"].astype(str).to_numpy()
-        bound_cache: dict[str, str] = {}
-        for i in np.flatnonzero(kind == int(Kind.KERNEL)):
-            nm = knames[i]
-            b = bound_cache.get(nm)
-            if b is None:
-                b = bound_cache[nm] = _BOUND_CLASS.get(bound_of(nm), "gpu_busy_unknown")
-            cls[i] = b
-        cls[kind != int(Kind.KERNEL)] = "gpu_busy_copy"
+        # A kernel's class is its name's: worked out once per distinct name (by the name
+        # column's codes), then spread over the kernels with numpy.
+        is_kernel = kind == int(Kind.KERNEL)
+        codes = act["name"].cat.codes.to_numpy()
+        categories = act["name"].cat.categories
+        name_cls = np.full(len(categories), "gpu_busy_unknown", dtype=object)
+        for code in np.unique(codes[is_kernel]).tolist():
+            name_cls[code] = _BOUND_CLASS.get(bound_of(str(categories[code])), "gpu_busy_unknown")
+        cls[is_kernel] = name_cls[codes[is_kernel]]
+        cls[~is_kernel] = "gpu_busy_copy"
         cls[is_comm] = "communication"
         busy_classes: dict[str, np.ndarray] = {}
         higher = np.empty((0, 2))
@@ -438,8 +439,10 @@ def compute_ledger(model: TraceModel, window: Window, bound_of: Callable[[str], 
                 regions=tuple((float(a), float(b), int(n)) for a, b, n in regions), n_activities=len(act),
             )
         )  # fmt: skip
-    steps = _step_ledgers(window.steps, devices[0]) if devices and window.steps else ()
-    timeline = _timeline(devices[0]) if devices else None
+    # Each cause's intervals on the primary device, once for the steps and the timeline.
+    ivs = {c: cause_intervals(devices[0], c) for c in CAUSES} if devices else {}
+    steps = _step_ledgers(window.steps, devices[0], ivs) if devices and window.steps else ()
+    timeline = _timeline(devices[0], ivs) if devices else None
     return Ledger(window=window, devices=tuple(devices), steps=steps, timeline=timeline)
 
 
@@ -685,13 +688,13 @@ def cause_intervals(dev: DeviceLedger, cause: str) -> np.ndarray:
     return union(busy, idle) if len(idle) and len(busy) else (busy if len(busy) else idle)
 
 
-def _step_ledgers(steps: tuple[StepSpan, ...], dev: DeviceLedger) -> tuple[StepLedger, ...]:
+def _step_ledgers(steps: tuple[StepSpan, ...], dev: DeviceLedger, ivs: dict[str, np.ndarray]) -> tuple[StepLedger, ...]:
     spans = sorted(steps, key=lambda s: s.start_us)
     bounds = np.array([[max(s.start_us, dev.window_start), min(s.end_us, dev.window_end)] for s in spans])
     if not len(bounds):
         return ()
     edges = np.concatenate([bounds[:, 0], [bounds[-1, 1]]])
-    per_cause = {c: covered(cause_intervals(dev, c), edges) for c in CAUSES}
+    per_cause = {c: covered(ivs[c], edges) for c in CAUSES}
     busy = covered(dev.busy_intervals, edges)
     return tuple(
         StepLedger(
@@ -702,12 +705,12 @@ def _step_ledgers(steps: tuple[StepSpan, ...], dev: DeviceLedger) -> tuple[StepL
     )  # fmt: skip
 
 
-def _timeline(dev: DeviceLedger) -> TimelineBins:
+def _timeline(dev: DeviceLedger, ivs: dict[str, np.ndarray]) -> TimelineBins:
     edges = np.linspace(dev.window_start, dev.window_end, TIMELINE_BINS + 1)
     width = np.diff(edges)
     width[width <= 0] = 1.0
     return TimelineBins(
         start=dev.window_start,
         end=dev.window_end,
-        by_cause={c: covered(cause_intervals(dev, c), edges) / width for c in CAUSES},
+        by_cause={c: covered(ivs[c], edges) / width for c in CAUSES},
     )
