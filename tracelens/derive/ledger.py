@@ -396,16 +396,15 @@ def compute_ledger(model: TraceModel, window: Window, bound_of: Callable[[str], 
         kind = act["kind"].to_numpy()
         is_comm = comm_gpu[rows]
         cls = np.full(len(act), "gpu_busy_unknown", dtype=object)
-        # A kernel's class is its name's: worked out once per distinct name (by the name
-        # column's codes), then spread over the kernels with numpy.
-        is_kernel = kind == int(Kind.KERNEL)
-        codes = act["name"].cat.codes.to_numpy()
-        categories = act["name"].cat.categories
-        name_cls = np.full(len(categories), "gpu_busy_unknown", dtype=object)
-        for code in np.unique(codes[is_kernel]).tolist():
-            name_cls[code] = _BOUND_CLASS.get(bound_of(str(categories[code])), "gpu_busy_unknown")
-        cls[is_kernel] = name_cls[codes[is_kernel]]
-        cls[~is_kernel] = "gpu_busy_copy"
+        knames = act["name"].astype(str).to_numpy()
+        bound_cache: dict[str, str] = {}
+        for i in np.flatnonzero(kind == int(Kind.KERNEL)):
+            nm = knames[i]
+            b = bound_cache.get(nm)
+            if b is None:
+                b = bound_cache[nm] = _BOUND_CLASS.get(bound_of(nm), "gpu_busy_unknown")
+            cls[i] = b
+        cls[kind != int(Kind.KERNEL)] = "gpu_busy_copy"
         cls[is_comm] = "communication"
         busy_classes: dict[str, np.ndarray] = {}
         higher = np.empty((0, 2))
