@@ -12,7 +12,10 @@ more steps of the same program, not a repeat that the loader would drop. Files a
 written gzipped into --cache (made once, reused).
 
 For each input, in a fresh process: the whole `tracelens report TRACE --json OUT -q`
-command (wall time and peak RSS from wait4), and HolisticTraceAnalysis's load
+command (wall time and peak RSS from wait4), with tracelens' modules byte-compiled as an
+installed package has them (--source-compile: as this environment runs a checkout, with
+PYTHONDONTWRITEBYTECODE=1, compiling every module from source in every run: ~0.1 s on
+the development machine), and HolisticTraceAnalysis's load
 (`TraceAnalysis(trace_dir=...)`, timed inside its process) for the factors in --hta.
 --extra adds traces as they are (e.g. the captured H200 traces in /work/bench_data).
 Prints the machine, the versions and a Markdown table.
@@ -144,7 +147,7 @@ def _memory_kb(pid: int) -> int:
     return sum(_kb(f"/proc/{p}/smaps_rollup", "Pss:") for p in pids)
 
 
-def _run(cmd: list[str]) -> tuple[float, float, float, str, int]:
+def _run(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str, int]:
     """Wall seconds, CPU seconds (user + system, children included), peak memory MB,
     stdout, exit code of one child process. CPU time is the steadier number on a shared
     machine. Peak memory is the larger of wait4's peak RSS (that of the largest process
@@ -152,7 +155,7 @@ def _run(cmd: list[str]) -> tuple[float, float, float, str, int]:
     trace is loaded by two processes at once."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.DEVNULL, text=True, env=env)
         peak_kb = 0
         while True:
             pid, status, usage = os.wait4(proc.pid, os.WNOHANG)  # this child's own rusage
@@ -184,10 +187,26 @@ def _in_child(*args: str) -> str:
     return out.stdout
 
 
+#: The report's environment: None is this process's own (--source-compile).
+_REPORT_ENV: dict[str, str] | None = None
+
+
+def _byte_compiled_env(cache: Path) -> dict[str, str]:
+    """This environment with tracelens' bytecode kept under `cache` (not in the source
+    tree), as pip's install compiles it; warmed by one import of the report's modules.
+    HTA, installed in site-packages, has its bytecode already."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
+    warm = "import tracelens.cli, tracelens.assemble, tracelens.render, tracelens.analyzers.context, tracelens.redact"
+    subprocess.run([sys.executable, "-c", warm], env=env, check=True)
+    return env
+
+
 def _report(path: Path) -> tuple[float, float, float, dict[str, Any]]:
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "r.json"
-        wall, cpu, rss, _, rc = _run([sys.executable, "-m", "tracelens", "report", str(path), "--json", str(out), "-q"])
+        cmd = [sys.executable, "-m", "tracelens", "report", str(path), "--json", str(out), "-q"]
+        wall, cpu, rss, _, rc = _run(cmd, _REPORT_ENV)
         if rc != 0:
             raise SystemExit(f"tracelens failed on {path} (exit {rc})")
         return wall, cpu, rss, json.loads(out.read_text())
@@ -221,6 +240,9 @@ def main() -> None:
     ap.add_argument("--hta", default="1,2", help="factors HTA loads too ('' for none)")
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--extra", type=Path, nargs="*", default=[])
+    ap.add_argument(
+        "--source-compile", action="store_true", help="run tracelens as this environment does (no bytecode kept)"
+    )
     args = ap.parse_args()
     factors = [int(f) for f in args.factors.split(",") if f]
     hta_factors = {int(f) for f in args.hta.split(",") if f}
@@ -240,7 +262,12 @@ def main() -> None:
             _in_child("--_make", str(args.source), str(unit * f), str(path))
         inputs.append((f"{f}x", path, f in hta_factors))
     inputs += [(p.name, p, bool(hta_factors)) for p in args.extra]
+    global _REPORT_ENV
+    if not args.source_compile and os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        _REPORT_ENV = _byte_compiled_env(args.cache)
     print(f"machine: {machine()}")
+    cached = _REPORT_ENV is not None or not os.environ.get("PYTHONDONTWRITEBYTECODE")
+    print(f"tracelens bytecode: {'kept between runs' if cached else 'compiled from source in each run'}")
     print(f"versions: {versions()}")
     print(f"source: {args.source.name} ({src_json / 1e6:.1f} MB JSON), 1x = {unit} copies\n")
     print("load average before: " + " ".join(f"{v:.1f}" for v in os.getloadavg()))

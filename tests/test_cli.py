@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import sample
@@ -400,3 +401,112 @@ def test_fast_exit_loses_no_output(tmp_path: Path) -> None:
     assert strip(piped.stdout) == strip(expected) and len(expected) > 1000
     json_out = run("report", trace, "--json", "-")
     assert json_out.returncode == 0 and json.loads(json_out.stdout)["summary"]["primary"]
+
+
+def test_the_early_scan_finds_one_report_input_or_none() -> None:
+    from tracelens.early import scan_report
+
+    def found(*args: str) -> str | None:
+        scanned = scan_report(list(args))
+        return scanned[0] if scanned else None
+
+    assert found("report", "t.json.gz", "--json", "o.json", "-q") == "t.json.gz"
+    assert found("report", "--md", "x.md", "--out-dir=r", "t.json", "--redact") == "t.json"
+    assert found("report", "--json", "-q", "t.json") == "t.json"  # -q is --json's value
+    assert found("report", "--", "-odd.json") == "-odd.json"
+    assert found("report", "a.json", "b.json") is None  # ranks of a job
+    assert found("report", "t.json", "--help") is None
+    assert found("report", "t.json", "--new-option") is None
+    assert found("report", "t.json", "--json") is None  # a value missing
+    assert found("capture", "train.py") is None
+    assert found() is None
+    assert scan_report(["report", "--json=-", "t", "-q", "--html", "h"]) == (
+        "t",
+        [("--json", "-"), ("-q", None), ("--html", "h")],
+    )
+
+
+_EARLY = (
+    "import sys, tracelens.model.loader as L; L.SPLIT_MIN_JSON_BYTES = 0; L.EARLY_SHARE = L.Share(1, 2, 3); "
+    "take = L._adopt_early; "
+    "L._adopt_early = lambda p: (lambda c: (print('adopted', c is not None, file=sys.stderr), c)[1])(take(p)); "
+    "import gc, tracelens.cli as cli; leave = cli._hard_exit; "
+    "cli._hard_exit = lambda code: (print('frozen', gc.get_freeze_count() > 0 and gc.isenabled(), file=sys.stderr), "
+    "leave(code)); "
+    "sys.argv = ['tracelens', *sys.argv[1:]]; cli.main()"
+)
+
+
+def test_a_report_whose_load_starts_before_the_imports_is_the_same(tmp_path: Path) -> None:
+    # The early child (forked before typer parses) reads 2 of every 3 batches; the JSON
+    # report must be the one the one-process load gives.
+    trace = sample("train_step")
+    early = subprocess.run(
+        [PY, "-c", _EARLY, "report", str(trace), "--json", str(tmp_path / "a.json"), "-q"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TRACELENS_LOAD_PROCESSES": ""},
+    )  # fmt: skip
+    # The early child was taken by the load, and the model frozen out of the GC's scans.
+    assert early.returncode == 0 and early.stderr == "adopted True\nfrozen True\n", early.stderr
+    one = subprocess.run(
+        [PY, "-m", "tracelens", "report", str(trace), "--json", str(tmp_path / "b.json"), "-q"],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "TRACELENS_LOAD_PROCESSES": "1"},
+    )  # fmt: skip
+    assert one.returncode == 0, one.stderr
+    skip = {"load_seconds", "analysis_seconds", "generated_at"}
+    a, b = (json.loads((tmp_path / f).read_text()) for f in ("a.json", "b.json"))
+    assert {k: v for k, v in a.items() if k not in skip} == {k: v for k, v in b.items() if k not in skip}
+    bad = subprocess.run(
+        [PY, "-c", _EARLY, "report", str(trace), "--window", "5:1", "-q"], capture_output=True, text=True, timeout=300
+    )
+    assert bad.returncode == 2 and "expected 0 <= START < END" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["{t}"],
+        ["{t}", "--json", "o.json", "-q"],
+        ["--md=x.md", "{t}", "--html", "-", "--redact", "--quiet"],
+        ["{t}", "--json", "a.json", "--json", "b.json", "--out-dir", "r", "--perfetto", "p.json.gz"],
+        [
+            "{t}",
+            "--markdown",
+            "",
+            "--",
+        ],
+    ],
+)
+def test_the_fast_report_line_passes_what_typer_passes(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    import tracelens.cli as cli
+
+    trace = str(sample("host_sync_mask"))
+    line = ["report", *(a.format(t=trace) for a in args)]
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(cli, "_report_one", lambda *a, **k: (calls.append((a, k)), ())[1])
+    fast = cli._fast_report(line)
+    assert fast is not None
+    cli.report(**fast)
+    monkeypatch.setattr(cli, "_fast_report", lambda args: None)
+    with pytest.raises(SystemExit) as done:
+        cli.main(line)
+    assert done.value.code == 0
+    assert len(calls) == 2 and calls[0] == calls[1]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        ["report", "{t}", "--window", "1:2"],
+        ["report", "{t}", "--per-rank"],
+        ["report", "no-such-file.json"],
+        ["report", "{t}", "{t}"],
+        ["report", "{t}", "--help"],
+        ["capture", "x.py"],
+    ],
+)
+def test_other_lines_go_to_typer(line: list[str]) -> None:
+    from tracelens.cli import _fast_report
+
+    assert _fast_report([a.format(t=sample("host_sync_mask")) for a in line]) is None

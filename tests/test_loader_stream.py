@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import threading
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,21 @@ def test_python_frames_past_the_cap_are_dropped_with_a_note(monkeypatch: pytest.
     assert not any("Python frames" in n for n in full.meta.notes)
 
 
+def test_a_gzip_file_is_read_as_the_inflater_needs_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A regular gzip file is not held whole: read GZIP_IN_BYTES at a time (a split load's
+    # two processes each held all of it). A pipe or other non-file is still read whole.
+    monkeypatch.setattr(stream_mod, "GZIP_IN_BYTES", 4096)
+    monkeypatch.setattr(stream_mod, "READ_BYTES", 1000)
+    asked: list[int] = []
+    read_upto = stream_mod.read_upto
+    monkeypatch.setattr(stream_mod, "read_upto", lambda fh, n: (asked.append(n), read_upto(fh, n))[1])
+    p = sample("train_step")
+    assert p.stat().st_size > 50 * 4096  # else one read would hold it all anyway
+    _same(_streamed(p), _whole(p))
+    assert asked[0] == 1000 and max(asked[1:-1]) <= 2 * 4096 and len(asked) > p.stat().st_size // 8192
+    assert asked[-1] == stream_mod._READ_STEP  # the rest after the stream, to the end
+
+
 def test_gzip_members_padding_and_small_input_blocks(
     tmp_path: Path, small_chunks: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -220,7 +236,7 @@ def test_a_failed_second_process_falls_back(
     read = loader_mod._read_stream
 
     def failing(path: Any, name: str, notes: list[str], share: Any) -> Any:
-        if share == (1, 2):
+        if share is not None and share.part == 1:
             raise MemoryError  # in the child: it sends nothing back
         return read(path, name, notes, share)
 
@@ -228,6 +244,66 @@ def test_a_failed_second_process_falls_back(
     p = sample("host_sync_mask")
     _same(_streamed(p), _whole(p))
     assert not split  # nothing to merge: the one-process read ran
+
+
+@pytest.mark.parametrize("which", ["train_step", "host_sync_mask"])
+def test_an_early_child_is_taken_by_the_load_of_its_file(
+    which: str, small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # `report` forks the child before its own imports, with a larger share (3 of 5).
+    shares: list[Any] = []
+    merge = loader_mod._merged
+    monkeypatch.setattr(loader_mod, "_merged", lambda a, b: (shares.append(b.share), merge(a, b))[1])
+    p = sample(which)
+    assert loader_mod.start_split_early(p)
+    child = loader_mod._early
+    assert child is not None and child.share == loader_mod.EARLY_SHARE != loader_mod.LATE_SHARE
+    _same(_streamed(p), _whole(p))
+    assert shares == [loader_mod.EARLY_SHARE] and loader_mod._early is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(child.pid, os.WNOHANG)  # reaped
+    # The same file by another name (as `report ./t.json` is loaded as `t.json`).
+    assert loader_mod.start_split_early(f"{p.parent}/./{p.name}")
+    _same(_streamed(p), _whole(p))
+    assert shares == [loader_mod.EARLY_SHARE] * 2 and loader_mod._early is None
+
+
+def test_an_early_child_of_another_or_changed_file_is_stopped(
+    tmp_path: Path, small_chunks: None, split: list[bool]
+) -> None:
+    a, b = sample("train_step"), sample("host_sync_mask")
+    assert loader_mod.start_split_early(a)
+    first = loader_mod._early
+    assert first is not None
+    _same(_streamed(b), _whole(b))  # b's own (late) child, not a's
+    assert loader_mod._early is None and split == [True]
+    with pytest.raises(ChildProcessError):
+        os.waitpid(first.pid, os.WNOHANG)
+    copy = tmp_path / "t.json.gz"
+    copy.write_bytes(a.read_bytes())
+    assert loader_mod.start_split_early(copy)
+    second = loader_mod._early
+    assert second is not None
+    copy.write_bytes(a.read_bytes() + b"\0")  # the file changed since the child started
+    adopted = loader_mod._adopt_early(copy)
+    assert adopted is None and loader_mod._early is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(second.pid, os.WNOHANG)
+    assert loader_mod.start_split_early(a)
+    third = loader_mod._early
+    assert third is not None
+    loader_mod.discard_early()  # no load took it (an error before the load)
+    assert loader_mod._early is None
+    with pytest.raises(ChildProcessError):
+        os.waitpid(third.pid, os.WNOHANG)
+
+
+def test_shares_cover_every_batch_once() -> None:
+    for taken, of in ((1, 2), (3, 5), (2, 7)):
+        owners = [stream_mod.Share(0, taken, of).owner(i) for i in range(10 * of)]
+        assert sum(owners) == 10 * taken  # part 1 takes `taken` of every `of`
+        assert all(sum(owners[i : i + of]) == taken for i in range(0, 10 * of, of))
+    assert [stream_mod.Share(1).owner(i) for i in range(4)] == [1, 0, 1, 0]
 
 
 def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

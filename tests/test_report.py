@@ -197,3 +197,30 @@ def test_queued_idle_is_noted_not_blamed_on_the_host() -> None:
     rep = report_of(real("rank0.json.gz"))
     assert any("already queued" in n for n in rep.summary.notes)
     assert rep.gpu_time.total.get("idle_other") / rep.gpu_time.total.window_us > 0.5
+
+
+def test_compiled_templates_come_back_from_the_cache_unchanged(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import jinja2
+
+    import tracelens.render.html as html_mod
+
+    rep = report_of(sample("host_sync_mask"))
+    monkeypatch.setattr(html_mod, "_bytecode_cache", lambda autoescape: None)
+    fresh = (render_html(rep), render_markdown(rep))
+    monkeypatch.undo()
+    monkeypatch.setattr(html_mod, "TEMPLATE_CACHE_DIR", str(tmp_path))
+    compiled: list[str] = []
+    compile_ = jinja2.Environment.compile
+
+    def counting(self: jinja2.Environment, source: str, name: str | None = None, *a: object, **k: object) -> object:
+        compiled.append(str(name))
+        return compile_(self, source, name, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(jinja2.Environment, "compile", counting)
+    first = (render_html(rep), render_markdown(rep))
+    assert "report.html.j2" in compiled and "report.md.j2" in compiled
+    assert len(list(tmp_path.glob("__tracelens_*.cache"))) == len(compiled)
+    compiled.clear()
+    again = (render_html(rep), render_markdown(rep))
+    assert compiled == []  # every template came from the cache
+    assert fresh == first == again

@@ -302,13 +302,14 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     g = g.sort_values("total", ascending=False).head(MAX_KERNEL_ROWS)
     roofs = {k.name: k for k in for_context(ctx).kernels}
     bounds = {name: k.bound for name, k in roofs.items()}
+    own_busy = _OwnBusy(act, ctx)
     return tuple(
         KernelRow(
             name=_cut(str(name)),
             count=int(row["count"]),
             total_us=float(row["total"]),
             mean_us=float(row["total"]) / max(int(row["count"]), 1),
-            share=_own_busy(act, str(name), ctx) / busy if busy else 0.0,
+            share=own_busy(str(name)) / busy if busy else 0.0,
             kind=_KIND_NAMES.get(int(row["kind"]), "other"),
             bound=bounds.get(str(name), "unknown") if int(row["kind"]) == int(Kind.KERNEL) else "memory",
             roof=r.roof_name if r else "",
@@ -322,15 +323,26 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     )
 
 
-def _own_busy(act: pd.DataFrame, name: str, ctx: AnalysisContext) -> float:
+class _OwnBusy:
     """The time a kernel name keeps the GPU busy inside the window: the union of its
     events, clipped to the window, so events that overlap (two streams, a repeated event)
-    or run past the window count once and its share of busy stays <= 1."""
-    dev = ctx.ledger.primary
-    lo, hi = (dev.window_start, dev.window_end) if dev is not None else (-np.inf, np.inf)
-    k = act[act["name"] == name]
-    iv = merge_intervals(np.clip(k["ts"].to_numpy(), lo, hi), np.clip(k["end"].to_numpy(), lo, hi))
-    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
+    or run past the window count once and its share of busy stays <= 1. The activity's
+    columns are read once, and a name's events picked by its code (not a DataFrame
+    filtered per name)."""
+
+    def __init__(self, act: pd.DataFrame, ctx: AnalysisContext) -> None:
+        dev = ctx.ledger.primary
+        self._lo, self._hi = (dev.window_start, dev.window_end) if dev is not None else (-np.inf, np.inf)
+        self._codes = act["name"].cat.codes.to_numpy()
+        self._code_of = {str(c): i for i, c in enumerate(act["name"].cat.categories)}
+        self._ts = act["ts"].to_numpy()
+        self._end = act["end"].to_numpy()
+
+    def __call__(self, name: str) -> float:
+        mine = self._codes == self._code_of.get(name, -2)
+        lo, hi = self._lo, self._hi
+        iv = merge_intervals(np.clip(self._ts[mine], lo, hi), np.clip(self._end[mine], lo, hi))
+        return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
 
 
 def replace_name(row: MatmulRow) -> MatmulRow:
@@ -363,13 +375,16 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     if not ok.any():
         return ()
     root = host["op_root"].to_numpy()[launch[ok]]
+    # Ops and kernels by their name codes, not their strings: both name columns' categories
+    # are sorted, so the groups come out in the same order as by name, with the same sums
+    # (pandas factorizing 45k strings per groupby was most of this table's time).
     frame = pd.DataFrame(
-        {"root": root, "dur": act["dur"].to_numpy()[ok], "kernel": act["name"].astype(str).to_numpy()[ok]}
+        {"root": root, "dur": act["dur"].to_numpy()[ok], "kernel": act["name"].cat.codes.to_numpy()[ok]}
     )
     frame = frame[frame["root"] >= 0]
     if frame.empty:
         return ()
-    frame["op"] = host["name"].astype(str).to_numpy()[frame["root"].to_numpy()]
+    frame["op"] = model.arrays.name_codes[frame["root"].to_numpy()]
     per_op = frame.groupby("op").agg(gpu=("dur", "sum"), kernels=("dur", "size"), calls=("root", "nunique"))
     by_kernel = frame.groupby(["op", "kernel"])["dur"].sum().reset_index().sort_values("dur", ascending=False)
     top_kernel = by_kernel.drop_duplicates("op").set_index("op")["kernel"]
@@ -378,17 +393,20 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     host_by_op = frame.drop_duplicates("root").groupby("op")["root"].apply(lambda r: float(dur[r.to_numpy()].sum()))
     sources = _SourceCache(model)
     per_op = per_op.sort_values("gpu", ascending=False).head(MAX_OP_ROWS)
+    op_names = model.arrays.name_table
+    kernel_names = act["name"].cat.categories
+    columns = (per_op.index.tolist(), per_op["gpu"].tolist(), per_op["kernels"].tolist(), per_op["calls"].tolist())
     return tuple(
         OpRow(
-            name=str(op),
-            count=int(row["calls"]),
-            gpu_us=float(row["gpu"]),
+            name=op_names[op],
+            count=int(calls),
+            gpu_us=float(gpu),
             host_us=float(host_by_op.get(op, 0.0)),
-            kernels=int(row["kernels"]),
-            top_kernel=_cut(str(top_kernel.get(op, ""))),
-            source=sources(int(first_row.loc[str(op)])),
+            kernels=int(kernels),
+            top_kernel=_cut(str(kernel_names[int(top_kernel[op])])) if op in top_kernel.index else "",
+            source=sources(int(first_row.loc[op])),
         )
-        for op, row in per_op.iterrows()
+        for op, gpu, kernels, calls in zip(*columns, strict=True)
     )
 
 
@@ -403,9 +421,11 @@ def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:
         anchor = np.where(root >= 0, root, launch[ok])
         durs = act["dur"].to_numpy()[ok]
         frame = pd.DataFrame({"anchor": anchor, "dur": durs}).groupby("anchor")["dur"].agg(["sum", "size"])
-        sources = _SourceCache(model)
-        for anchor_row, (total, n) in zip(frame.index.to_numpy(), frame.to_numpy(), strict=True):
-            src = sources(int(anchor_row))
+        # Plain lists: a numpy row and its scalars per anchor cost more than the lookups.
+        for anchor_row, total, n in zip(
+            frame.index.tolist(), frame["sum"].tolist(), frame["size"].tolist(), strict=True
+        ):
+            src = user_source(model, anchor_row)
             if src is not None:
                 gpu_by[src][0] += float(total)
                 gpu_by[src][1] += float(n)

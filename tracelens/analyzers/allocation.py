@@ -492,16 +492,20 @@ def _cat_kernels(model: TraceModel, w0: float, w1: float) -> dict[int, tuple[int
     ok = (launch >= 0) & (gpu["ts"].to_numpy() >= w0) & (gpu["ts"].to_numpy() < w1)
     if not ok.any():
         return {}
-    op = model.arrays.op
-    names = gpu["name"].astype(str).to_numpy()
+    arr = model.arrays
+    # The cat ops' kernels picked in numpy (by the op's name code), then walked in order.
+    is_cat = np.array([n in CAT_OPS for n in arr.name_table], dtype=bool)
+    kernels = np.flatnonzero(ok)
+    ops = arr.op[launch[kernels]]
+    mine = ops >= 0
+    mine[mine] = is_cat[arr.name_codes[ops[mine]]]
+    codes = gpu["name"].cat.codes.to_numpy()
+    table = [str(c) for c in gpu["name"].cat.categories]
     dur = gpu["dur"].to_numpy()
     out: dict[int, tuple[int, float]] = {}
-    for j in np.flatnonzero(ok):
-        r = int(op[launch[j]])
-        if r < 0 or model.arrays.name(r) not in CAT_OPS:
-            continue
+    for j, r in zip(kernels[mine].tolist(), ops[mine].tolist(), strict=True):
         elem, t = out.get(r, (0, 0.0))
-        out[r] = (elem or _elem_bytes(names[j]), t + float(dur[j]))
+        out[r] = (elem or _elem_bytes(table[codes[j]]), t + float(dur[j]))
     return out
 
 

@@ -102,17 +102,17 @@ class _RangeTree:
         if ranges is None or not len(ranges[0]) or end <= start:
             return 0.0
         rows, ts, te, te_max = ranges
-        lo = int(np.searchsorted(te_max, start, side="right"))
-        hi = int(np.searchsorted(ts, end, side="left"))
+        lo = int(te_max.searchsorted(start, side="right"))
+        hi = int(ts.searchsorted(end, side="left"))
         covered = 0.0
-        for j in range(lo, hi):
-            s0 = ts[j] if ts[j] > start else start
-            e0 = te[j] if te[j] < end else end
+        # The overlapping ranges as plain lists: numpy scalars cost ~0.1 us per read.
+        for row, t0, t1 in zip(rows[lo:hi].tolist(), ts[lo:hi].tolist(), te[lo:hi].tolist(), strict=True):
+            s0 = t0 if t0 > start else start
+            e0 = t1 if t1 < end else end
             ov = e0 - s0
             if ov <= 0:
                 continue
-            row = int(rows[j])
-            if depth < MAX_DESCENT and (te[j] - ts[j]) > CONTAINER_FACTOR * ov:
+            if depth < MAX_DESCENT and (t1 - t0) > CONTAINER_FACTOR * ov:
                 kids = self.children(row)
                 inside = self.charge(kids, s0, e0, out, depth + 1) if kids is not None else 0.0
                 if ov - inside > 0:

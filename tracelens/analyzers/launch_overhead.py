@@ -10,7 +10,7 @@ stretches where they dominate, and names the code that issues them.
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
 
 import numpy as np
 import pandas as pd
@@ -184,49 +184,60 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
     model = ctx.model
     host = model.host
     op_root = host["op_root"].to_numpy()
-    by_key: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    src_of: dict[tuple[str, str], PySource | None] = {}
-    kernels_of: dict[tuple[str, str], Counter[str]] = defaultdict(Counter)
-    # Per anchor (the launch's outermost op, else the launch): its site key and source,
-    # worked out once; a decode loop launches from the same few thousand ops' rows.
-    key_of: dict[int, tuple[tuple[str, str], PySource | None]] = {}
     gpu_codes = model.gpu["name"].cat.codes.to_numpy()
     gpu_table = [str(c) for c in model.gpu["name"].cat.categories]
     lrows = launch_gaps["launch_row"].to_numpy()
     nrows = launch_gaps["next_row"].to_numpy()
-    roots = np.where(lrows >= 0, op_root[np.clip(lrows, 0, None)], -1) if len(lrows) else lrows
-    kernel_codes = gpu_codes[np.clip(nrows, 0, None)] if len(nrows) and len(gpu_codes) else nrows
-    for lrow, root, nrow, code, dur in zip(
-        lrows.tolist(),
-        roots.tolist(),
-        nrows.tolist(),
-        kernel_codes.tolist(),
-        launch_gaps["dur"].to_numpy().tolist(),
-        strict=True,
-    ):
-        if lrow < 0:
-            continue
-        anchor = root if root >= 0 else lrow
-        found = key_of.get(anchor)
-        if found is None:
-            op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
-            src = user_source(model, anchor)
-            found = key_of[anchor] = ((op_name, src.label if src else ""), src)
-        key, src = found
-        by_key[key][0] += float(dur)
-        by_key[key][1] += 1
-        src_of[key] = src
-        if nrow >= 0:
-            kernels_of[key][gpu_table[code]] += 1
-    ranked = sorted(by_key.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_SITES]
-    return tuple(
-        Site(
-            description=f"kernels launched by {op}",
-            count=int(cnt),
-            time_us=idle,
-            ops=(op,),
-            source=src_of[(op, label)],
-            kernels=tuple(k for k, _ in kernels_of[(op, label)].most_common(3)),
+    durs = launch_gaps["dur"].to_numpy().astype(np.float64)
+    valid = lrows >= 0
+    if not bool(valid.any()):
+        return ()
+    lrows, nrows, durs = lrows[valid], nrows[valid], durs[valid]
+    roots = op_root[lrows]
+    kernel_codes = gpu_codes[np.clip(nrows, 0, None)] if len(gpu_codes) else nrows
+    # Per anchor (the launch's outermost op, else the launch): its site key and source,
+    # worked out once, in the order the gaps first meet them; a decode loop launches
+    # from the same few thousand ops' rows.
+    anchors = np.where(roots >= 0, roots, lrows)
+    distinct, first, inverse = np.unique(anchors, return_index=True, return_inverse=True)
+    key_id: dict[tuple[str, str], int] = {}
+    keys: list[tuple[str, str]] = []
+    anchor_key = np.empty(len(distinct), dtype=np.int64)
+    srcs: list[PySource | None] = []
+    for slot in np.argsort(first, kind="stable").tolist():
+        anchor = int(distinct[slot])
+        root = int(roots[first[slot]])  # as the first gap with this anchor has it
+        op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
+        src = user_source(model, anchor)
+        srcs.append(src)
+        key = (op_name, src.label if src else "")
+        anchor_key[slot] = key_id.setdefault(key, len(key_id))
+        if len(keys) < len(key_id):
+            keys.append(key)
+    src_at = np.empty(len(distinct), dtype=np.int64)
+    src_at[np.argsort(first, kind="stable")] = np.arange(len(distinct))
+    gap_key = anchor_key[inverse.reshape(-1)]
+    # Sums in gap order, as the per-gap loop added them (bincount adds in input order).
+    idle = np.bincount(gap_key, weights=durs, minlength=len(keys))
+    count = np.bincount(gap_key, minlength=len(keys))
+    # A key's source is that of the last gap's anchor with the key.
+    last = len(gap_key) - 1 - np.unique(gap_key[::-1], return_index=True)[1]
+    gap_anchor = inverse.reshape(-1)
+    src_of = {k: srcs[int(src_at[gap_anchor[g]])] for k, g in enumerate(last.tolist())}
+    ranked = sorted(range(len(keys)), key=lambda k: float(idle[k]), reverse=True)[:MAX_SITES]
+    launched = nrows >= 0
+    sites = []
+    for k in ranked:
+        op, _ = keys[k]
+        kernels = Counter(gpu_table[c] for c in kernel_codes[launched & (gap_key == k)].tolist())
+        sites.append(
+            Site(
+                description=f"kernels launched by {op}",
+                count=int(count[k]),
+                time_us=float(idle[k]),
+                ops=(op,),
+                source=src_of[k],
+                kernels=tuple(name for name, _ in kernels.most_common(3)),
+            )
         )
-        for (op, label), (idle, cnt) in ranked
-    )
+    return tuple(sites)

@@ -252,58 +252,76 @@ def matmul_table(model: TraceModel) -> pd.DataFrame:
     """One row per matmul op call with its shape, kernels and time on the GPU."""
     host = model.host
     arr = model.arrays
-    ops = host[(host["kind"] == Kind.CPU_OP).to_numpy() & name_matches(host["name"], lambda n: n in MATMUL_OPS)]
+    # Row numbers, not a DataFrame of the op rows (a copy of every host column).
+    ops = np.flatnonzero(
+        (host["kind"].to_numpy() == int(Kind.CPU_OP)) & name_matches(host["name"], MATMUL_OPS.__contains__)
+    )
     cols = [
         "row", "op", "m", "n", "k", "batch", "dtype", "itemsize", "layout", "lda", "ldb",
         "kernel", "kernel_us", "n_kernels", "grid", "smem", "regs", "threads", "ts",
     ]  # fmt: skip
-    if ops.empty:
+    if not len(ops):
         return pd.DataFrame(columns=cols)
     k = model.kernels()
     k = k[k["launch"] >= 0]
     k_op = arr.op[k["launch"].to_numpy()]
-    keep = np.isin(k_op, ops.index.to_numpy())
+    keep = np.isin(k_op, ops)
     k, k_op = k[keep], k_op[keep]
     # Each op's kernels as a run of a stable sort by op row (so in trace order within an
-    # op, as a groupby gives them), read from numpy columns: no DataFrame per op.
+    # op, as a groupby gives them), read from numpy columns: no DataFrame per op, and the
+    # per-op numbers (main kernel, time, grid) for all ops at once.
     order = np.argsort(k_op, kind="stable")
     sorted_ops = k_op[order]
-    bounds: dict[int, tuple[int, int]] = {}
-    if len(order):  # no kernels launched by these ops (a CPU-only trace): no rows
-        starts = np.flatnonzero(np.r_[True, sorted_ops[1:] != sorted_ops[:-1]])
-        ends = [*starts[1:].tolist(), len(order)]
-        bounds = dict(zip(sorted_ops[starts].tolist(), zip(starts.tolist(), ends, strict=True), strict=True))
+    rows: list[tuple[Any, ...]] = []
+    if not len(order):  # no kernels launched by these ops (a CPU-only trace): no rows
+        return pd.DataFrame(rows, columns=cols)
+    starts = np.flatnonzero(np.r_[True, sorted_ops[1:] != sorted_ops[:-1]])
+    sizes = np.diff(np.r_[starts, len(order)])
+    # Ops in the order of `ops` (the host's), each with its run of kernels.
+    run_of = dict(zip(sorted_ops[starts].tolist(), range(len(starts)), strict=True))
+    op_rows = [r for r in ops.tolist() if r in run_of]
+    runs = np.array([run_of[r] for r in op_rows], dtype=np.int64)
     dur = k["dur"].to_numpy()
-    kname_codes = k["name"].cat.codes.to_numpy()
+    kd = dur[order]
+    # The main kernel: the first longest of the run (np.argmax's choice).
+    longest = np.maximum.reduceat(kd, starts)
+    is_max = kd == np.repeat(longest, sizes)
+    first_max = np.flatnonzero(is_max)[np.searchsorted(np.flatnonzero(is_max), starts)]
+    main = order[first_max][runs]
+    # A run's time as `dur[run].sum()` adds it: one or two kernels elementwise, longer
+    # runs summed per run (numpy's pairwise order).
+    first, n_k = order[starts][runs], sizes[runs]
+    second = order[np.minimum(starts + 1, len(order) - 1)][runs]
+    total = np.where(n_k == 1, dur[first], dur[first] + dur[second])
+    for j in np.flatnonzero(n_k > 2).tolist():
+        run = int(runs[j])
+        total[j] = dur[order[starts[run] : starts[run] + sizes[run]]].sum()
+    kname_codes = k["name"].cat.codes.to_numpy()[main].tolist()
     kname_table = [str(c) for c in k["name"].cat.categories]
-    gx, gy, gz = (k[c].to_numpy() for c in ("grid_x", "grid_y", "grid_z"))
-    bx, by, bz = (k[c].to_numpy() for c in ("block_x", "block_y", "block_z"))
-    smem, regs = k["shared_memory"].to_numpy(), k["registers"].to_numpy()
-    host_ts = host["ts"].to_numpy()
-    rows = []
+
+    def at_least_one(c: str) -> np.ndarray:
+        return np.maximum(k[c].to_numpy()[main], 1)
+
+    grid = (at_least_one("grid_x") * at_least_one("grid_y") * at_least_one("grid_z")).tolist()
+    threads = (at_least_one("block_x") * at_least_one("block_y") * at_least_one("block_z")).tolist()
+    smem, regs = k["shared_memory"].to_numpy()[main].tolist(), k["registers"].to_numpy()[main].tolist()
+    host_ts = host["ts"].to_numpy()[op_rows].tolist()
     shape_memo: dict[tuple[int, int], MatmulShape | None] = {}
     shapes_col = arr.shapes
-    for row in ops.index.to_numpy().tolist():
-        span = bounds.get(row)
-        if span is None:
-            continue
+    codes = arr.name_codes[op_rows].tolist()
+    for j, (row, code) in enumerate(zip(op_rows, codes, strict=True)):
         # Ops with one name and one shape record share their shape (and its decode).
-        key = (int(arr.name_codes[row]), id(shapes_col[row]))
+        key = (code, id(shapes_col[row]))
         if key not in shape_memo:
             shape_memo[key] = shape_of(arr.name(row), model.op_shapes(row))
         shape = shape_memo[key]
         if shape is None:
             continue
-        idx = order[span[0] : span[1]]
-        kd = dur[idx]
-        main = int(idx[int(np.argmax(kd))])
-        grid = int(max(gx[main], 1) * max(gy[main], 1) * max(gz[main], 1))
-        threads = int(max(bx[main], 1) * max(by[main], 1) * max(bz[main], 1))
         rows.append(
             (
                 row, shape.op, shape.m, shape.n, shape.k, shape.batch, shape.dtype, shape.itemsize, shape.layout,
-                shape.lda, shape.ldb, kname_table[int(kname_codes[main])], float(kd.sum()), len(idx), grid,
-                int(smem[main]), int(regs[main]), threads, float(host_ts[row]),
+                shape.lda, shape.ldb, kname_table[kname_codes[j]], float(total[j]), int(n_k[j]), int(grid[j]),
+                int(smem[j]), int(regs[j]), int(threads[j]), float(host_ts[j]),
             )
         )  # fmt: skip
     return pd.DataFrame(rows, columns=cols)

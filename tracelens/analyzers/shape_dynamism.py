@@ -162,48 +162,47 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
     dur = host["dur"].to_numpy()
     names = model.arrays
     w0, w1 = dev.window_start, dev.window_end
-    # Walk every outermost op in time order: a shape is new for an op name the first
-    # time the trace shows it (warm-up included, so the window's repeats are repeats).
+    # Every outermost op in time order: a shape is new for an op name the first time the
+    # trace shows it (warm-up included, so the window's repeats are repeats).
     order = rows[np.argsort(ts[rows], kind="stable")]
-    seen: dict[str, set[bytes]] = defaultdict(set)
-    repeat_durs: dict[str, list[float]] = defaultdict(list)
-    window_calls: list[tuple[int, str, bytes, bool]] = []
-    # The loader shares one args record among the ops with the same shape args: their
-    # dims bytes are made once per record (by identity: the column keeps them alive).
-    dims_of: dict[int, bytes] = {}
-    table = names.name_table
-    for r, code, t, d, args in zip(
-        order.tolist(),
-        names.name_codes[order].tolist(),
-        ts[order].tolist(),
-        dur[order].tolist(),
-        shapes_col[order].tolist(),
-        strict=True,
-    ):
-        if args is None:
-            continue
-        dims = dims_of.get(id(args))
-        if dims is None:
-            dims = dims_of[id(args)] = bytes(args.input_dims) or bytes(args.input_dims_2021)
-        if not dims or dims == b"[]":
-            continue
-        name = table[code]
-        new = dims not in seen[name]
-        seen[name].add(dims)
-        if not new:
-            repeat_durs[name].append(float(d))
-        if w0 <= t < w1:
-            window_calls.append((r, name, dims, new))
-    if not window_calls:
+    calls = _shape_calls(shapes_col[order], names.name_codes[order])
+    if calls is None:
         return []
-    by_name: dict[str, set[bytes]] = defaultdict(set)
-    for _, name, dims, _ in window_calls:
-        by_name[name].add(dims)
-    varying = {n for n, s in by_name.items() if len(s) >= MIN_DISTINCT_SHAPES}
+    keep, dims_code, dims_list, new_all = calls
+    order, codes = order[keep], names.name_codes[order][keep].astype(np.int64)
+    t_all = ts[order]
+    in_window = (w0 <= t_all) & (t_all < w1)
+    if not bool(in_window.any()):
+        return []
+    # Names with MIN_DISTINCT_SHAPES or more distinct dims among the window's calls.
+    n_dims = len(dims_list)
+    pairs = np.unique(codes[in_window] * n_dims + dims_code[in_window])
+    per_code = np.bincount(pairs // n_dims)
+    table = names.name_table
+    vary_code = np.zeros(len(table), dtype=bool)
+    vary_code[: len(per_code)] = per_code >= MIN_DISTINCT_SHAPES
+    varying = {table[c] for c in np.flatnonzero(vary_code).tolist()}
     if not varying:
         return []
+    of_varying = vary_code[codes]
+    repeat_durs: dict[str, list[float]] = defaultdict(list)
+    repeats = ~new_all & of_varying
+    for code, d in zip(codes[repeats].tolist(), dur[order[repeats]].tolist(), strict=True):
+        repeat_durs[table[code]].append(float(d))
+    # The window's calls of the varying names, in time order.
+    picked_at = in_window & of_varying
+    picked = [
+        (r, table[code], dims_list[k], bool(nw))
+        for r, code, k, nw in zip(
+            order[picked_at].tolist(),
+            codes[picked_at].tolist(),
+            dims_code[picked_at].tolist(),
+            new_all[picked_at].tolist(),
+            strict=True,
+        )
+    ]
     baseline = {
-        n: float(np.median(repeat_durs[n])) if repeat_durs[n] else min(dur[r] for r, m, _, _ in window_calls if m == n)
+        n: float(np.median(repeat_durs[n])) if repeat_durs[n] else min(dur[r] for r, m, _, _ in picked if m == n)
         for n in varying
     }
     gaps = dev.gaps[dev.gaps["cause"] == "host_bound"]
@@ -215,7 +214,6 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
     for a in root[alloc_rows].tolist():
         if a >= 0:
             alloc_by_root[a] += 1
-    picked = [c for c in window_calls if c[1] in varying]
     picked_rows = np.array([r for r, _, _, _ in picked], dtype=np.int64)
     steps = _step_of(ctx, ts[picked_rows])
     sites: dict[tuple[str, str], ShapeSite] = {}
@@ -248,6 +246,38 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
     ]
     out.sort(key=lambda s: (s.idle_us, s.distinct, s.calls), reverse=True)
     return out
+
+
+def _shape_calls(
+    records: np.ndarray, codes: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, list[bytes], np.ndarray] | None:
+    """For ops in time order (their shape-args records and name codes): which have input
+    dims (keep), each kept op's dims as an index into the distinct dims (dims_code, dims),
+    and whether it is the first op of its name with those dims (new). None when no op has
+    dims. The loader shares one record among the ops with the same shape args, so dims
+    are read once per record (found by identity), not once per op."""
+    if not len(records):
+        return None
+    ids = np.fromiter(map(id, records), dtype=np.uint64, count=len(records))
+    uniq, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    index: dict[bytes, int] = {}
+    rec_dims = np.full(len(uniq), -1, dtype=np.int64)
+    for i, at in enumerate(first.tolist()):
+        args = records[at]
+        if args is None:
+            continue
+        dims = bytes(args.input_dims) or bytes(args.input_dims_2021)
+        if dims and dims != b"[]":
+            rec_dims[i] = index.setdefault(dims, len(index))
+    per_op = rec_dims[inverse.reshape(-1)]
+    keep = per_op >= 0
+    if not bool(keep.any()):
+        return None
+    dims_code = per_op[keep]
+    key = codes[keep].astype(np.int64) * len(index) + dims_code
+    new = np.zeros(len(key), dtype=bool)
+    new[np.unique(key, return_index=True)[1]] = True  # the first op of each (name, dims)
+    return keep, dims_code, list(index), new
 
 
 def _tensor_dims(raw: bytes) -> list[tuple[int, ...] | None]:

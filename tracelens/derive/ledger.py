@@ -446,8 +446,10 @@ def compute_ledger(
                 regions=tuple((float(a), float(b), int(n)) for a, b, n in regions), n_activities=len(act),
             )
         )  # fmt: skip
-    steps = _step_ledgers(window.steps, devices[0]) if devices and window.steps else ()
-    timeline = _timeline(devices[0]) if devices else None
+    # Each cause's intervals on the primary device, once for the steps and the timeline.
+    ivs = {c: cause_intervals(devices[0], c) for c in CAUSES} if devices else {}
+    steps = _step_ledgers(window.steps, devices[0], ivs) if devices and window.steps else ()
+    timeline = _timeline(devices[0], ivs) if devices else None
     return Ledger(window=window, devices=tuple(devices), steps=steps, timeline=timeline)
 
 
@@ -693,13 +695,13 @@ def cause_intervals(dev: DeviceLedger, cause: str) -> np.ndarray:
     return union(busy, idle) if len(idle) and len(busy) else (busy if len(busy) else idle)
 
 
-def _step_ledgers(steps: tuple[StepSpan, ...], dev: DeviceLedger) -> tuple[StepLedger, ...]:
+def _step_ledgers(steps: tuple[StepSpan, ...], dev: DeviceLedger, ivs: dict[str, np.ndarray]) -> tuple[StepLedger, ...]:
     spans = sorted(steps, key=lambda s: s.start_us)
     bounds = np.array([[max(s.start_us, dev.window_start), min(s.end_us, dev.window_end)] for s in spans])
     if not len(bounds):
         return ()
     edges = np.concatenate([bounds[:, 0], [bounds[-1, 1]]])
-    per_cause = {c: covered(cause_intervals(dev, c), edges) for c in CAUSES}
+    per_cause = {c: covered(ivs[c], edges) for c in CAUSES}
     busy = covered(dev.busy_intervals, edges)
     return tuple(
         StepLedger(
@@ -710,12 +712,12 @@ def _step_ledgers(steps: tuple[StepSpan, ...], dev: DeviceLedger) -> tuple[StepL
     )  # fmt: skip
 
 
-def _timeline(dev: DeviceLedger) -> TimelineBins:
+def _timeline(dev: DeviceLedger, ivs: dict[str, np.ndarray]) -> TimelineBins:
     edges = np.linspace(dev.window_start, dev.window_end, TIMELINE_BINS + 1)
     width = np.diff(edges)
     width[width <= 0] = 1.0
     return TimelineBins(
         start=dev.window_start,
         end=dev.window_end,
-        by_cause={c: covered(cause_intervals(dev, c), edges) / width for c in CAUSES},
+        by_cause={c: covered(ivs[c], edges) / width for c in CAUSES},
     )

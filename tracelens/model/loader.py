@@ -26,11 +26,10 @@ from collections.abc import Callable, Sequence
 from itertools import compress, pairwise
 from operator import attrgetter, not_
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from tracelens.errors import TraceInputError
 from tracelens.model.schema import (
@@ -46,8 +45,14 @@ from tracelens.model.schema import (
     RawEvent,
     TraceFile,
 )
-from tracelens.model.stream import EventStream, Inflow, Misaligned, Unstreamable, read_upto
+from tracelens.model.stream import EventStream, Inflow, Misaligned, Share, Unstreamable, read_upto
 from tracelens.model.trace import DeviceInfo, TraceMeta, TraceModel, name_matches
+
+if TYPE_CHECKING:
+    # pandas is imported where a function builds frames, not here: the split load's child
+    # starts before the report's imports (`start_split_early`) and reads its share without
+    # pandas (0.1-0.15 s of import it would otherwise pay before decoding).
+    import pandas as pd
 
 ProgressFn = Callable[[str], None]
 
@@ -412,6 +417,8 @@ def _counter_rows(probes: list[CounterProbe]) -> list[tuple[str, str, float, flo
 
 def _decode_counters(data: bytes) -> pd.DataFrame:
     """Counter events ("ph": "C"), decoded in a second pass only when present."""
+    import pandas as pd
+
     probes = _counter_decoder.decode(data).traceEvents or []
     return pd.DataFrame(_counter_rows(probes), columns=_COUNTER_COLUMNS)
 
@@ -488,6 +495,8 @@ def _may_repeat(frame: pd.DataFrame, identity: list[str]) -> bool:
     function of those columns (equal rows, equal keys), has no repeat. A 64-bit key is
     hashed once, where `duplicated` factorizes eight columns (0.15 s vs 0.01 s on a
     600k-row host frame); a collision only sends the frame to that full check."""
+    import pandas as pd
+
     key = np.zeros(len(frame), dtype=np.int64)
     for i, col in enumerate(identity):
         values = frame[col]
@@ -568,21 +577,24 @@ def _nest(host: pd.DataFrame) -> dict[str, np.ndarray]:
         del ts_s, end_s, key_s, sorted_keys
         par_l = array("q", [_NO_ROW]) * n
         dep_l = array("q", [0]) * n
-        # The open rows, innermost last, and their ends beside them; a sentinel at the
-        # bottom of each (no row, an end nothing reaches) so the loop tests nothing else.
-        stack: list[int] = [_NO_ROW]
-        ends: list[float] = [float("inf")]
-        push, pop, push_end, pop_end = stack.append, stack.pop, ends.append, ends.pop
+        # The open rows by depth (rows_at[d], innermost at depth d) and their ends beside
+        # them, as preallocated lists indexed by the current depth: popping is `d -= 1`
+        # and pushing two stores, not four list method calls per row (train50's sweep:
+        # ~0.21 s -> ~0.15 s). Depth 0 is a sentinel (no row, an end nothing reaches), so
+        # the loop tests nothing else.
+        longest = max((hi - lo for lo, hi in pairwise(threads_at)), default=0)
+        rows_at: list[int] = [_NO_ROW] * (longest + 1)
+        ends_at: list[float] = [float("inf")] * (longest + 1)
         for lo, hi in pairwise(threads_at):
-            del stack[1:], ends[1:]
+            d = 0
             for i, k, x in zip(order_l[lo:hi], key_l[lo:hi], end_l[lo:hi], strict=True):
-                while k >= ends[-1]:
-                    pop()
-                    pop_end()
-                par_l[i] = stack[-1]
-                dep_l[i] = len(stack) - 1
-                push(i)
-                push_end(x)
+                while k >= ends_at[d]:
+                    d -= 1
+                par_l[i] = rows_at[d]
+                dep_l[i] = d
+                d += 1
+                rows_at[d] = i
+                ends_at[d] = x
         parent = np.frombuffer(par_l, dtype=np.int64)  # shares the array's buffer: no copy
         depth = np.frombuffer(dep_l, dtype=np.int64)
         kinds = host["kind"].to_numpy()
@@ -621,10 +633,14 @@ def _with_columns(frame: pd.DataFrame, cols: dict[str, Any]) -> pd.DataFrame:
     """frame with `cols` added (or replaced), none of them copied: `frame[c] = array`
     copies each array, and fresh memory is slow here (six such copies took 0.25 s for
     2.4M rows on the development VM, 40 ms each, where the rebuild takes 1 ms)."""
+    import pandas as pd
+
     return pd.DataFrame({**{c: frame[c] for c in frame.columns}, **cols}, copy=False)
 
 
 def _steps(host: pd.DataFrame, notes: list[str] | None = None) -> pd.DataFrame:
+    import pandas as pd
+
     kinds = host["kind"].to_numpy()
     names = host["name"]
     is_range = (kinds == Kind.CPU_OP) | (kinds == Kind.USER_ANNOTATION)
@@ -781,8 +797,13 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
 
 
 def _load_streaming(path: str | os.PathLike[str], name: str, tick: _Progress) -> TraceModel:
+    import pandas as pd
+
     notes: list[str] = []
-    read = _read_split(path, name, notes) if _split_wanted(path) else None
+    child = _adopt_early(path)
+    if child is None and _split_wanted(path):
+        child = _fork_reader(path, LATE_SHARE)
+    read = _read_split(path, name, notes, child) if child is not None else None
     if read is None:
         notes.clear()
         read = _read_stream(path, name, notes, None)
@@ -816,12 +837,13 @@ class _Read:
     counters_ok: bool
     cuts: int  # batches cut before the array's last one (the stream's count)
     last: bool  # whether the last batch was taken (only the whole read and share 0)
+    share: Share | None  # which batches this read decoded (None: all)
     top_bytes: bytes
     file_bytes: int
     json_bytes: int
 
 
-def _read_stream(path: str | os.PathLike[str], name: str, notes: list[str], share: tuple[int, int] | None) -> _Read:
+def _read_stream(path: str | os.PathLike[str], name: str, notes: list[str], share: Share | None) -> _Read:
     fh, _ = _open_trace(path)
     counters: list[list[tuple[str, str, float, float]]] = []
     counters_ok = True
@@ -846,13 +868,13 @@ def _read_stream(path: str | os.PathLike[str], name: str, notes: list[str], shar
             counters.append(rows)
             del events, raw
     return _Read(
-        collector, counters, counters_ok, stream.cuts, stream.last, stream.top_bytes, inflow.file_bytes,
+        collector, counters, counters_ok, stream.cuts, stream.last, share, stream.top_bytes, inflow.file_bytes,
         stream.json_bytes,
     )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------
-# the split load: two processes, each decoding every other batch
+# the split load: two processes, each decoding its share of the batches
 # --------------------------------------------------------------------------------------
 #: Files that hold less JSON than this are read by one process. The split costs CPU (a
 #: fork, a second inflate, the transfer of half the columns: ~0.1-0.2 s on a 250 MB trace)
@@ -908,13 +930,46 @@ def _split_wanted(path: str | os.PathLike[str]) -> bool:
     return size >= SPLIT_MIN_JSON_BYTES
 
 
-def _read_split(path: str | os.PathLike[str], name: str, notes: list[str]) -> _Read | None:
-    """Read the file as two shares at once: a forked child decodes the odd batches while
-    this process decodes the even ones and the array's end; the child's columns come back
-    through a pipe and are put in batch order. None when the split could not be made (no
-    fork, a batch that did not decode at its first cut, the child failing): the caller
-    then reads the file in one process, which gives the same model either way. Errors of
-    the input itself (TraceInputError) are raised as the one-process read raises them."""
+#: The second process's share when it is forked by the load itself (after the caller's
+#: imports): every other batch.
+LATE_SHARE = Share(1, 1, 2)
+#: Its share when `start_split_early` forks it as the report starts (~0.08 s into the
+#: process), before the parent imports pandas, the analyzers and the renderers: the parent
+#: reaches its own batches at ~0.31 s, the child at once. 4 of every 7 batches, so that
+#: both finish at about the same time: on train50 (248 MB) the parent's share was done at
+#: 0.95-0.98 s and the child's columns in at 0.98-1.10 s (3 of 5, earlier in the pass: 1.03-1.05
+#: / 1.15-1.17 s; whole-process medians not told apart: bench/RESULTS.md, "Issue 13, fifth pass").
+EARLY_SHARE = Share(1, 4, 7)
+
+
+@dataclasses.dataclass
+class _Child:
+    """A forked reader of one share of a file, and the pipe its read comes back through."""
+
+    pid: int
+    fd: int
+    share: Share
+    ident: tuple[int, int, int, int]  # the file when the child started: (dev, inode, size, mtime)
+
+
+#: The child `start_split_early` started, until a load of the same file takes it.
+_early: _Child | None = None
+
+
+def _file_ident(path: str | os.PathLike[str]) -> tuple[int, int, int, int] | None:
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def _fork_reader(path: str | os.PathLike[str], share: Share) -> _Child | None:
+    """Fork a process that reads `share` of the file and sends its `_Read` back pickled
+    through a pipe; None when no fork could be made."""
+    ident = _file_ident(path)
+    if ident is None:
+        return None
     try:
         r, w = os.pipe()
     except OSError:
@@ -928,49 +983,111 @@ def _read_split(path: str | os.PathLike[str], name: str, notes: list[str]) -> _R
     if pid == 0:  # the child: never returns into the caller's stack
         try:
             os.close(r)
+            # Forked early, the child runs outside load_trace, which turns the cyclic GC
+            # off for the load (it rescans every batch's objects; none form cycles).
+            gc.disable()
             with os.fdopen(w, "wb") as out:
                 # Pickled straight into the pipe (and unpickled from it), so neither
                 # process holds the columns twice. On any failure nothing is written,
                 # or a torn pickle: the parent reads alone either way.
-                pickle.dump(_read_stream(path, name, [], (1, 2)), out, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(_read_stream(path, _printable(path), [], share), out, protocol=pickle.HIGHEST_PROTOCOL)
         except BaseException:  # any failure: the parent reads alone
             pass
         finally:
             os._exit(0)
     os.close(w)
+    return _Child(pid, r, share, ident)
+
+
+def _stop(child: _Child) -> None:
+    """Close the child's pipe, kill it and reap it (it may have finished already)."""
+    with contextlib.suppress(OSError):
+        os.close(child.fd)
+    with contextlib.suppress(OSError):
+        os.kill(child.pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        os.waitpid(child.pid, 0)
+
+
+def start_split_early(path: str | os.PathLike[str]) -> bool:
+    """Start the split load's second process for `path` now, if the load would split it:
+    the `report` command calls this first thing, so the child decodes its (larger) share
+    while this process imports the rest of tracelens and parses its arguments. The next
+    `load_trace` of the same, unchanged file takes the child; `discard_early` stops one
+    that no load took. Whether the child is used or not, the model is the same."""
+    global _early
+    discard_early()
+    if not _split_wanted(path):
+        return False
+    _early = _fork_reader(path, EARLY_SHARE)
+    return _early is not None
+
+
+def early_started() -> bool:
+    """Whether an early child waits for its load."""
+    return _early is not None
+
+
+def discard_early() -> None:
+    """Stop the early child if no load took it (an error before the load, another input)."""
+    global _early
+    child, _early = _early, None
+    if child is not None:
+        _stop(child)
+
+
+def _adopt_early(path: str | os.PathLike[str]) -> _Child | None:
+    """The early child, if it reads this very file, unchanged; else it is stopped."""
+    global _early
+    child, _early = _early, None
+    if child is None:
+        return None
+    if child.ident != _file_ident(path):  # by inode, size and mtime: `./t.json` is `t.json`
+        _stop(child)
+        return None
+    return child
+
+
+def _read_split(path: str | os.PathLike[str], name: str, notes: list[str], child: _Child) -> _Read | None:
+    """Read the file as two shares at once: the forked `child` decodes its batches while
+    this process decodes the others and the array's end; the child's columns come back
+    through a pipe and are put in batch order. None when the split could not be made (a
+    batch that did not decode at its first cut, the child failing): the caller then reads
+    the file in one process, which gives the same model either way. Errors of the input
+    itself (TraceInputError) are raised as the one-process read raises them. The child
+    is reaped (or killed) before this returns."""
     reaped = False
     try:
         try:
-            mine = _read_stream(path, name, notes, (0, 2))
+            mine = _read_stream(path, name, notes, child.share._replace(part=0))
         except (Misaligned, Unstreamable):
             return None
-        with os.fdopen(r, "rb") as inp:
-            r = -1
+        with os.fdopen(child.fd, "rb", closefd=False) as inp:
             try:
                 theirs = pickle.load(inp)
             except Exception:  # nothing, or a torn pickle: the child failed
                 return None
-        os.waitpid(pid, 0)
+        os.waitpid(child.pid, 0)
         reaped = True
         return _merged(mine, theirs) if isinstance(theirs, _Read) else None
     finally:
-        if r >= 0:
-            os.close(r)
-        if not reaped:
+        if reaped:
             with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(OSError):
-                os.waitpid(pid, 0)
+                os.close(child.fd)
+        else:
+            _stop(child)
 
 
 def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     """Share 0's read with share 1's batches put in their places: batch i of the stream is
-    share (i + 1) % 2's, the last is share 0's. Names are re-coded into share 0's tables, shape
+    `share.owner(i)`'s, the last is share 0's. Names are re-coded into share 0's tables, shape
     records replaced by share 0's record of the same set. None if the shares disagree."""
     a, b = mine.collector, theirs.collector
-    n_a = mine.cuts // 2 + int(mine.last)
-    n_b = (mine.cuts + 1) // 2
-    if theirs.cuts != mine.cuts or len(a.marks) != n_a or len(b.marks) != n_b:
+    if mine.share is None or theirs.share != mine.share._replace(part=1):
+        return None
+    owner = [mine.share.owner(i) for i in range(mine.cuts)] + ([0] if mine.last else [])
+    n_b = sum(owner)
+    if theirs.cuts != mine.cuts or len(a.marks) != len(owner) - n_b or len(b.marks) != n_b:
         return None
     if a.py_frames + b.py_frames > MAX_PYTHON_FRAMES:
         return None  # the cap applies in file order: the one-process read applies it
@@ -987,7 +1104,6 @@ def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     same: dict[int, OpShapes] = {}
     for key, rec in b.shapes.items():
         same[id(rec)] = a.shapes.setdefault(key, _NO_SHAPES if key == _EMPTY_SHAPES_KEY else rec)
-    owner = [(i + 1) % 2 for i in range(mine.cuts)] + ([0] if mine.last else [])
 
     def interleave(pa: list[Any], pb: list[Any], fix: Callable[[Any], Any] | None = None) -> list[Any]:
         ia, ib = iter(pa), iter(map(fix, pb) if fix is not None else pb)
@@ -1366,6 +1482,8 @@ class _Collector:
             self.notes.append(f"{cut} names longer than {MAX_NAME_CHARS:,} characters were shortened")
 
     def finish(self, top: dict[str, msgspec.Raw], *, file_bytes: int, json_bytes: int) -> TraceModel:
+        import pandas as pd
+
         name, notes = self.name, self.notes
         if self.dropped:
             notes.append(f"{self.dropped} events without a finite ts/dur were ignored")
@@ -1496,6 +1614,8 @@ def _ids(col: Any) -> np.ndarray:
 def _categorical(codes: np.ndarray, table: dict[str, int]) -> pd.Categorical[str]:
     """The name column: the same categories (sorted) and codes as `pd.Categorical(names)`,
     made from the codes without hashing every row's string again."""
+    import pandas as pd
+
     if not len(table):
         return pd.Categorical(list[str]())
     names = list(table)  # in code order
@@ -1513,6 +1633,8 @@ def _categorical(codes: np.ndarray, table: dict[str, int]) -> pd.Categorical[str
 
 
 def _host_frame(h: dict[str, Any], names: pd.Categorical[str], origin: float) -> pd.DataFrame:
+    import pandas as pd
+
     ts = h["ts"] - origin
     dur = h["dur"]
     return pd.DataFrame(
@@ -1534,6 +1656,8 @@ def _host_frame(h: dict[str, Any], names: pd.Categorical[str], origin: float) ->
 
 
 def _gpu_frame(g: dict[str, Any], names: pd.Categorical[str], origin: float) -> pd.DataFrame:
+    import pandas as pd
+
     ts = g["ts"] - origin
     dur = g["dur"]
     pid = _ids(g["pid"])
@@ -1572,6 +1696,8 @@ def _gpu_frame(g: dict[str, Any], names: pd.Categorical[str], origin: float) -> 
 def _link_launches(host: pd.DataFrame, gpu: pd.DataFrame) -> dict[str, Any]:
     """runtime/driver call <-> GPU activity by correlation id (flows are not 1:1; see
     SOURCES.md #6), then the launch's step."""
+    import pandas as pd
+
     launchers = host[((host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)) & (host["correlation"] >= 0)]
     corr_index = pd.Index(launchers["correlation"].to_numpy())
     launch_rows = launchers.index.to_numpy()
@@ -1603,6 +1729,8 @@ def _triples(values: list[list[int] | None]) -> np.ndarray:
 
 
 def _gpu_step_windows(steps: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
+    import pandas as pd
+
     steps = steps.copy()
     if steps.empty:
         steps["gpu_ts"] = pd.Series(dtype=np.float64)

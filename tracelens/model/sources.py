@@ -171,6 +171,10 @@ def python_call(model: TraceModel, row: int) -> str:
     return ""
 
 
+#: What a memo holds for a row not looked up yet (None is an answer: no user frame).
+_MISSING = object()
+
+
 def user_source(model: TraceModel, row: int) -> PySource | None:
     """The innermost non-machinery frame that led to host row `row`, or None, with the
     calling statement inferred from the source where it is readable (`call_line`).
@@ -180,15 +184,16 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
     answer is memoised per row too: several analyzers ask about the same launch rows."""
     memo_row: dict[int, PySource | None] = model.memo.setdefault("user_source_row", {})
     row = int(row)
-    if row in memo_row:
-        return memo_row[row]
-    found = memo_row[row] = _user_source(model, row)
-    return found
+    found = memo_row.get(row, _MISSING)
+    if found is _MISSING:
+        found = memo_row[row] = _user_source(model, row)
+    return found  # type: ignore[return-value]
 
 
 def _user_source(model: TraceModel, row: int) -> PySource | None:
     arr = model.arrays
-    frame = int(arr.py_frame[row])
+    # `.item()` reads a Python int straight from the array (per row: no numpy scalar).
+    frame = arr.py_frame.item(row)
     if frame < 0:
         return _user_source_from_call_stack(model, row) if _has_call_stacks(model) else None
     user, callee = _user_frame(model, frame)
@@ -209,9 +214,9 @@ def _user_frame(model: TraceModel, frame: int) -> tuple[int, int]:
     table = _user_frames(model)
     if table is not None:
         users, callees, index = table
-        i = int(index[frame])
+        i = index.item(frame)
         if i >= 0:
-            return int(users[i]), int(callees[i])
+            return users.item(i), callees.item(i)
     return _user_frame_walk(model, frame)
 
 
@@ -508,13 +513,14 @@ class _Children:
 
     def rows_of(self, caller: int) -> np.ndarray:
         """The frames `caller` called, in row order (an empty array for none)."""
-        lo = int(np.searchsorted(self._callers, caller, side="left"))
-        hi = int(np.searchsorted(self._callers, caller, side="right"))
+        # The array method, not np.searchsorted: its dispatch doubled the cost per call.
+        lo = int(self._callers.searchsorted(caller, side="left"))
+        hi = int(self._callers.searchsorted(caller, side="right"))
         return self._rows[lo:hi]
 
     def get(self, caller: int, default: list[int]) -> list[int]:
-        lo = int(np.searchsorted(self._callers, caller, side="left"))
-        hi = int(np.searchsorted(self._callers, caller, side="right"))
+        lo = int(self._callers.searchsorted(caller, side="left"))
+        hi = int(self._callers.searchsorted(caller, side="right"))
         return self._rows[lo:hi].tolist() if hi > lo else default
 
 
@@ -537,7 +543,7 @@ def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
     """`_callee_key` of a row's name, worked out once per distinct name."""
     arr = model.arrays
     memo: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})
-    code = int(arr.name_codes[row])
+    code = arr.name_codes.item(row)
     if code not in memo:
         memo[code] = _callee_key(arr.name_table[code])
     return memo[code]

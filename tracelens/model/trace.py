@@ -41,13 +41,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
-import pandas as pd
 
 from tracelens.model.schema import Kind
+
+if TYPE_CHECKING:  # only annotations here: the split load's early child runs without pandas
+    import pandas as pd
 
 
 def name_matches(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarray:
@@ -126,7 +128,7 @@ class HostArrays:
     parent_list: list[int]
 
     def name(self, row: int) -> str:
-        return self.name_table[int(self.name_codes[row])]
+        return self.name_table[self.name_codes.item(row)]
 
 
 @dataclass(frozen=True)
