@@ -74,3 +74,12 @@ def job_of(folder: Path) -> Any:
 
     results, seconds, how = map_ranks(rank_inputs(expand([str(folder)])), workers=1)
     return analyze(results, map_seconds=seconds, scheduler=how)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-goldens",
+        action="store_true",
+        default=False,
+        help="rewrite tests/goldens/ from the current outputs instead of comparing against them",
+    )
