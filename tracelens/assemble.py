@@ -25,6 +25,7 @@ from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blockin
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel
+from tracelens.predict import attach as attach_predictions
 from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
     SCHEMA_VERSION,
@@ -69,7 +70,7 @@ def build_report(
     t0 = time.perf_counter()
     if ctx is None:
         ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
-    ranked = rank(settle(ctx, run_all(ctx)))
+    ranked = rank(settle(ctx, attach_predictions(ctx, run_all(ctx))))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(
         schema_version=SCHEMA_VERSION,

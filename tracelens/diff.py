@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -28,6 +28,7 @@ from tracelens.analyzers.launch_overhead import LAUNCH_APIS
 from tracelens.assemble import build_report
 from tracelens.derive.apis import ALLOC_APIS
 from tracelens.derive.ledger import CAUSES, blocking_call_rows
+from tracelens.diff_predictions import PredictionCheck, score
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -88,6 +89,14 @@ class Verdict:
     after_primary: str | None
     primary_gone: bool
     text: str
+    #: The step the before-report predicted for the fixes the after-trace shows applied
+    #: (tracelens/diff_predictions.py), its range, and its error against the after's step.
+    predicted_step_us: float = 0.0
+    predicted_step_low_us: float = 0.0
+    predicted_step_high_us: float = 0.0
+    prediction_error: float = 0.0
+    prediction_basis: str = ""  # joint, single, headline; "" when the before-report predicted nothing
+    prediction_text: str = ""
 
 
 @dataclass(frozen=True)
@@ -115,6 +124,7 @@ class DiffReport:
     causes: tuple[CauseChange, ...]
     changes: tuple[Change, ...]
     counters: tuple[Counter, ...]
+    predictions: tuple[PredictionCheck, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -183,7 +193,9 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
             float(np.median(a.spans) - np.median(b.spans)),
         ),
     )
+    verdict, checks = _scored(b, a, verdict)
     return DiffReport(
+        predictions=checks,
         schema_version=DIFF_SCHEMA_VERSION,
         tool="tracelens",
         tool_version=__version__,
@@ -196,6 +208,21 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
         changes=changes,
         counters=_counters(b, a),
     )
+
+
+def _scored(b: _Analysed, a: _Analysed, verdict: Verdict) -> tuple[Verdict, tuple[PredictionCheck, ...]]:
+    """The verdict with the before-report's prediction scored (issue 25)."""
+    p = score(b.ctx, b.report, b.steps, b.step_us, a.ctx, a.report, a.steps, a.step_us, verdict.noise_us)
+    v = replace(
+        verdict,
+        predicted_step_us=p.predicted_step_us,
+        predicted_step_low_us=p.predicted_low_us,
+        predicted_step_high_us=p.predicted_high_us,
+        prediction_error=p.error,
+        prediction_basis=p.basis,
+        prediction_text=p.text,
+    )
+    return v, p.checks
 
 
 def _side(x: _Analysed) -> Side:

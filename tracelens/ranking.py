@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, replace
 
 from tracelens.analyzers import BUILT_CATEGORIES
-from tracelens.analyzers.base import MEDIUM_SHARE, Category, Finding, Severity, severity_for
+from tracelens.analyzers.base import MEDIUM_SHARE, Category, Finding, Prediction, Severity, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.model.schema import Kind
@@ -132,8 +132,18 @@ def _finite(x: float) -> float:
 def _capped(f: Finding, room_us: float, window_us: float, parent: Category | None = None) -> Finding:
     time_us = max(min(_finite(f.time_us), room_us), 0.0)
     share = time_us / window_us if window_us > 0 else 0.0
-    gain = max(min(_finite(f.expected_gain_us), time_us), 0.0)
-    return replace(f, time_us=time_us, share=share, expected_gain_us=gain, severity=severity_for(share), parent=parent)
+    # A replayed gain is what the fix saves of the step, which may exceed the finding's own
+    # ledger time (a CUDA graph also removes the host work between launches that other
+    # causes hold): it is bounded by the window. An estimate stays within its time.
+    replayed = f.prediction is not None and f.prediction.basis == "replay"
+    cap = max(window_us, 0.0) if replayed else time_us
+    gain = max(min(_finite(f.expected_gain_us), cap), 0.0)
+    low = max(min(_finite(f.expected_gain_low_us), gain), 0.0)
+    high = max(min(_finite(f.expected_gain_high_us), cap), gain)
+    return replace(
+        f, time_us=time_us, share=share, expected_gain_us=gain, expected_gain_low_us=low,
+        expected_gain_high_us=high, severity=severity_for(share), parent=parent,
+    )  # fmt: skip
 
 
 def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
@@ -175,9 +185,19 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         kids = [_capped(k, parent.time_us, window, cat) for k in kids]
         # Children may describe the same kernels: together they never gain more than
         # the parent's time.
-        gains = sum(k.expected_gain_us for k in kids)
+        gains = sum(k.expected_gain_us for k in kids if k.prediction is None or k.prediction.basis != "replay")
         scale = parent.time_us / gains if gains > parent.time_us else 1.0
-        out += [replace(k, expected_gain_us=k.expected_gain_us * scale) for k in kids]
+        out += [
+            k
+            if k.prediction is not None and k.prediction.basis == "replay"
+            else replace(
+                k,
+                expected_gain_us=k.expected_gain_us * scale,
+                expected_gain_low_us=k.expected_gain_low_us * scale,
+                expected_gain_high_us=k.expected_gain_high_us * scale,
+            )
+            for k in kids
+        ]
     return out
 
 
@@ -416,6 +436,14 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         if ctx.window_us > 0
         else title
     )
+    pred = top.prediction
+    predicted = low = high = 0.0
+    if pred is not None and ctx.window_us > 0:
+        step = ctx.window_us / per
+        predicted = max(step - top.expected_gain_us / per, 0.0)
+        low = max(step - top.expected_gain_high_us / per, 0.0)
+        high = max(step - top.expected_gain_low_us / per, 0.0)
+        headline += " " + prediction_sentence(unit, step, predicted, low, high, pred)
     return Summary(
         primary=top.category.value,
         headline=headline,
@@ -426,4 +454,25 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         notes=notes,
         per_step_us=ctx.window_us / per if unit != "window" else 0.0,
         primary_gain_per_step_us=top.expected_gain_us / per if unit != "window" else 0.0,
+        predicted_step_us=predicted,
+        predicted_step_low_us=low,
+        predicted_step_high_us=high,
+        prediction_basis=pred.basis if pred is not None else "",
+    )
+
+
+#: A predicted step is given as a range when its ends differ by more than this share.
+RANGE_SHARE = 0.02
+
+
+def prediction_sentence(unit: str, step: float, predicted: float, low: float, high: float, pred: Prediction) -> str:
+    """The headline's falsifiable end: what the step should take after the first fix, and
+    how to check it (predicted, then measured)."""
+    what = "the window" if unit == "window" else f"the {unit}"
+    rng = f" ({fmt_us(low)} to {fmt_us(high)})" if high - low > RANGE_SHARE * max(predicted, 1e-9) else ""
+    how = "replayed from this trace" if pred.basis == "replay" else "estimated"
+    part = f"; the gain is {pred.part}" if pred.part else ""
+    return (
+        f"After it {what} should take about {fmt_us(predicted)}{rng} instead of {fmt_us(step)} ({how}{part}); "
+        "check with `tracelens diff` on a new capture."
     )

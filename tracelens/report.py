@@ -259,6 +259,12 @@ class Summary:
     primary_gain_per_step_us: float = 0.0
     # Things worth knowing that are not findings (idle the host did not cause, profiler cost).
     notes: tuple[str, ...] = ()
+    #: What the step (the report's unit) should take after the primary's first fix, and
+    #: its range (issue 25): checked by `tracelens diff` on a capture with the fix.
+    predicted_step_us: float = 0.0
+    predicted_step_low_us: float = 0.0
+    predicted_step_high_us: float = 0.0
+    prediction_basis: str = ""  # replay or estimate; "" without a primary
 
 
 @dataclass(frozen=True)

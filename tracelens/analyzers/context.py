@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from tracelens.derive.graph import DependencyGraph, build_graph, host_end_of
 from tracelens.derive.ledger import Ledger, compute_ledger
+from tracelens.derive.replay import replay
 from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
 
@@ -43,6 +45,22 @@ class AnalysisContext:
         roof = for_context(self)
         bounds = {k.name: k.bound for k in roof.kernels}
         return compute_ledger(self.model, self.window, lambda name: bounds.get(name, "unknown"), roof.latency_rows)
+
+    @cached_property
+    def graph(self) -> DependencyGraph | None:
+        """The window's dependency graph, for the replay's predictions (issue 25)."""
+        dev = self.ledger.primary
+        if dev is None:
+            return None
+        host_end = host_end_of(self.model, self.window)
+        return build_graph(self.model, dev.window_start, dev.window_end, dev.device, host_end)
+
+    @cached_property
+    def replayed(self) -> float:
+        """The window replayed as measured, in a loop that runs on (µs): the baseline of
+        every prediction (derive/replay.py, Schedule.steady_span_us)."""
+        g = self.graph
+        return replay(g).steady_span_us if g is not None else self.window_us
 
     @property
     def window_us(self) -> float:

@@ -212,17 +212,21 @@ def build_graph(
     a_call = np.where(a_launch >= 0, outer[np.clip(a_launch, 0, None)], -1)
     a_call_ts = np.where(a_call >= 0, h_ts[np.clip(a_call, 0, None)], np.nan)
 
-    # -- host nodes: outermost calls that start inside the window, per thread
-    c_ts = h_ts[calls]
-    in_win = (c_ts >= w0) & (c_ts < h1)
-    hrows = calls[in_win]
     # -- GPU nodes: activities starting in the window, or launched by a window call
-    launched_in = np.isin(a_call, hrows)
+    c_ts = h_ts[calls]
+    launched_in = (a_call >= 0) & (a_call_ts >= w0) & (a_call_ts < h1)
     g_sel = (a_ts >= w0) & ((a_ts < w1) | launched_in)
     # Activities launched by calls after the window belong to the next window.
     g_sel &= ~((a_call >= 0) & (a_call_ts >= h1))
     if not g_sel.any():
         return None
+    # -- host nodes: outermost calls from the first launch of the window's GPU work (where
+    # the GPU trails the host, the host launched it before the window began: it is the
+    # host the GPU catches up with when it gets faster) to the window's host end
+    first_launch = np.nanmin(a_call_ts[g_sel]) if np.isfinite(a_call_ts[g_sel]).any() else w0
+    h0 = min(w0, float(first_launch))
+    in_win = (c_ts >= h0) & (c_ts < h1)
+    hrows = calls[in_win]
     gidx = np.flatnonzero(g_sel)
 
     # Chains: threads, then streams.

@@ -70,6 +70,19 @@ class Schedule:
     span_us: float  # window_end - window_start
     rounds: int
     converged: bool
+    #: The longest host thread's time for the window's steps, from before its first call
+    #: (the host may have launched the window's work before the window began) to its end.
+    host_span_us: float = 0.0
+
+    @property
+    def steady_span_us(self) -> float:
+        """The window in a loop that runs on: at least as long as the host needs for its
+        steps. A host that ran ahead of the GPU (GPU-bound steps) starts the window with
+        work already launched; once a fix makes the GPU faster, that lead is spent within
+        a few steps and the host sets the pace, which a finite window's replay alone would
+        not show (a decode loop whose host was 12 ms ahead: 1.2 ms a step replayed,
+        1.4 ms the host needs)."""
+        return max(self.span_us, self.host_span_us)
 
 
 def replay(g: DependencyGraph, edit: Edit | None = None, *, cold: bool = False) -> Schedule:
@@ -150,7 +163,8 @@ def replay(g: DependencyGraph, edit: Edit | None = None, *, cold: bool = False) 
     # Idle at the window's end that no event explains stays as measured; a throughput
     # floor (e.g. DataLoader workers) bounds the span from below.
     w_end = max(w_end + g.uncovered_tail_us, e.min_span_us)
-    return Schedule(start + w0, end + w0, w_end + w0, w_end, rounds, converged)
+    host_span = float((host_end - init[host_chain]).max(initial=0.0)) if len(host_chain) else 0.0
+    return Schedule(start + w0, end + w0, w_end + w0, w_end, rounds, converged, host_span)
 
 
 def _topological_order(n: int, chain_first: np.ndarray, src: np.ndarray, dst: np.ndarray) -> list[int]:

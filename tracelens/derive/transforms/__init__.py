@@ -1,0 +1,139 @@
+"""What-if transforms of the window's dependency graph, one per fix the report advises.
+
+Each transform takes the graph (derive/graph.py), an `Edit` to change in place and the
+targets its finding names (trace rows), and models one fix; `replay` then gives the
+window with the fix applied, and the gain is the replayed difference (issue 25). Every
+transform has three variants, from the model's own uncertainty: LOW (the pessimistic
+end: the fix costs what it plausibly could), NOMINAL, HIGH (the optimistic end). The
+modules' docstrings state each model and the measurement it was checked against.
+
+Shared helpers here: removing host time inside given intervals from a thread's chain,
+removing GPU nodes, cutting a call's waits.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import numpy as np
+
+from tracelens.derive.graph import END_END, GPU, HOST, START_START, DependencyGraph
+from tracelens.derive.replay import Edit
+
+
+class Variant(StrEnum):
+    LOW = "low"  # the smallest gain the model allows
+    NOMINAL = "nominal"
+    HIGH = "high"  # the largest
+
+
+VARIANTS = (Variant.LOW, Variant.NOMINAL, Variant.HIGH)
+
+
+def merged(intervals: np.ndarray) -> np.ndarray:
+    """Sorted, non-overlapping (n, 2) intervals."""
+    iv = np.asarray(intervals, dtype=np.float64).reshape(-1, 2)
+    if not len(iv):
+        return iv
+    iv = iv[np.argsort(iv[:, 0], kind="stable")]
+    out = [list(iv[0])]
+    for a, b in iv[1:].tolist():
+        if a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return np.array(out)
+
+
+def covered(iv: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Length of [a, b] inside the merged intervals `iv`, elementwise."""
+    if not len(iv):
+        return np.zeros(np.broadcast(a, b).shape)
+    starts, ends = iv[:, 0], iv[:, 1]
+    cum = np.concatenate([[0.0], np.cumsum(ends - starts)])
+
+    def upto(t: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(starts, t, side="right")  # intervals starting at or before t
+        full = cum[np.clip(k - 1, 0, None)]
+        last = np.clip(t - starts[np.clip(k - 1, 0, None)], 0.0, (ends - starts)[np.clip(k - 1, 0, None)])
+        return np.where(k > 0, full + last, 0.0)
+
+    return np.clip(upto(np.asarray(b, dtype=np.float64)) - upto(np.asarray(a, dtype=np.float64)), 0.0, None)
+
+
+def prev_end(g: DependencyGraph) -> np.ndarray:
+    """Each node's measured chain predecessor end (the chain's initial state for firsts)."""
+    out = np.empty(g.n)
+    out[1:] = g.end[:-1]
+    out[g.chain_first[:-1]] = g.chain_init
+    return out
+
+
+def remove_host_time(g: DependencyGraph, edit: Edit, intervals: np.ndarray, share: float = 1.0) -> np.ndarray:
+    """Take `share` of the host time inside `intervals` (measured times, any thread) off
+    the host chains: each node's gap and own time shrink by the part of them inside.
+    Returns the host nodes wholly inside (their waits are the caller's to cut)."""
+    assert edit.gap is not None and edit.dur is not None
+    iv = merged(intervals)
+    h = np.flatnonzero(g.kind == HOST)
+    if not len(iv) or not len(h):
+        return np.empty(0, np.int64)
+    pe = prev_end(g)[h]
+    in_gap = covered(iv, pe, g.ts[h])
+    in_own = covered(iv, g.ts[h], g.end[h])
+    own = g.end[h] - g.ts[h]
+    edit.gap[h] = np.maximum(edit.gap[h] - share * in_gap, 0.0)
+    frac = np.where(own > 0, in_own / np.where(own > 0, own, 1.0), 0.0)
+    edit.dur[h] = edit.dur[h] * (1.0 - share * frac)
+    return h[(own > 0) & (in_own >= own - 1e-9)]
+
+
+def cut_waits(g: DependencyGraph, edit: Edit, nodes: np.ndarray) -> None:
+    """The calls no longer wait on the GPU: their wait edges go; their own time stays."""
+    assert edit.e_alive is not None and edit.e_fixed is not None
+    if not len(nodes):
+        return
+    edit.e_alive &= ~((g.e_type == END_END) & np.isin(g.e_dst, nodes))
+    edit.e_fixed[nodes] = -np.inf
+
+
+def remove_gpu_nodes(g: DependencyGraph, edit: Edit, nodes: np.ndarray) -> None:
+    """The activities do not run: zero time, no gap of their own, and nothing waits for
+    them to be launched (they stay as placeholders that keep their stream's order)."""
+    assert edit.dur is not None and edit.gap is not None and edit.e_alive is not None and edit.s_fixed is not None
+    nodes = nodes[nodes >= 0]
+    if not len(nodes):
+        return
+    edit.dur[nodes] = 0.0
+    edit.gap[nodes] = 0.0
+    edit.s_fixed[nodes] = -np.inf
+    edit.e_alive &= ~(np.isin(g.e_dst, nodes) & (g.e_type != END_END))
+
+
+def launch_nodes_of(g: DependencyGraph, gpu_nodes: np.ndarray) -> np.ndarray:
+    """The host node that launched each GPU node (-1 when it is no node of the window)."""
+    out = np.full(len(gpu_nodes), -1, dtype=np.int64)
+    if not len(gpu_nodes):
+        return out
+    ss = np.flatnonzero(g.e_type == START_START)
+    by_dst = dict(zip(g.e_dst[ss].tolist(), g.e_src[ss].tolist(), strict=True))
+    for i, v in enumerate(gpu_nodes.tolist()):
+        out[i] = by_dst.get(v, -1)
+    return out
+
+
+def gpu_nodes_of(g: DependencyGraph) -> np.ndarray:
+    return np.flatnonzero(g.kind == GPU)
+
+
+__all__ = [
+    "VARIANTS",
+    "Variant",
+    "covered",
+    "cut_waits",
+    "launch_nodes_of",
+    "merged",
+    "prev_end",
+    "remove_gpu_nodes",
+    "remove_host_time",
+]

@@ -1,0 +1,175 @@
+"""`tracelens diff` scores the before-report's predictions (issue 25): for each finding of
+BEFORE whose cause shrank in AFTER (a fix was applied), what the replay predicted the fix
+would save per step against what the step measured, and the step the before-report
+predicted for the fixes applied together against the after-trace's step.
+
+"Applied" is read from the after-report: the finding's own time per step fell by half or
+more (or it is gone), by more than the step-to-step noise. When one finding was applied
+its measured gain is the step's change; when several were, each one's measured part is
+its own time's change and the step is checked against the joint prediction (all their
+transforms replayed together). When none shows, the after-trace is
+checked against the before-report's headline prediction (its primary's first fix).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracelens.analyzers.base import Finding
+from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.transforms import Variant
+from tracelens.predict import joint
+from tracelens.report import Report
+
+#: A finding counts as applied when its own time per step lost at least twice this share
+#: (half of it: a fix that half works is still the fix that was made) and more than the
+#: noise. Its ledger causes are no guide: a fix moves time between causes (pinned copies
+#: turn copy time and host staging into launch gaps).
+APPLIED_SHARE = 0.25
+#: A prediction is "within" when its error is at most this (the issue's goal for the
+#: repo's own pairs: 10%).
+WITHIN_SHARE = 0.10
+
+
+@dataclass(frozen=True)
+class PredictionCheck:
+    """One before-finding's prediction against the after-trace (per step, µs; negative is faster)."""
+
+    category: str
+    fix: str
+    basis: str  # replay or estimate
+    predicted_us: float
+    predicted_low_us: float
+    predicted_high_us: float
+    measured_us: float
+    measured_of: str  # "step": the step's change; "finding": the finding's own time's change
+    error: float  # (predicted - measured) / |measured|; 0 when nothing was measured
+
+
+@dataclass(frozen=True)
+class StepPrediction:
+    predicted_step_us: float
+    predicted_low_us: float
+    predicted_high_us: float
+    measured_step_us: float
+    error: float  # (predicted - measured) / measured
+    basis: str  # "joint" (the applied fixes replayed together), "single", "headline" or ""
+    categories: tuple[str, ...]
+    checks: tuple[PredictionCheck, ...]
+    text: str
+
+
+def a_ctx_findings(rep: Report) -> tuple[Finding, ...]:
+    return rep.findings
+
+
+def _pct(x: float) -> str:
+    return f"{abs(x):.0%}"
+
+
+def _ms(us: float) -> str:
+    sign = "-" if us < 0 else "+"
+    us = abs(us)
+    return f"{sign}{us / 1e3:.2f} ms" if us >= 1e3 else f"{sign}{us:.0f} µs"
+
+
+def score(
+    b_ctx: AnalysisContext,
+    b_rep: Report,
+    b_steps: int,
+    b_step_us: float,
+    a_ctx: AnalysisContext,
+    a_rep: Report,
+    a_steps: int,
+    a_step_us: float,
+    noise_us: float,
+) -> StepPrediction:
+    step_change = a_step_us - b_step_us
+    candidates = [
+        f for f in b_rep.findings if f.parent is None and f.prediction is not None and f.prediction.gain_us > 0
+    ]
+    # The after-report's findings by category: a fix can move time between ledger causes
+    # (pinned copies turn host-bound idle into launch gaps), so a finding whose own time
+    # shrank counts as applied too.
+    after_time = {f.category: f.time_us / max(a_steps, 1) for f in a_ctx_findings(a_rep) if f.parent is None}
+    applied = []
+    shrink: dict[str, float] = {}
+    for f in candidates:
+        assert f.prediction is not None
+        was = f.time_us / max(b_steps, 1)
+        own = was - after_time.get(f.category, 0.0)
+        if own > max(noise_us, 0.0) and own >= APPLIED_SHARE * 2 * was:
+            applied.append(f)
+            shrink[f.category.value] = -own
+    checks = []
+    for f in applied:
+        p = f.prediction
+        assert p is not None
+        single = len(applied) == 1
+        measured = step_change if single else shrink[f.category.value]
+        checks.append(
+            PredictionCheck(
+                category=f.category.value, fix=p.fix, basis=p.basis, predicted_us=-p.gain_us,
+                predicted_low_us=-p.gain_high_us, predicted_high_us=-p.gain_low_us, measured_us=measured,
+                measured_of="step" if single else "finding",
+                error=(-p.gain_us - measured) / abs(measured) if measured else 0.0,
+            )
+        )  # fmt: skip
+    basis = ""
+    cats: tuple[str, ...] = ()
+    if len(applied) > 1:
+        out = joint(b_ctx, applied)
+        if out is not None:
+            n = max(b_steps, 1)
+            predicted = b_step_us - out.gain(Variant.NOMINAL) / n
+            lo = b_step_us - max(out.gain(v) for v in out.span_us) / n
+            hi = b_step_us - min(out.gain(v) for v in out.span_us) / n
+            basis, cats = "joint", tuple(f.category.value for f in applied)
+        else:
+            applied = applied[:1]
+    if len(applied) == 1:
+        p = applied[0].prediction
+        assert p is not None
+        predicted, lo, hi = b_step_us - p.gain_us, b_step_us - p.gain_high_us, b_step_us - p.gain_low_us
+        basis, cats = "single", (applied[0].category.value,)
+    if not applied:
+        s = b_rep.summary
+        if s.primary and s.predicted_step_us > 0:
+            predicted, lo, hi = s.predicted_step_us, s.predicted_step_low_us, s.predicted_step_high_us
+            basis, cats = "headline", (s.primary,)
+        else:
+            return StepPrediction(0.0, 0.0, 0.0, a_step_us, 0.0, "", (), tuple(checks), "")
+    error = (predicted - a_step_us) / a_step_us if a_step_us > 0 else 0.0
+    return StepPrediction(predicted, lo, hi, a_step_us, error, basis, cats, tuple(checks), _text(
+        checks, predicted, lo, hi, a_step_us, error, basis, cats))  # fmt: skip
+
+
+def _text(
+    checks: list[PredictionCheck],
+    predicted: float,
+    lo: float,
+    hi: float,
+    measured: float,
+    error: float,
+    basis: str,
+    cats: tuple[str, ...],
+) -> str:
+    parts = []
+    for c in checks:
+        off = abs(c.error)
+        how = f"within {_pct(off)}" if off <= WITHIN_SHARE else f"{_pct(off)} {'short' if c.error > 0 else 'over'}"
+        of = "" if c.measured_of == "step" else " in its own time"
+        parts.append(
+            f"{c.category} ({c.fix}): predicted {_ms(c.predicted_us)} a step, measured {_ms(c.measured_us)}{of} ({how})"
+        )
+    rng = f" ({lo / 1e3:.2f} to {hi / 1e3:.2f} ms)" if hi - lo > 0.02 * max(predicted, 1e-9) else ""
+    got = f"measured {measured / 1e3:.2f} ms (the prediction {_pct(error)} {'high' if error >= 0 else 'low'})"
+    if basis == "headline":
+        step = (
+            f"No finding of the before-report shrank by half in the after-trace; its headline ({cats[0]}) predicted a "
+            f"{predicted / 1e3:.2f} ms step{rng} after its fix; {got}."
+        )
+    else:
+        with_ = f"{' and '.join(cats)} fixed together" if basis == "joint" else f"{cats[0]} fixed"
+        step = f"With {with_}, the before-report predicted a {predicted / 1e3:.2f} ms step{rng}; {got}."
+    return " ".join([*(p + "." for p in parts), step])
