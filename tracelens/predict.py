@@ -19,7 +19,7 @@ import numpy as np
 from tracelens.analyzers.base import Category, Finding, Prediction
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.graph import DependencyGraph
-from tracelens.derive.replay import Edit, replay
+from tracelens.derive.replay import Edit, combine, replay
 from tracelens.derive.transforms import VARIANTS, Variant
 from tracelens.derive.transforms import copies as t_copies
 from tracelens.derive.transforms import fusion as t_fusion
@@ -299,10 +299,16 @@ def _kernel_factor_plan(
 
 
 def _roof_factors(ctx: AnalysisContext, bound: str) -> dict[str, float]:
-    from tracelens.analyzers.roofline import _gain_to_roof, for_context
+    """Per kernel name of that bound, its time at the sustained roof over its time now;
+    kernels in a fusion chain are the fusion's to gain from (as in the analyzer)."""
+    from tracelens.analyzers.roofline import FUSIBLE_FAMILIES, _gain_to_roof, for_context
 
+    roof = for_context(ctx)
+    in_chains = {name for c in roof.chains for name in c.kernels}
     out = {}
-    for r in for_context(ctx).kernels:
+    for r in roof.kernels:
+        if r.name in in_chains or (bound == "memory" and r.family in FUSIBLE_FAMILIES and roof.chains):
+            continue
         if r.bound == bound and r.bound_us > 0:
             g = _gain_to_roof(r)
             if g > 0:
@@ -689,6 +695,43 @@ def plan_for(ctx: AnalysisContext, f: Finding, present: set[Category]) -> Plan |
     return None
 
 
+# -- what a fix leaves in a trace ---------------------------------------------------------
+
+
+def signature(ctx: AnalysisContext, fix: str) -> float | None:
+    """How much of what the fix removes a trace still holds, per step (None: the fix has
+    no such count): kernel launch calls not in a CUDA graph, pageable uploads, user syncs,
+    batches built on the training thread, allocator calls. `tracelens diff` takes a fix as
+    applied only where this fell by half."""
+    n = max(ctx.n_steps, 1)
+    host = ctx.model.host
+    if fix == "cuda_graph":
+        # The window's kernels that a launch of their own started (by the GPU's times: the
+        # host may be ahead of the window).
+        dev = ctx.ledger.primary
+        k = ctx.model.kernels()
+        if dev is not None:
+            k = k[(k["ts"] >= dev.window_start) & (k["ts"] < dev.window_end)]
+        launch = k["launch"].to_numpy()
+        by_graph = np.zeros(len(k), dtype=bool)
+        ok = launch >= 0
+        if ok.any():
+            graph_call = name_matches(host["name"], lambda x: "GraphLaunch" in x)
+            by_graph[ok] = graph_call[launch[ok]]
+        return float((~by_graph).sum()) / n
+    if fix == "pinned_async_copy":
+        return len(_pageable_uploads(ctx)[0]) / n
+    if fix == "remove_host_syncs":
+        return len(_user_syncs(ctx)[0]) / n
+    if fix == "dataloader_workers":
+        return len(_loader_intervals(ctx)) / n
+    if fix == "remove_allocator_calls":
+        from tracelens.analyzers.allocation import cat_growth
+
+        return (len(_alloc_rows(ctx)) + sum(g.calls for g in cat_growth(ctx))) / n
+    return None
+
+
 # -- replay -------------------------------------------------------------------------------
 
 
@@ -698,18 +741,31 @@ def graph_of(ctx: AnalysisContext) -> DependencyGraph:
     return g
 
 
+#: Fixes from the most specific to the most general: in a joint prediction a node belongs
+#: to the first fix that changes it (derive/replay.py, combine).
+FIX_ORDER = (
+    "sdpa", "aligned_matmul", "static_shapes", "remove_allocator_calls", "remove_host_syncs", "pinned_async_copy",
+    "dataloader_workers", "no_recompiles", "nccl_backend", "cuda_graph", "fuse_chains", "memory_at_roof",
+    "compute_at_roof", "full_waves", "full_clocks", "overlap_collectives",
+)  # fmt: skip
+
+
 def outcome(ctx: AnalysisContext, plans: Sequence[Plan]) -> Outcome | None:
     """The window replayed with all `plans` applied, per variant."""
     g = ctx.graph
     if g is None:
         return None
+    rank_of = {f: i for i, f in enumerate(FIX_ORDER)}
+    plans = sorted(plans, key=lambda p: rank_of.get(p.fix, len(FIX_ORDER)))
     base = ctx.replayed
     spans = {}
     for v in VARIANTS:
-        edit = Edit.of(g)
+        edits = []
         for p in plans:
+            edit = Edit.of(g)
             p.apply(edit, v)
-        spans[v] = replay(g, edit).steady_span_us
+            edits.append(edit)
+        spans[v] = replay(g, combine(g, edits)).steady_span_us
     return Outcome(spans, base, ctx.n_steps)
 
 
@@ -769,7 +825,7 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
                 expected_gain_us=nominal,
                 expected_gain_low_us=gains[0],
                 expected_gain_high_us=gains[-1],
-                gain_note=f"replayed: {p.model}" + (f" (after {pred.blocked_by} is fixed)" if pred.blocked_by else ""),
+                gain_note=f"replayed: {p.model}",
                 prediction=pred,
             )
         )

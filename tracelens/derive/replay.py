@@ -62,6 +62,37 @@ class Edit:
         )
 
 
+def combine(g: DependencyGraph, edits: list[Edit]) -> Edit:
+    """Several fixes at once, each made on its own copy of the graph, most specific first:
+    a node's time and gap are those of the first fix that changed them (SDPA replaces the
+    attention's kernels; the fusion of the softmax chain inside it does not change them
+    again), edges cut by any fix are cut, floors are the highest."""
+    if len(edits) == 1:
+        return edits[0]
+    out = Edit.of(g)
+    assert out.dur is not None and out.gap is not None and out.e_alive is not None
+    claimed = np.zeros(g.n, dtype=bool)
+    for e in edits:
+        dur = e.dur if e.dur is not None else g.dur
+        gap = e.gap if e.gap is not None else g.gap
+        changed = (dur != g.dur) | (gap != g.gap)
+        take = changed & ~claimed
+        out.dur[take] = dur[take]
+        out.gap[take] = gap[take]
+        claimed |= changed
+        if e.e_alive is not None:
+            out.e_alive &= e.e_alive
+        for name in ("s_fixed", "e_fixed", "chain_tail"):
+            mine = getattr(e, name)
+            if mine is not None:
+                setattr(out, name, np.minimum(getattr(out, name), mine))
+        out.min_span_us = max(out.min_span_us, e.min_span_us)
+    extras = [e.extra for e in edits if e.extra is not None]
+    if extras:
+        out.extra = tuple(np.concatenate([x[i] for x in extras]) for i in range(4))  # type: ignore[assignment]
+    return out
+
+
 @dataclass(frozen=True)
 class Schedule:
     start: np.ndarray
