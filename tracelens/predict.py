@@ -20,7 +20,7 @@ from tracelens.analyzers.base import Category, Finding, Prediction
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.graph import DependencyGraph
 from tracelens.derive.replay import Edit, combine, replay
-from tracelens.derive.transforms import VARIANTS, Variant
+from tracelens.derive.transforms import VARIANTS, Variant, add_host_time
 from tracelens.derive.transforms import copies as t_copies
 from tracelens.derive.transforms import fusion as t_fusion
 from tracelens.derive.transforms import graphs as t_graphs
@@ -537,6 +537,12 @@ def _compile_plan(ctx: AnalysisContext) -> Plan | None:
     )
 
 
+#: Extra ops a preallocated cache's in-place write dispatches for each cat it replaces
+#: (`cache[:, :, pos] = new`: a slice and a copy_; the kv pair on the H200 took
+#: 0.8 ms more host time for 16 writes a step, about 2-3 ops of its median 16 µs each).
+INPLACE_WRITE_OPS = 2
+
+
 def _allocation_plan(ctx: AnalysisContext) -> Plan | None:
     from tracelens.analyzers.allocation import CAT_OPS, cat_growth
 
@@ -568,14 +574,38 @@ def _allocation_plan(ctx: AnalysisContext) -> Plan | None:
         is_cat[ok] = op[ok] >= 0
         is_cat[is_cat] = name_matches(host["name"].iloc[op[is_cat]], CAT_OPS.__contains__)
         k_rows = np.flatnonzero(is_cat)
+        cat_ops = np.unique(op[k_rows]) if len(k_rows) else np.empty(0, np.int64)
+        cat_threads = list(
+            zip(host["pid"].to_numpy()[cat_ops].tolist(), host["tid"].to_numpy()[cat_ops].tolist(), strict=True)
+        )
+        cat_ends = host["end"].to_numpy()[cat_ops]
+        kind = host["kind"].to_numpy()
+        root = host["op_root"].to_numpy()
+        # The median op's host time, over the ops that ran the window's work (the host may
+        # be ahead of the window: those ops ran before it).
+        tops = np.flatnonzero((kind == int(Kind.CPU_OP)) & (root == np.arange(len(host))))
+        g = ctx.graph
+        if g is not None and (g.kind == 0).any():
+            t_lo, t_hi = float(g.ts[g.kind == 0].min()), float(g.end[g.kind == 0].max())
+            h_ts = host["ts"].to_numpy()[tops]
+            tops = tops[(h_ts >= t_lo) & (h_ts < t_hi)]
+        op_us = float(np.median(host["dur"].to_numpy()[tops])) if len(tops) else 0.0
         copied = sum(g.copied_bytes for g in growth)
         recopied = sum(g.recopied_bytes for g in growth)
         k_f = np.full(len(k_rows), max(1.0 - recopied / copied, 0.0) if copied else 1.0)
     if not len(iv) and not len(k_rows):
         return None
+    if not growth:
+        cat_ops, cat_threads, cat_ends, op_us = np.empty(0, np.int64), [], np.empty(0), 0.0
 
     def apply(edit: Edit, v: Variant) -> None:
-        t_host.apply(graph_of(ctx), edit, v, iv, low_share=0.5, kernel_rows=k_rows, kernel_factors=k_f)
+        g = graph_of(ctx)
+        t_host.apply(g, edit, v, iv, low_share=0.5, kernel_rows=k_rows, kernel_factors=k_f)
+        # Writing the new slice in place dispatches more ops than the cat did (a slice and
+        # a copy_ for each write: H200 kv pair, +0.8 ms of host a 16-write step).
+        ops = {Variant.LOW: INPLACE_WRITE_OPS + 1, Variant.HIGH: INPLACE_WRITE_OPS - 1}.get(v, INPLACE_WRITE_OPS)
+        if len(cat_ops) and op_us > 0:
+            add_host_time(g, edit, cat_threads, cat_ends, ops * op_us)
 
     return Plan(
         "remove_allocator_calls",

@@ -122,6 +122,21 @@ def launch_nodes_of(g: DependencyGraph, gpu_nodes: np.ndarray) -> np.ndarray:
     return out
 
 
+def add_host_time(g: DependencyGraph, edit: Edit, threads: list[tuple[int, int]], at: np.ndarray, extra: float) -> None:
+    """The host does `extra` µs more at each time in `at` (measured times) on each thread:
+    added to the gap of the thread's first call after it."""
+    assert edit.gap is not None
+    key_of = {k: c for c, k in enumerate(g.chain_key) if g.chain_host[c]}
+    for thread, t in zip(threads, np.asarray(at, dtype=np.float64).tolist(), strict=True):
+        c = key_of.get((int(thread[0]), int(thread[1]) & 0xFFFFFFFF))
+        if c is None:
+            continue
+        lo, hi = int(g.chain_first[c]), int(g.chain_first[c + 1])
+        i = lo + int(np.searchsorted(g.ts[lo:hi], t, side="left"))
+        if i < hi:
+            edit.gap[i] += extra
+
+
 def gpu_nodes_of(g: DependencyGraph) -> np.ndarray:
     return np.flatnonzero(g.kind == GPU)
 
@@ -129,6 +144,7 @@ def gpu_nodes_of(g: DependencyGraph) -> np.ndarray:
 __all__ = [
     "VARIANTS",
     "Variant",
+    "add_host_time",
     "covered",
     "cut_waits",
     "launch_nodes_of",
