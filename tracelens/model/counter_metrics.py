@@ -1,0 +1,105 @@
+"""The per-kernel hardware counters tracelens asks for and reads (issue 35), defined once.
+
+Two producers write them, and both are read through this vocabulary:
+
+- Kineto's CUPTI range profiler (torch.profiler with `experimental_config=
+  _ExperimentalConfig(profiler_metrics=[...], profiler_measure_per_kernel=True)`): one
+  `cuda_profiler_range` event per kernel, the metric values as its args. Kineto compiled it
+  only for CUDA <= 12.6 and removed it in 2026-06 (pytorch/kineto#1437); a trace of that
+  mode has no kernel events at all (torch asks Kineto for the ranges and CPU activity only).
+- `tracelens capture --counters`: a second short pass of the script under Nsight Compute
+  (`ncu --metrics ...`), its per-kernel rows written into the trace under the top-level key
+  `tracelens_counters` (COUNTERS_KEY; format below).
+
+Metric names are CUPTI/Nsight Compute names (`unit__counter.rollup`), the same for both.
+"""
+
+from __future__ import annotations
+
+import re
+
+#: Top-level trace key of `tracelens capture --counters`. Its value:
+#: {"format": 1, "source": "ncu" | "kineto", "tool": str, "metrics": [str], "steps": [first,
+#:  last] | null, "replay": "kernel", "cache_control": str, "clock_control": str,
+#:  "notes": [str], "kernels": [{"name": str, "grid": [x, y, z] | null, "block": [x, y, z] | null,
+#:  "stream": int | null, "replay_us": float | null, "values": {metric: number}}]}
+#: in the order the kernels were launched.
+COUNTERS_KEY = "tracelens_counters"
+COUNTERS_FORMAT = 1
+#: The Kineto category of the range profiler's events.
+RANGE_CATEGORY = "cuda_profiler_range"
+
+_SASS = "smsp__sass_thread_inst_executed_op_"
+#: CUDA-core floating-point instruction counters: (metric, precision, FLOPs per thread
+#: instruction). An FMA is two FLOPs. Half-precision counts are of thread instructions
+#: (an HFMA2 that does two lanes' work counts once, as in Nsight Compute's own roofline).
+CUDA_CORE_FLOP_METRICS: tuple[tuple[str, str, int], ...] = tuple(
+    (f"{_SASS}{p}{op}_pred_on.sum", prec, 2 if op == "fma" else 1)
+    for p, prec in (("d", "fp64"), ("f", "fp32"), ("h", "fp16"))
+    for op in ("add", "mul", "fma")
+)
+DRAM_READ = "dram__bytes_read.sum"
+DRAM_WRITE = "dram__bytes_write.sum"
+#: Warp instructions executed; thread instructions (the roofline's issue roof counts those,
+#: Nsight Compute's InstructionStats x 32) are 32 per warp instruction.
+WARP_INSTRUCTIONS = "smsp__inst_executed.sum"
+THREADS_PER_WARP = 32
+#: Tensor-pipe instructions (Kineto's alias `kineto__tensor_core_insts`): that a kernel used
+#: tensor cores, not how many FLOPs (an instruction's FLOPs depend on its MMA shape).
+TENSOR_INSTRUCTIONS = "sm__inst_executed_pipe_tensor.sum"
+#: The kernel's duration in the profiler's replay: not its time on the timeline.
+REPLAY_DURATION = "gpu__time_duration.sum"
+#: Kineto's aliases, expanded by Kineto itself into the metrics above.
+KINETO_ALIASES = {
+    "kineto__cuda_core_flops": tuple(m for m, _p, _f in CUDA_CORE_FLOP_METRICS),
+    "kineto__tensor_core_insts": (TENSOR_INSTRUCTIONS,),
+}
+#: Tensor-core math counters, one per operand (src) and accumulator (dst) type, e.g.
+#: `sm__ops_path_tensor_src_bf16_dst_fp32.sum`. Which exist depends on the GPU (Nsight
+#: Compute's --query-metrics lists them); the capture asks for every one it offers.
+TENSOR_OPS_RE = re.compile(
+    r"^(?:sm|smsp)__ops_path_tensor_(?:op_[a-z0-9]+_)?src_([a-z0-9]+)(?:_dst_([a-z0-9]+))?(_sparsity_[a-z]+)?\.sum$"
+)
+#: FLOPs per counted tensor op. Nsight Compute's tensor-path "ops" are multiply-adds.
+TENSOR_FLOPS_PER_OP = 2.0
+#: Tensor-core operand types to the roofline's units (peaks.UNIT_NAMES).
+TENSOR_SRC_UNITS = {
+    "bf16": "bf16",
+    "fp16": "fp16",
+    "tf32": "tf32",
+    "fp8": "fp8",
+    "e4m3": "fp8",
+    "e5m2": "fp8",
+    "int8": "int8",
+    "s8": "int8",
+    "u8": "int8",
+    "fp64": "fp64",
+}
+
+#: What `capture --counters` asks Nsight Compute for, before the tensor-path metrics its
+#: --query-metrics offers are added.
+CAPTURE_METRICS: tuple[str, ...] = (
+    *(m for m, _p, _f in CUDA_CORE_FLOP_METRICS),
+    DRAM_READ,
+    DRAM_WRITE,
+    WARP_INSTRUCTIONS,
+    TENSOR_INSTRUCTIONS,
+    REPLAY_DURATION,
+)
+#: What the Kineto backend asks torch for (its aliases are expanded by Kineto).
+KINETO_METRICS: tuple[str, ...] = (
+    "kineto__cuda_core_flops",
+    "kineto__tensor_core_insts",
+    DRAM_READ,
+    DRAM_WRITE,
+    WARP_INSTRUCTIONS,
+)
+
+
+def tensor_unit(metric: str) -> str | None:
+    """The roofline unit of a tensor-path counter (`sm__ops_path_tensor_src_bf16_dst_fp32.sum`
+    -> "bf16"), or None when it is not one (or a sparse variant, not counted)."""
+    m = TENSOR_OPS_RE.match(metric)
+    if m is None or "sparsity_on" in (m.group(3) or ""):
+        return None
+    return TENSOR_SRC_UNITS.get(m.group(1))
