@@ -17,6 +17,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCHINDUCTOR_COMPILE_THREADS=1
 cd "$(dirname "$0")/../.."
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # tracelens from this tree
 PY="${PYTHON:-python3}"
 DEVICE="${DEVICE:-cuda}"
 RESULT="${RESULT:-$PWD/counters_result.tar.xz}"
