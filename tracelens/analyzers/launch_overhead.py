@@ -17,6 +17,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.derive.apis import GRAPH_LAUNCH_APIS, KERNEL_LAUNCH_APIS
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import name_matches
@@ -35,20 +36,7 @@ REGION_MIN_LAUNCH_SHARE = 0.3
 GRAPH_REPLAY_GAP_US = 1.0
 
 #: Host calls that launch GPU work.
-LAUNCH_APIS = frozenset(
-    {
-        "cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "cudaLaunchCooperativeKernel",
-        "cudaGraphLaunch",
-        "hipLaunchKernel",
-        "hipExtModuleLaunchKernel",
-        "hipModuleLaunchKernel",
-        "hipGraphLaunch",
-    }
-)
+LAUNCH_APIS = KERNEL_LAUNCH_APIS | GRAPH_LAUNCH_APIS
 
 MAX_SITES = 8
 

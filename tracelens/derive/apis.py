@@ -51,3 +51,19 @@ ALLOC_APIS = frozenset(
         "hipHostFree",
     }
 )
+#: Calls that launch one kernel each (Kineto's range profiler measures the kernels in the
+#: order of these calls).
+KERNEL_LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+    }
+)
+#: Calls that replay a captured graph (many kernels each).
+GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "hipGraphLaunch"})

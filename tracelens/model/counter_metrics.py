@@ -38,6 +38,10 @@ CUDA_CORE_FLOP_METRICS: tuple[tuple[str, str, int], ...] = tuple(
     for p, prec in (("d", "fp64"), ("f", "fp32"), ("h", "fp16"))
     for op in ("add", "mul", "fma")
 )
+#: The roofline unit (peaks.UNIT_NAMES) bounding each CUDA-core precision: half-precision
+#: instructions issue at the fp32 FMA rate (one thread instruction per lane per clock), and
+#: the peak table has no fp64 roof (fp64 FLOPs are reported, not judged).
+CUDA_CORE_ROOFS = {"fp32": "fp32", "fp16": "fp32", "fp64": "fp64"}
 DRAM_READ = "dram__bytes_read.sum"
 DRAM_WRITE = "dram__bytes_write.sum"
 #: Warp instructions executed; thread instructions (the roofline's issue roof counts those,
