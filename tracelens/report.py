@@ -39,6 +39,9 @@ class TraceInfo:
     has_memory_events: bool
     has_clock_samples: bool
     notes: tuple[str, ...]
+    #: A device that is not a CUDA/ROCm GPU ("MTIA (ARTEMIS)"): its activity is in the trace
+    #: but the GPU analyses do not apply. Empty for GPU and CPU-only traces.
+    accelerator: str = ""
 
 
 @dataclass(frozen=True)
@@ -262,6 +265,61 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class MeasuredKernel:
+    """One kernel name's hardware counters (issue 35). NaN (null in JSON): not counted."""
+
+    name: str
+    op: str  # the op that launched it (the first measured launch's)
+    launches: int  # launches with counter values (measured, or of a measured signature)
+    measured: int  # of those, launches the counters pass measured itself
+    flops: float
+    flops_by_precision: dict[str, float]  # "tensor bf16", "fp32", "fp16", "fp64": FLOPs per launch
+    dram_bytes: float
+    thread_instructions: float
+    intensity: float  # FLOP per DRAM byte
+    time_us: float  # on the timeline (NaN: the trace has no kernel events)
+    flops_per_s: float
+    bytes_per_s: float
+    compute_share: float  # achieved fraction of its compute roof (FLOPs at each unit's peak, or issue)
+    memory_share: float  # ... of the DRAM bandwidth roof
+    bound: str
+    roof: str = ""
+    replay_us: float = float("nan")  # mean duration in the counters' replay: not its time on the timeline
+
+
+@dataclass(frozen=True)
+class ModelCheckRow:
+    """The roofline's FLOP/byte model beside the counters, per kernel name."""
+
+    name: str
+    op: str
+    launches: int
+    model_flops: float
+    measured_flops: float
+    model_bytes: float
+    measured_bytes: float
+    flops_ratio: float  # model / counters (1: the model counts what the GPU did; NaN: not counted)
+    bytes_ratio: float
+
+
+@dataclass(frozen=True)
+class CountersSummary:
+    """Per-kernel hardware counters the trace holds, and how the report used them."""
+
+    source: str  # "ncu" (tracelens capture --counters) or "kineto" (CUPTI range profiler)
+    tool: str
+    timeline: bool  # the trace has kernel events: counters paired with them, rates from their times
+    steps: tuple[int, int] | None  # ProfilerSteps the counters were taken in
+    records: int  # launches measured
+    paired: int  # of those, paired with a kernel (timeline) or a launch call (no timeline)
+    measured_share: float  # share of the window's non-communication kernel time with counter values
+    cache_control: str  # "all": caches flushed before each replayed kernel (DRAM bytes from cold caches)
+    kernels: tuple[MeasuredKernel, ...]
+    checks: tuple[ModelCheckRow, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
     schema_version: int
     tool: str
@@ -285,3 +343,4 @@ class Report:
     analysis_seconds: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
     memory: MemoryTimeline | None = None
+    counters: CountersSummary | None = None

@@ -48,7 +48,7 @@ from tracelens.model.counter_metrics import (
     COUNTERS_FORMAT,
     KINETO_METRICS,
     RANGE_CATEGORY,
-    TENSOR_OPS_RE,
+    tensor_flop_metrics,
 )
 
 #: Steps measured by default: one steady-state step holds every kernel a training step
@@ -144,8 +144,7 @@ def choose_metrics(available: set[str]) -> list[str]:
     if not available:
         return list(CAPTURE_METRICS)
     chosen = [m for m in CAPTURE_METRICS if m.rsplit(".", 1)[0] in available]
-    tensor = sorted(f"{b}.sum" for b in available if TENSOR_OPS_RE.match(f"{b}.sum") and "sparsity_on" not in b)
-    return chosen + tensor[:MAX_TENSOR_METRICS]
+    return chosen + tensor_flop_metrics(f"{b}.sum" for b in sorted(available))[:MAX_TENSOR_METRICS]
 
 
 #: Units in Nsight Compute's raw page, to bytes, nanoseconds and plain counts.

@@ -20,6 +20,7 @@ The result is computed once per model and shared (model.memo).
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -36,10 +37,11 @@ from tracelens.model.counter_metrics import (
     TENSOR_INSTRUCTIONS,
     THREADS_PER_WARP,
     WARP_INSTRUCTIONS,
+    tensor_flop_metrics,
     tensor_unit,
 )
 from tracelens.model.counters import CounterRecord, CounterSet
-from tracelens.model.schema import Kind
+from tracelens.model.schema import NVML_TRACK_PREFIX, Kind
 from tracelens.model.trace import TraceModel
 
 #: Pairing by launch order is trusted when at least this share of the records found their
@@ -92,12 +94,12 @@ def interpret(rec: CounterRecord) -> LaunchCounters:
             cuda_core = True
             by[prec] = by.get(prec, 0.0) + v[metric] * per
     tensor_counted = False
-    for metric, value in v.items():
+    for metric in tensor_flop_metrics(v):
         unit = tensor_unit(metric)
         if unit is not None:
             tensor_counted = True
             key = f"tensor {unit}"
-            by[key] = by.get(key, 0.0) + value * TENSOR_FLOPS_PER_OP
+            by[key] = by.get(key, 0.0) + v[metric] * TENSOR_FLOPS_PER_OP
     dram = v[DRAM_READ] + v[DRAM_WRITE] if DRAM_READ in v and DRAM_WRITE in v else None
     warp = v.get(WARP_INSTRUCTIONS)
     return LaunchCounters(
@@ -399,3 +401,32 @@ def measured_values(model: TraceModel, gpu_rows: np.ndarray) -> MeasuredValues |
         thread_instructions=take(kc.thread_instructions, np.nan),
         unit_flops={u: take(v, 0.0) for u, v in kc.unit_flops.items()},
     )
+
+
+#: The NVML track `tracelens capture` writes for a GPU's SM clock (model/schema.NVML_TRACKS).
+_SM_CLOCK_TRACK = "SM clock (MHz)"
+
+
+def sm_clock_ratio(model: TraceModel, device: int | None, starts: np.ndarray, ends: np.ndarray) -> float | None:
+    """The SM clock NVML sampled while these kernels ran, time-weighted, over the GPU's
+    maximum SM clock (capture's metadata, else the largest sample); None without samples."""
+    c = model.counters
+    if c.empty or device is None or len(starts) == 0:
+        return None
+    s = c[c["name"].astype(str) == f"{NVML_TRACK_PREFIX}{device} {_SM_CLOCK_TRACK}"].sort_values("ts", kind="stable")
+    if s.empty:
+        return None
+    ts, mhz = s["ts"].to_numpy(dtype=float), s["value"].to_numpy(dtype=float)
+    top = float(np.nanmax(mhz))
+    meta = model.meta.metadata.get("tracelens")
+    nvml = meta.get("nvml") if isinstance(meta, dict) else None
+    for g in nvml.get("gpus", []) if isinstance(nvml, dict) else []:
+        if isinstance(g, dict) and g.get("index") == device and isinstance(g.get("max_sm_mhz"), int | float):
+            top = float(g["max_sm_mhz"]) or top
+    if not top > 0:
+        return None
+    mid = (starts + ends) / 2
+    held = mhz[np.clip(np.searchsorted(ts, mid, side="right") - 1, 0, len(ts) - 1)]  # sample and hold
+    weight = np.maximum(ends - starts, 0.0)
+    mean = float((held * weight).sum() / weight.sum()) if weight.sum() > 0 else float(np.nanmean(held))
+    return min(mean / top, 1.0) if math.isfinite(mean) else None

@@ -17,6 +17,7 @@ Metric names are CUPTI/Nsight Compute names (`unit__counter.rollup`), the same f
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 #: Top-level trace key of `tracelens capture --counters`. Its value:
 #: {"format": 1, "source": "ncu" | "kineto", "tool": str, "metrics": [str], "steps": [first,
@@ -58,14 +59,20 @@ KINETO_ALIASES = {
     "kineto__cuda_core_flops": tuple(m for m, _p, _f in CUDA_CORE_FLOP_METRICS),
     "kineto__tensor_core_insts": (TENSOR_INSTRUCTIONS,),
 }
-#: Tensor-core math counters, one per operand (src) and accumulator (dst) type, e.g.
-#: `sm__ops_path_tensor_src_bf16_dst_fp32.sum`. Which exist depends on the GPU (Nsight
-#: Compute's --query-metrics lists them); the capture asks for every one it offers.
+#: Tensor-core math counters, by instruction (op), operand (src) and accumulator (dst) type,
+#: e.g. `sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum`. Which exist depends on the GPU
+#: (Nsight Compute's --query-metrics lists them; the H200's are per op: hgmma, hmma, igmma,
+#: imma, bgmma, bmma, with _sparsity_off/_sparsity_on variants, and one without op for fp8).
+#: They overlap (a counter without dst sums its dst variants; _sparsity_off repeats the
+#: plain one), so `tensor_flop_metrics` picks a set that counts each op once.
 TENSOR_OPS_RE = re.compile(
-    r"^(?:sm|smsp)__ops_path_tensor_(?:op_[a-z0-9]+_)?src_([a-z0-9]+)(?:_dst_([a-z0-9]+))?(_sparsity_[a-z]+)?\.sum$"
+    r"^(?:sm|smsp)__ops_path_tensor_(?:op_([a-z0-9]+)_)?src_([a-z0-9]+)(?:_dst_([a-z0-9]+))?(?:_sparsity_(on|off))?\.sum$"
 )
-#: FLOPs per counted tensor op. Nsight Compute's tensor-path "ops" are multiply-adds.
-TENSOR_FLOPS_PER_OP = 2.0
+#: FLOPs per counted tensor-path op: the ops are FLOPs (a multiply-add counts two). Measured on
+#: the H200 (Nsight Compute 2025.3.1): torch.mm of 4096^3 bf16 counted 137,438,953,472 hgmma
+#: bf16 ops = 2 x 4096^3 exactly, and of 4096^3 TF32 the same; 8192^3 counted 1.0156 x 2 x 8192^3,
+#: the 320-row tiles' padding (26 x 320 = 8320 rows).
+TENSOR_FLOPS_PER_OP = 1.0
 #: Tensor-core operand types to the roofline's units (peaks.UNIT_NAMES).
 TENSOR_SRC_UNITS = {
     "bf16": "bf16",
@@ -101,9 +108,35 @@ KINETO_METRICS: tuple[str, ...] = (
 
 
 def tensor_unit(metric: str) -> str | None:
-    """The roofline unit of a tensor-path counter (`sm__ops_path_tensor_src_bf16_dst_fp32.sum`
+    """The roofline unit of a tensor-path counter (`sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32.sum`
     -> "bf16"), or None when it is not one (or a sparse variant, not counted)."""
     m = TENSOR_OPS_RE.match(metric)
-    if m is None or "sparsity_on" in (m.group(3) or ""):
+    if m is None or m.group(4) == "on":
         return None
-    return TENSOR_SRC_UNITS.get(m.group(1))
+    return TENSOR_SRC_UNITS.get(m.group(2))
+
+
+def tensor_flop_metrics(names: Iterable[str]) -> list[str]:
+    """Of these metric names (`.sum` rollups), the tensor-path counters that together count
+    every dense tensor-core op once: per operand type the counters without op where there
+    are some (they cover all ops), else one per op; per op the counter without dst where
+    there is one (it sums the dst variants), else each dst; the plain counter rather than
+    its _sparsity_off twin. Sparse (_sparsity_on) and int1 counters are left out."""
+    parsed = []
+    for name in names:
+        m = TENSOR_OPS_RE.match(name)
+        if m is None or m.group(4) == "on" or TENSOR_SRC_UNITS.get(m.group(2)) is None:
+            continue
+        parsed.append((m.group(2), m.group(1), m.group(3), m.group(4), name))
+    out = []
+    for src in sorted({p[0] for p in parsed}):
+        of_src = [p for p in parsed if p[0] == src]
+        generic = [p for p in of_src if p[1] is None]
+        for op in sorted({p[1] or "" for p in (generic or of_src)}):
+            of_op = [p for p in (generic or of_src) if (p[1] or "") == op]
+            no_dst = [p for p in of_op if p[2] is None]
+            for dst in sorted({p[2] or "" for p in (no_dst or of_op)}):
+                twins = [p for p in (no_dst or of_op) if (p[2] or "") == dst]
+                plain = [p for p in twins if p[3] is None]
+                out.append((plain or twins)[0][4])
+    return out

@@ -65,7 +65,10 @@ class CounterSet:
 def _finite(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    v = float(value)
+    try:
+        v = float(value)
+    except OverflowError:  # an int of hundreds of digits
+        return None
     return v if math.isfinite(v) and v >= 0 else None
 
 
