@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import needs_real, real, report_of, sample
+from support.corpus import needs_real, real, report_of, sample
 
 from tracelens.analyzers.base import Category, Finding
 from tracelens.render import render_html, render_json, render_markdown

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import context_of, needs_real, real, report_of, sample
+from support.corpus import context_of, needs_real, real, report_of, sample
 
 from tracelens.analyzers import host_bound, host_sync, launch_overhead
 from tracelens.analyzers.base import Category, Severity

@@ -4,6 +4,7 @@ samples travel inside the trace. The H200 runs are in test_capture_gpu.py."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,26 +13,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import argv, cli
+from support.corpus import DATA, SAMPLES, sample
 
 from tracelens.capture.nvml import SERIES, GpuSamples, SamplerResult
 from tracelens.capture.trace_file import counter_events, finish_trace
 from tracelens.model import load_trace
 
-DATA = Path(__file__).resolve().parent / "data"
-
 
 def capture(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tracelens", "capture", "--out-dir", str(tmp_path / "reports"), *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    return cli("capture", "--out-dir", tmp_path / "reports", *args, cwd=tmp_path, timeout=600)
 
 
+# Found without importing it (an import of torch costs seconds of collection).
 needs_torch = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
+    importlib.util.find_spec("torch") is None,
     reason="torch not installed (pip install torch==2.13.0)",
 )
 
@@ -104,7 +100,7 @@ def _fake_samples() -> SamplerResult:
 def test_samples_become_counter_tracks_aligned_to_base_time(tmp_path: Path) -> None:
     """finish_trace splices counters into a real trace; the loader reads them back on
     the trace's time base."""
-    src = Path(__file__).resolve().parents[1] / "sample_traces" / "launch_bound.pt.trace.json.gz"
+    src = sample("launch_bound")
     raw = tmp_path / "raw.json"
     raw.write_bytes(gzip.decompress(src.read_bytes()))
     base_ns = json.loads(raw.read_bytes())["baseTimeNanoseconds"]
@@ -211,7 +207,7 @@ def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
     from tracelens.analyzers import power_throttle
     from tracelens.analyzers.context import AnalysisContext
 
-    src = Path(__file__).resolve().parents[1] / "sample_traces" / "power_gemm.pt.trace.json.gz"
+    src = sample("power_gemm")
     data = json.loads(gzip.decompress(src.read_bytes()))
     last: dict[str, object] = {}
     kept = []
@@ -334,7 +330,7 @@ def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
 
     out = tmp_path / "sig.json.gz"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracelens", "capture", "--no-report", "-o", str(out), str(DATA / "cpu_forever.py")],
+        argv("capture", "--no-report", "-o", out, DATA / "cpu_forever.py"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -386,7 +382,7 @@ def test_memory_capture_keeps_the_allocator_events(tmp_path: Path) -> None:
 def test_malformed_export_is_salvaged(tmp_path: Path) -> None:
     """A broken byte in one event and a cut-off end (as in the 2.2 GB export of issue
     12): the readable events are kept and the note says what happened."""
-    src = Path(__file__).resolve().parents[1] / "sample_traces" / "host_sync_mask.pt.trace.json.gz"
+    src = sample("host_sync_mask")
     good = gzip.decompress(src.read_bytes())
     n_good = len(json.loads(good)["traceEvents"])
     i = good.find(b'"aten::nonzero"')
@@ -404,7 +400,6 @@ def test_malformed_export_is_salvaged(tmp_path: Path) -> None:
 
 # -- the H200 captures (sample_traces/capture_*.pt.trace.json.gz; no GPU needed) -------
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 #: Python files of torch.compile's compiler (not its runtime): none may be in the window.
 COMPILER_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codegen/")
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import model_of, needs_real, real, sample
+from support.cli import cli
+from support.corpus import model_of, needs_real, real, sample
 
 from tracelens.diff import build_diff
 from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
@@ -131,17 +133,10 @@ def test_h200_repeat_is_within_noise() -> None:
     assert d.verdict.within_noise and "Within noise" in d.verdict.text
 
 
-def test_diff_command_writes_three_reports(tmp_path: object) -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    out = Path(str(tmp_path))
+def test_diff_command_writes_three_reports(tmp_path: Path) -> None:
+    out = tmp_path
     b, a = sample("host_bound_pageable"), sample("host_bound_pinned")
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "diff", str(b), str(a), "--out-dir", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = cli("diff", b, a, "--out-dir", out)
     assert r.returncode == 0, r.stderr
     assert "Faster by" in r.stdout
     names = sorted(p.suffix for p in out.iterdir())
@@ -149,29 +144,16 @@ def test_diff_command_writes_three_reports(tmp_path: object) -> None:
     data = json.loads(next(out.glob("*.json")).read_text())
     assert data["verdict"]["change_us"] < 0
     # The inputs are never an output.
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "diff", str(b), str(a), "--json", str(b)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = cli("diff", b, a, "--json", b)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_report_steps_and_window_override(tmp_path: object) -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    out = Path(str(tmp_path)) / "r.json"
+def test_report_steps_and_window_override(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
     t = sample("train_step")
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "report", str(t), "--steps", "3-4", "--json", str(out), "-q"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = cli("report", t, "--steps", "3-4", "--json", out, "-q")
     assert r.returncode == 0, r.stderr
     w = json.loads(out.read_text())["window"]
     assert w["source"] == "user" and w["steps"] == 2
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "report", str(t), "--window", "50:60", "--json", str(out), "-q"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = cli("report", t, "--window", "50:60", "--json", out, "-q")
     assert r.returncode == 2 and "not inside the trace" in r.stderr

@@ -6,7 +6,7 @@ see workloads/dynamism/capture.log); each problem has a fixed twin that must ans
 
 from __future__ import annotations
 
-from conftest import needs_real, real, report_of, sample
+from support.corpus import needs_real, real, report_of, sample
 
 from tracelens.analyzers.base import Category, Finding
 from tracelens.analyzers.shape_dynamism import describe_shapes

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import SAMPLES, job_of, report_of, sample
+from support.corpus import SAMPLES, job_of, report_of, sample
 
 from tracelens.render import render_json, render_markdown
 from tracelens.render.job import render_job_json, render_job_markdown

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, needs_real, real, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, needs_real, real, report_of, sample
 
 from tracelens.derive.ledger import compute_ledger
 from tracelens.derive.window import Window

@@ -3,13 +3,20 @@ B200, MI250, MI300X) and the H200 captures in sample_traces/."""
 
 from __future__ import annotations
 
+import copy
+import gzip
+import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+from support.synthetic import tiny_trace
 
-from tracelens.model import Kind
+from tracelens.errors import TraceInputError
+from tracelens.model import Kind, load_trace
+from tracelens.model import loader as loader_mod
 
 # ProfilerStep# counts on the CPU side, from shared/real_traces/SOURCES.md.
 EXPECTED_STEPS = {
@@ -156,18 +163,9 @@ def test_sample_trace_links_kernels_to_ops() -> None:
 
 # --------------------------------------------------------------------------------------
 # Odd input (issue 14): repaired or skipped and noted, or refused with TraceInputError.
-# Each builds on fuzz.tiny_trace(): 2 steps, each one aten::mm -> cuLaunchKernelEx -> kernel.
+# Each builds on support.synthetic.tiny_trace(): 2 steps, each one aten::mm ->
+# cuLaunchKernelEx -> kernel.
 # --------------------------------------------------------------------------------------
-import copy  # noqa: E402
-import gzip  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-
-import fuzz  # noqa: E402
-
-from tracelens.errors import TraceInputError  # noqa: E402
-from tracelens.model import load_trace  # noqa: E402
-from tracelens.model import loader as loader_mod  # noqa: E402
 
 
 def _write(tmp_path: Path, data: bytes | dict[str, object], name: str = "t.json") -> Path:
@@ -181,12 +179,12 @@ def _kernel(d: dict[str, object]) -> dict[str, object]:
 
 
 def test_tiny_trace_is_a_clean_baseline(tmp_path: Path) -> None:
-    m = load_trace(_write(tmp_path, fuzz.tiny_trace()))
+    m = load_trace(_write(tmp_path, tiny_trace()))
     assert len(m.kernels()) == 2 and len(m.steps) == 2 and m.meta.notes == ()
 
 
 def test_exact_duplicate_events_count_once(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"] += [copy.deepcopy(_kernel(d)) for _ in range(2000)]  # type: ignore[operator]
     m = load_trace(_write(tmp_path, d))
     assert len(m.kernels()) == 2
@@ -194,7 +192,7 @@ def test_exact_duplicate_events_count_once(tmp_path: Path) -> None:
 
 
 def test_negative_step_is_not_a_window(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"][2]["dur"] = -40_000.0  # type: ignore[index]  # ProfilerStep#1
     m = load_trace(_write(tmp_path, d))
     assert m.steps["step"].tolist() == [2]
@@ -202,7 +200,7 @@ def test_negative_step_is_not_a_window(tmp_path: Path) -> None:
 
 
 def test_huge_ints_in_args_and_memory_events(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     _kernel(d)["args"]["device"] = 2**70  # type: ignore[index]
     d["traceEvents"].append(  # type: ignore[attr-defined]
         {"ph": "i", "name": "[memory]", "pid": 7, "tid": 7, "ts": 1100, "args": {"Bytes": 2**63 + 5, "Device Id": 0}}
@@ -213,7 +211,7 @@ def test_huge_ints_in_args_and_memory_events(tmp_path: Path) -> None:
 
 
 def test_absurd_device_properties_are_dropped(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     props = d["deviceProperties"][0]  # type: ignore[index]
     props["numSms"] = 10**30
     props["sharedMemPerMultiprocessor"] = -1
@@ -233,7 +231,7 @@ def test_matmul_waves_survive_absurd_slots() -> None:
 
 
 def test_long_names_are_cut(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     _kernel(d)["name"] = "void k<" + "x" * 70_000 + ">()"
     m = load_trace(_write(tmp_path, d))
     names = m.kernels()["name"].astype(str)
@@ -244,19 +242,19 @@ def test_long_names_are_cut(tmp_path: Path) -> None:
 
 
 def test_lone_surrogates_and_bad_utf8_are_repaired(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"][3]["name"] = "aten::mm\ud800"  # type: ignore[index]
     m = load_trace(_write(tmp_path, d))
     assert "aten::mm\ufffd" in set(m.host["name"].astype(str))
     assert any("surrogate" in n for n in m.meta.notes)
-    raw = json.dumps(fuzz.tiny_trace()).encode().replace(b'"aten::mm"', b'"aten::mm\xff"', 1)
+    raw = json.dumps(tiny_trace()).encode().replace(b'"aten::mm"', b'"aten::mm\xff"', 1)
     m = load_trace(_write(tmp_path, raw))
     assert "aten::mm\ufffd" in set(m.host["name"].astype(str))
     assert any("not UTF-8" in n for n in m.meta.notes)
 
 
 def test_unreadable_events_are_skipped_and_counted(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"][4]["ph"] = None  # type: ignore[index]  # the first cuLaunchKernelEx
     d["traceEvents"] += [5, "x", [], None]  # type: ignore[operator]
     raw = json.dumps(d).encode().replace(b'"ts": 1040.0', b'"ts": 1e400', 1)  # the first kernel
@@ -266,7 +264,7 @@ def test_unreadable_events_are_skipped_and_counted(tmp_path: Path) -> None:
 
 
 def test_gzip_with_bom_padding_and_members(tmp_path: Path) -> None:
-    raw = json.dumps(fuzz.tiny_trace()).encode()
+    raw = json.dumps(tiny_trace()).encode()
     for name, data, note in (
         ("bom.json.gz", gzip.compress(b"\xef\xbb\xbf" + raw), None),
         ("nl.json.gz", gzip.compress(raw) + b"\n", "padding after the gzip stream"),
@@ -283,7 +281,7 @@ def test_gzip_bomb_is_refused_early(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     # The real floor is 256 MiB; lowered so the test stays small: 20 MB of spaces is a
     # 1,000x ratio, five times the bound.
     monkeypatch.setattr(loader_mod, "GZIP_FLOOR_BYTES", 2**20)
-    bomb = gzip.compress(b" " * 20_000_000 + json.dumps(fuzz.tiny_trace()).encode(), 9)
+    bomb = gzip.compress(b" " * 20_000_000 + json.dumps(tiny_trace()).encode(), 9)
     with pytest.raises(TraceInputError, match="decompression bomb"):
         load_trace(_write(tmp_path, bomb, "bomb.json.gz"))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import real, sample
+from support.corpus import real, sample
 
 import tracelens.model.loader as loader_mod
 import tracelens.model.stream as stream_mod

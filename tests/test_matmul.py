@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, context_of, model_of, needs_real, real, report_of, sample, whole_context_of
+from support.corpus import REPO, context_of, model_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers import misaligned_matmul, wave_quantization
 from tracelens.analyzers.matmul_shapes import Tile, matmul_rows, parse_tile, shape_of, tiles_for, waves_of

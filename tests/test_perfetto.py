@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, model_of, sample
-from test_terminal import cli
+from support.cli import cli
+from support.corpus import REAL_TRACES, model_of, sample
 
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.assemble import build_report

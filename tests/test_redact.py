@@ -9,8 +9,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, sample
-from test_terminal import cli
+from support.cli import cli
+from support.corpus import REAL_TRACES, sample
 
 from tracelens.redact import Redactor
 

@@ -8,7 +8,7 @@ import dataclasses
 import re
 
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, report_of, sample
 
 from tracelens.render import render_markdown
 

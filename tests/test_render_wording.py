@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from conftest import REAL_TRACES, report_of, sample
-from test_terminal import cli
+from support.cli import cli
+from support.corpus import REAL_TRACES, report_of, sample
+from support.synthetic import TraceBuilder, host_event
 
 from tracelens.analyzers.base import Metric
 from tracelens.render import render_html, render_markdown, render_terminal
@@ -74,13 +74,13 @@ def test_headline_once() -> None:
 
 def test_cpu_only_trace(tmp_path: Path) -> None:
     """No hints to enable CUDA or set TRACELENS_PEAKS, no "no CPU ops" with ops present."""
-    events = [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1000 + 10 * i, "dur": 5,
-         "args": {"External id": i + 1, "Input Dims": [[4, 4], [4, 4]]}}
-        for i in range(50)
-    ]  # fmt: skip
-    trace = tmp_path / "cpu.json"
-    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    tr = TraceBuilder()
+    tr.top["schemaVersion"] = 1
+    for i in range(50):
+        tr.add(
+            host_event("cpu_op", "aten::add", 1000 + 10 * i, 5, {"External id": i + 1, "Input Dims": [[4, 4], [4, 4]]})
+        )
+    trace = tr.write(tmp_path / "cpu.json")
     out = cli("report", trace, "--out-dir", tmp_path / "out", env={"NO_COLOR": "1"})
     assert out.returncode == 0, out.stderr
     texts = [out.stdout] + [p.read_text() for p in (tmp_path / "out").iterdir()]

@@ -3,13 +3,13 @@ primary bottleneck, untrusted text escaped, the HTML offline."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, needs_real, real, report_of, sample
+from support.corpus import REAL_TRACES, needs_real, real, report_of, sample
+from support.synthetic import TraceBuilder, host_event, kernel_event
 
 from tracelens.assemble import build_report
 from tracelens.model import load_trace
@@ -85,69 +85,19 @@ def _evil_trace(tmp_path: Path) -> Path:
     """A small synthetic trace whose names try to inject HTML and Markdown."""
     evil_kernel = "<script>alert(1)</script>| ![x](http://evil.example/x.png) **bold** `tick`"
     evil_op = "aten::<img src=x onerror=alert(2)>"
-    ev = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
-        {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": evil_op,
-            "pid": 1,
-            "tid": 1,
-            "ts": 10,
-            "dur": 50,
-            "args": {"External id": 1},
-        },
-        {
-            "ph": "X",
-            "cat": "python_function",
-            "name": "/home/u/<b>x</b>.py(3): f|g",
-            "pid": 1,
-            "tid": 1,
-            "ts": 5,
-            "dur": 900,
-            "args": {"Python id": 1},
-        },
-    ]
-    for i in range(30):
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": 1,
-                "tid": 1,
-                "ts": 12 + i * 30,
-                "dur": 5,
-                "args": {"correlation": 100 + i, "External id": 1},
-            }
-        )
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": evil_kernel,
-                "pid": 0,
-                "tid": 7,
-                "ts": 20 + i * 30,
-                "dur": 2,
-                "args": {"correlation": 100 + i, "device": 0, "stream": 7},
-            }
-        )
-    ev.append(
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaStreamSynchronize",
-            "pid": 1,
-            "tid": 1,
-            "ts": 920,
-            "dur": 40,
-            "args": {"correlation": 999},
-        }
+    tr = TraceBuilder()
+    tr.add(
+        host_event("user_annotation", "ProfilerStep#1", 0, 1000),
+        host_event("cpu_op", evil_op, 10, 50, {"External id": 1}),
+        host_event("python_function", "/home/u/<b>x</b>.py(3): f|g", 5, 900, {"Python id": 1}),
     )
-    path = tmp_path / "evil.json.gz"
-    path.write_bytes(gzip.compress(json.dumps({"traceEvents": ev}).encode()))
-    return path
+    for i in range(30):
+        tr.add(
+            host_event("cuda_runtime", "cudaLaunchKernel", 12 + i * 30, 5, {"correlation": 100 + i, "External id": 1}),
+            kernel_event(evil_kernel, 20 + i * 30, 2, 100 + i),
+        )
+    tr.add(host_event("cuda_runtime", "cudaStreamSynchronize", 920, 40, {"correlation": 999}))
+    return tr.write(tmp_path / "evil.json.gz")
 
 
 def test_untrusted_text_is_escaped(tmp_path: Path) -> None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
+from support.corpus import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers.op_costs import dtype_from_kernel, op_cost
 from tracelens.analyzers.roofline import (
@@ -272,7 +272,7 @@ def test_roof_per_dtype_and_gpu() -> None:
 
 
 def _all_traces() -> list[Path]:
-    from conftest import REAL_TRACES, SAMPLE_TRACES
+    from support.corpus import REAL_TRACES, SAMPLE_TRACES
 
     return [*SAMPLE_TRACES, *REAL_TRACES, *sorted((REPO / "tests" / "data" / "ncu").glob("*.pt.trace.json.gz"))]
 

@@ -7,27 +7,17 @@ import os
 import pty
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, report_of, sample
+from support.cli import argv, cli
+from support.corpus import REAL_TRACES, report_of, sample
 
 from tracelens.render.terminal import render_terminal, terminal_width, use_colour
 
-PY = sys.executable
 ANSI = re.compile(r"\x1b\[")
 WIDTH = 80
-
-
-def cli(
-    *args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [PY, "-m", "tracelens", *map(str, args)], capture_output=True, text=True, env=full, cwd=cwd, timeout=300
-    )
 
 
 def traces() -> list[Path]:
@@ -99,7 +89,7 @@ def test_live_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     env.pop("NO_COLOR", None)
     trace = sample("plain_hf_generate")
     proc = subprocess.Popen(
-        [PY, "-m", "tracelens", "report", str(trace), "--json", str(tmp_path / "r.json")],
+        argv("report", trace, "--json", tmp_path / "r.json"),
         stdout=subprocess.PIPE, stderr=slave, env=env,
     )  # fmt: skip
     os.close(slave)
