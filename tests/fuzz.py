@@ -47,6 +47,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+# tests/ is on the path: as sys.path[0] when this runs as a script, put there by pytest
+# when a test imports it.
+from support.cli import error_lines, one_error_line_problem  # noqa: E402
 
 #: Seeds: small traces, so a case takes well under a second. The H200 captures cover
 #: record_shapes, stacks, steps and NVML counters; the two public ones an old vintage
@@ -621,9 +624,10 @@ def _judge(status: int | None, rss: int, seconds: float, trace: Path, before: st
     if "Traceback" in stderr or "Traceback" in stdout:
         return bad("traceback: " + _last_line(stderr))
     if code == 2:
-        lines = stderr.strip().splitlines()
-        if len(lines) != 1 or not lines[0].startswith("tracelens: error: "):
-            return bad(f"exit 2 without exactly one error line: {stderr[:300]!r}")
+        problem = one_error_line_problem(stderr)
+        if problem:
+            return bad(problem)
+        lines = error_lines(stderr)
         if _CONTROL.search(lines[0]):
             return bad("control character in the error line")
         if any(out.glob("r.*")):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cli import PY, argv, cli
+from support.cli import PY, argv, cli, error_lines, one_error_line_problem
 from support.corpus import sample
 from support.synthetic import tiny_trace
 
@@ -74,8 +74,7 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, name: str) -> None:
     before = digest(path)
     out = cli("report", path, "--json", tmp_path / "out.json")
     assert out.returncode == 2, (out.returncode, out.stderr)
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tracelens: error:"), out.stderr
+    assert one_error_line_problem(out.stderr) is None
     assert "Traceback" not in out.stderr
     assert digest(path) == before
     assert not (tmp_path / "out.json").exists()
@@ -86,7 +85,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
     path = tmp_path / "cut.json.gz"
     path.write_bytes(data[: len(data) // 2])
     out = cli("report", path, "--json", tmp_path / "o.json")
-    assert out.returncode == 2 and "gzip" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+    assert out.returncode == 2 and "gzip" in out.stderr and len(error_lines(out.stderr)) == 1
 
 
 def test_truncated_json(tmp_path: Path) -> None:
@@ -111,7 +110,7 @@ def test_unwritable_output_is_one_line(tmp_path: Path) -> None:
     # Refused before the trace is read (issue 18: it used to fail after the analysis), as
     # a usage error: exit 2, one line.
     assert out.returncode == 2, out.stderr
-    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert len(error_lines(out.stderr)) == 1 and "Traceback" not in out.stderr
     assert "is not a directory" in out.stderr
 
 
@@ -161,8 +160,7 @@ def test_base_install_never_pulls_torch() -> None:
 # --------------------------------------------------------------------------------------
 def _refused(out: subprocess.CompletedProcess[str], what: str) -> None:
     assert out.returncode == 2, (out.returncode, out.stderr)
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tracelens: error:") and what in lines[0], out.stderr
+    assert one_error_line_problem(out.stderr) is None and what in out.stderr, out.stderr
 
 
 def test_output_onto_the_input_is_refused(tmp_path: Path) -> None:
