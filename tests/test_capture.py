@@ -32,6 +32,7 @@ needs_torch = pytest.mark.skipif(
 )
 
 
+@pytest.mark.slow
 @needs_torch
 def test_capture_cpu_script_passes_exit_code_and_argv(tmp_path: Path) -> None:
     out = tmp_path / "t.pt.trace.json.gz"
@@ -53,6 +54,7 @@ def test_capture_cpu_script_passes_exit_code_and_argv(tmp_path: Path) -> None:
     assert len(m.steps) >= 1 and m.meta.metadata["tracelens"]["torch_version"]
 
 
+@pytest.mark.slow
 @needs_torch
 def test_capture_survives_an_exception(tmp_path: Path) -> None:
     out = tmp_path / "e.json.gz"
@@ -63,6 +65,7 @@ def test_capture_survives_an_exception(tmp_path: Path) -> None:
     assert out.exists() and load_trace(out).meta.metadata["tracelens"]["exit_code"] == 1
 
 
+@pytest.mark.slow
 @needs_torch
 def test_steps_window_and_explicit_step_hook(tmp_path: Path) -> None:
     out = tmp_path / "s.json.gz"
@@ -80,6 +83,7 @@ def test_steps_window_and_explicit_step_hook(tmp_path: Path) -> None:
     assert data["tracelens"]["steps_marked"] == 6 and data["tracelens"]["step_source"] == "explicit"
 
 
+@pytest.mark.slow
 def test_bad_capture_arguments(tmp_path: Path) -> None:
     res = capture(tmp_path, str(tmp_path / "missing.py"))
     assert res.returncode != 0 and "Traceback" not in res.stderr
@@ -125,6 +129,7 @@ def test_samples_become_counter_tracks_aligned_to_base_time(tmp_path: Path) -> N
     assert len(m.host) == len(load_trace(src).host)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
     import signal
@@ -160,6 +165,7 @@ def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
     assert load_trace(out).meta.metadata["tracelens"]["exit_code"] == 130
 
 
+@pytest.mark.slow
 @needs_torch
 def test_time_window(tmp_path: Path) -> None:
     out = tmp_path / "w.json.gz"
@@ -179,6 +185,7 @@ def test_time_window(tmp_path: Path) -> None:
     assert rec["t_start"] == pytest.approx(0.35, abs=0.1) and rec["t_end"] == pytest.approx(0.75, abs=0.15)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_script_with_its_own_profiler_does_not_crash(tmp_path: Path) -> None:
     res = capture(tmp_path, "--no-report", "-o", str(tmp_path / "p.json.gz"), str(DATA / "uses_profiler.py"))
@@ -187,6 +194,7 @@ def test_script_with_its_own_profiler_does_not_crash(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 @needs_torch
 def test_relative_output_survives_chdir_and_module_args(tmp_path: Path) -> None:
     res = capture(tmp_path, "--no-report", "-o", "rel/out.json.gz", str(DATA / "chdir_away.py"), "elsewhere")
@@ -252,6 +260,7 @@ def _steps_in(path: Path) -> list[int]:
     )
 
 
+@pytest.mark.slow
 @needs_torch
 def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
     """40 training steps: the default skips 5, records 20, says so, and leaves no
@@ -270,6 +279,7 @@ def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
     assert set(Path(tempfile.gettempdir()).glob("tracelens-capture-*")) <= before
 
 
+@pytest.mark.slow
 @needs_torch
 def test_forward_marks_bound_an_inference_loop_and_max_events_cuts(tmp_path: Path) -> None:
     """No optimizer: outermost nn.Module calls are the steps. --max-events cuts the
@@ -285,6 +295,7 @@ def test_forward_marks_bound_an_inference_loop_and_max_events_cuts(tmp_path: Pat
     assert steps[0] == 5 and len(steps) < 20, steps
 
 
+@pytest.mark.slow
 @needs_torch
 def test_steps_past_the_end_still_leave_a_trace(tmp_path: Path) -> None:
     out = tmp_path / "late.json.gz"
@@ -295,6 +306,7 @@ def test_steps_past_the_end_still_leave_a_trace(tmp_path: Path) -> None:
     assert _meta(out)["steps_marked"] == 8 and _meta(out)["window"]["recorded"] is None
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.parametrize(
     ("script", "args", "code"),
@@ -320,6 +332,7 @@ def test_python_exit_codes_when_the_script_never_ran_torch(
     assert (tmp_path / "x.json.gz").exists()
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
@@ -350,6 +363,7 @@ def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
     assert meta["exit_code"] == code and meta["recorded"]["ops"] > 0
 
 
+@pytest.mark.slow
 @needs_torch
 def test_all_threads_are_recorded(tmp_path: Path) -> None:
     import torch
@@ -367,6 +381,7 @@ def test_all_threads_are_recorded(tmp_path: Path) -> None:
     assert data["tracelens"]["all_threads"] is True
 
 
+@pytest.mark.slow
 @needs_torch
 def test_memory_capture_keeps_the_allocator_events(tmp_path: Path) -> None:
     """torch's all-threads mode drops [memory] events; --memory must still record them."""

@@ -25,7 +25,7 @@ def _has_cuda() -> bool:
     return bool(torch.cuda.is_available()) and torch.version.hip is None
 
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cli import PY, argv, cli, error_lines, one_error_line_problem
+from support.cli import PY, TIMEOUT_S, argv, cli, error_lines, one_error_line_problem
 from support.corpus import sample
 from support.synthetic import tiny_trace
 
@@ -30,6 +30,7 @@ def test_help_teaches() -> None:
     assert sub.returncode == 0 and "--markdown" in sub.stdout and "--json" in sub.stdout
 
 
+@pytest.mark.slow
 def test_default_outputs_go_to_reports_dir(tmp_path: Path) -> None:
     trace = sample("host_sync_mask")
     before = digest(trace)
@@ -44,6 +45,7 @@ def test_default_outputs_go_to_reports_dir(tmp_path: Path) -> None:
     assert not [p for p in (tmp_path / "reports").iterdir() if p.name.startswith(".")]
 
 
+@pytest.mark.slow
 def test_explicit_outputs_only(tmp_path: Path) -> None:
     out = cli("report", sample("launch_bound"), "--json", tmp_path / "r.json", "-q")
     assert out.returncode == 0, out.stderr
@@ -80,6 +82,7 @@ def test_bad_input_one_line_exit_2(tmp_path: Path, name: str) -> None:
     assert not (tmp_path / "out.json").exists()
 
 
+@pytest.mark.slow
 def test_truncated_gzip(tmp_path: Path) -> None:
     data = sample("host_sync_mask").read_bytes()
     path = tmp_path / "cut.json.gz"
@@ -88,6 +91,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
     assert out.returncode == 2 and "gzip" in out.stderr and len(error_lines(out.stderr)) == 1
 
 
+@pytest.mark.slow
 def test_truncated_json(tmp_path: Path) -> None:
     raw = gzip.decompress(sample("host_sync_mask").read_bytes())
     path = tmp_path / "cut.json"
@@ -96,6 +100,7 @@ def test_truncated_json(tmp_path: Path) -> None:
     assert out.returncode == 2 and "truncated" in out.stderr.lower(), out.stderr
 
 
+@pytest.mark.slow
 def test_directory_and_missing_file(tmp_path: Path) -> None:
     out = cli("report", tmp_path)
     assert out.returncode == 2 and "directory" in out.stderr
@@ -114,6 +119,7 @@ def test_unwritable_output_is_one_line(tmp_path: Path) -> None:
     assert "is not a directory" in out.stderr
 
 
+@pytest.mark.slow
 def test_unwritable_output_fails_before_the_work(tmp_path: Path) -> None:
     """A large trace takes seconds to analyse; a bad output path must not wait for it. The
     outputs are checked before the trace is read: with an unreadable trace as well, the
@@ -131,6 +137,7 @@ def test_unwritable_output_fails_before_the_work(tmp_path: Path) -> None:
     assert out.returncode == 2 and "is a directory" in out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="posix permissions")
 def test_read_only_input_is_fine(tmp_path: Path) -> None:
     path = tmp_path / "ro.json.gz"
@@ -140,6 +147,7 @@ def test_read_only_input_is_fine(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.slow
 def test_base_install_never_pulls_torch() -> None:
     """torch is only needed by `capture` (an extra); `report` must not import it."""
     import tomllib
@@ -176,6 +184,7 @@ def test_output_onto_the_input_is_refused(tmp_path: Path) -> None:
     assert digest(trace) == before
 
 
+@pytest.mark.slow
 def test_default_names_onto_the_input_are_refused(tmp_path: Path) -> None:
     reports = tmp_path / "reports"
     reports.mkdir()
@@ -188,11 +197,13 @@ def test_default_names_onto_the_input_are_refused(tmp_path: Path) -> None:
     assert sorted(p.name for p in reports.iterdir()) == ["run.json"]  # no work was done
 
 
+@pytest.mark.slow
 def test_two_reports_on_one_path_are_refused(tmp_path: Path) -> None:
     _refused(cli("report", sample("launch_bound"), "--md", tmp_path / "a", "--json", tmp_path / "a"), "twice")
     _refused(cli("report", sample("launch_bound"), "--md", "-", "--json", "-"), "standard output")
 
 
+@pytest.mark.slow
 def test_outputs_write_through_symlinks(tmp_path: Path) -> None:
     real_file = tmp_path / "real.json"
     real_file.write_text("old")
@@ -208,6 +219,7 @@ def test_outputs_write_through_symlinks(tmp_path: Path) -> None:
     assert dangling.is_symlink() and (tmp_path / "new.md").read_text().startswith("### tracelens")
 
 
+@pytest.mark.slow
 def test_stdout_outputs(tmp_path: Path) -> None:
     out = cli("report", sample("launch_bound"), "--json", "-")
     assert out.returncode == 0, out.stderr
@@ -219,6 +231,7 @@ def test_stdout_outputs(tmp_path: Path) -> None:
     assert out.stdout.startswith("### tracelens") and Path("/dev/stdout").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
 def test_fifo_input_and_output(tmp_path: Path) -> None:
     fifo = tmp_path / "in.json"
@@ -235,6 +248,7 @@ def test_fifo_input_and_output(tmp_path: Path) -> None:
     assert text.startswith("### tracelens") and out_fifo.is_fifo()
 
 
+@pytest.mark.slow
 def test_non_utf8_and_control_characters_in_paths(tmp_path: Path) -> None:
     odd = os.fsencode(tmp_path) + b"/tr\xff\xfe\x1b]0;x\x07.json.gz"
     with open(odd, "wb") as fh:
@@ -257,6 +271,7 @@ def test_non_utf8_and_control_characters_in_paths(tmp_path: Path) -> None:
     assert res.returncode == 2 and res.stderr.count(b"\n") == 1 and b"\x1b" not in res.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_is_one_line_and_exit_130(tmp_path: Path) -> None:
     import signal
     import time
@@ -293,6 +308,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_sigint_during_writes_leaves_no_temp_file(tmp_path: Path) -> None:
     import signal
     import time
@@ -303,7 +319,7 @@ def test_sigint_during_writes_leaves_no_temp_file(tmp_path: Path) -> None:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
+        proc.wait(timeout=TIMEOUT_S)  # a hang guard: 50 MB writes take long on a loaded disk
         assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")], delay
         if target.exists():  # whatever is there is one whole report
             assert target.stat().st_size == 50_000_000
@@ -315,6 +331,7 @@ def test_sigint_during_writes_leaves_no_temp_file(tmp_path: Path) -> None:
 CORPUS = Path(__file__).resolve().parent / "fuzz_corpus"
 
 
+@pytest.mark.slow
 def test_hostile_trace_text_is_neutralised(tmp_path: Path) -> None:
     trace = CORPUS / "injection_text.json"
     out = cli("report", trace, "--md", tmp_path / "r.md", "--html", tmp_path / "r.html", "--json", tmp_path / "r.json")
@@ -375,6 +392,7 @@ def test_json_is_strict_even_with_nan() -> None:
     assert data["summary"]["primary_share"] is None
 
 
+@pytest.mark.slow
 def test_fast_exit_loses_no_output(tmp_path: Path) -> None:
     """The report command leaves by os._exit once its outputs are written (no heap
     teardown): what went to a pipe must still arrive whole, and the exit code stay 0."""
@@ -425,6 +443,7 @@ _EARLY = (
 )
 
 
+@pytest.mark.slow
 def test_a_report_whose_load_starts_before_the_imports_is_the_same(tmp_path: Path) -> None:
     # The early child (forked before typer parses) reads 2 of every 3 batches; the JSON
     # report must be the one the one-process load gives.

@@ -24,6 +24,7 @@ def _check_contract(d: object) -> None:
         assert set(c) >= {"kind", "name", "source", "before_us", "after_us"}
 
 
+@pytest.mark.slow
 @needs_real
 def test_dataloader_workers_pair() -> None:
     """The 2021 ResNet-50 pair, DataLoader num_workers=0 vs 4 on the same V100. The mean
@@ -84,6 +85,7 @@ def test_renderers_escape_and_stay_offline() -> None:
     assert "tracelens diff" in term
 
 
+@pytest.mark.slow
 @needs_real
 def test_different_gpus_are_said_up_front() -> None:
     d = build_diff(model_of(real("worker0.1623143089861.pt.trace.json.gz")), model_of(sample("train_step")))
@@ -133,6 +135,7 @@ def test_h200_repeat_is_within_noise() -> None:
     assert d.verdict.within_noise and "Within noise" in d.verdict.text
 
 
+@pytest.mark.slow
 def test_diff_command_writes_three_reports(tmp_path: Path) -> None:
     out = tmp_path
     b, a = sample("host_bound_pageable"), sample("host_bound_pinned")
@@ -148,6 +151,7 @@ def test_diff_command_writes_three_reports(tmp_path: Path) -> None:
     assert r.returncode == 2 and one_error_line_problem(r.stderr) is None
 
 
+@pytest.mark.slow
 def test_report_steps_and_window_override(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     t = sample("train_step")

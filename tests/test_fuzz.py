@@ -22,6 +22,7 @@ FUZZ_SEED = 0
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the harness forks a child per case")
 
 
+@pytest.mark.slow
 def test_corpus_replays() -> None:
     inputs = [p for p in CORPUS.iterdir() if p.name.endswith(fuzz.INPUT_SUFFIXES)]
     assert len(inputs) >= 15 and any(p.name.startswith(fuzz.REJECT_PREFIX) for p in inputs)
@@ -29,6 +30,7 @@ def test_corpus_replays() -> None:
     assert not failures, "\n".join(f"{p.name}: {o.problem}" for p, o in failures)
 
 
+@pytest.mark.slow
 def test_pending_inputs_still_reproduce() -> None:
     """The pending inputs show violations owned elsewhere (see fuzz.PENDING); once one is
     fixed this fails, and its PENDING entry and file should go (or move to the corpus)."""
@@ -41,6 +43,7 @@ def test_pending_inputs_still_reproduce() -> None:
         assert outcome.pending, f"{p.name} no longer shows its pending violation: move it to the corpus"
 
 
+@pytest.mark.slow
 def test_bounded_fuzz_run(capsys: pytest.CaptureFixture[str]) -> None:
     summary = fuzz.fuzz(FUZZ_SEED, FUZZ_CASES, None, jobs=2, log=lambda s: print(s, file=sys.stderr))
     # It really ran, and both outcomes occur: the mutations are neither all harmless nor

@@ -33,7 +33,7 @@ from support.corpus import context_of, needs_real, real
 from tracelens.derive.ledger import IDLE_CAUSES, compute_ledger
 from tracelens.derive.window import Window
 
-pytestmark = [pytest.mark.hta, needs_real, pytest.mark.filterwarnings("ignore")]
+pytestmark = [pytest.mark.hta, pytest.mark.slow, needs_real, pytest.mark.filterwarnings("ignore")]
 
 # Single-stream traces where both tools run on pandas 3 (resnet_act_checkpoint fails
 # inside HTA on pandas 3; rank0.json's CUDA-graph kernels are dropped by HTA's filter).

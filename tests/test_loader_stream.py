@@ -50,6 +50,7 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stream_mod, "READ_BYTES", 1777)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path",
     [
@@ -201,6 +202,7 @@ def split(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return merged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path",
     [

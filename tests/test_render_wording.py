@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from support.cli import cli
 from support.corpus import REAL_TRACES, report_of, sample
-from support.synthetic import TraceBuilder, host_event
+from support.synthetic import TraceBuilder, host_event, tiny_trace, write_trace
 
 from tracelens.analyzers.base import Metric
+from tracelens.assemble import build_report
+from tracelens.model import load_trace
 from tracelens.render import render_html, render_markdown, render_terminal
 from tracelens.render.format import metric, pct, short_kernel
 
@@ -25,6 +28,7 @@ def test_no_model_no_green_no() -> None:
     assert "<dt>record_shapes</dt><dd>no</dd>" in html
 
 
+@pytest.mark.slow
 def test_one_step_and_one_vendor() -> None:
     rep = report_of(sample("train_step"))
     html, md, term = render_html(rep), render_markdown(rep), render_terminal(rep)
@@ -72,6 +76,7 @@ def test_headline_once() -> None:
     assert body.count(primary.title) <= 2  # the headline and its finding card
 
 
+@pytest.mark.slow
 def test_cpu_only_trace(tmp_path: Path) -> None:
     """No hints to enable CUDA or set TRACELENS_PEAKS, no "no CPU ops" with ops present."""
     tr = TraceBuilder()
@@ -87,3 +92,8 @@ def test_cpu_only_trace(tmp_path: Path) -> None:
     for text in texts:
         assert "TRACELENS_PEAKS" not in text and "no CPU ops" not in text and "(UNKNOWN)" not in text
     assert "No GPU kernels in this trace" in (tmp_path / "out" / "cpu.html").read_text()
+    # Positive control: a GPU the peak table lacks does get the TRACELENS_PEAKS hint.
+    doc = tiny_trace(4)
+    doc["deviceProperties"][0]["name"] = "NVIDIA Imaginary G1"
+    unknown = build_report(load_trace(write_trace(tmp_path / "unknown_gpu.json", doc)))
+    assert any("TRACELENS_PEAKS" in q.answer for q in unknown.questions)

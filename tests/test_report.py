@@ -75,6 +75,7 @@ def test_diagnostic_order_and_primary() -> None:
     assert gemm.summary.primary is None and "no finding would gain" in gemm.summary.headline
 
 
+@pytest.mark.slow
 @needs_real
 def test_primary_on_public_traces() -> None:
     assert report_of(real("worker0.1623143089861.pt.trace.json.gz")).summary.primary == "host_bound"
@@ -102,6 +103,10 @@ def _evil_trace(tmp_path: Path) -> Path:
 
 def test_untrusted_text_is_escaped(tmp_path: Path) -> None:
     rep = build_report(load_trace(_evil_trace(tmp_path)))
+    # Positive control: the hostile names reach the report's data as they are, so their
+    # absence from the pages below is the renderers' escaping.
+    assert any("<script>alert(1)</script>" in k.name for k in rep.kernels)
+    assert any(o.name.startswith("aten::<img src=x") for o in rep.ops)
     html = render_html(rep)
     assert "<script>alert" not in html and "&lt;script&gt;" in html
     assert "<img src=x" not in html
@@ -130,6 +135,7 @@ def test_html_is_offline_and_self_contained() -> None:
     assert "Content-Security-Policy" in html
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: p.name)
 def test_all_renderers_on_real_traces(path: Path) -> None:
@@ -140,6 +146,7 @@ def test_all_renderers_on_real_traces(path: Path) -> None:
     assert rep.trace.gpu_name in render_terminal(rep)
 
 
+@pytest.mark.slow
 @needs_real
 def test_queued_idle_is_noted_not_blamed_on_the_host() -> None:
     """rank0.json (DLRM, 8 ranks): 61% of the window the GPU idles with work queued behind

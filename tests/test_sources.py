@@ -63,6 +63,7 @@ def test_h200_mask_sum_names_each_sync_line(monkeypatch: pytest.MonkeyPatch) -> 
     assert {line for line, _, _ in syncs["cudaStreamSynchronize"]} == set(_marked_lines().values())
 
 
+@pytest.mark.slow
 def test_cpu_capture_of_mask_sum(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "ms.json.gz"

@@ -25,6 +25,7 @@ def traces() -> list[Path]:
     return [sample("train_step"), sample("power_gemm"), sample("host_sync_mask"), *owl]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trace", traces(), ids=lambda p: p.name.split(".")[0])
 def test_80_columns_no_color(trace: Path, tmp_path: Path) -> None:
     """Lines of 150-600 characters used to wrap mid-word with no indent."""
@@ -73,6 +74,7 @@ def test_width_follows_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     assert terminal_width(io.StringIO()) == WIDTH  # not a terminal: 80
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing(tmp_path: Path) -> None:
     """-q used to silence the summary but not the progress lines."""
     slow = [p for p in REAL_TRACES if p.name.startswith("google_owlv2")] or [sample("plain_hf_generate")]
@@ -80,6 +82,7 @@ def test_quiet_prints_nothing(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout == "" and out.stderr == "", out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="needs a pty")
 def test_live_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal, stderr shows a bar that moves during the load and the analysis

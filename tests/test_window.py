@@ -87,6 +87,7 @@ def _check_basic(model: TraceModel, w: Window) -> None:
     assert all(s.warmup for s in w.excluded_steps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ALL_TRACES, ids=IDS)
 def test_window_is_inside_the_trace_and_follows_its_steps(path: Path) -> None:
     model = model_of(path)
@@ -109,6 +110,7 @@ def test_window_is_inside_the_trace_and_follows_its_steps(path: Path) -> None:
         assert w.source in ("detected", "whole")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     # plain_* are whole-run captures: their one ProfilerStep is the run, not a step mark.
     "path",
@@ -173,6 +175,7 @@ def test_warmup_step_is_excluded_when_slow_and_cold() -> None:
     assert "cudaDeviceGetStreamPriorityRange" in kinds["cuda_init"].detail
 
 
+@pytest.mark.slow
 def test_steady_slow_first_step_without_cold_start_is_kept() -> None:
     """worker0.1623212756351's first step is 1.44x the median (a DataLoader with
     workers filling up), with no cold start: not a warm-up."""
@@ -180,6 +183,7 @@ def test_steady_slow_first_step_without_cold_start_is_kept() -> None:
     assert not w.excluded_steps and len(w.steps) == 6
 
 
+@pytest.mark.slow
 @needs_real
 def test_alexnet_benchmark_warmup_goes_to_startup() -> None:
     """HTA's AlexNet benchmark: CUDA start-up (29.9 s in cudaDeviceGetStreamPriorityRange),
