@@ -17,9 +17,10 @@ from support.corpus import REPO, SAMPLES, job_of, real
 
 from tracelens.job import analyze, expand, looks_like_ranks, map_ranks, rank_inputs
 from tracelens.job.discover import rank_from_name
-from tracelens.job.model import JobReport, RankFailure, RankSummary
+from tracelens.job.model import RankFailure, RankSummary
 from tracelens.job.summarize import collective_kind, summarize
 from tracelens.render.job import render_job_html, render_job_json, render_job_markdown, render_job_terminal
+from tracelens.report.job_report import JobReport
 
 #: What the workload planted (workloads/ranks/gloo_ranks.py): rank 1 is the slow one,
 #: 15 ms of host busy loop per step in host_slow.
@@ -127,6 +128,7 @@ def test_html_markdown_terminal() -> None:
     assert "Rank 1 is the straggler" in term and "wrote out.html" in term
 
 
+@pytest.mark.slow
 def test_hta_sampled_pair_is_a_partial_job_and_names_no_straggler() -> None:
     paths = [real("sampled_rank-0.json.gz"), real("sampled_rank-1.json.gz")]
     results, _, _ = map_ranks(rank_inputs([str(p) for p in paths]), workers=1)
@@ -192,6 +194,7 @@ def test_summary_is_small_and_pickles() -> None:
     assert pickle.loads(blob) == s
 
 
+@pytest.mark.slow
 def test_cli_folder_writes_one_job_report_and_per_rank_reports(tmp_path: Path) -> None:
     out = cli("report", case("host_slow"), "--out-dir", tmp_path / "rep", "--per-rank", "--workers", "2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -210,6 +213,7 @@ def test_cli_folder_writes_one_job_report_and_per_rank_reports(tmp_path: Path) -
     assert doc["job"]["stragglers"][0]["rank"] == SLOW_RANK
 
 
+@pytest.mark.slow
 def test_cli_redacts_the_job_and_per_rank_reports(tmp_path: Path) -> None:
     folder = tmp_path / "secret-project" / "ranks_host_slow"
     shutil.copytree(case("host_slow"), folder)
@@ -225,6 +229,7 @@ def test_cli_redacts_the_job_and_per_rank_reports(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--perfetto annotates one trace" in bad.stderr
 
 
+@pytest.mark.slow
 def test_cli_glob_and_files(tmp_path: Path) -> None:
     out = cli("report", str(case("gpu_heavy") / "rank*.json.gz"), "--json", tmp_path / "j.json", "-q", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -234,6 +239,7 @@ def test_cli_glob_and_files(tmp_path: Path) -> None:
     assert out.returncode == 0 and json.loads((tmp_path / "b.json").read_text())["job"]["stragglers"] == []
 
 
+@pytest.mark.slow
 def test_cli_unrelated_traces_get_one_report_each(tmp_path: Path) -> None:
     for name in ("host_sync_mask", "launch_bound"):
         shutil.copy(SAMPLES / f"{name}.pt.trace.json.gz", tmp_path / f"{name}.pt.trace.json.gz")
@@ -245,6 +251,7 @@ def test_cli_unrelated_traces_get_one_report_each(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "not ranks of one job" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_cli_trace_text_is_escaped(tmp_path: Path) -> None:
     folder = tmp_path / "job"
     folder.mkdir()

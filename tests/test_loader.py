@@ -14,6 +14,7 @@ import pytest
 from support.corpus import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
 from support.synthetic import tiny_trace
 
+from tracelens.domain import MAX_TRACE_NAME_CHARS
 from tracelens.errors import TraceInputError
 from tracelens.model import Kind, load_trace
 from tracelens.model import loader as loader_mod
@@ -50,6 +51,7 @@ EXPECTED_KERNELS = {
 }
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: p.name)
 def test_every_real_trace_loads(path: Path) -> None:
@@ -72,6 +74,7 @@ def test_every_real_trace_loads(path: Path) -> None:
     assert (h["ts"].to_numpy()[has] >= h["ts"].to_numpy()[p[has]] - 1e-6).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SAMPLE_TRACES, ids=lambda p: p.name)
 def test_every_sample_trace_loads(path: Path) -> None:
     m = model_of(path)
@@ -88,6 +91,7 @@ def test_every_sample_trace_loads(path: Path) -> None:
     assert m.meta.base_time_ns is not None
 
 
+@pytest.mark.slow
 @needs_real
 def test_2021_vintage_string_tids_and_lowercase_keys() -> None:
     m = model_of(real("worker0.pt.trace.json.gz"))
@@ -101,6 +105,7 @@ def test_2021_vintage_string_tids_and_lowercase_keys() -> None:
     assert any("no deviceProperties" in n for n in m.meta.notes)
 
 
+@pytest.mark.slow
 @needs_real
 def test_2021_call_stack_strings_give_sources() -> None:
     from tracelens.model.sources import user_source
@@ -111,6 +116,7 @@ def test_2021_call_stack_strings_give_sources() -> None:
     assert src is not None and src.file.endswith(".py") and src.line is not None
 
 
+@pytest.mark.slow
 @needs_real
 def test_amd_traces() -> None:
     m = model_of(real("resnet_act_checkpoint.json.gz"))
@@ -123,6 +129,7 @@ def test_amd_traces() -> None:
     assert mi250.meta.vendor == "amd"
 
 
+@pytest.mark.slow
 @needs_real
 def test_base_time_and_ns_display_unit() -> None:
     new = model_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
@@ -135,6 +142,7 @@ def test_base_time_and_ns_display_unit() -> None:
     assert 0 < ns.span_us < 10e6
 
 
+@pytest.mark.slow
 @needs_real
 def test_python_function_tree_and_cuda_graph_launches() -> None:
     m = model_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
@@ -235,7 +243,7 @@ def test_long_names_are_cut(tmp_path: Path) -> None:
     _kernel(d)["name"] = "void k<" + "x" * 70_000 + ">()"
     m = load_trace(_write(tmp_path, d))
     names = m.kernels()["name"].astype(str)
-    assert names.str.len().max() <= loader_mod.MAX_NAME_CHARS
+    assert names.str.len().max() <= MAX_TRACE_NAME_CHARS
     long = names.iloc[0]
     assert long.startswith("void k<") and long.endswith(">()") and "…" in long
     assert any("names longer than" in n for n in m.meta.notes)
