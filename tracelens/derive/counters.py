@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.apis import KERNEL_LAUNCH_APIS
+from tracelens.domain import KERNEL_LAUNCH_APIS
 from tracelens.model.counter_metrics import (
     CUDA_CORE_FLOP_METRICS,
     CUDA_CORE_ROOFS,
