@@ -120,7 +120,9 @@ def test_a100_report_says_no_timeline_and_lists_counters() -> None:
 
 
 # -- MTIA ----------------------------------------------------------------------------
-@pytest.mark.parametrize(("path", "label"), [(MTIA, "MTIA (ARTEMIS)"), (MTIA_TRAIN, "MTIA")])
+@pytest.mark.parametrize(
+    ("path", "label"), [(MTIA, "MTIA (ARTEMIS)"), pytest.param(MTIA_TRAIN, "MTIA", marks=pytest.mark.slow)]
+)
 def test_mtia_trace_says_what_the_device_is(path: Path, label: str) -> None:
     model = load_trace(path)
     report = build_report(model)
@@ -371,6 +373,7 @@ def _fake_ncu(tmp: Path) -> Path:
     return wrapper
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ok", "perm"])
 def test_capture_counters_end_to_end(tmp_path: Path, mode: str) -> None:
     """tracelens capture --counters on a CPU script, Nsight Compute stood in for: the counters
@@ -474,6 +477,7 @@ def test_h200_counters_report() -> None:
     assert doc["counters"]["records"] == 174 and doc["counters"]["checks"][0]["model_to_counted_flops"] is not None
 
 
+@pytest.mark.slow
 def test_h200_counters_bound_agrees_with_nsight_compute_at_least_as_well_as_the_models() -> None:
     """Issue 35's done-when: the roofline bound from the counters against Nsight Compute's
     Speed Of Light on the same step, by kernel family and by time, at least as good as the

@@ -644,7 +644,11 @@ def capture(
         nvml_interval_s=nvml_interval_ms / 1000.0,
         verbose=verbose,
     )
-    if counters:
+    if counters and os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        # Kernel replay re-runs each collective on one rank while the others wait for it.
+        _progress("--counters: not under torchrun (replaying collective kernels would hang the ranks); "
+                  "capture one process with --counters instead")  # fmt: skip
+    elif counters:
         from tracelens.capture.counters import counters_log_path, run_counters_pass
 
         assert opts.out is not None
