@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, report_of, sample
 
 from tracelens.derive import transforms
 from tracelens.derive.replay import Edit, replay
@@ -25,6 +25,7 @@ ALL = [*REAL_TRACES, *SAMPLE_TRACES]
 REPLAY_TOLERANCE = 0.02
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ALL, ids=[p.name.split(".json")[0] for p in ALL])
 def test_unmodified_replay_reproduces_the_window(path: Path) -> None:
     """Replayed as measured, from a cold start (every node's time unknown), the graph gives
@@ -70,6 +71,7 @@ PAIRS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pair", sorted(PAIRS))
 def test_h200_pair_prediction(pair: str) -> None:
     category, tolerance = PAIRS[pair]

@@ -13,11 +13,13 @@ transforms replayed together). When none shows, nothing is scored.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.transforms import Variant
 from tracelens.predict import joint, signature
 from tracelens.report import Report
+from tracelens.report.diff_report import PredictionCheck
 
 #: A finding counts as applied when its own time per step lost at least twice this share
 #: (half of it: a fix that half works is still the fix that was made) and more than the
@@ -37,28 +39,13 @@ WITHIN_SHARE = 0.10
 
 
 @dataclass(frozen=True)
-class PredictionCheck:
-    """One before-finding's prediction against the after-trace (per step, µs; negative is faster)."""
-
-    category: str
-    fix: str
-    basis: str  # replay or estimate
-    predicted_us: float
-    predicted_low_us: float
-    predicted_high_us: float
-    measured_us: float
-    measured_of: str  # "step": the step's change; "finding": the finding's own time's change
-    error: float  # (predicted - measured) / |measured|; 0 when nothing was measured
-
-
-@dataclass(frozen=True)
 class StepPrediction:
     predicted_step_us: float
     predicted_low_us: float
     predicted_high_us: float
     measured_step_us: float
     error: float  # (predicted - measured) / measured
-    basis: str  # "joint" (the applied fixes replayed together), "single", or "" (no fix applied)
+    basis: Literal["single", "joint", ""]  # one fix applied, several replayed together, none
     categories: tuple[str, ...]
     checks: tuple[PredictionCheck, ...]
     text: str
@@ -121,13 +108,13 @@ def score(
         measured = step_change if single else shrink[f.category.value]
         checks.append(
             PredictionCheck(
-                category=f.category.value, fix=p.fix, basis=p.basis, predicted_us=-p.gain_us,
+                category=f.category, fix=p.fix, basis=p.basis, predicted_us=-p.gain_us,
                 predicted_low_us=-p.gain_high_us, predicted_high_us=-p.gain_low_us, measured_us=measured,
                 measured_of="step" if single else "finding",
                 error=(-p.gain_us - measured) / abs(measured) if measured else 0.0,
             )
         )  # fmt: skip
-    basis = ""
+    basis: Literal["single", "joint", ""] = ""
     cats: tuple[str, ...] = ()
     if len(applied) > 1:
         out = joint(b_ctx, applied)

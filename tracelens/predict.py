@@ -153,7 +153,7 @@ def _op_intervals(ctx: AnalysisContext) -> np.ndarray:
 
 
 def _alloc_rows(ctx: AnalysisContext) -> np.ndarray:
-    from tracelens.derive.apis import ALLOC_APIS
+    from tracelens.domain import ALLOC_APIS
 
     host = ctx.model.host
     is_call = np.isin(host["kind"].to_numpy(), [int(Kind.RUNTIME), int(Kind.DRIVER)])
@@ -518,11 +518,11 @@ def _first_dims(ctx: AnalysisContext, row: int) -> tuple[int, ...] | None:
 
 
 def _compile_plan(ctx: AnalysisContext) -> Plan | None:
-    from tracelens.derive.ledger import COMPILE_EXCLUDE, COMPILE_MARKERS
+    from tracelens.domain import COMPILER_EXCLUDE, COMPILER_MARKERS
 
     host = ctx.model.host
     hit = name_matches(
-        host["name"], lambda n: any(m in n for m in COMPILE_MARKERS) and not any(x in n for x in COMPILE_EXCLUDE)
+        host["name"], lambda n: any(m in n for m in COMPILER_MARKERS) and not any(x in n for x in COMPILER_EXCLUDE)
     )
     rows = _window_rows(ctx, np.flatnonzero(hit))
     if not len(rows):
@@ -617,7 +617,7 @@ def _allocation_plan(ctx: AnalysisContext) -> Plan | None:
 
 def _comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
     from tracelens.analyzers.communication import GLOO_ALGBW_BYTES_PER_S, _message_bytes
-    from tracelens.derive.ledger import is_comm_kernel, is_comm_op
+    from tracelens.domain import is_collective_kernel
 
     host = ctx.model.host
     kind = host["kind"].to_numpy()
@@ -651,8 +651,7 @@ def _comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
             part="the transport part of the collectives; the rest of their time is waiting for another rank",
         )
     gpu = ctx.model.gpu
-    rows = np.flatnonzero(name_matches(gpu["name"], is_comm_kernel))
-    del is_comm_op
+    rows = np.flatnonzero(name_matches(gpu["name"], is_collective_kernel))
     if not len(rows):
         return None
 

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelens.derive.apis import ASYNC_COPY_APIS, SYNC_APIS
 from tracelens.derive.window import Window
+from tracelens.domain import ASYNC_COPY_APIS, SYNC_APIS
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
 

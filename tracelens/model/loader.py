@@ -31,7 +31,9 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import msgspec
 import numpy as np
 
+from tracelens.domain import MAX_TRACE_NAME_CHARS, cut_middle
 from tracelens.errors import TraceInputError
+from tracelens.model.counter_metrics import COUNTERS_KEY
 from tracelens.model.schema import (
     CATEGORY_KINDS,
     GPU_KINDS,
@@ -514,20 +516,13 @@ def _may_repeat(frame: pd.DataFrame, identity: list[str]) -> bool:
     return bool(pd.Index(key).has_duplicates)
 
 
-#: Names longer than this are cut (start and end kept). The longest real names are C++
-#: template kernels of about 5,100 characters; a 64 KB name is not a name but it would
-#: widen every fixed-width string array made from a name column to its length.
-MAX_NAME_CHARS = 8192
-
-
 def _capped_names(names: list[str]) -> tuple[list[str], int]:
-    """The names, those over MAX_NAME_CHARS cut (start and end kept), and how many were."""
-    if not names or max(map(len, names)) <= MAX_NAME_CHARS:  # C-speed check: the common case
+    """The names, those over MAX_TRACE_NAME_CHARS cut (start and end kept), and how many were."""
+    if not names or max(map(len, names)) <= MAX_TRACE_NAME_CHARS:  # C-speed check: the common case
         return names, 0
-    half = MAX_NAME_CHARS // 2
-    long = [i for i, n in enumerate(names) if len(n) > MAX_NAME_CHARS]
+    long = [i for i, n in enumerate(names) if len(n) > MAX_TRACE_NAME_CHARS]
     for i in long:
-        names[i] = names[i][:half] + "…" + names[i][-half + 1 :]
+        names[i] = cut_middle(names[i], MAX_TRACE_NAME_CHARS)
     return names, len(long)
 
 
@@ -738,12 +733,17 @@ _VERSION_KEYS = (
 )
 
 
+#: The largest `tracelens_counters` value decoded (a few thousand kernels' counters are ~2 MB).
+MAX_COUNTERS_BYTES = 64 * 2**20
+
+
 def _small_metadata(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for key, raw in top.items():
         if key in ("traceEvents", "deviceProperties"):
             continue
-        if len(raw) > 200_000:  # e.g. a harness's full pip list; not worth decoding
+        # e.g. a harness's full pip list is not worth decoding; counters are read whole
+        if len(raw) > (MAX_COUNTERS_BYTES if key == COUNTERS_KEY else 200_000):
             meta[key] = f"<{len(raw)} bytes omitted>"
             continue
         try:
@@ -786,11 +786,13 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
+        from tracelens.model.counters import with_kernel_counters
+
         try:
-            return _load_streaming(path, name, tick)
+            return with_kernel_counters(_load_streaming(path, name, tick), path)
         except Unstreamable:
             pass
-        return _load_whole(path, name, tick)
+        return with_kernel_counters(_load_whole(path, name, tick), path)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -1137,6 +1139,8 @@ def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     a.has_counters = a.has_counters or b.has_counters
     for cat, kind in b.kind_cache.items():
         a.kind_cache.setdefault(cat, kind)
+    for cat, count in b.other_categories.items():
+        a.other_categories[cat] = a.other_categories.get(cat, 0) + count
     a.dropped += b.dropped
     a.py_frames += b.py_frames
     a.any_op = a.any_op or b.any_op
@@ -1266,6 +1270,9 @@ class _Collector:
         self.n_events = 0
         self.has_counters = False
         self.kind_cache: dict[str, Kind] = {}
+        #: Events of categories tracelens does not analyse (Kind.OTHER), counted by category:
+        #: an MTIA trace's `mtia_ccp_events`, a range-profiler trace's `cuda_profiler_range`.
+        self.other_categories: dict[str, int] = {}
         self.dropped = 0
         self.py_frames = 0
         self.py_dropped = 0
@@ -1324,6 +1331,8 @@ class _Collector:
         for cat in set(cats).difference(cache):
             cache[cat] = CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
         kinds = np.fromiter(map(cache.__getitem__, cats), dtype=np.int8, count=n)
+        for i in np.flatnonzero(kinds == Kind.OTHER).tolist():
+            self.other_categories[cats[i]] = self.other_categories.get(cats[i], 0) + 1
         self.any_op = self.any_op or bool((kinds == Kind.CPU_OP).any())
         is_host = np.isin(kinds, _HOST_KIND_CODES)
         is_gpu = np.isin(kinds, _GPU_KIND_CODES)
@@ -1479,7 +1488,7 @@ class _Collector:
     def _note_long_names(self, which: int) -> None:
         cut = self.long_names[which]
         if cut:
-            self.notes.append(f"{cut} names longer than {MAX_NAME_CHARS:,} characters were shortened")
+            self.notes.append(f"{cut} names longer than {MAX_TRACE_NAME_CHARS:,} characters were shortened")
 
     def finish(self, top: dict[str, msgspec.Raw], *, file_bytes: int, json_bytes: int) -> TraceModel:
         import pandas as pd
@@ -1551,6 +1560,7 @@ class _Collector:
             versions=_versions(meta_dict),
             metadata=meta_dict,
             notes=tuple(notes),
+            other_categories=dict(self.other_categories),
         )
         threads: dict[tuple[int, int], str] = {}
         for pid, tid, tname in self.threads:

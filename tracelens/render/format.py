@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import re
 
-from tracelens.analyzers.base import Metric
+from tracelens.domain import cut_middle
+from tracelens.domain import fmt_bytes as fmt_bytes
+from tracelens.domain import pct as pct
+from tracelens.report.findings import Metric
 
 #: Characters a terminal acts on rather than shows: C0 controls (ESC starts OSC 0 title,
 #: OSC 52 clipboard and OSC 8 link sequences, CSI colours and cursor moves; CR and BS
@@ -44,28 +47,6 @@ def us(value: float) -> str:
     return f"{v:.1f} µs"
 
 
-def pct(share: float) -> str:
-    """A share as the analyzers' sentences write it (whole percents, as `{:.0%}`), so a
-    number in a title and the same number in a table agree; one decimal under 1%."""
-    if share is None or (isinstance(share, float) and math.isnan(share)):
-        return "n/a"
-    s = float(share) * 100
-    if s == 0 or abs(s) >= 1:
-        return f"{s:.0f}%"
-    if abs(s) >= 0.1:
-        return f"{s:.1f}%"
-    return "<0.1%" if s > 0 else "-<0.1%"
-
-
-def nbytes(value: float) -> str:
-    v = float(value)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(v) < 1000 or unit == "TB":
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1000
-    return f"{v:.1f} TB"
-
-
 #: Evidence numbers from here up are written with an SI prefix ("989 T"), not as
 #: "989,000,000,000,000", which nobody reads at a glance.
 LARGE_NUMBER = 1e7
@@ -80,6 +61,33 @@ def si_number(value: float) -> str:
     return f"{value:g}"
 
 
+def flop_count(value: float) -> str:
+    """A FLOP count: 1.1e12 -> '1.10 TFLOP'; NaN (not counted) -> 'n/a'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    v = float(value)
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= factor:
+            return f"{v / factor:.3g} {prefix}FLOP"
+    return f"{v:.0f} FLOP"
+
+
+def ratio(value: float) -> str:
+    """A model/measured ratio: 1.06 -> '1.06x'; NaN -> 'n/a'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{float(value):.3g}x"
+
+
+def precisions(by: dict[str, float]) -> str:
+    """FLOPs by precision as shares, largest first: 'tensor bf16 99%, fp32 1%'."""
+    total = sum(v for v in by.values() if v > 0)
+    if total <= 0:
+        return "none"
+    parts = sorted(((v / total, k) for k, v in by.items() if v > 0), reverse=True)
+    return ", ".join(f"{k} {pct(sh)}" for sh, k in parts[:3])
+
+
 def metric(m: Metric) -> str:
     v = m.value
     if isinstance(v, str):
@@ -89,7 +97,7 @@ def metric(m: Metric) -> str:
     if m.unit == "share":
         return pct(float(v))
     if m.unit == "bytes":
-        return nbytes(float(v))
+        return fmt_bytes(float(v))
     if m.unit == "per_s":
         f = float(v)
         return f"{si_number(f)}/s" if abs(f) >= LARGE_NUMBER else f"{f:,.0f}/s"
@@ -109,11 +117,7 @@ def metric(m: Metric) -> str:
 
 def short(name: str, width: int = 90) -> str:
     """Shorten a long (C++ template) kernel name, keeping its start and end."""
-    if len(name) <= width:
-        return name
-    keep = max(width - 1, 1)
-    head = keep * 2 // 3
-    return name[:head] + "…" + name[-(keep - head) :]
+    return cut_middle(name, width)
 
 
 #: Why the roofline could not model a launching op's kernels, in the reader's terms.

@@ -72,7 +72,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     )
     env.filters["us"] = fmt.us
     env.filters["pct"] = fmt.pct
-    env.filters["nbytes"] = fmt.nbytes
+    env.filters["nbytes"] = fmt.fmt_bytes
     env.filters["metric"] = fmt.metric
     env.filters["short"] = fmt.short
     env.filters["short_kernel"] = fmt.short_kernel
@@ -80,6 +80,9 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["plural"] = fmt.plural
     env.filters["kname"] = kernel_name
     env.filters["counted"] = counted
+    env.filters["flops"] = fmt.flop_count
+    env.filters["ratio"] = fmt.ratio
+    env.filters["precisions"] = fmt.precisions
     env.globals["uncovered_reasons"] = fmt.UNCOVERED_REASONS
     env.globals["time_axis"] = lambda span_us: Markup(_time_axis(span_us))
     return env

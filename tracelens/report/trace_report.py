@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracelens.analyzers.base import Finding
-from tracelens.analyzers.matmul_shapes import MatmulRow
-from tracelens.model.sources import PySource
+from tracelens.report.enums import (
+    ActivityKind,
+    Bound,
+    Category,
+    Cause,
+    QuestionId,
+    QuestionStatus,
+    StartupKind,
+    UncoveredReason,
+    WindowSource,
+)
+from tracelens.report.findings import Finding, PySource
 
 SCHEMA_VERSION = 2
 
@@ -39,13 +48,16 @@ class TraceInfo:
     has_memory_events: bool
     has_clock_samples: bool
     notes: tuple[str, ...]
+    #: A device that is not a CUDA/ROCm GPU ("MTIA (ARTEMIS)"): its activity is in the trace
+    #: but the GPU analyses do not apply. Empty for GPU and CPU-only traces.
+    accelerator: str = ""
 
 
 @dataclass(frozen=True)
 class LedgerEntry:
     """One cause's part of a window: the entries of a window add up to all of it."""
 
-    cause: str  # a category id (host_sync, communication, ...), gpu_busy_*, profiler, idle_other
+    cause: Cause
     time_us: float
     share: float  # of the window
 
@@ -86,7 +98,7 @@ class GpuTimeSummary:
 
 @dataclass(frozen=True)
 class StartupItem:
-    what: str  # cuda_init, lazy_loading, allocation, compile, autotune, data_creation, model_building, other
+    what: StartupKind
     time_us: float
     count: int
     detail: str
@@ -98,7 +110,7 @@ class WindowInfo:
 
     start_us: float
     end_us: float
-    source: str  # steps, detected, whole, user
+    source: WindowSource
     steps: int
     startup_us: float
     reason: str
@@ -113,7 +125,7 @@ class Timeline:
 
     start_us: float
     end_us: float
-    by_cause: dict[str, tuple[float, ...]]
+    by_cause: dict[str, tuple[float, ...]]  # every Cause
     syncs: tuple[float, ...]
     steps: tuple[tuple[int, float, float], ...]
 
@@ -158,7 +170,7 @@ class RooflinePoint:
     flops_per_s: float
     bytes_per_s: float
     roof_share: float
-    bound: str
+    bound: Bound
     family: str
     dtype: str
     roof: str = ""  # the roof it was judged against
@@ -170,7 +182,7 @@ class UncoveredOp:
     """Kernel time the roofline could not model, by launching op and why."""
 
     op: str
-    reason: str  # no_op (no launching op in the trace), no_shapes (record_shapes off), no_model, graph_replay
+    reason: UncoveredReason  # no_op: no launching op in the trace; no_shapes: record_shapes off
     time_us: float
     share: float  # of non-communication kernel time
 
@@ -201,9 +213,8 @@ class KernelRow:
     total_us: float
     mean_us: float
     share: float  # of the device's busy time
-    kind: str  # kernel, memcpy, memset
-    # memory, compute, latency or unknown; unknown until the roofline analyzer exists.
-    bound: str = "unknown"
+    kind: ActivityKind
+    bound: Bound = "unknown"
     roof: str = ""  # the roof it was judged against: "memory bandwidth", "bf16 tensor cores", ...
     roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
     roof_share: float = 0.0  # achieved fraction of that roof (never above 1: above is a model error)
@@ -233,14 +244,44 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
+class MatmulRow:
+    """One matmul shape of the trace as the report shows it (JSON `matmuls[]`)."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    layout: str
+    calls: int
+    kernel: str
+    time_us: float
+    tflops: float
+    aligned: bool
+    misaligned: tuple[str, ...]
+    fallback_kernel: bool
+    tile: str  # "256x128" as the kernel names it, "" if unknown
+    tile_source: str  # "name", "grid" or ""
+    tiles: int
+    sms: int
+    ctas_per_sm: int
+    slots: int
+    waves: float
+    last_wave_fill: float
+    wave_efficiency: float
+    source: PySource | None = None
+
+
+@dataclass(frozen=True)
 class Question:
     """One step of the diagnostic order and its answer for this trace."""
 
     number: int
-    id: str
+    id: QuestionId
     question: str
-    categories: tuple[str, ...]
-    status: str  # yes, minor, no, not_measurable, not_built
+    categories: tuple[Category, ...]
+    status: QuestionStatus
     time_us: float
     share: float
     answer: str
@@ -249,7 +290,7 @@ class Question:
 
 @dataclass(frozen=True)
 class Summary:
-    primary: str | None
+    primary: Category | None
     headline: str
     primary_time_us: float
     primary_share: float
@@ -265,6 +306,64 @@ class Summary:
     predicted_step_low_us: float = 0.0
     predicted_step_high_us: float = 0.0
     prediction_basis: str = ""  # replay or estimate; "" without a primary
+
+
+@dataclass(frozen=True)
+class MeasuredKernel:
+    """One kernel name's hardware counters (issue 35). A `counted_*` field is null when the
+    trace's counters did not count it (no DRAM counters in a range-profiler trace, tensor-core
+    FLOPs without their counters); timeline fields are null when the trace has no kernel events."""
+
+    name: str
+    op: str  # the op that launched it (the first measured launch's)
+    launches: int  # launches with counter values (measured, or of a measured signature)
+    measured: int  # of those, launches the counters pass measured itself
+    counted_flops: float | None
+    flops_by_precision: dict[str, float]  # FLOPs per launch by "tensor bf16", "fp32", "fp16", "fp64", ...
+    counted_dram_bytes: float | None  # DRAM read + written
+    counted_instructions: float | None  # thread instructions (warp instructions x 32)
+    counted_intensity: float | None  # FLOP per DRAM byte
+    timeline_us: float | None  # the name's time on the timeline in the window
+    counted_flops_per_s: float | None
+    counted_bytes_per_s: float | None
+    of_compute_roof: float | None  # achieved fraction of its compute roof (FLOPs at each unit's peak, or issue)
+    of_dram_roof: float | None  # ... of the DRAM bandwidth roof
+    bound: Bound
+    roof: str = ""
+    replay_us: float | None = None  # mean duration in the counters' replay: not its time on the timeline
+
+
+@dataclass(frozen=True)
+class ModelCheckRow:
+    """The roofline's FLOP/byte model beside the counters, per kernel name, summed over the
+    launches that have both."""
+
+    name: str
+    op: str
+    launches: int
+    model_flops: float
+    counted_flops: float | None
+    model_bytes: float
+    counted_dram_bytes: float | None
+    model_to_counted_flops: float | None  # 1: the model counts what the GPU did
+    model_to_counted_bytes: float | None
+
+
+@dataclass(frozen=True)
+class CountersSummary:
+    """Per-kernel hardware counters the trace holds, and how the report used them."""
+
+    source: str  # "ncu" (tracelens capture --counters) or "kineto" (CUPTI range profiler)
+    tool: str
+    timeline: bool  # the trace has kernel events: counters paired with them, rates from their times
+    counted_steps: tuple[int, int] | None  # ProfilerSteps the counters were taken in
+    records: int  # launches measured
+    paired: int  # of those, paired with a kernel (timeline) or a launch call (no timeline)
+    measured_share: float  # share of the window's non-communication kernel time with counter values
+    cache_control: str  # "all": caches flushed before each replayed kernel (DRAM bytes from cold caches)
+    kernels: tuple[MeasuredKernel, ...]
+    checks: tuple[ModelCheckRow, ...] = ()
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -291,3 +390,4 @@ class Report:
     analysis_seconds: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
     memory: MemoryTimeline | None = None
+    counters: CountersSummary | None = None
