@@ -51,10 +51,13 @@ class Outcome:
 
     span_us: dict[Variant, float]
     baseline_us: float
-    n_steps: int
+    n_steps: int  # the window's steps
+    replayed_steps: int  # the steps the replay covered (derive: AnalysisContext.replay_span)
 
     def gain(self, v: Variant) -> float:
-        return self.baseline_us - self.span_us[v]
+        """The fix's gain over the whole window (the replayed steps' gain per step, times
+        the window's steps)."""
+        return (self.baseline_us - self.span_us[v]) * self.n_steps / max(self.replayed_steps, 1)
 
 
 # -- targets ------------------------------------------------------------------------------
@@ -95,7 +98,16 @@ def _launched_by(ctx: AnalysisContext, op_rows: np.ndarray, kinds: Sequence[Kind
 
 
 def _user_syncs(ctx: AnalysisContext) -> tuple[np.ndarray, list[str]]:
-    """The window's blocking calls the host_sync finding counts, and each one's construct."""
+    """The window's blocking calls the host_sync finding counts, and each one's construct
+    (worked out once per context: several plans ask)."""
+    cached: tuple[np.ndarray, list[str]] | None = getattr(ctx, "_predict_user_syncs", None)
+    if cached is None:
+        cached = _find_user_syncs(ctx)
+        ctx._predict_user_syncs = cached  # type: ignore[attr-defined]
+    return cached
+
+
+def _find_user_syncs(ctx: AnalysisContext) -> tuple[np.ndarray, list[str]]:
     from tracelens.analyzers.host_sync import _is_profiler_sync, _memcpys_by_op, classify
     from tracelens.derive.ledger import blocking_call_rows
     from tracelens.model.sources import op_chain
@@ -194,20 +206,24 @@ def _fusion_plan(ctx: AnalysisContext) -> Plan | None:
         return None
     bound = {k.name: k.bound for k in roof.kernels}
     gpu = ctx.model.gpu
-    names = gpu["name"].astype(str).to_numpy()
-    dur = gpu["dur"].to_numpy(dtype=np.float64)
-    launch = gpu["launch"].to_numpy()
-    root = ctx.model.host["op_root"].to_numpy()
+    codes = gpu["name"].cat.codes.to_numpy()
+    compute_code = np.array([bound.get(str(c)) == "compute" for c in gpu["name"].cat.categories], dtype=bool)
+    dur = gpu["dur"].to_numpy(dtype=np.float64).tolist()
+    launch = gpu["launch"].to_numpy().tolist()
+    root = ctx.model.host["op_root"].to_numpy().tolist()
+    h_ts = ctx.model.host["ts"].to_numpy()
+    h_end = ctx.model.host["end"].to_numpy()
     groups, pass_info, removed_iv = [], [], []
     for c in roof.chains:
         for passes, pbytes in zip(c.occurrences, c.occurrence_bytes, strict=True):
             rows = np.array([r for p in passes for r in p], dtype=np.int64)
             groups.append(rows)
-            pass_us = [float(dur[list(p)].sum()) for p in passes]
-            compute = [any(bound.get(str(names[r])) == "compute" for r in p) for p in passes]
+            pass_us = [float(sum(dur[r] for r in p)) for p in passes]
+            compute = [bool(compute_code[codes[list(p)]].any()) for p in passes]
             pass_info.append((pass_us, pbytes, compute))
-            later = [int(root[launch[p[0]]]) for p in passes[1:] if launch[p[0]] >= 0]
-            removed_iv.append(_intervals(ctx, [r for r in later if r >= 0]))
+            later = np.array([root[launch[p[0]]] for p in passes[1:] if launch[p[0]] >= 0], dtype=np.int64)
+            later = later[later >= 0]
+            removed_iv.append(np.column_stack([h_ts[later], h_end[later]]))
     bw = roof.peaks.bw
     sheet = roof.peaks.bandwidth
 
@@ -795,7 +811,7 @@ def outcome(ctx: AnalysisContext, plans: Sequence[Plan]) -> Outcome | None:
             p.apply(edit, v)
             edits.append(edit)
         spans[v] = replay(g, combine(g, edits)).steady_span_us
-    return Outcome(spans, base, ctx.n_steps)
+    return Outcome(spans, base, ctx.n_steps, ctx.replay_span[3])
 
 
 def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:

@@ -6,11 +6,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from tracelens.derive.graph import DependencyGraph, build_graph, host_end_of
+from tracelens.derive.graph import DependencyGraph, build_graph, host_end_of, window_nodes
 from tracelens.derive.ledger import Ledger, compute_ledger
 from tracelens.derive.replay import replay
 from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
+
+#: The replay's graph stays under this many nodes (derive/replay.py: a transform's replay
+#: costs a few numpy passes per round over them, or ~1 µs a node of Python when a path
+#: crosses chains often): a longer window is replayed on whole steps from its middle.
+REPLAY_MAX_NODES = 12_000
+REPLAY_MIN_STEPS = 2
 
 
 @dataclass
@@ -47,13 +53,37 @@ class AnalysisContext:
         return compute_ledger(self.model, self.window, lambda name: bounds.get(name, "unknown"), roof.latency_rows)
 
     @cached_property
+    def replay_span(self) -> tuple[float, float, float, int]:
+        """The part of the window the replay covers: (start, end, host end, steps). All of
+        it, unless its graph would exceed REPLAY_MAX_NODES: then as many whole steps from
+        its middle as fit (at least REPLAY_MIN_STEPS), whose gains per step stand for the
+        window's (its steps are the same loop)."""
+        dev = self.ledger.primary
+        w = self.window
+        assert dev is not None
+        whole = (dev.window_start, dev.window_end, host_end_of(self.model, w), self.n_steps)
+        steps = [s for s in w.steps if s.end_us > s.start_us]
+        if len(steps) <= REPLAY_MIN_STEPS:
+            return whole
+        nodes = window_nodes(self.model, dev.window_start, dev.window_end)
+        if nodes <= REPLAY_MAX_NODES:
+            return whole
+        k = max(REPLAY_MIN_STEPS, int(REPLAY_MAX_NODES / (nodes / len(steps))))
+        if k >= len(steps):
+            return whole
+        i = (len(steps) - k) // 2
+        part = steps[i : i + k]
+        sub = replace(w, start_us=part[0].start_us, end_us=part[-1].end_us, steps=tuple(part))
+        return part[0].start_us, part[-1].end_us, host_end_of(self.model, sub), k
+
+    @cached_property
     def graph(self) -> DependencyGraph | None:
         """The window's dependency graph, for the replay's predictions (issue 25)."""
         dev = self.ledger.primary
         if dev is None:
             return None
-        host_end = host_end_of(self.model, self.window)
-        return build_graph(self.model, dev.window_start, dev.window_end, dev.device, host_end)
+        start, end, host_end, _ = self.replay_span
+        return build_graph(self.model, start, end, dev.device, host_end)
 
     @cached_property
     def replayed(self) -> float:

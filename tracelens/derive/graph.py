@@ -37,6 +37,7 @@ Built once per report (AnalysisContext.graph); vectorised over the window's node
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -125,11 +126,21 @@ class DependencyGraph:
     return_latency_us: float
     #: node index of a model.host row (-1 when the row is no node): for the transforms
     host_node: dict[int, int]
+    #: per node, the host node that launched it (its launch edge's source), -1 if none
+    launcher: np.ndarray
     notes: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
         return len(self.kind)
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        """The nodes in an order that respects every dependency (derive/replay.py's ordered
+        pass; computed once: removing edges keeps it valid)."""
+        from tracelens.derive.replay import topological_order
+
+        return np.array(topological_order(self.n, self.chain_first, self.e_src, self.e_dst), dtype=np.int64)
 
     @property
     def n_chains(self) -> int:
@@ -395,7 +406,11 @@ def build_graph(
             f"the window's last {uncovered / 1e3:.1f} ms hold no recorded event (the recording stopped mid-iteration): "
             "kept as measured"
         )
+    launcher = np.full(n, -1, dtype=np.int64)
+    ss = e_type == START_START
+    launcher[e_dst[ss]] = e_src[ss]
     return DependencyGraph(
+        launcher=launcher,
         uncovered_tail_us=uncovered,
         window_start=w0,
         window_end=w1,
@@ -425,6 +440,18 @@ def build_graph(
         host_node=host_node,
         notes=tuple(notes),
     )
+
+
+def window_nodes(model: TraceModel, start: float, end: float) -> int:
+    """About how many nodes the graph of [start, end] has: its runtime calls and GPU
+    activities (a cheap count, before building it)."""
+    host = model.host
+    ts = host["ts"].to_numpy()
+    kind = host["kind"].to_numpy()
+    calls = int((((kind == Kind.RUNTIME) | (kind == Kind.DRIVER)) & (ts >= start) & (ts < end)).sum())
+    act = model.gpu_activity()
+    a_ts = act["ts"].to_numpy()
+    return calls + int(((a_ts >= start) & (a_ts < end)).sum())
 
 
 def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:

@@ -25,7 +25,7 @@ from tracelens.derive.graph import END_END, START_START, DependencyGraph
 #: costs a few numpy passes over the nodes, the ordered pass about 1 µs of Python a node.
 #: Most transforms converge in 2-15 rounds; traces with a round trip per kernel need
 #: thousands (power_gemm: 1984 from a cold start).
-JACOBI_ROUNDS = 24
+JACOBI_ROUNDS = 8
 #: Times agree when within this (µs).
 TOLERANCE_US = 1e-6
 
@@ -141,49 +141,26 @@ def replay(g: DependencyGraph, edit: Edit | None = None, *, cold: bool = False) 
     s_fixed = s_fixed - w0
     e_fixed = e_fixed - w0
     init = g.chain_init - w0
-    firsts = g.chain_first[:-1]
-    n_chains = len(init)
-    a = gap + dur
-    A = np.cumsum(a)
-    base = np.zeros(n_chains)
-    base[1:] = A[firsts[1:] - 1]
-    A -= np.repeat(base, np.diff(g.chain_first))
-    span = float(np.abs(np.concatenate([g.ts, g.end]) - w0).max() + np.abs(a).sum()) if n else 0.0
-    big = 4.0 * span + 1.0
-    offset = np.repeat(np.arange(n_chains, dtype=np.float64) * big, np.diff(g.chain_first))
-    from_start = typ == START_START
-    to_end = typ == END_END
-    d_s, d_e = dst[~to_end], dst[to_end]
     start = g.ts - w0 if not cold else np.full(n, -np.inf)
     end = g.end - w0 if not cold else np.full(n, -np.inf)
-    rounds = 0
-    converged = False
-    while rounds < JACOBI_ROUNDS:
-        rounds += 1
-        sv = np.where(from_start, start[src], end[src]) + delay
-        S = s_fixed.copy()
-        E = e_fixed.copy()
-        np.maximum.at(S, d_s, sv[~to_end])
-        np.maximum.at(E, d_e, sv[to_end])
-        b = np.maximum(S + dur, E)
-        c = b - A
-        c[firsts] = np.maximum(c[firsts], init)
-        new_end = A + (np.maximum.accumulate(c + offset) - offset)
-        prev = np.empty(n)
-        prev[1:] = new_end[:-1]
-        prev[firsts] = init
-        new_start = np.maximum(prev + gap, S)
-        with np.errstate(invalid="ignore"):  # -inf - -inf in a cold start's first rounds
-            done = bool(
-                (np.abs(new_end - end) <= TOLERANCE_US).all() and (np.abs(new_start - start) <= TOLERANCE_US).all()
-            )
-        start, end = new_start, new_end
-        if done:
-            converged = True
-            break
+    solver = _Solver(g, src, dst, delay, typ, gap, dur, s_fixed, e_fixed, init, start, end)
+    everything = np.arange(n)
+    rounds = solver.solve(everything, JACOBI_ROUNDS)
+    converged = rounds >= 0
     if not converged:
-        # Many host <-> GPU round trips (a launch queue that is always full, syncs after
-        # every kernel): one pass in dependency order instead.
+        # Many host <-> GPU round trips (fork/join with the autograd thread every step, a
+        # launch queue that is always full): solve the nodes block by block in time order,
+        # each block to its own fixed point (dependencies run forward in time).
+        rounds, converged = JACOBI_ROUNDS, True
+        for block in _blocks(g, src, dst):
+            r = solver.solve(block, BLOCK_ROUNDS)
+            if r < 0:
+                converged = False
+                break
+            rounds += r
+    start, end = solver.start, solver.end
+    if not converged:
+        # Timestamps that contradict the dependencies: one pass in dependency order.
         start, end = _sequential(g, src, dst, delay, typ, gap, dur, s_fixed, e_fixed, init)
         converged = bool(np.isfinite(end).all())
     lasts = g.chain_first[1:] - 1
@@ -198,7 +175,7 @@ def replay(g: DependencyGraph, edit: Edit | None = None, *, cold: bool = False) 
     return Schedule(start + w0, end + w0, w_end + w0, w_end, rounds, converged, host_span)
 
 
-def _topological_order(n: int, chain_first: np.ndarray, src: np.ndarray, dst: np.ndarray) -> list[int]:
+def topological_order(n: int, chain_first: np.ndarray, src: np.ndarray, dst: np.ndarray) -> list[int]:
     """Kahn's algorithm over the node-level dependencies (chain predecessor, edges). A
     node left out is on a cycle (timestamps that contradict the dependencies)."""
     indeg = np.bincount(dst, minlength=n).astype(np.int64)
@@ -249,7 +226,14 @@ def _sequential(
     """The schedule in one pass over the nodes in dependency order (times relative to the
     window's start; -inf for nodes on a cycle)."""
     n = g.n
-    order = _topological_order(n, g.chain_first, src, dst)
+    order_arr = g.order
+    pos = np.empty(n, dtype=np.int64)
+    pos[order_arr] = np.arange(len(order_arr))
+    if len(order_arr) < n or (len(src) and bool((pos[src] >= pos[dst]).any())):
+        # An edit's edges that the graph's own order does not respect.
+        order = topological_order(n, g.chain_first, src, dst)
+    else:
+        order = order_arr.tolist()
     by_dst = np.argsort(dst, kind="stable")
     in_start = np.searchsorted(dst[by_dst], np.arange(n + 1)).tolist()
     e_src = src[by_dst].tolist()
@@ -292,3 +276,122 @@ def _sequential(
         start[v] = s
         end[v] = e
     return np.array(start), np.array(end)
+
+
+#: Nodes per block of the blocked solve, and the rounds a block may take.
+BLOCK_NODES = 500
+BLOCK_ROUNDS = 400
+
+
+def _blocks(g: DependencyGraph, src: np.ndarray, dst: np.ndarray) -> list[np.ndarray]:
+    """The nodes in blocks of about BLOCK_NODES by measured start time, such that no
+    dependency runs from a later block to an earlier one (a clock skew between host and
+    device can put a kernel's start before its launch's: it moves to the later block)."""
+    n = g.n
+    order = np.argsort(g.ts, kind="stable")
+    block = np.empty(n, dtype=np.int64)
+    block[order] = np.arange(n) // BLOCK_NODES
+    n_blocks = int(block.max()) + 1 if n else 0
+    chain_off = np.repeat(np.arange(g.n_chains, dtype=np.int64) * (n_blocks + 1), np.diff(g.chain_first))
+    for _ in range(64):
+        before = block.copy()
+        block = np.maximum.accumulate(block + chain_off) - chain_off
+        if len(src):
+            np.maximum.at(block, dst, block[src])
+        if np.array_equal(block, before):
+            break
+    by_block = np.argsort(block, kind="stable")
+    cuts = np.searchsorted(block[by_block], np.arange(n_blocks + 1))
+    return [np.sort(by_block[cuts[i] : cuts[i + 1]]) for i in range(n_blocks) if cuts[i + 1] > cuts[i]]
+
+
+class _Solver:
+    """Jacobi rounds over a set of nodes (all of them, or one block), the rest fixed at
+    their current times (see the module docstring for the recurrence)."""
+
+    def __init__(
+        self,
+        g: DependencyGraph,
+        src: np.ndarray,
+        dst: np.ndarray,
+        delay: np.ndarray,
+        typ: np.ndarray,
+        gap: np.ndarray,
+        dur: np.ndarray,
+        s_fixed: np.ndarray,
+        e_fixed: np.ndarray,
+        init: np.ndarray,
+        start: np.ndarray,
+        end: np.ndarray,
+    ) -> None:
+        self.g = g
+        self.gap, self.dur, self.s_fixed, self.e_fixed, self.init = gap, dur, s_fixed, e_fixed, init
+        self.start, self.end = start, end
+        order = np.argsort(dst, kind="stable")
+        self.src, self.dst, self.delay, self.typ = src[order], dst[order], delay[order], typ[order]
+        self.in_start = np.searchsorted(self.dst, np.arange(g.n + 1))
+        self.is_first = np.zeros(g.n, dtype=bool)
+        self.is_first[g.chain_first[:-1][g.chain_first[:-1] < g.n]] = True
+        ts_end = np.concatenate([g.ts, g.end]) - g.window_start if g.n else np.zeros(1)
+        self.big = 4.0 * float(np.abs(ts_end).max() + np.abs(gap + dur).sum()) + 1.0
+
+    def solve(self, nodes: np.ndarray, max_rounds: int) -> int:
+        """Rounds to the fixed point of `nodes` (in place), or -1 if not within max_rounds."""
+        g = self.g
+        m = len(nodes)
+        if not m:
+            return 0
+        gap, dur = self.gap[nodes], self.dur[nodes]
+        s_fixed, e_fixed = self.s_fixed[nodes], self.e_fixed[nodes]
+        # Segments: runs of consecutive nodes of one chain; each starts after the node
+        # before it on its chain (already solved, or fixed), or the chain's initial state.
+        seg_first = np.ones(m, dtype=bool)
+        seg_first[1:] = nodes[1:] != nodes[:-1] + 1
+        seg_first |= self.is_first[nodes]
+        firsts = np.flatnonzero(seg_first)
+        chain = g.chain[nodes]
+        a = gap + dur
+        A = np.cumsum(a)
+        base = np.zeros(len(firsts))
+        base[1:] = A[firsts[1:] - 1]
+        seg_len = np.diff(np.append(firsts, m))
+        A -= np.repeat(base, seg_len)
+        offset = np.repeat(np.arange(len(firsts), dtype=np.float64) * self.big, seg_len)
+        # Edges into these nodes.
+        lo, hi = self.in_start[nodes], self.in_start[nodes + 1]
+        counts = hi - lo
+        idx = np.repeat(lo - np.cumsum(np.concatenate([[0], counts[:-1]])), counts) + np.arange(counts.sum())
+        e_src, e_delay, e_typ = self.src[idx], self.delay[idx], self.typ[idx]
+        local = np.repeat(np.arange(m), counts)
+        from_start = e_typ == START_START
+        to_end = e_typ == END_END
+        d_s, d_e = local[~to_end], local[to_end]
+        start, end = self.start, self.end
+        for r in range(1, max_rounds + 1):
+            sv = np.where(from_start, start[e_src], end[e_src]) + e_delay
+            S = s_fixed.copy()
+            E = e_fixed.copy()
+            np.maximum.at(S, d_s, sv[~to_end])
+            np.maximum.at(E, d_e, sv[to_end])
+            first_nodes = nodes[firsts]
+            seg_init = np.where(
+                self.is_first[first_nodes], self.init[chain[firsts]], end[np.clip(first_nodes - 1, 0, None)]
+            )
+            b = np.maximum(S + dur, E)
+            c = b - A
+            c[firsts] = np.maximum(c[firsts], seg_init)
+            new_end = A + (np.maximum.accumulate(c + offset) - offset)
+            prev = np.empty(m)
+            prev[1:] = new_end[:-1]
+            prev[firsts] = seg_init
+            new_start = np.maximum(prev + gap, S)
+            with np.errstate(invalid="ignore"):  # -inf - -inf in a cold start's first rounds
+                done = bool(
+                    (np.abs(new_end - end[nodes]) <= TOLERANCE_US).all()
+                    and (np.abs(new_start - start[nodes]) <= TOLERANCE_US).all()
+                )
+            start[nodes] = new_start
+            end[nodes] = new_end
+            if done:
+                return r
+        return -1

@@ -17,7 +17,7 @@ from enum import StrEnum
 
 import numpy as np
 
-from tracelens.derive.graph import END_END, GPU, HOST, START_START, DependencyGraph
+from tracelens.derive.graph import END_END, GPU, HOST, DependencyGraph
 from tracelens.derive.replay import Edit
 
 
@@ -33,16 +33,31 @@ VARIANTS = (Variant.LOW, Variant.NOMINAL, Variant.HIGH)
 def merged(intervals: np.ndarray) -> np.ndarray:
     """Sorted, non-overlapping (n, 2) intervals."""
     iv = np.asarray(intervals, dtype=np.float64).reshape(-1, 2)
-    if not len(iv):
+    if len(iv) < 2:
         return iv
     iv = iv[np.argsort(iv[:, 0], kind="stable")]
-    out = [list(iv[0])]
-    for a, b in iv[1:].tolist():
-        if a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return np.array(out)
+    reach = np.maximum.accumulate(iv[:, 1])
+    new = np.ones(len(iv), dtype=bool)
+    new[1:] = iv[1:, 0] > reach[:-1]
+    starts = iv[new, 0]
+    group = np.cumsum(new) - 1
+    ends = np.full(len(starts), -np.inf)
+    np.maximum.at(ends, group, iv[:, 1])
+    return np.column_stack([starts, ends])
+
+
+def intersect(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The intersection of two sets of intervals (as merged intervals)."""
+    a, b = merged(a), merged(b)
+    if not len(a) or not len(b):
+        return np.empty((0, 2))
+    t = np.concatenate([a[:, 0], a[:, 1], b[:, 0], b[:, 1]])
+    d = np.concatenate([np.ones(len(a)), -np.ones(len(a)), np.ones(len(b)), -np.ones(len(b))])
+    order = np.lexsort((d, t))  # at one instant, ends before starts
+    t, depth = t[order], np.cumsum(d[order])
+    both = np.flatnonzero(depth[:-1] == 2)
+    out = np.column_stack([t[both], t[both + 1]])
+    return out[out[:, 1] > out[:, 0]]
 
 
 def covered(iv: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -112,14 +127,8 @@ def remove_gpu_nodes(g: DependencyGraph, edit: Edit, nodes: np.ndarray) -> None:
 
 def launch_nodes_of(g: DependencyGraph, gpu_nodes: np.ndarray) -> np.ndarray:
     """The host node that launched each GPU node (-1 when it is no node of the window)."""
-    out = np.full(len(gpu_nodes), -1, dtype=np.int64)
-    if not len(gpu_nodes):
-        return out
-    ss = np.flatnonzero(g.e_type == START_START)
-    by_dst = dict(zip(g.e_dst[ss].tolist(), g.e_src[ss].tolist(), strict=True))
-    for i, v in enumerate(gpu_nodes.tolist()):
-        out[i] = by_dst.get(v, -1)
-    return out
+    nodes = np.asarray(gpu_nodes, dtype=np.int64)
+    return g.launcher[nodes] if len(nodes) else np.empty(0, np.int64)
 
 
 def add_host_time(g: DependencyGraph, edit: Edit, threads: list[tuple[int, int]], at: np.ndarray, extra: float) -> None:
@@ -147,6 +156,7 @@ __all__ = [
     "add_host_time",
     "covered",
     "cut_waits",
+    "intersect",
     "launch_nodes_of",
     "merged",
     "prev_end",

@@ -71,19 +71,25 @@ def apply(
     kernel's time per group; `removed_op_intervals`: per group, the (start, end) of the
     ops whose dispatch goes (all but the first). Returns the groups applied."""
     assert edit.dur is not None
-    applied = 0
-    host_iv: list[np.ndarray] = []
-    for rows, fused, iv in zip(groups, fused_us, removed_op_intervals, strict=True):
-        nodes = g.node_of_gpu_rows(np.asarray(rows, dtype=np.int64))
-        nodes = nodes[nodes >= 0]
-        if not len(nodes):
-            continue
-        nodes = np.sort(nodes)
-        edit.dur[nodes[0]] = fused
-        remove_gpu_nodes(g, edit, nodes[1:])
-        host_iv.append(np.asarray(iv, dtype=np.float64).reshape(-1, 2))
-        applied += 1
-    if host_iv:
-        inside = remove_host_time(g, edit, np.concatenate(host_iv))
+    if not len(groups):
+        return 0
+    sizes = np.array([len(r) for r in groups], dtype=np.int64)
+    which = np.repeat(np.arange(len(groups)), sizes)
+    nodes = g.node_of_gpu_rows(np.concatenate([np.asarray(r, dtype=np.int64) for r in groups]))
+    ok = nodes >= 0
+    nodes, which = nodes[ok], which[ok]
+    if not len(nodes):
+        return 0
+    # Each group's first node (in its stream's order) becomes the fused kernel.
+    order = np.lexsort((nodes, which))
+    nodes, which = nodes[order], which[order]
+    first = np.ones(len(nodes), dtype=bool)
+    first[1:] = which[1:] != which[:-1]
+    edit.dur[nodes[first]] = np.asarray(fused_us, dtype=np.float64)[which[first]]
+    remove_gpu_nodes(g, edit, nodes[~first])
+    applied = np.unique(which)
+    ivs = [np.asarray(removed_op_intervals[i], dtype=np.float64).reshape(-1, 2) for i in applied.tolist()]
+    if ivs:
+        inside = remove_host_time(g, edit, np.concatenate(ivs))
         edit.dur[inside] = 0.0
-    return applied
+    return len(applied)

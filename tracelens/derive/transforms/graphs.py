@@ -28,7 +28,7 @@ import numpy as np
 
 from tracelens.derive.graph import GPU, HOST, START_START, DependencyGraph
 from tracelens.derive.replay import Edit
-from tracelens.derive.transforms import Variant, launch_nodes_of, remove_host_time
+from tracelens.derive.transforms import Variant, intersect, launch_nodes_of, remove_host_time
 
 #: Host cost of cudaGraphLaunch per kernel in the graph, under the profiler (H200).
 GRAPH_LAUNCH_PER_KERNEL_US = 1.39
@@ -51,48 +51,60 @@ def apply(
     Returns the number of steps captured."""
     assert edit.gap is not None and edit.dur is not None and edit.e_alive is not None
     per_kernel = GRAPH_LAUNCH_PER_KERNEL_US * {Variant.LOW: _LOW_FACTOR, Variant.HIGH: _HIGH_FACTOR}.get(variant, 1.0)
-    host = g.kind == HOST
+    if not len(steps):
+        return 0
+    starts = np.array([a for a, _ in steps], dtype=np.float64)
+    ends = np.array([b for _, b in steps], dtype=np.float64)
+    # Each host node's step (-1 outside every step).
+    step_of = np.searchsorted(starts, g.ts, side="right") - 1
+    inside = (step_of >= 0) & (g.ts < ends[np.clip(step_of, 0, None)]) & (g.kind == HOST)
+    step_of = np.where(inside, step_of, -1)
     gpu = np.flatnonzero(g.kind == GPU)
     launchers = launch_nodes_of(g, gpu)
-    src_x: list[np.ndarray] = []
-    dst_x: list[np.ndarray] = []
-    captured = 0
-    for a, b in steps:
-        in_step = host & (g.ts >= a) & (g.ts < b)
-        launched = gpu[(launchers >= 0) & in_step[np.clip(launchers, 0, None)]]
-        if not len(launched):
-            continue
-        first_launch = int(launch_nodes_of(g, launched[:1])[0])
-        # Per thread, the span from its first launch in the step to its last.
-        lnodes = np.unique(launch_nodes_of(g, launched))
-        spans = []
-        for c in np.unique(g.chain[lnodes]).tolist():
-            mine = lnodes[g.chain[lnodes] == c]
-            spans.append(np.arange(int(mine.min()), int(mine.max()) + 1))
-        nodes = np.concatenate(spans)
-        if variant == Variant.LOW:
-            for span in spans:
-                lo, hi = g.ts[span[0]], g.end[span[-1]]
-                ops = op_intervals[(op_intervals[:, 1] > lo) & (op_intervals[:, 0] < hi)]
-                if len(ops):
-                    remove_host_time(g, edit, np.clip(ops, lo, hi))
-        else:
-            # From each thread's first launch on, the host does nothing but the graph
-            # launch; the work before the first launch (its own gap) stays.
-            for span in spans:
-                edit.gap[span[1:]] = 0.0
-        edit.dur[nodes] = 0.0
-        edit.dur[first_launch] = GRAPH_LAUNCH_BASE_US + per_kernel * len(launched)
-        # The kernels wait for the graph's launch, not their own, and run back to back.
-        edit.e_alive &= ~((g.e_type == START_START) & np.isin(g.e_dst, launched))
-        src_x.append(np.full(len(launched), first_launch, dtype=np.int64))
-        dst_x.append(launched)
-        edit.gap[launched] = np.minimum(edit.gap[launched], GRAPH_KERNEL_GAP_US)
-        captured += 1
-    if src_x:
-        s, d = np.concatenate(src_x), np.concatenate(dst_x)
-        add = (s, d, np.full(len(s), g.launch_latency_us), np.full(len(s), START_START, dtype=np.int8))
-        if edit.extra is not None:
-            add = tuple(np.concatenate([x, y]) for x, y in zip(edit.extra, add, strict=True))  # type: ignore[assignment]
-        edit.extra = add
-    return captured
+    ok = launchers >= 0
+    gpu, launchers = gpu[ok], launchers[ok]
+    k_step = step_of[launchers]
+    ok = k_step >= 0
+    launched, launchers, k_step = gpu[ok], launchers[ok], k_step[ok]
+    if not len(launched):
+        return 0
+    # Per (step, thread): the span of nodes from its first launch to its last.
+    n_chains = g.n_chains
+    key = k_step * n_chains + g.chain[launchers]
+    keys, inv = np.unique(key, return_inverse=True)
+    lo = np.full(len(keys), np.iinfo(np.int64).max)
+    hi = np.full(len(keys), -1, dtype=np.int64)
+    np.minimum.at(lo, inv, launchers)
+    np.maximum.at(hi, inv, launchers)
+    mark = np.zeros(g.n + 1, dtype=np.int64)
+    np.add.at(mark, lo, 1)
+    np.add.at(mark, hi + 1, -1)
+    region = np.cumsum(mark)[: g.n] > 0
+    nodes = np.flatnonzero(region)
+    if variant == Variant.LOW:
+        # Only the ops' and the calls' host time goes: the Python between ops stays.
+        spans = np.column_stack([g.ts[lo], g.end[hi]])
+        remove_host_time(g, edit, intersect(op_intervals, spans))
+    else:
+        # From each thread's first launch on, the host does nothing but the graph launch;
+        # the work before the first launch (its own gap) stays.
+        later = region.copy()
+        later[lo] = False
+        edit.gap[later] = 0.0
+    edit.dur[nodes] = 0.0
+    # One graph launch per step, at the step's first launch call.
+    steps_hit, first_idx = np.unique(k_step, return_index=True)
+    order = np.lexsort((g.ts[launchers], k_step))
+    first_of_step = launchers[order][np.searchsorted(k_step[order], steps_hit, side="left")]
+    counts = np.bincount(k_step, minlength=len(steps))[steps_hit]
+    edit.dur[first_of_step] = GRAPH_LAUNCH_BASE_US + per_kernel * counts
+    del first_idx
+    # The kernels wait for their step's graph launch, not their own, and run back to back.
+    edit.e_alive &= ~((g.e_type == START_START) & np.isin(g.e_dst, launched))
+    src = first_of_step[np.searchsorted(steps_hit, k_step)]
+    edit.gap[launched] = np.minimum(edit.gap[launched], GRAPH_KERNEL_GAP_US)
+    add = (src, launched, np.full(len(src), g.launch_latency_us), np.full(len(src), START_START, dtype=np.int8))
+    if edit.extra is not None:
+        add = tuple(np.concatenate([x, y]) for x, y in zip(edit.extra, add, strict=True))  # type: ignore[assignment]
+    edit.extra = add
+    return len(steps_hit)
