@@ -72,8 +72,12 @@ def main() -> None:
         gr = statistics.median(r[1] for r in runs)
         tr = statistics.median(r[2] for r in runs)
         tot = statistics.median(r[3] / r[0] for r in runs)
+        whole = statistics.median(r[3] / (r[0] + r[6]) for r in runs)
+        ld = statistics.median(r[6] for r in runs)
         print(
-            f"| {path.name} | {runs[0][4]:,} | {runs[0][5]} | {rep:.2f} | {gr:.2f} | {tr:.2f} | {tot:.0%} |", flush=True
+            f"| {path.name} | {runs[0][4]:,} | {runs[0][5]} | {ld:.2f} | {rep:.2f} | {gr:.2f} | {tr:.2f} | {tot:.0%} "
+            f"| {whole:.0%} |",
+            flush=True,
         )
     print("\nload average after: " + " ".join(f"{v:.1f}" for v in os.getloadavg()))
 

@@ -63,12 +63,24 @@ class Outcome:
 # -- targets ------------------------------------------------------------------------------
 
 
+def _span(ctx: AnalysisContext) -> tuple[float, float]:
+    """The part of the window the replay covers (all of it, or its middle steps)."""
+    if ctx.ledger.primary is None:
+        return (0.0, 0.0)
+    start, end, _, _ = ctx.replay_span
+    g = ctx.graph
+    # The graph's host side may begin before the window (a host that runs ahead).
+    host_start = float(g.ts[g.kind == 0].min()) if g is not None and (g.kind == 0).any() else start
+    return min(start, host_start), end
+
+
 def _window_rows(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
-    dev = ctx.ledger.primary
-    if dev is None or not len(rows):
+    """The host rows inside the replayed span."""
+    if ctx.ledger.primary is None or not len(rows):
         return rows[:0]
+    lo, hi = _span(ctx)
     ts = ctx.model.host["ts"].to_numpy()[rows]
-    return rows[(ts >= dev.window_start) & (ts < dev.window_end)]
+    return rows[(ts >= lo) & (ts < hi)]
 
 
 def _intervals(ctx: AnalysisContext, rows: Iterable[int]) -> np.ndarray:
@@ -136,9 +148,13 @@ def _sync_plan(ctx: AnalysisContext) -> Plan | None:
     op_rows = np.where(root >= 0, root, rows)
     op_iv = _intervals(ctx, op_rows.tolist())
     copies = _launched_by(ctx, op_rows, (Kind.MEMCPY,))
+    k_rows, k_f = _compacted_consumers(ctx, rows, constructs, op_rows)
 
     def apply(edit: Edit, v: Variant) -> None:
-        t_syncs.apply(graph_of(ctx), edit, v, rows.tolist(), constructs, op_iv, copies)
+        g = graph_of(ctx)
+        t_syncs.apply(g, edit, v, rows.tolist(), constructs, op_iv, copies)
+        if v != Variant.HIGH and len(k_rows):
+            t_kernels.scale(g, edit, k_rows, k_f)
 
     return Plan(
         "remove_host_syncs",
@@ -146,6 +162,53 @@ def _sync_plan(ctx: AnalysisContext) -> Plan | None:
         "the host launches on while the GPU runs",
         apply,
     )
+
+
+def _numel(ctx: AnalysisContext, row: int) -> int:
+    d = _first_dims(ctx, row)
+    return int(np.prod(d)) if d else 0
+
+
+def _compacted_consumers(
+    ctx: AnalysisContext, rows: np.ndarray, constructs: list[str], op_rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels that a static-shape rewrite of `x[mask]` runs on every element: the ops
+    after a data-dependent op, up to the next sync on its thread, whose input is smaller
+    than the op's (the compacted tensor), scaled by the ratio (N / C). What the mask
+    computation costs beyond that (a where, a count) is the rewrite's choice and not
+    modelled (H200 sync pair: +553 µs a step measured, +190 µs of it these kernels)."""
+    host = ctx.model.host
+    ts = host["ts"].to_numpy()
+    end = host["end"].to_numpy()
+    tid = host["tid"].to_numpy()
+    kind = host["kind"].to_numpy()
+    root = host["op_root"].to_numpy()
+    tops = np.flatnonzero((kind == int(Kind.CPU_OP)) & (root == np.arange(len(host))))
+    tops = tops[np.argsort(ts[tops], kind="stable")]
+    sync_ts = np.sort(ts[rows])
+    out_rows: list[np.ndarray] = []
+    out_f: list[np.ndarray] = []
+    for r, c, op in zip(rows.tolist(), constructs, op_rows.tolist(), strict=True):
+        if c != "data_dependent_shape":
+            continue
+        n_in = _numel(ctx, op)
+        if n_in <= 0:
+            continue
+        later = sync_ts[sync_ts > ts[r]]
+        stop = float(later[0]) if len(later) else np.inf
+        i = int(np.searchsorted(ts[tops], end[op], side="left"))
+        j = int(np.searchsorted(ts[tops], stop, side="left"))
+        cand = tops[i:j]
+        cand = cand[tid[cand] == tid[op]]
+        for o in cand.tolist():
+            m = _numel(ctx, o)
+            if 0 < m < n_in:
+                launched = _launched_by(ctx, np.array([o]), (Kind.KERNEL,))[0]
+                out_rows.append(launched)
+                out_f.append(np.full(len(launched), n_in / m))
+    if not out_rows:
+        return np.empty(0, np.int64), np.empty(0)
+    return np.concatenate(out_rows), np.concatenate(out_f)
 
 
 def _step_spans(ctx: AnalysisContext) -> list[tuple[float, float]]:
@@ -214,8 +277,14 @@ def _fusion_plan(ctx: AnalysisContext) -> Plan | None:
     h_ts = ctx.model.host["ts"].to_numpy()
     h_end = ctx.model.host["end"].to_numpy()
     groups, pass_info, removed_iv = [], [], []
+    g = ctx.graph
+    in_graph = np.zeros(len(gpu), dtype=bool)
+    if g is not None:
+        in_graph[g.row[g.kind == 1]] = True
     for c in roof.chains:
         for passes, pbytes in zip(c.occurrences, c.occurrence_bytes, strict=True):
+            if not in_graph[passes[0][0]]:
+                continue
             rows = np.array([r for p in passes for r in p], dtype=np.int64)
             groups.append(rows)
             pass_us = [float(sum(dur[r] for r in p)) for p in passes]
@@ -436,12 +505,11 @@ def _loader_plan(ctx: AnalysisContext) -> Plan | None:
     iv = _loader_intervals(ctx)
     if not len(iv):
         return None
-    # The batches' host-to-device copies: the uploads launched in the window.
+    # The batches' host-to-device copies: the uploads launched in the replayed span.
     gpu = ctx.model.gpu
-    dev = ctx.ledger.primary
+    lo, hi = _span(ctx)
     mc = gpu[(gpu["kind"] == int(Kind.MEMCPY)) & (gpu["launch"] >= 0)]
-    if dev is not None:
-        mc = mc[(mc["ts"] >= dev.window_start) & (mc["ts"] < dev.window_end)]
+    mc = mc[(mc["ts"] >= lo) & (mc["ts"] < hi)]
     up = mc[mc["name"].astype(str).str.contains("HtoD")]
     rows = up.index.to_numpy()
     batch = float(np.clip(up["bytes"].to_numpy(dtype=np.float64), 0, None).sum()) / max(len(iv), 1)
@@ -512,7 +580,7 @@ def _shape_plan(ctx: AnalysisContext) -> Plan | None:
     def apply(edit: Edit, v: Variant) -> None:
         scale = {Variant.LOW: 1.1, Variant.HIGH: 0.0}.get(v, 1.0)
         factors = 1.0 + (k_f - 1.0) * scale
-        t_host.apply(graph_of(ctx), edit, v, intervals, kernel_rows=k_rows, kernel_factors=factors)
+        t_host.apply(graph_of(ctx), edit, v, intervals, low_share=0.95, kernel_rows=k_rows, kernel_factors=factors)
 
     return Plan(
         "static_shapes",

@@ -29,3 +29,12 @@ def apply(g: DependencyGraph, edit: Edit, gpu_rows: np.ndarray, factors: np.ndar
     f = np.clip(np.asarray(factors, dtype=np.float64)[ok], 0.0, 1.0)
     edit.dur[nodes[ok]] = edit.dur[nodes[ok]] * f
     return int(ok.sum())
+
+
+def scale(g: DependencyGraph, edit: Edit, gpu_rows: np.ndarray, factors: np.ndarray) -> int:
+    """Like apply, with factors above 1 allowed (kernels that the fix makes longer)."""
+    assert edit.dur is not None
+    nodes = g.node_of_gpu_rows(np.asarray(gpu_rows, dtype=np.int64))
+    ok = nodes >= 0
+    edit.dur[nodes[ok]] = edit.dur[nodes[ok]] * np.clip(np.asarray(factors, dtype=np.float64)[ok], 0.0, None)
+    return int(ok.sum())
