@@ -40,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tracelens.analyzers.context import AnalysisContext  # noqa: E402
-from tracelens.analyzers.roofline import for_context  # noqa: E402
+from tracelens.derive.roofline import for_context  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
 
 CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm")

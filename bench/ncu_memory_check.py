@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO / "bench"))
 from ncu_compare import family_verdict, identifier, pairs_for, read_ncu, read_raw  # noqa: E402
 
 from tracelens.analyzers.context import AnalysisContext  # noqa: E402
-from tracelens.analyzers.roofline import for_context  # noqa: E402
+from tracelens.derive.roofline import for_context  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "ncu"

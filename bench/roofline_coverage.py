@@ -28,7 +28,7 @@ import pandas as pd
 
 import tracelens
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.roofline import for_context
+from tracelens.derive.roofline import for_context
 from tracelens.model import load_trace
 
 REPO = Path(__file__).resolve().parents[1]

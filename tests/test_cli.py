@@ -433,8 +433,8 @@ def test_the_early_scan_finds_one_report_input_or_none() -> None:
 
 
 _EARLY = (
-    "import sys, tracelens.model.loader as L; L.SPLIT_MIN_JSON_BYTES = 0; L.EARLY_SHARE = L.Share(1, 2, 3); "
-    "take = L._adopt_early; "
+    "import sys, tracelens.model.loader.split as S, tracelens.model.loader.load as L; "
+    "S.SPLIT_MIN_JSON_BYTES = 0; S.EARLY_SHARE = S.Share(1, 2, 3); take = L._adopt_early; "
     "L._adopt_early = lambda p: (lambda c: (print('adopted', c is not None, file=sys.stderr), c)[1])(take(p)); "
     "import gc, tracelens.cli as cli; leave = cli._hard_exit; "
     "cli._hard_exit = lambda code: (print('frozen', gc.get_freeze_count() > 0 and gc.isenabled(), file=sys.stderr), "

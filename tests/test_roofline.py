@@ -10,16 +10,11 @@ from pathlib import Path
 import pytest
 from support.corpus import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
 
-from tracelens.analyzers.op_costs import dtype_from_kernel, op_cost
-from tracelens.analyzers.roofline import (
-    FOREACH_CHUNK_ELEMENTS,
-    L2_ROOF_NAME,
-    L2_SPILL_MODELS,
-    MODEL_ERROR_SHARE,
-    compute_roofline,
-    for_context,
-)
 from tracelens.analyzers.roofline import analyze as roofline_analyze
+from tracelens.derive.kernel_costs import FOREACH_CHUNK_ELEMENTS
+from tracelens.derive.kernel_models import L2_ROOF_NAME, L2_SPILL_MODELS
+from tracelens.derive.op_costs import dtype_from_kernel, op_cost
+from tracelens.derive.roofline import MODEL_ERROR_SHARE, compute_roofline, for_context
 from tracelens.model.peaks import peaks_for
 
 
@@ -351,7 +346,7 @@ def test_owlv2_eager_attention_leads() -> None:
 def test_eager_attention_pattern() -> None:
     """tests/data/ncu/ncu_attention: SDPA (not eager) plus bmm > mul > softmax > dropout > bmm
     on 64x1024x1024 scores, once per profiled step; the SDPA training step has none."""
-    from tracelens.analyzers.roofline import eager_attention
+    from tracelens.derive.eager_attention import eager_attention
 
     path = REPO / "tests" / "data" / "ncu" / "ncu_attention.pt.trace.json.gz"
     ctx = context_of(path)
@@ -392,7 +387,7 @@ def test_instruction_counts_are_the_measured_ones() -> None:
     case (32768 x 1024 elements a kernel): each count within 1% of warp instructions x 32 /
     elements there, and the count carries to another size (the attention case's 64 x 1024 x
     1024 bf16 softmax_warp_forward)."""
-    from tracelens.analyzers.roofline import INSTRUCTIONS_PER_ELEMENT
+    from tracelens.derive.kernel_models import INSTRUCTIONS_PER_ELEMENT
 
     rows = _ncu_raw("instructions_raw.csv.gz")
     elements = 32768 * 1024
@@ -604,7 +599,7 @@ def _ncu_bench() -> object:
 def test_iteration_dims_coalesce_as_tensoriterator() -> None:
     """The dimensions the non-vectorised elementwise path indexes: what TensorIterator leaves
     after merging contiguous neighbours (the shapes and strides of the `legacy` case)."""
-    from tracelens.analyzers.roofline import iteration_dims
+    from tracelens.derive.kernel_models import iteration_dims
 
     def dims(d: list[list[int]], s: list[list[int]], inplace: bool = True) -> tuple[int, int] | None:
         return iteration_dims({"Input Dims": d, "Input Strides": s}, inplace)

@@ -18,10 +18,10 @@ from tracelens import __version__
 from tracelens.analyzers import run_all
 from tracelens.analyzers.allocation import memory_profile
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
-from tracelens.analyzers.roofline import for_context
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
+from tracelens.derive.matmuls import MatmulRow, cached_matmul_rows
+from tracelens.derive.roofline import for_context
 from tracelens.domain import cut_name
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source

@@ -238,7 +238,7 @@ def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
         # No GPU work: peaks, clocks and shapes are beside the point.
         return ""
-    from tracelens.analyzers.roofline import for_context
+    from tracelens.derive.roofline import for_context
 
     roof = for_context(ctx)
     out = ""
@@ -282,7 +282,7 @@ def _model_coverage(ctx: AnalysisContext, step: DiagnosticStep) -> float | None:
     """The roofline models' share of kernel time, for the questions that rest on it."""
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
         return None
-    from tracelens.analyzers.roofline import for_context
+    from tracelens.derive.roofline import for_context
 
     roof = for_context(ctx)
     if roof.peaks is None or roof.modelled_us + roof.unmodelled_us <= 0:

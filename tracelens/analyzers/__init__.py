@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from tracelens.analyzers import (
     allocation,
     communication,
+    eager_attention,
     host_bound,
     host_sync,
     launch_overhead,
@@ -45,9 +46,10 @@ ANALYZERS: tuple[AnalyzerSpec, ...] = (
     AnalyzerSpec("host_waits", (Category.HOST_BOUND,), host_bound.analyze, ("cuda", "cpu")),
     AnalyzerSpec("host_waits", (Category.COMMUNICATION,), communication.analyze, ("cuda",)),
     AnalyzerSpec("launch", (Category.LAUNCH_OVERHEAD,), launch_overhead.analyze, ("cuda", "cpu")),
+    AnalyzerSpec("memory", (Category.EAGER_ATTENTION,), eager_attention.analyze, ("cuda", "record_shapes")),
     AnalyzerSpec(
         "memory",
-        (Category.EAGER_ATTENTION, Category.MEMORY_BOUND, Category.COMPUTE_BOUND),
+        (Category.MEMORY_BOUND, Category.COMPUTE_BOUND),
         roofline.analyze,
         ("cuda", "record_shapes"),
         ("kernels", "roofline"),

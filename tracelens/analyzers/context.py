@@ -38,7 +38,7 @@ class AnalysisContext:
 
     @cached_property
     def ledger(self) -> Ledger:
-        from tracelens.analyzers.roofline import for_context
+        from tracelens.derive.roofline import for_context
 
         roof = for_context(self)
         bounds = {k.name: k.bound for k in roof.kernels}

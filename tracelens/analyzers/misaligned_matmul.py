@@ -14,13 +14,14 @@ import re
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.matmul_shapes import (
+from tracelens.derive.eager_attention import eager_attention_shapes
+from tracelens.derive.matmuls import (
     ALIGN_BYTES,
     MatmulRow,
     cached_matmul_rows,
     gemm_from_name,
 )
-from tracelens.analyzers.roofline import KernelRoof, eager_attention_shapes, for_context
+from tracelens.derive.roofline import KernelRoof, for_context
 from tracelens.domain import SHORT_DTYPE_BYTES, fmt_us
 
 #: Used when the trace has no aligned peer to compare with: the low end of what the H200

@@ -18,8 +18,8 @@ import math
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.matmul_shapes import MatmulRow, Tile, cached_matmul_rows, tiles_for, waves_of
-from tracelens.analyzers.roofline import eager_attention_shapes
+from tracelens.derive.eager_attention import eager_attention_shapes
+from tracelens.derive.matmuls import MatmulRow, Tile, cached_matmul_rows, tiles_for, waves_of
 from tracelens.domain import fmt_us
 
 #: Flag shapes whose waves are less than this full on average.

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tracelens.analyzers.matmul_shapes import MATMUL_OPS, shape_of
+from tracelens.derive.matmuls import MATMUL_OPS, shape_of
 from tracelens.domain import DTYPE_SHORT, FLOAT_DTYPE_BYTES, INTEGER_DTYPE_BYTES
 
 
