@@ -487,14 +487,15 @@ def test_a_report_whose_load_starts_before_the_imports_is_the_same(tmp_path: Pat
 )
 def test_the_fast_report_line_passes_what_typer_passes(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import tracelens.cli as cli
+    from tracelens.cli import report as report_cmd
 
     trace = str(sample("host_sync_mask"))
     line = ["report", *(a.format(t=trace) for a in args)]
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(cli, "_report_one", lambda *a, **k: (calls.append((a, k)), ())[1])
+    monkeypatch.setattr(report_cmd, "_report_one", lambda *a, **k: (calls.append((a, k)), ())[1])
     fast = cli._fast_report(line)
     assert fast is not None
-    cli.report(**fast)
+    report_cmd.report(**fast)
     monkeypatch.setattr(cli, "_fast_report", lambda args: None)
     with pytest.raises(SystemExit) as done:
         cli.main(line)

@@ -147,8 +147,6 @@ def test_unshaped_unaligned_gemms_from_kernel_names() -> None:
     fallbacks = [s for s in f.sites if "s1688gemm" in s.description]
     assert len(fallbacks) >= 3 and all("TF32" in s.description and "align1" in s.description for s in fallbacks)
     assert "117.6 ms" in f.title
-    from tracelens.derive.roofline import for_context
-
-    rows = [k for k in for_context(ctx).kernels if "s1688gemm" in k.name]
+    rows = [k for k in ctx.roofline.kernels if "s1688gemm" in k.name]
     assert rows and all(k.family == "matmul" and k.unit == "tf32" for k in rows)
     assert any(k.flops == 0 and k.roof_name == "TF32 tensor cores" for k in rows)

@@ -77,7 +77,7 @@ def test_host_sync_sites_carry_the_code(monkeypatch: pytest.MonkeyPatch) -> None
     the sources on TRACELENS_SOURCES the host-sync sites name each statement, and
     `a.mean()` ... `b.mean()` in one function are told apart by their order."""
     from tracelens.analyzers import host_sync
-    from tracelens.analyzers.context import AnalysisContext
+    from tracelens.derive.context import AnalysisContext
 
     monkeypatch.setenv("TRACELENS_SOURCES", str(REPO / "workloads"))
     m = load_trace(REPO / "sample_traces" / "host_sync_mask.pt.trace.json.gz")

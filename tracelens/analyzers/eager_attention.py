@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.eager_attention import SDPA_ROOF_SHARE, EagerAttention, eager_attention
-from tracelens.derive.roofline import Roofline, for_context
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.eager_attention import SDPA_ROOF_SHARE, EagerAttention
+from tracelens.derive.roofline import Roofline
 from tracelens.domain import fmt_us
 from tracelens.model.sources import user_source
 
@@ -19,7 +19,7 @@ MAX_SITES = 8
 def _eager_attention_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
     """Attention written as matmul > softmax > matmul: it writes and reads the [Lq x Lk]
     score matrix (several times) where a fused kernel keeps it on chip."""
-    calls = eager_attention(ctx.model, roof.peaks, roof.window)
+    calls = ctx.eager_attention
     if not calls:
         return None
     total = sum(c.time_us for c in calls)
@@ -78,7 +78,7 @@ def _eager_attention_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | 
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    roof = for_context(ctx)
+    roof = ctx.roofline
     if roof.peaks is None or not roof.kernels:
         return []
     found = _eager_attention_finding(ctx, roof)

@@ -6,17 +6,13 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from tracelens.derive.roofline import for_context
 from tracelens.domain import DTYPE_SHORT, SHORT_DTYPE_BYTES
 from tracelens.model.peaks import DevicePeaks
 from tracelens.model.trace import TraceModel
-
-if TYPE_CHECKING:  # the context reads this module: imported for its type only
-    from tracelens.analyzers.context import AnalysisContext
 
 #: Ops that make attention scores (Q @ K^T) or apply them (P @ V).
 ATTN_MATMULS = frozenset({"aten::bmm", "aten::matmul", "aten::baddbmm", "aten::einsum"})
@@ -77,10 +73,6 @@ def eager_attention(
     """Calls of attention written out: a (b)bmm/matmul whose output is [.., Lq, Lk], a softmax
     over a tensor of that shape, maybe a dropout, then a bmm/matmul whose first input has it.
     Their kernel time counts kernels inside `window` (the profiled window) only."""
-    memo = model.memo
-    key = ("eager_attention", peaks.name if peaks else None, window)
-    if key in memo:
-        return memo[key]  # type: ignore[no-any-return]
     host = model.host
     if host.empty:
         return ()
@@ -134,15 +126,13 @@ def eager_attention(
         if (softmax or dropout) and shape == st[2][1:3]:
             state[tid] = [2, (*st[1], r), st[2], st[3], pos]
     if not found:
-        memo[key] = ()
         return ()
     # Kernel time of each pattern: kernels launched under its ops, and under the ops between
     # them that touch the score matrix (scale, mask add).
     k = model.kernels()
     if window is not None:
         k = k[(k["end"] > window[0]) & (k["ts"] < window[1])]
-    launch = k["launch"].to_numpy()
-    kop = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(host) else launch
+    kop = k["op"].to_numpy()
     dur = k["dur"].to_numpy(dtype=float)
     root = host["op_root"].to_numpy()
     by_root: dict[int, float] = defaultdict(float)
@@ -171,17 +161,14 @@ def eager_attention(
             sdpa = 1e6 * max(flops / (SDPA_ROOF_SHARE * peak) if peak else 0.0, io / peaks.bw if peaks.bw else 0.0)
         if t > 0:
             out.append(EagerAttention(tuple(sorted(roots)), b_, lq, lk, d, dtype, t, min(sdpa, t)))
-    result = tuple(out)
-    memo[key] = result
-    return result
+    return tuple(out)
 
 
-def eager_attention_shapes(ctx: AnalysisContext) -> set[tuple[int, int, int, int]]:
+def eager_attention_shapes(calls: tuple[EagerAttention, ...]) -> frozenset[tuple[int, int, int, int]]:
     """(batch, M, N, K) of the matmuls inside eager attention (both orders of M and N): the
     matmul findings leave them to the eager-attention finding, whose fix removes them."""
-    roof = for_context(ctx)
     out: set[tuple[int, int, int, int]] = set()
-    for c in eager_attention(ctx.model, roof.peaks, roof.window):
+    for c in calls:
         for m, n, k in ((c.queries, c.keys, c.head_dim), (c.queries, c.head_dim, c.keys)):
             out |= {(c.batch, m, n, k), (c.batch, n, m, k)}
-    return out
+    return frozenset(out)

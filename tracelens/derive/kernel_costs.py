@@ -238,7 +238,7 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     launch = k["launch"].to_numpy()
     grids = (k["grid_x"].clip(lower=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1)).to_numpy()
     grids = np.where(k["grid_x"].to_numpy() > 0, grids, 0)
-    op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
+    op_rows = k["op"].to_numpy()
     found = _OpCosts(model)
     # Per distinct kernel name (kcodes index `uniq`): its type hint and the flags below,
     # found once per name and spread to the kernels by their codes.

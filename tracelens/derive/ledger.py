@@ -44,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracelens.derive.roofline import Roofline
 from tracelens.derive.window import StepSpan, Window
 from tracelens.domain import (
     ALLOC_APIS,
@@ -181,6 +182,12 @@ class Ledger:
     def n_steps(self) -> int:
         return max(len(self.window.steps), 1)
 
+    def capped(self, cause: str, time_us: float) -> float:
+        """`time_us` of kernels at most the primary GPU's `cause` time: kernels that
+        overlap on several streams count once, as the ledger counts them."""
+        dev = self.primary
+        return min(time_us, dev.by_cause.get(cause, 0.0)) if dev is not None else time_us
+
 
 # -- interval arithmetic ----------------------------------------------------------------
 
@@ -311,12 +318,13 @@ def _named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds:
 def compute_ledger(
     model: TraceModel,
     window: Window,
-    bound_of: Callable[[str], str],
-    latency_rows: np.ndarray | None = None,
+    roofline: Roofline | None = None,
 ) -> Ledger:
-    """The ledger of every active GPU over `window`. `bound_of(kernel name)` gives the
-    roofline's bound (compute, memory, latency or unknown); `latency_rows` (model.gpu
-    rows) are launches latency-bound on their own whatever their name's bound."""
+    """The ledger of every active GPU over `window`. The roofline gives each kernel name's
+    bound (compute, memory, latency or unknown; all unknown without one) and the launches
+    latency-bound on their own whatever their name's bound (its `latency_rows`)."""
+    bounds = {k.name: k.bound for k in roofline.kernels} if roofline is not None else {}
+    latency_rows = roofline.latency_rows if roofline is not None else None
     act_all = model.gpu_activity()
     w0, w1 = window.start_us, window.end_us
     host = model.host
@@ -385,7 +393,7 @@ def compute_ledger(
             nm = knames[i]
             b = bound_cache.get(nm)
             if b is None:
-                b = bound_cache[nm] = _BOUND_CLASS.get(bound_of(nm), "gpu_busy_unknown")
+                b = bound_cache[nm] = _BOUND_CLASS.get(bounds.get(nm, "unknown"), "gpu_busy_unknown")
             cls[i] = b
         if latency_rows is not None and len(latency_rows):
             cls[np.isin(rows, latency_rows) & (kind == int(Kind.KERNEL))] = "gpu_busy_latency"

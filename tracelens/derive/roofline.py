@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,9 +29,6 @@ from tracelens.domain import COLLECTIVE_LAUNCH_OPS, is_collective_kernel
 from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
 from tracelens.model.trace import TraceModel, name_matches
 from tracelens.report.enums import Bound, UncoveredReason
-
-if TYPE_CHECKING:  # the context reads this module: imported for its type only
-    from tracelens.analyzers.context import AnalysisContext
 
 #: Kernels shorter than this on average are latency-bound whatever their intensity: the
 #: launch and ramp-up of a kernel take a few µs on current GPUs.
@@ -367,10 +364,6 @@ def compute_roofline(
     """The roofline of `device`'s kernels in `window`. `iterations`: host start times of the
     window's detected loop iterations (where the trace has no ProfilerSteps), at which
     fusion chains end as they do at ProfilerSteps."""
-    memo = model.memo
-    key = ("roofline", device, window, iterations)
-    if key in memo:
-        return memo[key]  # type: ignore[no-any-return]
     dev = model.meta.device(device) if device is not None else model.meta.primary_device
     peaks = peaks_for(dev.name if dev else None)
     k = model.kernels()
@@ -379,8 +372,7 @@ def compute_roofline(
     k = k[(k["end"] > window[0]) & (k["ts"] < window[1])]
     names = k["name"].astype(str).to_numpy()
     dur = k["dur"].to_numpy(dtype=float)
-    launch = k["launch"].to_numpy()
-    op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
+    op_rows = k["op"].to_numpy()
     comm = _collective_kernels(model, k, op_rows)
     att = _attribute(model, k, comm)
     kept = np.flatnonzero(~comm)
@@ -405,7 +397,7 @@ def compute_roofline(
     unmodelled = tuple(
         Unmodelled(op, reason, t) for (op, reason), t in sorted(att.unmodelled.items(), key=lambda kv: -kv[1])
     )
-    result = Roofline(
+    return Roofline(
         peaks,
         tuple(rows),
         modelled,
@@ -419,12 +411,13 @@ def compute_roofline(
         window,
         latency_rows,
     )
-    memo[key] = result
-    return result
 
 
-def for_context(ctx: AnalysisContext) -> Roofline:
-    window = (ctx.window.start_us, ctx.window.end_us)
-    w = ctx.window
-    iterations = tuple(st.start_us for st in w.steps) if w.source == "detected" else ()
-    return compute_roofline(ctx.model, ctx.device, window, iterations)
+def gain_to_roof(r: KernelRoof) -> float:
+    """Time saved if the kernel group ran at the rate it can sustain: the ceiling measured
+    on this GPU where there is one (790 TFLOP/s bf16, 4.3 TB/s on the H200: the datasheet
+    roof is not reachable on random data under the power cap), else the datasheet roof."""
+    if r.roof_share <= 0 or r.roof_value <= 0:
+        return 0.0
+    reachable = min(r.measured_ceiling, r.roof_value) if r.measured_ceiling > 0 else r.roof_value
+    return r.bound_us * max(1.0 - r.roof_share * r.roof_value / reachable, 0.0)

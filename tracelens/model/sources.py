@@ -141,7 +141,7 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
     Memoised per Python frame (and per `Call stack` string in 2021-2022 traces): every
     frame on a walk learns the answer, so resolving all kernels' sources is linear. The
     answer is memoised per row too: several analyzers ask about the same launch rows."""
-    memo_row: dict[int, PySource | None] = model.memo.setdefault("user_source_row", {})
+    memo_row: dict[int, PySource | None] = model.source_caches.user_source_row
     row = int(row)
     found = memo_row.get(row, _MISSING)
     if found is _MISSING:
@@ -158,7 +158,7 @@ def _user_source(model: TraceModel, row: int) -> PySource | None:
     user, callee = _user_frame(model, frame)
     if user < 0:
         return None
-    memo_src: dict[int, PySource | None] = model.memo.setdefault("user_frame_src", {})
+    memo_src: dict[int, PySource | None] = model.source_caches.user_frame_src
     if user not in memo_src:
         memo_src[user] = _frame_of(model, user)
     found = memo_src[user]
@@ -187,7 +187,7 @@ def _user_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     name); the nearest such frame up each chain is found by pointer doubling over the
     frames' callers (log2 of the stack depth numpy passes), rather than a walk per frame.
     None when a frame's caller is not itself a Python frame row (then frames are walked)."""
-    memo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = model.memo.setdefault("user_frames", {})
+    memo: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = model.source_caches.user_frames
     if "all" in memo:
         return memo["all"]
     arr = model.arrays
@@ -233,7 +233,7 @@ def _user_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def _user_frame_walk(model: TraceModel, frame: int) -> tuple[int, int]:
     arr = model.arrays
-    memo: dict[int, tuple[int, int]] = model.memo.setdefault("user_frame", {})
+    memo: dict[int, tuple[int, int]] = model.source_caches.user_frame
     path: list[int] = []
     user, callee = -1, -1
     f = frame
@@ -264,14 +264,14 @@ def _frame_of(model: TraceModel, row: int) -> PySource | None:
 
 
 def _frame_of_code(model: TraceModel, code: int) -> PySource | None:
-    memo: dict[int, PySource | None] = model.memo.setdefault("frame_of_name", {})
+    memo: dict[int, PySource | None] = model.source_caches.frame_of_name
     if code not in memo:
         memo[code] = parse_frame(model.arrays.name_table[code], line_is_def=True)
     return memo[code]
 
 
 def _is_machinery_file(model: TraceModel, file: str) -> bool:
-    memo: dict[str, bool] = model.memo.setdefault("machinery_file", {})
+    memo: dict[str, bool] = model.source_caches.machinery_file
     if file not in memo:
         memo[file] = is_machinery(file)
     return memo[file]
@@ -280,7 +280,7 @@ def _is_machinery_file(model: TraceModel, file: str) -> bool:
 def _has_call_stacks(model: TraceModel) -> bool:
     """Whether any host row has a `Call stack` string (2021-2022 traces). A 2024+ trace
     has none, and rows outside Python frames then have no source without a walk each."""
-    memo: dict[str, bool] = model.memo.setdefault("has_call_stacks", {})
+    memo: dict[str, bool] = model.source_caches.has_call_stacks
     if "any" not in memo:
         stacks = model.arrays.call_stack
         present = stacks[np.flatnonzero(pd.notna(stacks))] if len(stacks) else stacks
@@ -289,7 +289,7 @@ def _has_call_stacks(model: TraceModel) -> bool:
 
 
 def _user_source_from_call_stack(model: TraceModel, row: int) -> PySource | None:
-    memo: dict[str, PySource | None] = model.memo.setdefault("user_call_stack", {})
+    memo: dict[str, PySource | None] = model.source_caches.user_call_stack
     cs = _nearest_call_stack(model, row)
     if cs is None:
         return None
@@ -308,7 +308,7 @@ def _nearest_call_stack(model: TraceModel, row: int) -> str | None:
     """The `Call stack` string of the row or its nearest ancestor, memoised along the
     walk (deeply nested ops would otherwise make this quadratic)."""
     arr = model.arrays
-    memo: dict[int, str | None] = model.memo.setdefault("nearest_call_stack", {})
+    memo: dict[int, str | None] = model.source_caches.nearest_call_stack
     path: list[int] = []
     found: str | None = None
     r = row
@@ -449,7 +449,7 @@ def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) 
     key = _row_callee_key(model, callee) if callee >= 0 else _op_key(model, row, user)
     if key is None:
         return src
-    memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.memo.setdefault("call_line", {})
+    memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.source_caches.call_line
     # Several calls of the same name in one function (`a.mean()` ... `b.mean()`): this
     # call's position among the same-named calls of this frame instance picks the
     # statement, when that instance made exactly as many such calls as there are in the
@@ -485,7 +485,7 @@ class _Children:
 
 def _child_frames(model: TraceModel) -> _Children:
     """Python frame rows by the frame that called them, in row (time) order."""
-    memo: dict[str, _Children] = model.memo.setdefault("child_frames", {})
+    memo: dict[str, _Children] = model.source_caches.child_frames
     if "all" not in memo:
         arr = model.arrays
         rows = np.flatnonzero(arr.kind == _PYTHON)
@@ -501,7 +501,7 @@ def _child_frames(model: TraceModel) -> _Children:
 def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
     """`_callee_key` of a row's name, worked out once per distinct name."""
     arr = model.arrays
-    memo: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})
+    memo: dict[int, tuple[str, str] | None] = model.source_caches.callee_key
     code = arr.name_codes.item(row)
     if code not in memo:
         memo[code] = _callee_key(arr.name_table[code])
@@ -513,13 +513,13 @@ def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) ->
     # than once per call: a loop body's frame makes thousands.
     # All of a frame's callees are grouped by key in one pass over its children (a frame
     # asked about for several keys is not scanned once per key).
-    memo: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = model.memo.setdefault("ordinal", {})
+    memo: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = model.source_caches.ordinal
     by_key = memo.get(user)
     if by_key is None:
         by_key = memo[user] = {}
         children = _child_frames(model).rows_of(user)
         arr = model.arrays
-        keys: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})  # as _row_callee_key
+        keys: dict[int, tuple[str, str] | None] = model.source_caches.callee_key  # as _row_callee_key
         for f, code in zip(children.tolist(), arr.name_codes[children].tolist(), strict=True):
             if code not in keys:
                 keys[code] = _callee_key(arr.name_table[code])
@@ -569,7 +569,7 @@ def _infer(model: TraceModel, src: PySource, key: tuple[str, str], ordinal: int 
 
 
 def _search_dirs(model: TraceModel) -> list[Path]:
-    memo: dict[str, list[Path]] = model.memo.setdefault("source_dirs", {})
+    memo: dict[str, list[Path]] = model.source_caches.source_dirs
     if "dirs" in memo:
         return memo["dirs"]
     dirs: list[Path] = [Path.cwd()]
@@ -589,7 +589,7 @@ def _search_dirs(model: TraceModel) -> list[Path]:
 
 
 def _parse_source(model: TraceModel, file: str) -> _Parsed | None:
-    cache: dict[str, _Parsed | None] = model.memo.setdefault("parsed_sources", {})
+    cache: dict[str, _Parsed | None] = model.source_caches.parsed_sources
     if file in cache:
         return cache[file]
     parsed: _Parsed | None = None

@@ -170,7 +170,8 @@ def _assign_steps(ts: np.ndarray, steps: pd.DataFrame) -> np.ndarray:
 
 def _link_launches(host: pd.DataFrame, gpu: pd.DataFrame) -> dict[str, Any]:
     """runtime/driver call <-> GPU activity by correlation id (flows are not 1:1; see
-    SOURCES.md #6), then the launch's step."""
+    SOURCES.md #6), then the launch's step and ops: the kernel -> op link, made once here
+    for every reader."""
     import pandas as pd
 
     launchers = host[((host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)) & (host["correlation"] >= 0)]
@@ -183,10 +184,18 @@ def _link_launches(host: pd.DataFrame, gpu: pd.DataFrame) -> dict[str, Any]:
     pos = corr_index.get_indexer(gpu["correlation"].to_numpy())
     launch = np.where(pos >= 0, launch_rows[np.clip(pos, 0, None)] if len(launch_rows) else _NO_ROW, _NO_ROW)
     launch = np.where(gpu["correlation"].to_numpy() >= 0, launch, _NO_ROW)
-    host_step = host["step"].to_numpy()
+    def at_launch(column: str) -> np.ndarray | int:
+        """The launching call's `column` for each activity (-1 where none launched it)."""
+        if not len(host):
+            return _NO_ROW
+        return np.where(launch >= 0, host[column].to_numpy()[np.clip(launch, 0, None)], _NO_ROW)
+
     return {
         "launch": launch.astype(np.int64),
-        "step": np.where(launch >= 0, host_step[np.clip(launch, 0, None)], _NO_ROW) if len(host) else _NO_ROW,
+        "step": at_launch("step"),
+        "op": at_launch("op"),
+        "op_root": at_launch("op_root"),
+        "range_root": at_launch("range_root"),
     }
 
 
