@@ -11,7 +11,8 @@ from support.cli import cli
 from support.corpus import REPO
 
 from tracelens.model import load_trace
-from tracelens.model.sources import PySource, _infer, user_source
+from tracelens.model.callsite import _infer
+from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel
 
 WORKLOAD = REPO / "workloads" / "capture_mask_sum.py"

@@ -18,7 +18,8 @@ from tracelens import __version__
 from tracelens.analyzers import run_all
 from tracelens.derive.clocks import nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, merge_intervals
+from tracelens.derive.intervals import merge_intervals
+from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.domain import cut_name
 from tracelens.model.schema import Kind

@@ -32,7 +32,7 @@ import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.ledger import overlap
+from tracelens.derive.intervals import overlap
 from tracelens.derive.memory import FRAGMENTATION_SHARE
 from tracelens.derive.shapes import describe_shapes
 from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, PINNED_APIS, fmt_us

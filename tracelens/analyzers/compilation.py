@@ -20,7 +20,7 @@ import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.ledger import merge_intervals, overlap, total
+from tracelens.derive.intervals import merge_intervals, overlap, total
 from tracelens.domain import COMPILE_BOOKKEEPING, COMPILED_REGION, GRAPH_CALL_MARKERS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source

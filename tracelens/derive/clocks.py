@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from tracelens.derive.ledger import covered
+from tracelens.derive.intervals import covered
 from tracelens.model.schema import NVML_TRACK_PREFIX as TRACK_PREFIX
 from tracelens.model.trace import TraceModel
 

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 import msgspec
 import numpy as np
 
-from tracelens.derive.ledger import DeviceLedger, overlap
+from tracelens.derive.intervals import overlap
+from tracelens.derive.ledger import DeviceLedger
 from tracelens.derive.window import Window
 from tracelens.domain import ALLOC_APIS, COMPILE_BOOKKEEPING, GRAPH_LAUNCH_APIS
 from tracelens.model.schema import Kind
