@@ -209,6 +209,7 @@ def test_relative_output_survives_chdir_and_module_args(tmp_path: Path) -> None:
     assert "ARGS ['a', '--flag']" in res.stdout or "ARGS ['a', '--', '--flag']" in res.stdout
 
 
+@pytest.mark.slow
 def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
     """Counter tracks hold their value until the next sample; a trace that writes only
     changes (as trace_file does) must give the same answer as one with every sample."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
+from functools import cache
 from pathlib import Path
 
 import pytest
@@ -83,6 +84,7 @@ def imports_of(path: Path) -> Iterator[str]:
                 )
 
 
+@cache
 def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):

@@ -256,6 +256,7 @@ def test_a_failed_second_process_falls_back(
     assert not split  # nothing to merge: the one-process read ran
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["train_step", "host_sync_mask"])
 def test_an_early_child_is_taken_by_the_load_of_its_file(
     which: str, small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch
@@ -278,6 +279,7 @@ def test_an_early_child_is_taken_by_the_load_of_its_file(
     assert shares == [split_mod.EARLY_SHARE] * 2 and split_mod._early is None
 
 
+@pytest.mark.slow
 def test_an_early_child_of_another_or_changed_file_is_stopped(
     tmp_path: Path, small_chunks: None, split: list[bool]
 ) -> None:

@@ -65,6 +65,7 @@ def check_chrome_trace(doc: Any) -> list[dict[str, Any]]:
     return ours
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["power_gemm", "host_sync_mask", "launch_bound"])
 def test_annotated_sample_follows_the_rules(name: str) -> None:
     path = sample(name)

@@ -282,6 +282,7 @@ def _all_traces() -> list[Path]:
     return [*SAMPLE_TRACES, *REAL_TRACES, *sorted((REPO / "tests" / "data" / "ncu").glob("*.pt.trace.json.gz"))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _all_traces(), ids=lambda p: p.name)
 def test_no_kernel_above_its_roof(path: Path) -> None:
     """An achieved rate above the datasheet roof is a model error, reported as unknown:
