@@ -24,7 +24,7 @@ sys.path.insert(0, str(REPO))
 
 from tracelens import __version__, assemble, predict  # noqa: E402
 from tracelens.analyzers import run_all  # noqa: E402
-from tracelens.analyzers.context import AnalysisContext  # noqa: E402
+from tracelens.derive.context import AnalysisContext  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracelens.derive.graph import END_END, START_START, DependencyGraph
+from tracelens.derive.graph import END_END, START_START, DependencyGraph, topological_order
 
 #: Jacobi rounds before the replay switches to one pass in dependency order: a round
 #: costs a few numpy passes over the nodes, the ordered pass about 1 µs of Python a node.
@@ -173,42 +173,6 @@ def replay(g: DependencyGraph, edit: Edit | None = None, *, cold: bool = False) 
     w_end = max(w_end + g.uncovered_tail_us, e.min_span_us)
     host_span = float((host_end - init[host_chain]).max(initial=0.0)) if len(host_chain) else 0.0
     return Schedule(start + w0, end + w0, w_end + w0, w_end, rounds, converged, host_span)
-
-
-def topological_order(n: int, chain_first: np.ndarray, src: np.ndarray, dst: np.ndarray) -> list[int]:
-    """Kahn's algorithm over the node-level dependencies (chain predecessor, edges). A
-    node left out is on a cycle (timestamps that contradict the dependencies)."""
-    indeg = np.bincount(dst, minlength=n).astype(np.int64)
-    first = np.zeros(n, dtype=bool)
-    first[chain_first[:-1][chain_first[:-1] < n]] = True
-    indeg += ~first  # the chain predecessor
-    order_e = np.argsort(src, kind="stable")
-    out_start = np.searchsorted(src[order_e], np.arange(n + 1))
-    out_dst = dst[order_e].tolist()
-    starts = out_start.tolist()
-    deg = indeg.tolist()
-    is_last = np.ones(n, dtype=bool)
-    is_last[chain_first[1:] - 1] = True
-    nxt = np.arange(1, n + 1)
-    nxt[chain_first[1:][chain_first[1:] <= n] - 1] = -1
-    nxt_l = nxt.tolist()
-    ready = [int(v) for v in np.flatnonzero(indeg == 0).tolist()]
-    order: list[int] = []
-    push, pop = ready.append, ready.pop
-    while ready:
-        v = pop()
-        order.append(v)
-        for k in range(starts[v], starts[v + 1]):
-            w = out_dst[k]
-            deg[w] -= 1
-            if deg[w] == 0:
-                push(w)
-        w = nxt_l[v]
-        if w >= 0:
-            deg[w] -= 1
-            if deg[w] == 0:
-                push(w)
-    return order
 
 
 def _sequential(

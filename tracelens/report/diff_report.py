@@ -60,7 +60,7 @@ class Verdict:
     primary_gone: bool
     text: str
     #: The step the before-report predicted for the fixes the after-trace shows applied
-    #: (tracelens/diff_predictions.py), its range, and its error against the after's
+    #: (tracelens/predict/score.py), its range, and its error against the after's
     #: step: (predicted - measured) / measured.
     predicted_step_us: float = 0.0
     predicted_step_low_us: float = 0.0

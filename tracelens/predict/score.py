@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.context import AnalysisContext
 from tracelens.derive.transforms import Variant
 from tracelens.predict import joint, signature
 from tracelens.report import Report

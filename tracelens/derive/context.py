@@ -1,0 +1,201 @@
+"""The analysis context: the one door to derived data.
+
+Every analyzer, the assembly of the report, the diff and the job read the trace through
+an AnalysisContext: the model, and what is derived from it, each a typed cached
+property, computed once per context when first asked for (a report that never needs the
+matmul table never builds it). Nothing here reads an analyzer; what two analyzers share
+is derived here.
+
+    window           the steady-state window (derive/window.py)
+    kernel_counters  hardware counters paired with the kernels (derive/counters.py)
+    roofline         every kernel's FLOPs, bytes, roof and bound; fusion chains (derive/roofline.py)
+    ledger           every µs of the window to one cause (derive/ledger.py)
+    eager_attention  attention written as matmul > softmax > matmul (derive/eager_attention.py)
+    matmuls          the matmul table: shapes, kernels, tiles, waves (derive/matmuls.py)
+    memory_profile   the [memory] events of the window (derive/memory.py)
+    shape_sites      op sites whose shapes change (derive/shapes.py)
+    clock_tracks     NVML clock and power samples of the GPU (derive/clocks.py)
+    blocking_calls   host calls that wait for the device (derive/ledger.py)
+    window_activity  the GPU's kernels, copies and memsets inside the window
+    graph            the window's dependency graph (derive/graph.py), for the predictions
+    replayed         the window replayed unmodified (derive/replay.py): every prediction's baseline
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import cached_property
+
+import numpy as np
+import pandas as pd
+
+from tracelens.derive.clocks import Series, clock_tracks
+from tracelens.derive.counters import KernelCounters, kernel_counters
+from tracelens.derive.eager_attention import EagerAttention, eager_attention, eager_attention_shapes
+from tracelens.derive.graph import DependencyGraph, build_graph, host_end_of, window_nodes
+from tracelens.derive.ledger import Ledger, blocking_call_rows, compute_ledger
+from tracelens.derive.matmuls import matmul_rows
+from tracelens.derive.memory import MemoryProfile, memory_profile
+from tracelens.derive.replay import replay
+from tracelens.derive.roofline import Roofline, compute_roofline
+from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
+from tracelens.derive.window import Window, find_window
+from tracelens.model.trace import TraceModel
+from tracelens.report import MatmulRow
+
+#: The replay's graph stays under this many nodes (derive/replay.py: a transform's replay
+#: costs a few numpy passes per round over them, or ~1 µs a node of Python when a path
+#: crosses chains often): a longer window is replayed on whole steps from its middle.
+REPLAY_MAX_NODES = 12_000
+REPLAY_MIN_STEPS = 2
+
+
+@dataclass
+class AnalysisContext:
+    model: TraceModel
+    #: `--window START:END` (seconds from the trace's start) or `--steps N-M` from the user.
+    user_window: tuple[float, float] | None = None
+    user_steps: tuple[int, int] | None = None
+
+    @property
+    def device(self) -> int | None:
+        """The GPU the report is about: the busiest one."""
+        active = self.model.meta.active_devices
+        return int(active[0]) if active else None
+
+    @cached_property
+    def window(self) -> Window:
+        model = self.model
+        if len(model.steps) == 1 and _whole_run_capture(model) and self.user_window is None and not self.user_steps:
+            # tracelens capture of a script without step marks wraps the whole run in one
+            # ProfilerStep: that is no loop. Look for the iterations inside it, and keep
+            # the step only when none repeat.
+            inner = find_window(replace(model, steps=model.steps.iloc[0:0]), self.device)
+            if inner.source == "detected":
+                return inner
+        return find_window(model, self.device, user_window=self.user_window, user_steps=self.user_steps)
+
+    @cached_property
+    def kernel_counters(self) -> KernelCounters | None:
+        """The trace's hardware counters paired with its kernels (None: it holds none)."""
+        return kernel_counters(self.model)
+
+    @cached_property
+    def roofline(self) -> Roofline:
+        """The roofline of the device's kernels in the window (hardware counters first,
+        the models where none exists). Fusion chains end where steps do: the window's
+        detected iterations where the trace has no ProfilerSteps."""
+        w = self.window
+        iterations = tuple(st.start_us for st in w.steps) if w.source == "detected" else ()
+        return compute_roofline(self.model, self.device, (w.start_us, w.end_us), iterations, self.kernel_counters)
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        return compute_ledger(self.model, self.window, self.roofline)
+
+    @cached_property
+    def replay_span(self) -> tuple[float, float, float, int]:
+        """The part of the window the replay covers: (start, end, host end, steps). All of
+        it, unless its graph would exceed REPLAY_MAX_NODES: then as many whole steps from
+        its middle as fit (at least REPLAY_MIN_STEPS), whose gains per step stand for the
+        window's (its steps are the same loop)."""
+        dev = self.ledger.primary
+        w = self.window
+        assert dev is not None
+        whole = (dev.window_start, dev.window_end, host_end_of(self.model, w), self.n_steps)
+        steps = [s for s in w.steps if s.end_us > s.start_us]
+        if len(steps) <= REPLAY_MIN_STEPS:
+            return whole
+        nodes = window_nodes(self.model, dev.window_start, dev.window_end)
+        if nodes <= REPLAY_MAX_NODES:
+            return whole
+        k = max(REPLAY_MIN_STEPS, int(REPLAY_MAX_NODES / (nodes / len(steps))))
+        if k >= len(steps):
+            return whole
+        i = (len(steps) - k) // 2
+        part = steps[i : i + k]
+        sub = replace(w, start_us=part[0].start_us, end_us=part[-1].end_us, steps=tuple(part))
+        return part[0].start_us, part[-1].end_us, host_end_of(self.model, sub), k
+
+    @cached_property
+    def graph(self) -> DependencyGraph | None:
+        """The window's dependency graph, for the replay's predictions (issue 25)."""
+        dev = self.ledger.primary
+        if dev is None:
+            return None
+        start, end, host_end, _ = self.replay_span
+        return build_graph(self.model, start, end, dev.device, host_end)
+
+    @cached_property
+    def replayed(self) -> float:
+        """The window replayed as measured, in a loop that runs on (µs): the baseline of
+        every prediction (derive/replay.py, Schedule.steady_span_us)."""
+        g = self.graph
+        return replay(g).steady_span_us if g is not None else self.window_us
+
+    @property
+    def window_us(self) -> float:
+        """The analysed time findings are measured against (the primary GPU's window)."""
+        dev = self.ledger.primary
+        if dev is not None and dev.window_us > 0:
+            return dev.window_us
+        return max(self.window.end_us - self.window.start_us, 1.0)
+
+    @property
+    def n_steps(self) -> int:
+        return self.ledger.n_steps
+
+    def share(self, time_us: float) -> float:
+        return float(time_us) / self.window_us if self.window_us > 0 else 0.0
+
+    @cached_property
+    def eager_attention(self) -> tuple[EagerAttention, ...]:
+        return eager_attention(self.model, self.roofline.peaks, self.roofline.window)
+
+    @cached_property
+    def eager_attention_shapes(self) -> frozenset[tuple[int, int, int, int]]:
+        """(batch, M, N, K) of the matmuls inside eager attention, both orders of M and N."""
+        return eager_attention_shapes(self.eager_attention)
+
+    @cached_property
+    def matmuls(self) -> tuple[MatmulRow, ...]:
+        return tuple(matmul_rows(self.model))
+
+    @cached_property
+    def memory_profile(self) -> MemoryProfile | None:
+        return memory_profile(self.model, self.ledger.primary, self.n_steps)
+
+    @cached_property
+    def shape_sites(self) -> tuple[ShapeSite, ...]:
+        return tuple(shape_sites(self.model, self.ledger.primary, self.window))
+
+    @cached_property
+    def graph_launches(self) -> int:
+        """CUDA-graph launches on the host inside the GPU's window."""
+        return graph_launches(self.model, self.ledger.primary)
+
+    @cached_property
+    def clock_tracks(self) -> dict[str, Series]:
+        """The NVML tracks of the report's GPU, by quantity ("SM clock (MHz)", ...)."""
+        dev = self.ledger.primary
+        return clock_tracks(self.model, dev.device) if dev is not None else {}
+
+    @cached_property
+    def blocking_calls(self) -> np.ndarray:
+        """Host rows of calls that block until the device catches up."""
+        return blocking_call_rows(self.model)
+
+    @cached_property
+    def window_activity(self) -> pd.DataFrame:
+        """The primary GPU's kernels, copies and memsets that overlap the window."""
+        dev = self.ledger.primary
+        act = self.model.gpu_activity()
+        if dev is None:
+            return act.iloc[0:0]
+        return act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
+
+
+def _whole_run_capture(model: TraceModel) -> bool:
+    """Whether `tracelens capture` recorded this trace with no step marks from the script."""
+    meta = str(model.meta.metadata.get("tracelens", ""))
+    return "'steps_marked': 0" in meta or '"steps_marked": 0' in meta
