@@ -7,9 +7,11 @@ step times measured with CUDA events outside the profiler (each trace's metadata
     python bench/diff_pairs_check.py [--pairs sync,graph,...]
 
 Profiled: predicted after-step vs the after-trace's step (the window over its steps).
-Unprofiled: the predicted change as a share of the before step, applied to the
-CUDA-event before step, vs the CUDA-event after step. The error is
-(predicted - measured) / measured, of the after step.
+Unprofiled: the after-step the before-report predicts without the profiler's own host
+cost (derive/profiler_cost.py; marked *) where that cost is at least 5% of the step, else
+the predicted change as a share of the before step applied to the CUDA-event before
+step; vs the CUDA-event after step. The error is (predicted - measured) / measured, of
+the after step.
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ def row(pair: str) -> dict[str, object]:
     eb, ea = event_us(b), event_us(a)
     pred = v.predicted_step_us
     ratio = pred / v.before_step_us if v.before_step_us > 0 and pred > 0 else 0.0
+    # Without the profiler: the replay without its own host cost where the before-trace
+    # says it mattered; else the profiled change's share applied to the CUDA-event step.
+    ev_pred = v.predicted_unprofiled_step_us or eb * ratio
     return {
         "pair": pair,
         "fix_for": {**PAIRS, **UNSEEN}[pair],
@@ -81,8 +86,9 @@ def row(pair: str) -> dict[str, object]:
         "error": v.prediction_error if pred > 0 else float("nan"),
         "events_before_us": eb,
         "events_after_us": ea,
-        "events_predicted_us": eb * ratio,
-        "events_error": (eb * ratio - ea) / ea if ratio > 0 else float("nan"),
+        "events_predicted_us": ev_pred,
+        "events_error": (ev_pred - ea) / ea if ev_pred > 0 else float("nan"),
+        "events_basis": "replay without the profiler" if v.predicted_unprofiled_step_us else "share",
         "within_noise": v.within_noise,
         "basis": v.prediction_basis,
     }
@@ -109,11 +115,12 @@ def main() -> None:
 
         err = float(r["error"])  # type: ignore[arg-type]
         ev_err = float(r["events_error"])  # type: ignore[arg-type]
+        star = "*" if r["events_basis"] != "share" else ""
         print(
             f"| {pair} | {r['fix_for']} | {r['applied']} | {ms(r['before_us'])} | {ms(r['after_us'])} | "
             f"{ms(r['predicted_us'])} ({ms(r['low_us'])}-{ms(r['high_us'])}) | "
             f"{'n/a' if err != err else f'{err:+.0%}'} | {ms(r['events_before_us'])} -> {ms(r['events_after_us'])} | "
-            f"{ms(r['events_predicted_us'])} | {'n/a' if ev_err != ev_err else f'{ev_err:+.0%}'} |"
+            f"{ms(r['events_predicted_us'])}{star} | {'n/a' if ev_err != ev_err else f'{ev_err:+.0%}'} |"
         )
     print("\n(ms per step; the error is of the after step: (predicted - measured) / measured)")
     if args.json:

@@ -148,6 +148,7 @@ def _scored(b: _Analysed, a: _Analysed, verdict: Verdict) -> tuple[Verdict, tupl
         prediction_error=p.error,
         prediction_basis=p.basis,
         prediction_text=p.text,
+        predicted_unprofiled_step_us=p.unprofiled_predicted_step_us,
     )
     return v, p.checks
 

@@ -19,6 +19,8 @@ is derived here.
     window_activity  the GPU's kernels, copies and memsets inside the window
     graph            the window's dependency graph (derive/graph.py), for the predictions
     replayed         the window replayed unmodified (derive/replay.py): every prediction's baseline
+    profiler_cost    what torch.profiler's own events cost the graph's host nodes (derive/profiler_cost.py)
+    unprofiled       the window replayed without that cost: the step the user sees unprofiled
 """
 
 from __future__ import annotations
@@ -36,9 +38,11 @@ from tracelens.derive.graph import DependencyGraph, build_graph, host_end_of, wi
 from tracelens.derive.ledger import Ledger, blocking_call_rows, compute_ledger
 from tracelens.derive.matmuls import matmul_rows
 from tracelens.derive.memory import MemoryProfile, memory_profile
-from tracelens.derive.replay import replay
+from tracelens.derive.profiler_cost import ProfilerCost, profiler_cost
+from tracelens.derive.replay import Edit, replay
 from tracelens.derive.roofline import Roofline, compute_roofline
 from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
+from tracelens.derive.transforms import profiler as t_profiler
 from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
 from tracelens.report import MatmulRow
@@ -132,6 +136,23 @@ class AnalysisContext:
         every prediction (derive/replay.py, Schedule.steady_span_us)."""
         g = self.graph
         return replay(g).steady_span_us if g is not None else self.window_us
+
+    @cached_property
+    def profiler_cost(self) -> ProfilerCost | None:
+        """What torch.profiler's recorded events cost the graph's host nodes."""
+        g = self.graph
+        return profiler_cost(self.model, g, self.replay_span[3]) if g is not None else None
+
+    @cached_property
+    def unprofiled(self) -> float:
+        """The replayed window without the profiler's own host cost (µs over the replayed
+        steps, like `replayed`)."""
+        g, cost = self.graph, self.profiler_cost
+        if g is None or cost is None:
+            return self.replayed
+        edit = Edit.of(g)
+        t_profiler.apply(g, edit, cost)
+        return replay(g, edit).steady_span_us
 
     @property
     def window_us(self) -> float:

@@ -20,6 +20,7 @@ from tracelens.analyzers.base import Category, Finding, Prediction
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.replay import Edit, combine, replay
 from tracelens.derive.transforms import VARIANTS, Variant
+from tracelens.derive.transforms import profiler as t_profiler
 from tracelens.model.trace import name_matches
 from tracelens.predict.gpu_plans import (
     fusion_plan,
@@ -50,10 +51,21 @@ class Outcome:
     n_steps: int  # the window's steps
     replayed_steps: int  # the steps the replay covered (derive: AnalysisContext.replay_span)
 
+    #: The same without the profiler's own host cost (nominal; None where the profiler
+    #: cost the host little: derive/profiler_cost.py), and its unfixed baseline.
+    unprofiled_span_us: float | None = None
+    unprofiled_baseline_us: float = 0.0
+
     def gain(self, v: Variant) -> float:
         """The fix's gain over the whole window (the replayed steps' gain per step, times
         the window's steps)."""
         return (self.baseline_us - self.span_us[v]) * self.n_steps / max(self.replayed_steps, 1)
+
+    def unprofiled_gain(self) -> float | None:
+        """The fix's gain over the window as it runs without the profiler (None: not estimated)."""
+        if self.unprofiled_span_us is None:
+            return None
+        return (self.unprofiled_baseline_us - self.unprofiled_span_us) * self.n_steps / max(self.replayed_steps, 1)
 
 
 def plan_for(ctx: AnalysisContext, f: Finding, present: set[Category]) -> Plan | None:
@@ -146,14 +158,20 @@ def outcome(ctx: AnalysisContext, plans: Sequence[Plan]) -> Outcome | None:
     plans = sorted(plans, key=lambda p: rank_of.get(p.fix, len(FIX_ORDER)))
     base = ctx.replayed
     spans = {}
+    unprofiled = None
+    cost = ctx.profiler_cost
     for v in VARIANTS:
         edits = []
         for p in plans:
             edit = Edit.of(g)
             p.apply(edit, v)
             edits.append(edit)
-        spans[v] = replay(g, combine(g, edits)).steady_span_us
-    return Outcome(spans, base, ctx.n_steps, ctx.replay_span[3])
+        both = combine(g, edits)
+        spans[v] = replay(g, both).steady_span_us
+        if v == Variant.NOMINAL and cost is not None and cost.us_per_step > 0:
+            t_profiler.apply(g, both, cost)
+            unprofiled = replay(g, both).steady_span_us
+    return Outcome(spans, base, ctx.n_steps, ctx.replay_span[3], unprofiled, ctx.unprofiled)
 
 
 def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
@@ -202,6 +220,11 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
 
         gains = sorted(max(gain(v), 0.0) for v in VARIANTS)
         nominal = min(max(gain(Variant.NOMINAL), gains[0]), gains[-1])
+        u_joint, u_gain = res.unprofiled_gain(), None
+        if u_joint is not None:
+            u_before = before.unprofiled_gain() if before is not None else 0.0
+            u_gain = max(u_joint - (u_before or 0.0), 0.0)
+        u_step = step - (ctx.replayed - ctx.unprofiled) / max(ctx.replay_span[3], 1) if u_gain is not None else 0.0
         pred = Prediction(
             fix=p.fix,
             basis="replay",
@@ -213,6 +236,9 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
             gain_high_us=gains[-1] / n,
             blocked_by=",".join(b.value for b in p.blocked_by),
             part=p.part,
+            unprofiled_step_us=max(u_step, 0.0),
+            unprofiled_predicted_step_us=max(u_step - max(u_joint or 0.0, u_gain or 0.0) / n, 0.0),
+            unprofiled_gain_us=(u_gain or 0.0) / n,
         )
         out.append(
             replace(

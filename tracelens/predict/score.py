@@ -49,6 +49,10 @@ class StepPrediction:
     categories: tuple[str, ...]
     checks: tuple[PredictionCheck, ...]
     text: str
+    #: The after-step predicted without the profiler's own host cost (0: not estimated, the
+    #: profiler cost the before-trace's host little): what CUDA events around the loop
+    #: would measure (bench/diff_pairs_check.py checks it against them).
+    unprofiled_predicted_step_us: float = 0.0
 
 
 def _pct(x: float) -> str:
@@ -124,6 +128,9 @@ def score(
             lo = b_step_us - max(out.gain(v) for v in out.span_us) / n
             hi = b_step_us - min(out.gain(v) for v in out.span_us) / n
             basis, cats = "joint", tuple(f.category.value for f in applied)
+            u_gain = out.unprofiled_gain()
+            u_now = b_step_us - (b_ctx.replayed - b_ctx.unprofiled) / max(b_ctx.replay_span[3], 1)
+            unprofiled = max(u_now - u_gain / n, 0.0) if u_gain is not None else 0.0
         else:
             applied = applied[:1]
     if len(applied) == 1:
@@ -131,6 +138,7 @@ def score(
         assert p is not None
         predicted, lo, hi = b_step_us - p.gain_us, b_step_us - p.gain_high_us, b_step_us - p.gain_low_us
         basis, cats = "single", (applied[0].category.value,)
+        unprofiled = max(p.unprofiled_step_us - p.unprofiled_gain_us, 0.0) if p.unprofiled_step_us > 0 else 0.0
     if not applied:
         # Nothing the before-report found was fixed: there is no prediction to score.
         s = b_rep.summary
@@ -143,7 +151,7 @@ def score(
         return StepPrediction(0.0, 0.0, 0.0, a_step_us, 0.0, "", (), tuple(checks), text)
     error = (predicted - a_step_us) / a_step_us if a_step_us > 0 else 0.0
     return StepPrediction(predicted, lo, hi, a_step_us, error, basis, cats, tuple(checks), _text(
-        checks, predicted, lo, hi, a_step_us, error, basis, cats))  # fmt: skip
+        checks, predicted, lo, hi, a_step_us, error, basis, cats), unprofiled)  # fmt: skip
 
 
 def _text(

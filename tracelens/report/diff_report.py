@@ -69,6 +69,9 @@ class Verdict:
     #: "single" (one fix applied), "joint" (several, replayed together), "" (none applied)
     prediction_basis: Literal["single", "joint", ""] = ""
     prediction_text: str = ""
+    #: The after-step predicted without torch.profiler's own host cost (0: not estimated):
+    #: for a check with CUDA events outside the profiler.
+    predicted_unprofiled_step_us: float = 0.0
 
 
 @dataclass(frozen=True)

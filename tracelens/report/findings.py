@@ -102,6 +102,11 @@ class Prediction:
     #: What the gain is of, when it is not all of the finding's time ("the transport part
     #: of the collectives; the rest is waiting for another rank").
     part: str = ""
+    #: Without torch.profiler's own host cost (derive/profiler_cost.py; 0 where the trace
+    #: recorded no host events): the step now, after the fix, and the fix's gain (µs a step).
+    unprofiled_step_us: float = 0.0
+    unprofiled_predicted_step_us: float = 0.0
+    unprofiled_gain_us: float = 0.0
 
 
 @dataclass(frozen=True)
