@@ -27,7 +27,7 @@ from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
 from tracelens.domain import cut_name
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, has_python_stacks, user_source
+from tracelens.model.sources import PySource, has_python_stacks, user_source, user_sources
 from tracelens.model.trace import TraceModel
 from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
@@ -588,13 +588,18 @@ def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:
         durs = act["dur"].to_numpy()[ok]
         frame = pd.DataFrame({"anchor": anchor, "dur": durs}).groupby("anchor")["dur"].agg(["sum", "size"])
         # Plain lists: a numpy row and its scalars per anchor cost more than the lookups.
-        for anchor_row, total, n in zip(
-            frame.index.tolist(), frame["sum"].tolist(), frame["size"].tolist(), strict=True
+        # Each source object's entry is looked up (hashed) once, not once per anchor.
+        entries: dict[int, list[float]] = {}
+        anchors = frame.index.to_numpy()
+        for src, total, n in zip(
+            user_sources(model, anchors), frame["sum"].tolist(), frame["size"].tolist(), strict=True
         ):
-            src = user_source(model, anchor_row)
             if src is not None:
-                gpu_by[src][0] += float(total)
-                gpu_by[src][1] += float(n)
+                entry = entries.get(id(src))
+                if entry is None:
+                    entry = entries[id(src)] = gpu_by[src]
+                entry[0] += float(total)
+                entry[1] += float(n)
     cost_by: dict[PySource, float] = defaultdict(float)
     for f in findings:
         for site in f.sites:

@@ -35,7 +35,7 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.ledger import blocking_call_rows, merge_intervals, overlap, total
 from tracelens.domain import ALLOC_APIS, COMPILED_REGION, GRAPH_LAUNCH_APIS, fmt_us
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, user_source
+from tracelens.model.sources import PySource, user_source, user_sources
 from tracelens.model.trace import TraceModel, name_matches
 
 MAX_SITES = 8
@@ -215,9 +215,15 @@ def _shape_sites(ctx: AnalysisContext) -> list[ShapeSite]:
     picked_rows = np.array([r for r, _, _, _ in picked], dtype=np.int64)
     steps = _step_of(ctx, ts[picked_rows])
     sites: dict[tuple[str, str], ShapeSite] = {}
-    for (r, name, dims, new), step in zip(picked, steps.tolist(), strict=True):
-        src = user_source(model, r)
-        site_key = (name, src.label if src else "")
+    labels: dict[int, str] = {}  # by the source object's id: one label string per object
+    srcs = user_sources(model, picked_rows)
+    for (r, name, dims, new), step, src in zip(picked, steps.tolist(), srcs, strict=True):
+        label = ""
+        if src is not None:
+            label = labels.get(id(src), "")
+            if not label:
+                label = labels[id(src)] = src.label
+        site_key = (name, label)
         site = sites.get(site_key)
         if site is None:
             site = sites[site_key] = ShapeSite(name, src)

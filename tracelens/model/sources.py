@@ -149,6 +149,74 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
     return found  # type: ignore[return-value]
 
 
+def user_sources(model: TraceModel, rows: np.ndarray | list[int]) -> list[PySource | None]:
+    """`user_source` of each row (the same answers, the same objects), worked out for all
+    rows at once: a decode loop's analyzers ask about 10^5 launch and op rows, and one
+    walk and refinement per row was most of their time on stack-heavy traces.
+
+    A row's answer depends only on its user frame's name, the syntax key of the call
+    (from the callee frame's name, or the op issued directly in the user's frame) and the
+    call's ordinal among the frame's same-key calls: those are found in numpy, and each
+    distinct combination is refined once. Rows without a Python frame (2021-2022 `Call
+    stack` traces) and traces whose frames need the walk go row by row."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out: list[PySource | None] = [None] * len(rows)
+    if not len(rows):
+        return out
+    arr = model.arrays
+    table = _user_frames(model)
+    frames = arr.py_frame[rows]
+    framed = frames >= 0
+    slow = np.flatnonzero(~framed) if table is not None else np.arange(len(rows))
+    for i in slow.tolist():
+        out[i] = user_source(model, rows.item(i))
+    if table is None or not bool(framed.any()):
+        return out
+    users_all, callees_all, index = table
+    at = np.flatnonzero(framed)
+    slot = index[frames[at]]
+    user = users_all[slot]
+    found = user >= 0
+    at, user, callee = at[found], user[found], callees_all[slot[found]]
+    if not len(at):
+        return out
+    ordinals = _callee_ordinals(model)
+    key_ids, keys = ordinals.key_ids, ordinals.keys
+    # The syntax key: the callee frame's (by its name), else the op's issued in the frame.
+    has_callee = callee >= 0
+    key = np.full(len(at), ordinals.none_key, dtype=np.int64)
+    key[has_callee] = key_ids[arr.name_codes[callee[has_callee]]]
+    ordinal = np.full(len(at), -1, dtype=np.int64)
+    count = np.full(len(at), -1, dtype=np.int64)
+    cslot = index[callee[has_callee]]
+    ordinal[has_callee] = ordinals.ordinal[cslot]
+    count[has_callee] = ordinals.count[cslot]
+    direct = np.flatnonzero(~has_callee)
+    if len(direct):
+        key_of = ordinals.key_id
+        op_keys = [
+            key_of(_op_key(model, r, u)) for r, u in zip(rows[at[direct]].tolist(), user[direct].tolist(), strict=True)
+        ]
+        key[direct] = op_keys
+    # One refinement per distinct (user frame name, key, ordinal, count).
+    ucode = arr.name_codes[user].astype(np.int64)
+    combo = np.stack([ucode, key, ordinal, count], axis=1)
+    distinct, firsts, inverse = np.unique(combo, axis=0, return_index=True, return_inverse=True)
+    memo_src: dict[int, PySource | None] = model.memo.setdefault("user_frame_src", {})
+    answers: list[PySource | None] = []
+    for (_code, k, o, c), first in zip(distinct.tolist(), firsts.tolist(), strict=True):
+        u = user.item(first)
+        if u not in memo_src:
+            memo_src[u] = _frame_of(model, u)
+        src = memo_src[u]
+        if src is not None and keys[k] is not None:
+            src = _refined(model, src, u, keys[k], o, c)
+        answers.append(src)
+    for i, j in zip(at.tolist(), inverse.reshape(-1).tolist(), strict=True):
+        out[i] = answers[j]
+    return out
+
+
 def _user_source(model: TraceModel, row: int) -> PySource | None:
     arr = model.arrays
     # `.item()` reads a Python int straight from the array (per row: no numpy scalar).
@@ -461,6 +529,15 @@ def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) 
     return memo[mkey]
 
 
+def _refined(model: TraceModel, src: PySource, user: int, key: tuple[str, str], ordinal: int, count: int) -> PySource:
+    """`_refine`'s answer once its key and ordinal are known (the same memo)."""
+    memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.memo.setdefault("call_line", {})
+    mkey = (model.arrays.name(user), key, ordinal, count)
+    if mkey not in memo:
+        memo[mkey] = _infer(model, src, key, ordinal, count)
+    return memo[mkey]
+
+
 class _Children:
     """Python frame rows by the frame that called them, in row (time) order: two sorted
     int64 arrays rather than a dict of lists (21 MB for 280k frames)."""
@@ -509,26 +586,84 @@ def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
 
 
 def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) -> tuple[int, int]:
-    # The same-named calls of one frame instance, listed once per (frame, name) rather
-    # than once per call: a loop body's frame makes thousands.
-    # All of a frame's callees are grouped by key in one pass over its children (a frame
-    # asked about for several keys is not scanned once per key).
-    memo: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = model.memo.setdefault("ordinal", {})
-    by_key = memo.get(user)
-    if by_key is None:
-        by_key = memo[user] = {}
-        children = _child_frames(model).rows_of(user)
-        arr = model.arrays
-        keys: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})  # as _row_callee_key
-        for f, code in zip(children.tolist(), arr.name_codes[children].tolist(), strict=True):
-            if code not in keys:
-                keys[code] = _callee_key(arr.name_table[code])
-            same = by_key.setdefault(keys[code], {})
-            same.setdefault(f, len(same))
-    positions = by_key.get(key, {})
-    if callee not in positions:
+    """(position, count) of `callee` among the calls `user` made with the same syntax key
+    (its children frames of that key, in row order); (-1, -1) when callee is not one of
+    user's children with that key."""
+    ordinals = _callee_ordinals(model)
+    slot = ordinals.slot.item(callee)
+    if (
+        slot < 0
+        or ordinals.caller.item(slot) != user
+        or ordinals.keys[ordinals.key_ids.item(model.arrays.name_codes.item(callee))] != key
+    ):
         return (-1, -1)
-    return (positions[callee], len(positions))
+    return (ordinals.ordinal.item(slot), ordinals.count.item(slot))
+
+
+@dataclass(frozen=True)
+class _Ordinals:
+    """For every Python frame row (by `slot`): its caller frame and its position and
+    count among the caller's children frames of the same syntax key (`_callee_key` of the
+    frame's name, one id per distinct key in `keys`), in row order; -1 for frames
+    without a caller frame. A loop body's frame makes thousands of calls: grouping them
+    is one sort, not a pass per frame instance."""
+
+    slot: np.ndarray  # per host row: its index here, -1 for rows that are not frames
+    caller: np.ndarray
+    ordinal: np.ndarray
+    count: np.ndarray
+    key_ids: np.ndarray  # per host name code: its key id
+    keys: list[tuple[str, str] | None]  # by key id; keys[0] is None (no key)
+    key_index: dict[tuple[str, str] | None, int]
+    none_key: int = 0
+
+    def key_id(self, key: tuple[str, str] | None) -> int:
+        """The id of a key (an op's, say), given one if it has none yet."""
+        found = self.key_index.setdefault(key, len(self.keys))
+        if found == len(self.keys):
+            self.keys.append(key)
+        return found
+
+
+def _callee_ordinals(model: TraceModel) -> _Ordinals:
+    memo: dict[str, _Ordinals] = model.memo.setdefault("callee_ordinals", {})
+    if "all" in memo:
+        return memo["all"]
+    arr = model.arrays
+    # Keys per distinct name: as _row_callee_key has them (one memo for both).
+    names: dict[int, tuple[str, str] | None] = model.memo.setdefault("callee_key", {})
+    keys: list[tuple[str, str] | None] = [None]
+    key_index: dict[tuple[str, str] | None, int] = {None: 0}
+    frames = np.flatnonzero(arr.kind == _PYTHON)
+    used = np.unique(arr.name_codes[frames]).tolist()
+    key_ids = np.zeros(len(arr.name_table), dtype=np.int64)
+    for code in used:
+        if code not in names:
+            names[code] = _callee_key(arr.name_table[code])
+        k = names[code]
+        key_ids[code] = key_index.setdefault(k, len(keys))
+        if len(keys) < len(key_index):
+            keys.append(k)
+    n = len(frames)
+    slot = np.full(len(arr.kind), -1, dtype=np.int64)
+    slot[frames] = np.arange(n)
+    parents = arr.parent[frames]
+    caller = np.where(parents >= 0, arr.py_frame[np.clip(parents, 0, None)], -1)
+    fkey = key_ids[arr.name_codes[frames]]
+    ordinal = np.full(n, -1, dtype=np.int64)
+    count = np.full(n, -1, dtype=np.int64)
+    has = np.flatnonzero(caller >= 0)
+    if len(has):
+        order = has[np.lexsort((frames[has], fkey[has], caller[has]))]
+        c, k = caller[order], fkey[order]
+        starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (k[1:] != k[:-1]))))
+        sizes = np.diff(np.append(starts, len(order)))
+        group = np.repeat(np.arange(len(starts)), sizes)
+        ordinal[order] = np.arange(len(order)) - starts[group]
+        count[order] = sizes[group]
+    found = _Ordinals(slot, caller, ordinal, count, key_ids, keys, key_index)
+    memo["all"] = found
+    return found
 
 
 def _strip_comment(line: str) -> str:
