@@ -21,7 +21,15 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
-from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
+from tracelens.derive.ledger import (
+    CAUSES,
+    TIMELINE_BINS,
+    DeviceLedger,
+    blocking_call_rows,
+    merge_intervals,
+    one_per_call,
+)
+from tracelens.model.peaks import infer_part
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel
@@ -69,6 +77,7 @@ def build_report(
     t0 = time.perf_counter()
     if ctx is None:
         ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
+    model = ctx.model  # with the user's own step marks, where it had no ProfilerStep
     ranked = rank(settle(ctx, run_all(ctx)))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(
@@ -128,8 +137,25 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         has_python_stacks=has_python_stacks(model),
         has_memory_events=len(model.memory) > 0,
         has_clock_samples=len(model.counters) > 0,
-        notes=meta.notes,
+        notes=meta.notes + _device_notes(model),
     )
+
+
+def _device_notes(model: TraceModel) -> tuple[str, ...]:
+    """How the kernels' GPU was identified, when not plainly by its id and name."""
+    meta = model.meta
+    out = [meta.device_note] if meta.device_note else []
+    dev = meta.primary_device
+    if dev is not None and meta.active_devices:
+        dev = meta.device(meta.active_devices[0]) or dev
+        part = infer_part(dev.name, dev.compute_capability, dev.num_sms, dev.total_memory_bytes)
+        if part is not None:
+            cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}" if dev.compute_capability else "?"
+            out.append(
+                f"The trace names its GPU {dev.name!r}; from its architecture ({cc}, {dev.num_sms} SMs/CUs) it is "
+                f"taken to be an {part}, whose peaks are used."
+            )
+    return tuple(out)
 
 
 def _split(window: float, busy: float, by_cause: dict[str, float]) -> TimeSplit:
@@ -192,7 +218,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     if tl is None or dev is None:
         return None
     host = ctx.model.host
-    rows = blocking_call_rows(ctx.model)
+    rows = one_per_call(ctx.model, blocking_call_rows(ctx.model))
     ts = host["ts"].to_numpy()[rows]
     marks = host["end"].to_numpy()[rows][(ts >= tl.start) & (ts <= tl.end)]
     if len(marks) > MAX_SYNC_MARKS:

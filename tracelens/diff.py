@@ -27,7 +27,7 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.launch_overhead import LAUNCH_APIS
 from tracelens.assemble import build_report
 from tracelens.derive.apis import ALLOC_APIS
-from tracelens.derive.ledger import CAUSES, blocking_call_rows
+from tracelens.derive.ledger import CAUSES, blocking_call_rows, one_per_call
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -129,6 +129,7 @@ class _Analysed:
 
 def _analyse(model: TraceModel) -> _Analysed:
     ctx = AnalysisContext(model)
+    model = ctx.model  # with the user's own step marks, where it had no ProfilerStep
     rep = build_report(model, ctx=ctx)
     win = ctx.window_us
     n = max(len(ctx.window.steps), 1)
@@ -377,7 +378,7 @@ def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
         return dev.n_activities / x.steps if dev else 0.0
 
     def syncs(x: _Analysed) -> float:
-        rows = blocking_call_rows(x.model)
+        rows = one_per_call(x.model, blocking_call_rows(x.model))
         ts = x.model.host["ts"].to_numpy()[rows]
         lo, hi = _host_span(x)
         return float(((ts >= lo) & (ts < hi)).sum()) / x.steps

@@ -277,6 +277,15 @@ def trace_has_shapes(model: TraceModel) -> bool:
     return False
 
 
+def _peaks_unknown(ctx: AnalysisContext) -> bool:
+    """Whether the primary GPU has kernels but no known peaks (questions 3 and 6 rest on them)."""
+    if ctx.ledger.primary is None:
+        return False
+    from tracelens.analyzers.roofline import for_context
+
+    return for_context(ctx).peaks is None
+
+
 def _model_coverage(ctx: AnalysisContext, step: DiagnosticStep) -> float | None:
     """The roofline models' share of kernel time, for the questions that rest on it."""
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
@@ -312,6 +321,10 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
             status = "minor"
             share = pct(ctx.share(time_us))
             answer = f"A little: {fmt_us(time_us)} ({share} of the analysed time), below the bar.{partly}"
+        elif step.id in ("compute", "memory") and _peaks_unknown(ctx):
+            # No roof to judge the kernels against: that is no evidence of a no.
+            status = "unknown"
+            answer = f"Unknown: this GPU's peaks are not known, so no kernel could be judged against a roof.{partly}"
         elif (cov := _model_coverage(ctx, step)) is not None and cov < MIN_MODEL_COVERAGE:
             status = "not_measurable"
             answer = (
@@ -398,8 +411,9 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             primary_advice="",
             primary_gain_us=0.0,
             notes=notes,
+            unit=ctx.unit,
         )
-    unit = ("iteration" if ctx.window.source == "detected" else "step") if ctx.ledger.windowed_by_steps else "window"
+    unit = ctx.unit
     per = max(steps, 1) if unit != "window" else 1
     kids = [
         f
@@ -426,4 +440,5 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         notes=notes,
         per_step_us=ctx.window_us / per if unit != "window" else 0.0,
         primary_gain_per_step_us=top.expected_gain_us / per if unit != "window" else 0.0,
+        unit=unit,
     )

@@ -240,7 +240,7 @@ class Question:
     id: str
     question: str
     categories: tuple[str, ...]
-    status: str  # yes, minor, no, not_measurable, not_built
+    status: str  # yes, minor, no, unknown (no peaks to judge by), not_measurable, not_built
     time_us: float
     share: float
     answer: str
@@ -257,6 +257,9 @@ class Summary:
     primary_gain_us: float
     per_step_us: float = 0.0  # the analysed window over its steps (0 without steps)
     primary_gain_per_step_us: float = 0.0
+    #: The one unit every per-unit number of the report is in: "step" (the user's
+    #: steps), "iteration" (a loop tracelens detected) or "window" (neither).
+    unit: str = "step"
     # Things worth knowing that are not findings (idle the host did not cause, profiler cost).
     notes: tuple[str, ...] = ()
 

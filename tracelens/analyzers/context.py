@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from tracelens.derive.ledger import Ledger, compute_ledger
+from tracelens.derive.steps import find_step_marks, with_steps
 from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
 
@@ -18,6 +19,17 @@ class AnalysisContext:
     user_window: tuple[float, float] | None = None
     user_steps: tuple[int, int] | None = None
 
+    def __post_init__(self) -> None:
+        # The user's own step marks (record_function ranges, framework steps, optimizer
+        # steps) become the model's steps when torch.profiler marked none, so that the
+        # window, the ledger, the analyzers and the diff all see one set of steps.
+        model = self.model
+        if model.steps.empty or (len(model.steps) == 1 and _whole_run_capture(model)):
+            bare = replace(model, steps=model.steps.iloc[0:0]) if len(model.steps) else model
+            marks = find_step_marks(bare)
+            if marks is not None:
+                self.model = with_steps(bare, marks)
+
     @property
     def device(self) -> int | None:
         """The GPU the report is about: the busiest one."""
@@ -27,7 +39,13 @@ class AnalysisContext:
     @cached_property
     def window(self) -> Window:
         model = self.model
-        if len(model.steps) == 1 and _whole_run_capture(model) and self.user_window is None and not self.user_steps:
+        if (
+            len(model.steps) == 1
+            and model.step_marks == "ProfilerStep"
+            and _whole_run_capture(model)
+            and self.user_window is None
+            and not self.user_steps
+        ):
             # tracelens capture of a script without step marks wraps the whole run in one
             # ProfilerStep: that is no loop. Look for the iterations inside it, and keep
             # the step only when none repeat.
@@ -51,6 +69,17 @@ class AnalysisContext:
         if dev is not None and dev.window_us > 0:
             return dev.window_us
         return max(self.window.end_us - self.window.start_us, 1.0)
+
+    @property
+    def unit(self) -> str:
+        """The report's one unit: "step" for the user's steps (ProfilerStep or their own
+        marks), "iteration" for a loop tracelens detected, "window" for neither; per-unit
+        numbers everywhere (headline, titles, ledger column) are in it."""
+        if not self.ledger.windowed_by_steps:
+            return "window"
+        if self.window.source == "detected" or (self.window.source == "user" and self.model.steps.empty):
+            return "iteration"
+        return "step"
 
     @property
     def n_steps(self) -> int:

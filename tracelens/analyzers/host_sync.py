@@ -21,7 +21,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.derive.ledger import blocking_call_rows, overlap
+from tracelens.derive.ledger import blocking_call_rows, one_per_call, overlap
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
     PySource,
@@ -209,9 +209,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
 
     groups: dict[tuple[str, str, tuple[str, ...], str], _Group] = {}
     profiler_syncs = 0
-    for row in sync_rows:
-        row = int(row)
-        if not (w0 - 1 <= ts[row] <= w1 + 1) and idle_by_sync.get(row, 0.0) == 0.0:
+    # One host wait per logical call: a pageable .tolist() is a copy and a synchronize
+    # inside one op; both calls' host time and idle go to the call, counted once.
+    calls = _calls_of(model, sync_rows)
+    for row, parts in calls.items():
+        if not any(w0 - 1 <= ts[r] <= w1 + 1 or idle_by_sync.get(r, 0.0) > 0.0 for r in parts):
             continue
         if _is_profiler_sync(model, row, last_launch_ts):
             profiler_syncs += 1
@@ -231,10 +233,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         grp.count += 1
         if grp.rows is None:
             grp.rows = []
-        grp.rows.append(row)
-        grp.host_us += float(dur[row])
-        grp.idle_us += idle_by_sync.get(row, 0.0)
-        grp.tail_us += tail_by_sync.get(row, 0.0)
+        grp.rows.extend(parts)
+        grp.host_us += float(sum(dur[r] for r in parts))
+        grp.idle_us += sum(idle_by_sync.get(r, 0.0) for r in parts)
+        grp.tail_us += sum(tail_by_sync.get(r, 0.0) for r in parts)
         if steps[row] >= 0 and grp.steps is not None:
             grp.steps.add(int(steps[row]))
 
@@ -318,6 +320,18 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             tags=tuple(constructs),
         )
     ]
+
+
+def _calls_of(model: TraceModel, sync_rows: np.ndarray) -> dict[int, list[int]]:
+    """Blocking rows grouped into logical calls: {the call's last row: all its rows}."""
+    last = one_per_call(model, sync_rows)
+    op = model.host["op"].to_numpy()
+    rep = {int(op[r]) if op[r] >= 0 else -1 - int(r): int(r) for r in last}
+    out: dict[int, list[int]] = {int(r): [] for r in last}
+    for r in sync_rows:
+        k = int(op[r]) if op[r] >= 0 else -1 - int(r)
+        out[rep[k]].append(int(r))
+    return out
 
 
 def _busy_during(ctx: AnalysisContext, row_lists: list[list[int] | None]) -> float:

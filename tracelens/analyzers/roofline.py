@@ -36,7 +36,7 @@ from tracelens.analyzers.op_costs import (
     dtype_from_kernel,
     op_cost,
 )
-from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
+from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, infer_part, peaks_for
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
 
@@ -913,7 +913,8 @@ def compute_roofline(
     if key in memo:
         return memo[key]  # type: ignore[no-any-return]
     dev = model.meta.device(device) if device is not None else model.meta.primary_device
-    peaks = peaks_for(dev.name if dev else None)
+    inferred = infer_part(dev.name, dev.compute_capability, dev.num_sms, dev.total_memory_bytes) if dev else None
+    peaks = peaks_for(inferred or (dev.name if dev else None))
     k = model.kernels()
     if device is not None:
         k = k[k["device"] == device]

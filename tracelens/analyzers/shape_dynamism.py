@@ -33,7 +33,7 @@ import numpy as np
 from tracelens.analyzers.base import LOW_SHARE, Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.derive.apis import ALLOC_APIS
-from tracelens.derive.ledger import blocking_call_rows, merge_intervals, overlap, total
+from tracelens.derive.ledger import blocking_call_rows, merge_intervals, one_per_call, overlap, total
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -340,7 +340,7 @@ def _graph_launches(ctx: AnalysisContext) -> int:
 
 def _window_syncs(ctx: AnalysisContext) -> int:
     dev = ctx.ledger.primary
-    rows = blocking_call_rows(ctx.model)
+    rows = one_per_call(ctx.model, blocking_call_rows(ctx.model))
     if dev is None or not len(rows):
         return 0
     ts = ctx.model.host["ts"].to_numpy()[rows]
@@ -612,7 +612,8 @@ def _compilation_finding(ctx: AnalysisContext, graphs: int) -> Finding | None:
             linked = _sync_idle_in(ctx, all_rows)
             names = ", ".join(sorted(breaks, key=lambda n: -len(breaks[n]))[:4])
             title_parts.append(
-                f"graph breaks: {comp.graph_calls_per_step:.0f} compiled graphs per step with eager {names} between "
+                f"graph breaks: {comp.graph_calls_per_step:.0f} compiled graphs per {ctx.unit} with eager {names} "
+                "between "
                 "them" + (f" (data-dependent: {', '.join(dd)})" if dd else "")
             )
             evidence.append(Metric("GPU idle at the breaks' host syncs (host_sync finding's time)", linked, "us"))

@@ -315,6 +315,24 @@ def blocking_call_rows(model: TraceModel) -> np.ndarray:
     return np.sort(rows.astype(np.int64))
 
 
+def one_per_call(model: TraceModel, rows: np.ndarray) -> np.ndarray:
+    """Of blocking-call rows (sorted), one per logical call: the last one inside each
+    innermost op. A pageable `.tolist()` or `.cpu()` is a cudaMemcpyAsync and then a
+    cudaStreamSynchronize inside one `aten::_local_scalar_dense`/`aten::copy_` call; the
+    host waits once (256 `.tolist()` were counted as 512). Calls outside any op count
+    one each."""
+    if not len(rows):
+        return rows
+    op = model.host["op"].to_numpy()[rows]
+    key = np.where(op >= 0, op, -1 - rows)
+    end = model.host["end"].to_numpy()[rows]
+    # the call that returns last in each op is the one the host waited on
+    order = np.lexsort((-end, key))
+    first = np.concatenate([[True], key[order][1:] != key[order][:-1]])
+    out: np.ndarray = np.sort(rows[order[first]])
+    return out
+
+
 def _rows_intervals(model: TraceModel, mask: np.ndarray) -> np.ndarray:
     host = model.host
     return merge_intervals(host["ts"].to_numpy()[mask], host["end"].to_numpy()[mask])

@@ -49,6 +49,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.derive.apis import ALLOC_APIS, SYNC_APIS
+from tracelens.derive.steps import drop_empty_steps
 from tracelens.errors import TracelensError
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
@@ -340,7 +341,7 @@ def find_window(
 def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
     """ProfilerSteps as a partition: each runs to the next one's host start, the last to
     the end of its host or GPU work (the per-step ledger splits the window the same way)."""
-    st = model.steps
+    st = drop_empty_steps(model.steps)
     if st.empty:
         return ()
     st = st.sort_values("cpu_ts", kind="stable")
@@ -359,7 +360,10 @@ def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
 def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]) -> Window:
     kept, excluded, why = _split_warmup(model, steps, MIN_STEPS_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
-    marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
+    if model.step_marks == "ProfilerStep":
+        marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
+    else:
+        marks = f"marked by {model.step_marks}"
     reason = (
         f"the {_plural(len(kept), 'profiled step')} ({marks})"
         + (f"; step {excluded[0].index} left out as warm-up ({why})" if excluded else "")

@@ -69,8 +69,13 @@ def lightning(dev: torch.device, out: Path) -> Path:
 
     def trainer(steps: int) -> pl.Trainer:
         return pl.Trainer(
-            max_steps=steps, accelerator=accel, devices=1, logger=False, enable_checkpointing=False,
-            enable_progress_bar=False, enable_model_summary=False,
+            max_steps=steps,
+            accelerator=accel,
+            devices=1,
+            logger=False,
+            enable_checkpointing=False,
+            enable_progress_bar=False,
+            enable_model_summary=False,
         )
 
     model = Net()
@@ -84,8 +89,14 @@ def trainer(dev: torch.device, out: Path) -> Path:
     from torch.utils.data import Dataset
     from transformers import BertConfig, BertForSequenceClassification, Trainer, TrainingArguments
 
-    cfg = BertConfig(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024,
-                     vocab_size=1000, max_position_embeddings=128)
+    cfg = BertConfig(
+        hidden_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=1024,
+        vocab_size=1000,
+        max_position_embeddings=128,
+    )
     model = BertForSequenceClassification(cfg)
 
     class Tokens(Dataset):  # type: ignore[type-arg]
@@ -97,9 +108,17 @@ def trainer(dev: torch.device, out: Path) -> Path:
             return {"input_ids": torch.randint(0, 1000, (128,), generator=g), "labels": torch.tensor(i % 2)}
 
     def args(steps: int, d: str) -> TrainingArguments:
-        return TrainingArguments(output_dir=d, max_steps=steps, per_device_train_batch_size=32, report_to=[],
-                                 save_strategy="no", logging_steps=1000, use_cpu=dev.type != "cuda",
-                                 dataloader_num_workers=0, disable_tqdm=True)
+        return TrainingArguments(
+            output_dir=d,
+            max_steps=steps,
+            per_device_train_batch_size=32,
+            report_to=[],
+            save_strategy="no",
+            logging_steps=1000,
+            use_cpu=dev.type != "cuda",
+            dataloader_num_workers=0,
+            disable_tqdm=True,
+        )
 
     with tempfile.TemporaryDirectory() as d:
         Trainer(model=model, args=args(3, d), train_dataset=Tokens()).train()  # warm-up, untraced
@@ -123,7 +142,9 @@ def main() -> None:
         t0 = time.perf_counter()
         try:
             path = CASES[name](torch.device(a.device), Path(a.out))
-            print(f"{name}: {time.perf_counter() - t0:.1f} s -> {path} ({path.stat().st_size / 1e3:.0f} KB)", flush=True)
+            print(
+                f"{name}: {time.perf_counter() - t0:.1f} s -> {path} ({path.stat().st_size / 1e3:.0f} KB)", flush=True
+            )
         except Exception as exc:
             failed += 1
             print(f"{name}: FAILED {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
