@@ -455,6 +455,7 @@ CAUSE_WORDS = {
     "allocation": "allocator idle",
     "compilation": "compile idle",
     "profiler": "profiler overhead",
+    "startup": "start-up idle (graph capture, first launches)",
     "launch_overhead": "launch-overhead idle",
     "host_bound": "host-bound idle",
     "idle_other": "idle with work queued",

@@ -178,6 +178,53 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         gains = sum(k.expected_gain_us for k in kids)
         scale = parent.time_us / gains if gains > parent.time_us else 1.0
         out += [replace(k, expected_gain_us=k.expected_gain_us * scale) for k in kids]
+    return blockers(ctx, out)
+
+
+#: Construct ids of the host_sync finding that stop a step from being captured in a CUDA
+#: graph or compiled whole (every one ends the graph: it needs the value on the host).
+_SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy", "explicit", "other"})
+
+
+def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
+    """Mark the findings whose fix another finding blocks (issue 24 §2): CUDA graphs and
+    torch.compile (the launch-overhead fix) cannot take a step that syncs every step or
+    changes shape; fusion by torch.compile (the memory-bound fix) stops at a graph break
+    and at every sync. The blocked finding names its blocker; the headline then puts the
+    blocker's fix first."""
+    by_cat = {f.category: f for f in findings if f.parent is None}
+    sync = by_cat.get(Category.HOST_SYNC)
+    steps = max(ctx.n_steps, 1)
+    sync_calls = 0
+    if sync is not None:
+        sync_calls = sum(s.count for s in sync.sites if s.kind in _SYNC_BLOCKERS)
+    every_step = sync is not None and sync_calls >= steps
+    breaks = by_cat.get(Category.COMPILATION)
+    graph_breaks = breaks is not None and "graph_breaks" in breaks.tags
+    shapes = by_cat.get(Category.SHAPE_DYNAMISM)
+    out = []
+    for f in findings:
+        reason = ""
+        blocker: Category | None = None
+        if f.category == Category.LAUNCH_OVERHEAD and every_step:
+            blocker = Category.HOST_SYNC
+            reason = (
+                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {steps} "
+                f"{ctx.unit}s), and torch.compile breaks its graph at each one"
+            )
+        elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and shapes.time_us > 0:
+            blocker = Category.SHAPE_DYNAMISM
+            reason = "a CUDA graph replays fixed shapes: the changing input shapes come first"
+        elif f.category == Category.MEMORY_BOUND and graph_breaks:
+            blocker = Category.COMPILATION
+            reason = "torch.compile fuses only inside one graph: the graph breaks come first"
+        elif f.category == Category.MEMORY_BOUND and every_step:
+            blocker = Category.HOST_SYNC
+            reason = (
+                f"torch.compile fuses only between host syncs and breaks its graph at each one "
+                f"({sync_calls} in {steps} {ctx.unit}s)"
+            )
+        out.append(replace(f, blocked_by=blocker, blocked_reason=reason) if blocker is not None else f)
     return out
 
 
@@ -380,6 +427,13 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
             f"The GPU also idles {other:.0%} of the window with its next kernel already queued: it waits on "
             "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
         )
+    startup = dev.share("startup")
+    if startup >= STARTUP_NOTE_SHARE:
+        out.append(
+            f"{startup:.0%} of the window is one-off start-up work on the host (CUDA/HIP graph capture, whose "
+            "launches are recorded into the graph and do not run; graph instantiation; cold first launches): "
+            "a serving engine's or a first iteration's set-up, not a bottleneck of the steady state."
+        )
     prof = dev.share("profiler")
     if prof >= PROFILER_NOTE_SHARE:
         out.append(
@@ -389,14 +443,28 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: A window this much start-up (graph capture, cold first launches) has no steady state
+#: to fix: the headline says so instead of naming a small steady-state finding.
+STARTUP_WINDOW_SHARE = 0.5
+
+
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     top = primary_finding(findings, ctx.window_us)
     dev = ctx.ledger.primary
     notes = _notes(ctx)
     steps = ctx.n_steps
+    startup = dev.share("startup") if dev is not None else 0.0
+    if startup >= STARTUP_WINDOW_SHARE:
+        top = None
     if top is None:
         headline = "No GPU activity to analyse."
-        if dev is not None and dev.window_us > 0:
+        if startup >= STARTUP_WINDOW_SHARE:
+            headline = (
+                f"{startup:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
+                "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
+                "state (later steps, or the engine's serving loop) to see what limits it."
+            )
+        elif dev is not None and dev.window_us > 0:
             biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
             headline = (
                 f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
@@ -424,21 +492,52 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     title = top.title + (f"; the largest part: {part.title}" if part is not None else "")
     if top.parent is not None:
         title = f"{top.title} (part of {top.parent.value})"
-    headline = (
-        f"{title}. Fix this first: about {fmt_us(top.expected_gain_us / per)} per {unit} to gain "
-        f"({top.expected_gain_us / ctx.window_us:.0%} of the {unit})."
-        if ctx.window_us > 0
-        else title
-    )
+    gain, advice = top.expected_gain_us, top.advice
+    blocker = next((f for f in findings if f.parent is None and f.category == top.blocked_by), None)
+    if blocker is not None:
+        # The blocker's fix is fix 1 and the gain is the two together (issue 24 §2).
+        gain = min(top.expected_gain_us + blocker.expected_gain_us, ctx.window_us)
+        first = first_fix(blocker)
+        advice = (
+            f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{blocker.advice}\n"
+            f"2. Then: {top.advice}"
+        )
+        headline = (
+            f"{title}. Fix first: {first}, since {top.blocked_reason}. Both fixed, about "
+            f"{fmt_us(gain / per)} per {unit} to gain ({gain / ctx.window_us:.0%} of the {unit})."
+            if ctx.window_us > 0
+            else title
+        )
+    else:
+        headline = (
+            f"{title}. Fix this first: about {fmt_us(gain / per)} per {unit} to gain "
+            f"({gain / ctx.window_us:.0%} of the {unit})."
+            if ctx.window_us > 0
+            else title
+        )
     return Summary(
         primary=top.category.value,
         headline=headline,
         primary_time_us=top.time_us,
         primary_share=top.share,
-        primary_advice=top.advice,
-        primary_gain_us=top.expected_gain_us,
+        primary_advice=advice,
+        primary_gain_us=gain,
         notes=notes,
         per_step_us=ctx.window_us / per if unit != "window" else 0.0,
-        primary_gain_per_step_us=top.expected_gain_us / per if unit != "window" else 0.0,
+        primary_gain_per_step_us=gain / per if unit != "window" else 0.0,
         unit=unit,
     )
+
+
+def first_fix(blocker: Finding) -> str:
+    """The blocker's fix in a few words, with what and where (for the headline)."""
+    if blocker.category == Category.HOST_SYNC:
+        calls = list(dict.fromkeys(s.description.split(" (", 1)[0].split(":", 1)[0] for s in blocker.sites))
+        where = f" {blocker.sources[0].where}" if blocker.sources else ""
+        what = ", ".join([c for c in calls if c and c not in ("exec()", "<module>")][:3])
+        return f"remove the host syncs{f' ({what})' if what else ''}{where}"
+    if blocker.category == Category.COMPILATION:
+        return "remove the graph breaks"
+    if blocker.category == Category.SHAPE_DYNAMISM:
+        return "make the input shapes static (pad or bucket them)"
+    return blocker.title

@@ -79,7 +79,7 @@ class AnalysisContext:
             return "window"
         if self.window.source == "detected" or (self.window.source == "user" and self.model.steps.empty):
             return "iteration"
-        return "step"
+        return self.model.step_unit
 
     @property
     def n_steps(self) -> int:

@@ -51,3 +51,21 @@ ALLOC_APIS = frozenset(
         "hipHostFree",
     }
 )
+#: Stream capture into a CUDA/HIP graph: the launches between a begin and its end are
+#: recorded into the graph, not run (vLLM and SGLang capture their decode graphs so).
+CAPTURE_BEGIN_APIS = frozenset(
+    {"cudaStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "cuStreamBeginCapture", "cuStreamBeginCapture_v2",
+     "hipStreamBeginCapture", "hipStreamBeginCaptureToGraph"}
+)  # fmt: skip
+CAPTURE_END_APIS = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
+#: Building an executable graph from a captured one (one-off work, like the capture).
+GRAPH_INSTANTIATE_APIS = frozenset(
+    {"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+     "cuGraphInstantiate", "cuGraphInstantiateWithFlags", "hipGraphInstantiate", "hipGraphInstantiateWithFlags"}
+)  # fmt: skip
+#: Kernel and graph launch calls.
+LAUNCH_CALL_APIS = frozenset(
+    {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx", "cudaLaunchCooperativeKernel",
+     "cudaGraphLaunch", "cuGraphLaunch", "hipLaunchKernel", "hipExtModuleLaunchKernel", "hipModuleLaunchKernel",
+     "hipGraphLaunch", "hipExtLaunchKernel"}
+)  # fmt: skip

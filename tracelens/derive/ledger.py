@@ -26,6 +26,11 @@ the GPU ran dry:
     allocation       the host was inside cudaMalloc/cudaFree (and their hip twins)
     compilation      the host was inside torch.compile (Dynamo/Inductor frames)
     profiler         the host was inside torch.profiler's own Python (prof.step())
+    startup          the host was doing one-off start-up work inside the window: capturing
+                     CUDA/HIP graphs (the launches between BeginCapture and EndCapture
+                     are recorded, not run), instantiating them, or a cold first launch
+                     (a launch call of COLD_LAUNCH_MIN_US or more: the module's code
+                     loaded, a graph uploaded)
     launch_overhead  the next launch came after the GPU drained and either the gap is at
                      most one eager op's host cost, or it lies in a launch-bound region
                      (short kernels that start at the launch-latency floor: the queue is
@@ -44,7 +49,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.apis import ALLOC_APIS, ASYNC_COPY_APIS, SYNC_APIS
+from tracelens.derive.apis import (
+    ALLOC_APIS,
+    ASYNC_COPY_APIS,
+    CAPTURE_BEGIN_APIS,
+    CAPTURE_END_APIS,
+    GRAPH_INSTANTIATE_APIS,
+    LAUNCH_CALL_APIS,
+    SYNC_APIS,
+)
 from tracelens.derive.window import StepSpan, Window
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
@@ -98,6 +111,11 @@ REGION_HOST_WORK_MIN_US = 500.0
 #: A host range "covers" a gap when it overlaps at least this share of it.
 COVER_SHARE = 0.5
 
+#: A kernel or graph launch call this long is a cold first launch (lazy module loading,
+#: a graph's upload): 6.54 ms for mi250_minitoy's first hipLaunchKernel and 1.69 ms for
+#: rank0.json's first cudaGraphLaunch, where steady launches take 3-12 µs.
+COLD_LAUNCH_MIN_US = 1_000.0
+
 #: Number of columns in the timeline picture.
 TIMELINE_BINS = 480
 
@@ -115,6 +133,7 @@ IDLE_CAUSES = (
     "allocation",
     "compilation",
     "profiler",
+    "startup",
     "launch_overhead",
     "host_bound",
     "idle_other",
@@ -333,6 +352,30 @@ def one_per_call(model: TraceModel, rows: np.ndarray) -> np.ndarray:
     return out
 
 
+def startup_intervals(model: TraceModel) -> np.ndarray:
+    """Host intervals of one-off start-up work (see the module: graph capture regions,
+    graph instantiation, cold first launches), sorted and disjoint."""
+    host = model.host
+    if host.empty:
+        return np.empty((0, 2))
+    kind = host["kind"].to_numpy()
+    call = (kind == Kind.RUNTIME) | (kind == Kind.DRIVER)
+    ts, end = host["ts"].to_numpy(), host["end"].to_numpy()
+    begin = np.flatnonzero(call & name_matches(host["name"], CAPTURE_BEGIN_APIS.__contains__))
+    stop = np.flatnonzero(call & name_matches(host["name"], CAPTURE_END_APIS.__contains__))
+    inst = call & name_matches(host["name"], GRAPH_INSTANTIATE_APIS.__contains__)
+    cold = call & name_matches(host["name"], LAUNCH_CALL_APIS.__contains__) & (end - ts >= COLD_LAUNCH_MIN_US)
+    starts, ends = [ts[inst | cold]], [end[inst | cold]]
+    if len(begin) and len(stop):
+        thread = host["pid"].to_numpy() * 1_000_003 + host["tid"].to_numpy()
+        for b in begin:
+            later = stop[(thread[stop] == thread[b]) & (ts[stop] >= ts[b])]
+            if len(later):
+                starts.append(np.array([ts[b]]))
+                ends.append(np.array([float(end[later].min())]))
+    return merge_intervals(np.concatenate(starts), np.concatenate(ends))
+
+
 def _rows_intervals(model: TraceModel, mask: np.ndarray) -> np.ndarray:
     host = model.host
     return merge_intervals(host["ts"].to_numpy()[mask], host["end"].to_numpy()[mask])
@@ -390,6 +433,7 @@ def compute_ledger(
         lambda n: any(m in n for m in COMPILE_MARKERS) and not any(x in n for x in COMPILE_EXCLUDE),
         (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION),
     )
+    startup_iv = startup_intervals(model)
     launch_col = model.gpu["launch"].to_numpy()
     gpu_names = model.gpu["name"]
     comm_gpu = name_matches(gpu_names, is_comm_kernel)
@@ -445,7 +489,7 @@ def compute_ledger(
         gaps = _classify_gaps(
             model, act, starts, ends, busy, w0, w1,
             sync_rows, sync_ts, sync_end, sync_thread, sync_in_comm, thread_key,
-            comm_iv, alloc_iv, prof_iv, compile_iv, comm_gpu,
+            comm_iv, alloc_iv, prof_iv, compile_iv, startup_iv, comm_gpu,
         )  # fmt: skip
         regions = _launch_regions(model, act, starts, ends)
         gaps = _apply_regions(gaps, regions)
@@ -489,6 +533,7 @@ def _classify_gaps(
     alloc_iv: np.ndarray,
     prof_iv: np.ndarray,
     compile_iv: np.ndarray,
+    startup_iv: np.ndarray,
     comm_gpu: np.ndarray,
 ) -> pd.DataFrame:
     host_ts = model.host["ts"].to_numpy()
@@ -557,10 +602,11 @@ def _classify_gaps(
     # or the profiler are those causes, to the microsecond; this runs after the split so
     # that the host work after a sync is looked at too.
     for iv, name in ((comm_iv, "communication"), (alloc_iv, "allocation"), (compile_iv, "compilation"),
-                     (prof_iv, "profiler")):  # fmt: skip
+                     (prof_iv, "profiler"), (startup_iv, "startup")):  # fmt: skip
         if len(iv):
             eligible = gaps["host_side"].to_numpy(dtype=bool) & ~np.isin(
-                gaps["cause"].to_numpy(), ["host_sync", "communication", "allocation", "compilation", "profiler"]
+                gaps["cause"].to_numpy(),
+                ["host_sync", "communication", "allocation", "compilation", "profiler", "startup"],
             )
             gaps = _carve(gaps, eligible, iv, name)
     # A sync inside a collective (gloo copies CUDA tensors to the host) is its wait.

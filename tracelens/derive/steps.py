@@ -55,6 +55,9 @@ _KNOWN_STEP = re.compile(
 )
 #: Engine step names that are a step even when they occur once (a one-step serving
 #: trace, PARAM's one measured iteration).
+#: torch.compile's own range around a compiled call: a trace of one call is that one
+#: call (its kernels are one iteration even when its layers repeat inside it).
+_COMPILED_CALL = re.compile(r"^Torch-Compiled Region")
 _ENGINE_STEP = re.compile(
     r"^(execute_context_#.*|execute_model.*|execute_batch.*|step\[.*\]|\[param\|.*\|measure\|.*\])$"
 )
@@ -76,6 +79,7 @@ class StepMarks:
     """Where the steps came from, and the steps (the loader's step-table shape)."""
 
     kind: str  # "annotation" | "framework" | "optimizer"
+    unit: str  # what one of them is called: "step", or "call" for a single compiled call
     label: str  # what the report calls the marks: "record_function step_#", "Optimizer.step#AdamW.step"
     table: pd.DataFrame  # step, cpu_ts, cpu_end
 
@@ -116,7 +120,7 @@ def with_steps(model: TraceModel, marks: StepMarks) -> TraceModel:
     act = gpu[gpu["kind"].isin([int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET)]) & (gpu["step"] >= 0)]
     g = act.groupby("step").agg(gpu_ts=("ts", "min"), gpu_end=("end", "max"))
     steps = table.merge(g, how="left", left_on="step", right_index=True)
-    return replace(model, host=host, gpu=gpu, steps=steps, step_marks=marks.label)
+    return replace(model, host=host, gpu=gpu, steps=steps, step_marks=marks.label, step_unit=marks.unit)
 
 
 def drop_empty_steps(steps: pd.DataFrame) -> pd.DataFrame:
@@ -154,7 +158,8 @@ def _annotation_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks |
         outer_end = np.maximum.accumulate(end[sel])
         sel = sel[np.concatenate([[True], ts[sel][1:] >= outer_end[:-1] - 1.0])]
         repeats = len(sel) >= MIN_REPEATS and bool((ts[sel][1:] >= end[sel][:-1] - 1.0).all())
-        if repeats or (len(sel) == 1 and _ENGINE_STEP.match(str(key).lower())):
+        single = len(sel) == 1 and (_ENGINE_STEP.match(str(key).lower()) or _COMPILED_CALL.match(str(key)))
+        if repeats or single:
             groups[str(key)] = rows[sel]
     if not groups:
         return None
@@ -170,7 +175,8 @@ def _annotation_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks |
         if known
         else min(useful, key=lambda k: (len(useful[k]), -_covered(model, useful[k])))
     )
-    if len(useful[pick]) < MIN_REPEATS and not _ENGINE_STEP.match(pick.lower()):
+    once = len(useful[pick]) < MIN_REPEATS
+    if once and not (_ENGINE_STEP.match(pick.lower()) or _COMPILED_CALL.match(pick)):
         return None
     table = _table(model, useful[pick], launches)
     if not len(table):
@@ -178,7 +184,8 @@ def _annotation_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks |
     names = model.host["name"].astype(str).to_numpy()[useful[pick]]
     first, last = _cut(names[0]), _cut(names[-1])
     label = f"the program's {first!r} range" + ("" if len(names) == 1 else ("s" if first == last else f" … {last!r}"))
-    return StepMarks("annotation", label, table)
+    unit = "call" if once and _COMPILED_CALL.match(pick) else "step"
+    return StepMarks("annotation", unit, label, table)
 
 
 def _framework_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks | None:
@@ -198,7 +205,7 @@ def _framework_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks | 
         table = _table(model, rows, launches)
         if len(table) >= MIN_REPEATS:
             func = names[hit][0].rsplit(": ", 1)[-1]
-            return StepMarks("framework", f"{what}'s {func} calls", table)
+            return StepMarks("framework", "step", f"{what}'s {func} calls", table)
     return None
 
 
@@ -225,7 +232,7 @@ def _optimizer_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks | 
         if n or not len(launches):
             out.append((i, float(end[i - 1]), float(end[i])))
     table = pd.DataFrame(out, columns=["step", "cpu_ts", "cpu_end"])
-    return StepMarks("optimizer", f"one {top} per step", table) if len(table) >= 1 else None
+    return StepMarks("optimizer", "step", f"one {top} per step", table) if len(table) >= 1 else None
 
 
 # --------------------------------------------------------------------------------------

@@ -90,7 +90,8 @@ class PySource:
     def where(self) -> str:
         """For titles: "at file:line" for a call line, "in func() (file:line)" for a def line."""
         if self.line_is_def:
-            return f"in {self.function}() ({self.label})"
+            # torch.profiler records the function's def line, not the call's: say so
+            return f"in {self.function}() (def at {self.label})"
         return f"at {self.label}"
 
 

@@ -177,6 +177,8 @@ class TraceModel:
     #: What the steps are: torch.profiler's ProfilerStep#N, or the user's own marks that
     #: derive/steps.py found in a trace without them (their label, for the reports).
     step_marks: str = "ProfilerStep"
+    #: What one step is called in the reports ("step"; "call" for one compiled call).
+    step_unit: str = "step"
 
     # -- convenience views -------------------------------------------------------------
     @property
