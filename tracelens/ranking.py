@@ -182,8 +182,16 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
 
 
 #: Construct ids of the host_sync finding that stop a step from being captured in a CUDA
-#: graph or compiled whole (every one ends the graph: it needs the value on the host).
-_SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy", "explicit", "other"})
+#: graph or compiled whole (each ends the graph: the program needs the value on the host).
+#: An explicit synchronize is the harness's (TraceLens's synchronize_each_step), outside
+#: the model code a graph or torch.compile would take.
+_SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy"})
+#: Syncs block only when they cut the GPU work into short pieces: at most this many GPU
+#: activities per sync on average (host_sync_mask: ~8; dyn_graph_break's x[mask]: ~26). A
+#: generate loop's one stopping-criteria check per token (~110 kernels of a 4-layer Llama
+#: between them) leaves the forward to capture whole, and so does a harness's end-of-step
+#: check (Qwen: ~1,500 kernels to 1).
+MAX_ACTIVITIES_PER_BLOCKING_SYNC = 64
 
 
 def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
@@ -198,7 +206,11 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     sync_calls = 0
     if sync is not None:
         sync_calls = sum(s.count for s in sync.sites if s.kind in _SYNC_BLOCKERS)
-    every_step = sync is not None and sync_calls >= steps
+    activities = ctx.ledger.primary.n_activities if ctx.ledger.primary is not None else 0
+    every_step = (
+        sync is not None and sync_calls >= steps and activities <= MAX_ACTIVITIES_PER_BLOCKING_SYNC * sync_calls
+    )
+    units = f"{steps} {ctx.unit}" + ("" if steps == 1 else "s")
     breaks = by_cat.get(Category.COMPILATION)
     graph_breaks = breaks is not None and "graph_breaks" in breaks.tags
     shapes = by_cat.get(Category.SHAPE_DYNAMISM)
@@ -209,8 +221,8 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         if f.category == Category.LAUNCH_OVERHEAD and every_step:
             blocker = Category.HOST_SYNC
             reason = (
-                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {steps} "
-                f"{ctx.unit}s), and torch.compile breaks its graph at each one"
+                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {units}), "
+                "and torch.compile breaks its graph at each one"
             )
         elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and shapes.time_us > 0:
             blocker = Category.SHAPE_DYNAMISM
@@ -222,7 +234,7 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
             blocker = Category.HOST_SYNC
             reason = (
                 f"torch.compile fuses only between host syncs and breaks its graph at each one "
-                f"({sync_calls} in {steps} {ctx.unit}s)"
+                f"({sync_calls} in {units})"
             )
         out.append(replace(f, blocked_by=blocker, blocked_reason=reason) if blocker is not None else f)
     return out
