@@ -97,7 +97,8 @@ PARENT_OF: dict[Category, Category] = {
 #: BUSY draws on whatever busy time the other top-level findings have not claimed.
 BUSY = "busy"
 LEDGER_POOL: dict[Category, tuple[str, ...]] = {
-    Category.HOST_SYNC: ("host_sync",),
+    # a blocking pageable copy's own transfer time is the host's wait too (issue 34 §2)
+    Category.HOST_SYNC: ("host_sync", "gpu_busy_copy"),
     Category.HOST_BOUND: ("host_bound",),
     Category.COMMUNICATION: ("communication",),
     Category.LAUNCH_OVERHEAD: ("launch_overhead",),
@@ -106,7 +107,8 @@ LEDGER_POOL: dict[Category, tuple[str, ...]] = {
     Category.SHAPE_DYNAMISM: ("host_bound",),
     Category.COMPILATION: ("compilation",),
     Category.MEMORY_BOUND: ("gpu_busy_memory",),
-    Category.COMPUTE_BOUND: ("gpu_busy_compute",),
+    # fp32 kernels no shape model covers are unknown busy time (the V100 AMP finding).
+    Category.COMPUTE_BOUND: ("gpu_busy_compute", "gpu_busy_unknown"),
     Category.MISALIGNED_MATMUL: (BUSY,),
     Category.EAGER_ATTENTION: (BUSY,),
     Category.WAVE_QUANTIZATION: (BUSY,),

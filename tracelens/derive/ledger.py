@@ -35,7 +35,9 @@ the GPU ran dry:
                      most one eager op's host cost, or it lies in a launch-bound region
                      (short kernels that start at the launch-latency floor: the queue is
                      empty, and the host spends longer per kernel than the kernel runs),
-                     where gaps are jitter of the same dispatch loop
+                     where gaps are jitter of the same dispatch loop, or it is a short gap
+                     (DISPATCH_GAP_MAX_US) that no long op covers: dispatch between ops,
+                     with no named host work (issue 24 §6: one regime, not two)
     host_bound       the launch came later than that: the host was doing other work
     idle_other       the next kernel was already queued (a cross-stream wait, an event,
                      the device's own latency) or its launch is not in the trace
@@ -107,6 +109,13 @@ REGION_MIN_IDLE_SHARE = 0.5
 #: (a data batch, a print), not dispatch jitter.
 REGION_OUTLIER_FACTOR = 8.0
 REGION_HOST_WORK_MIN_US = 500.0
+
+#: A host-bound gap this short that no op longer than DISPATCH_OP_MAX_US covers (half of
+#: it) is per-op dispatch (Python, framework and dispatcher overhead between eager ops),
+#: the launch/dispatch regime: HTA's df_index_resolver splits 635 ms of dispatch into
+#: host_bound and launch_overhead otherwise. 300 µs is the host_bound analyzer's per-op gap.
+DISPATCH_GAP_MAX_US = 300.0
+DISPATCH_OP_MAX_US = 300.0
 
 #: A host range "covers" a gap when it overlaps at least this share of it.
 COVER_SHARE = 0.5
@@ -365,7 +374,10 @@ def startup_intervals(model: TraceModel) -> np.ndarray:
     stop = np.flatnonzero(call & name_matches(host["name"], CAPTURE_END_APIS.__contains__))
     inst = call & name_matches(host["name"], GRAPH_INSTANTIATE_APIS.__contains__)
     cold = call & name_matches(host["name"], LAUNCH_CALL_APIS.__contains__) & (end - ts >= COLD_LAUNCH_MIN_US)
-    starts, ends = [ts[inst | cold]], [end[inst | cold]]
+    # torch.cuda.graph's own Python around a capture (its synchronize, gc.collect and
+    # empty_cache before capture_begin, capture_end after) is the capture's too
+    graph_py = (kind == Kind.PYTHON) & name_matches(host["name"], lambda n: "torch/cuda/graphs.py" in n)
+    starts, ends = [ts[inst | cold | graph_py]], [end[inst | cold | graph_py]]
     if len(begin) and len(stop):
         thread = host["pid"].to_numpy() * 1_000_003 + host["tid"].to_numpy()
         for b in begin:
@@ -493,6 +505,7 @@ def compute_ledger(
         )  # fmt: skip
         regions = _launch_regions(model, act, starts, ends)
         gaps = _apply_regions(gaps, regions)
+        gaps = _dispatch_gaps(model, gaps, thread_key)
         gaps["dur"] = gaps["end"] - gaps["start"]
         by_cause = {c: 0.0 for c in CAUSES}
         for c in BUSY_CAUSES:
@@ -747,6 +760,55 @@ def _apply_regions(gaps: pd.DataFrame, regions: list[tuple[float, float, int]]) 
         limit = max(REGION_OUTLIER_FACTOR * med, REGION_HOST_WORK_MIN_US)
         dispatch = sel[(cause[sel] == "host_bound") & (dur[sel] < limit)]
         cause[dispatch] = "launch_overhead"
+    gaps["cause"] = cause
+    return gaps
+
+
+def _dispatch_gaps(model: TraceModel, gaps: pd.DataFrame, thread_key: np.ndarray) -> pd.DataFrame:
+    """Short host-bound gaps (not after a sync) that no long op covers on the launching
+    thread are dispatch between ops: launch_overhead (see DISPATCH_GAP_MAX_US)."""
+    cause = gaps["cause"].to_numpy().copy()
+    dur = (gaps["end"] - gaps["start"]).to_numpy()
+    launch_row = gaps["launch_row"].to_numpy()
+    cand = np.flatnonzero(
+        (cause == "host_bound") & (dur <= DISPATCH_GAP_MAX_US) & (gaps["sync_row"].to_numpy() < 0) & (launch_row >= 0)
+    )
+    if not len(cand) or model.host.empty:
+        return gaps
+    host = model.host
+    h_ts, h_end = host["ts"].to_numpy(), host["end"].to_numpy()
+    kind = host["kind"].to_numpy()
+    # Named host work: a long op with no ops inside it, doing the work itself (a CPU
+    # aten::fill_ under aten::zeros, a blocking pageable copy). A compiled backward whose
+    # gaps lie between its child ops is dispatch, however long it is; step marks and
+    # ProfilerSteps are no work.
+    rng = (kind == Kind.CPU_OP) | (kind == Kind.USER_ANNOTATION)
+    inner = host["range_inner"].to_numpy()
+    parent = host["parent"].to_numpy()
+    rows = np.flatnonzero(rng & (inner == np.arange(len(host))))
+    up = parent[rows]
+    up_range = np.where(up >= 0, inner[np.clip(up, 0, None)], -1)
+    child_sum = np.zeros(len(host))
+    ok = up_range >= 0
+    np.add.at(child_sum, up_range[ok], (h_end - h_ts)[rows[ok]])
+    own = (h_end - h_ts) - child_sum
+    step_starts = model.steps["cpu_ts"].to_numpy() if len(model.steps) else np.empty(0)
+    long_op = np.zeros(len(host), dtype=bool)
+    long_op[rows] = (own[rows] > DISPATCH_OP_MAX_US) & (child_sum[rows] <= 0)
+    long_op &= ~((kind == Kind.USER_ANNOTATION) & np.isin(h_ts, step_starts))
+    long_op &= ~name_matches(host["name"], lambda n: n.startswith("ProfilerStep#"))
+    g_start, g_end = gaps["start"].to_numpy()[cand], gaps["end"].to_numpy()[cand]
+    g_thread = thread_key[launch_row[cand]]
+    covered = np.zeros(len(cand))
+    for key in np.unique(g_thread):
+        sel = np.flatnonzero(g_thread == key)
+        rows = np.flatnonzero(long_op & (thread_key == key))
+        if len(rows):
+            iv = merge_intervals(h_ts[rows], h_end[rows])
+            covered[sel] = overlap(iv, g_start[sel], g_end[sel])
+    dispatch = covered < COVER_SHARE * (g_end - g_start)
+    cause[cand[dispatch]] = "launch_overhead"
+    gaps = gaps.copy()
     gaps["cause"] = cause
     return gaps
 

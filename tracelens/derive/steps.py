@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.model.schema import Kind
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 #: An annotation group is the steps only if its members hold at least this share of the
 #: main thread's launches inside their span: a repeating `save_checkpoint` or `log`
@@ -66,6 +66,8 @@ _ENGINE_STEP = re.compile(
 _TORCH_OWN_RANGES = ("ProfilerStep#", "enumerate(DataLoader)", "Optimizer.", "Optimizer#")
 #: Python frames of the frameworks' own step functions (`file(LINE): function`).
 _FRAMEWORK_FRAMES = (
+    # Lightning 2.x: one _TrainingEpochLoop.advance per batch (1.x: run_training_batch)
+    ("lightning", re.compile(r"(lightning|pytorch_lightning)/.*training_epoch_loop\.py\(\d+\): advance$")),
     ("lightning", re.compile(r"(lightning|pytorch_lightning)/.*: run_training_batch$")),
     ("transformers Trainer", re.compile(r"transformers/trainer\.py\(\d+\): training_step$")),
     ("accelerate", re.compile(r"accelerate/accelerator\.py\(\d+\): backward$")),
@@ -140,7 +142,9 @@ def _annotation_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks |
     host = model.host
     kind = host["kind"].to_numpy()
     on_thread = _on_thread(model, thread)
-    rows = np.flatnonzero((kind == Kind.USER_ANNOTATION) & on_thread)
+    # torch.compile's region is a CPU op in torch 2.11 traces
+    compiled = (kind == Kind.CPU_OP) & name_matches(host["name"], lambda n: bool(_COMPILED_CALL.match(n)))
+    rows = np.flatnonzero(((kind == Kind.USER_ANNOTATION) | compiled) & on_thread)
     if not len(rows):
         return None
     names = host["name"].astype(str).to_numpy()[rows]
@@ -183,7 +187,12 @@ def _annotation_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks |
         return None
     names = model.host["name"].astype(str).to_numpy()[useful[pick]]
     first, last = _cut(names[0]), _cut(names[-1])
-    label = f"the program's {first!r} range" + ("" if len(names) == 1 else ("s" if first == last else f" … {last!r}"))
+    if len(names) == 1:
+        label = f"the program's {first!r} range"
+    elif first == last:
+        label = f"the program's {first!r} ranges"
+    else:
+        label = f"the program's ranges {first!r} … {last!r}"
     unit = "call" if once and _COMPILED_CALL.match(pick) else "step"
     return StepMarks("annotation", unit, label, table)
 

@@ -365,7 +365,7 @@ def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]
     else:
         marks = f"marked by {model.step_marks}"
     reason = (
-        f"the {_plural(len(kept), 'profiled step')} ({marks})"
+        f"the {_plural(len(kept), 'profiled ' + model.step_unit)} ({marks})"
         + (f"; step {excluded[0].index} left out as warm-up ({why})" if excluded else "")
         + "."
     )
