@@ -234,3 +234,69 @@ def test_unknown_peaks_answer_unknown_not_no(tmp_path: Path) -> None:
     assert rep.roofline is None
     by_id = {q.id: q for q in rep.questions}
     assert by_id["memory"].status == "unknown" and by_id["compute"].status == "unknown"
+
+
+# -- H200 captures of the patterns (workloads/verdicts/, sample_traces/verdict_*) ----------
+@pytest.mark.parametrize(
+    ("name", "marks", "steps"),
+    [
+        ("verdict_rf_steps", "'step_0' … 'step_7'", 7),
+        ("verdict_train_step_annot", "'train_step' ranges", 5),
+        ("verdict_optimizer_only", "Optimizer.step#AdamW.step", 5),
+        ("verdict_lightning", "lightning's advance calls", 11),
+        ("verdict_trainer", "transformers Trainer's training_step calls", 11),
+    ],
+)
+def test_h200_user_steps(name: str, marks: str, steps: int) -> None:
+    """Each loop's own marks are its steps (a warm-up step left out where it is one)."""
+    rep = report_of(sample(name))
+    assert rep.window.source == "steps", rep.window.reason
+    assert marks in rep.window.reason
+    assert rep.window.steps == steps
+    assert rep.summary.unit == "step"
+
+
+def test_h200_rf_steps_per_step_is_the_step() -> None:
+    """24 layers of 3 kernels repeat inside each record_function step: the unit is the
+    ~2.5 ms step, not a layer's ~0.1 ms."""
+    rep = report_of(sample("verdict_rf_steps"))
+    assert 1_500 < rep.summary.per_step_us < 4_000
+
+
+def test_h200_graph_capture_is_startup() -> None:
+    """8 torch.cuda.graph captures (each with its sync, gc and empty_cache), no replay."""
+    ctx = context_of(sample("verdict_graph_capture"))
+    dev = ctx.ledger.primary
+    assert dev is not None and dev.share("startup") > 0.5
+    rep = build_report(ctx.model, ctx=ctx)
+    assert rep.summary.primary is None
+    assert "start-up" in rep.summary.headline
+
+
+def test_h200_blocking_copy_in_engine_step() -> None:
+    """execute_model's .cpu() of 256 MB into pageable memory is inside the step: a host
+    sync with its copy time, not start-up data creation."""
+    rep = report_of(sample("verdict_engine_copy"))
+    assert rep.window.steps == 1 and "execute_model" in rep.window.reason
+    assert rep.summary.primary == "host_sync"
+    assert "pageable memory" in rep.summary.headline and "Tensor.cpu()" in rep.summary.headline
+    sync = next(f for f in rep.findings if f.category == Category.HOST_SYNC)
+    assert sync.share > 0.5
+
+
+@pytest.mark.parametrize("name", ["verdict_attn_bmm_fp32", "verdict_attn_baddbmm_half", "verdict_attn_matmul4d"])
+def test_h200_eager_attention_spellings(name: str) -> None:
+    """bmm -> mul (scale) -> softmax -> bmm in fp32, baddbmm in fp16, 4-D matmul with a
+    mask in bf16: each is eager attention (6 layers x 3 steps), and its matmuls are left to
+    that finding rather than called misaligned."""
+    rep = report_of(sample(name))
+    eager = [f for f in rep.findings if f.category == Category.EAGER_ATTENTION]
+    assert eager and "18 calls" in eager[0].title
+    assert not any(f.category == Category.MISALIGNED_MATMUL for f in rep.findings)
+
+
+def test_h200_one_compiled_call_is_one_call() -> None:
+    rep = report_of(sample("verdict_compile_once"))
+    assert rep.window.source == "steps" and rep.window.steps == 1
+    assert rep.summary.unit == "call"
+    assert "per call" in rep.summary.headline
