@@ -614,8 +614,10 @@ def _classify_gaps(
     # The parts of a gap the host spent inside a collective, the allocator, the compiler
     # or the profiler are those causes, to the microsecond; this runs after the split so
     # that the host work after a sync is looked at too.
-    for iv, name in ((comm_iv, "communication"), (alloc_iv, "allocation"), (compile_iv, "compilation"),
-                     (prof_iv, "profiler"), (startup_iv, "startup")):  # fmt: skip
+    # Start-up first: a cudaMalloc inside a graph capture is the capture's (its private
+    # memory pool), not the steady state's allocator churn.
+    for iv, name in ((startup_iv, "startup"), (comm_iv, "communication"), (alloc_iv, "allocation"),
+                     (compile_iv, "compilation"), (prof_iv, "profiler")):  # fmt: skip
         if len(iv):
             eligible = gaps["host_side"].to_numpy(dtype=bool) & ~np.isin(
                 gaps["cause"].to_numpy(),
