@@ -460,6 +460,9 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     return tuple(out)
 
 
+#: The largest ledger cause over this share of the window is explained in the headline
+#: (issue 24 §8).
+LARGEST_CAUSE_SHARE = 0.2
 #: A window this much start-up (graph capture, cold first launches) has no steady state
 #: to fix: the headline says so instead of naming a small steady-state finding.
 STARTUP_WINDOW_SHARE = 0.5
@@ -537,6 +540,15 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
                 f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
                 f"would gain {MEDIUM_SHARE:.0%} or more of it."
             )
+            replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
+            if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
+                # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
+                # its time is the graph's own latency-bound kernels.
+                headline += (
+                    " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
+                    "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
+                    "shortens the step."
+                )
         return Summary(
             primary=None,
             headline=headline,
