@@ -368,14 +368,23 @@ def _pageable_copies(ctx: AnalysisContext, rows: list[int]) -> tuple[float, floa
 
 
 def _calls_of(model: TraceModel, sync_rows: np.ndarray) -> dict[int, list[int]]:
-    """Blocking rows grouped into logical calls: {the call's last row: all its rows}."""
-    last = one_per_call(model, sync_rows)
+    """Blocking rows grouped into logical calls: {the call's row: all its rows}; a
+    blocking copy dropped by one_per_call joins the first synchronize of its op after it."""
+    kept = one_per_call(model, sync_rows)
+    out: dict[int, list[int]] = {int(r): [int(r)] for r in kept}
+    dropped = np.setdiff1d(sync_rows, kept)
+    if not len(dropped):
+        return out
     op = model.host["op"].to_numpy()
-    rep = {int(op[r]) if op[r] >= 0 else -1 - int(r): int(r) for r in last}
-    out: dict[int, list[int]] = {int(r): [] for r in last}
-    for r in sync_rows:
-        k = int(op[r]) if op[r] >= 0 else -1 - int(r)
-        out[rep[k]].append(int(r))
+    ts = model.host["ts"].to_numpy()
+    by_op: dict[int, list[int]] = defaultdict(list)
+    for r in kept:
+        if op[r] >= 0:
+            by_op[int(op[r])].append(int(r))
+    for r in dropped:
+        cands = sorted(by_op.get(int(op[r]), []), key=lambda c: ts[c])
+        later = [c for c in cands if ts[c] >= ts[r]] or cands
+        out[later[0]].append(int(r))
     return out
 
 

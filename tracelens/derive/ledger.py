@@ -344,20 +344,20 @@ def blocking_call_rows(model: TraceModel) -> np.ndarray:
 
 
 def one_per_call(model: TraceModel, rows: np.ndarray) -> np.ndarray:
-    """Of blocking-call rows (sorted), one per logical call: the last one inside each
-    innermost op. A pageable `.tolist()` or `.cpu()` is a cudaMemcpyAsync and then a
-    cudaStreamSynchronize inside one `aten::_local_scalar_dense`/`aten::copy_` call; the
-    host waits once (256 `.tolist()` were counted as 512). Calls outside any op count
-    one each."""
+    """Of blocking-call rows (sorted), one per logical call. A pageable `.tolist()` or
+    `.cpu()` is a cudaMemcpyAsync and then a cudaStreamSynchronize inside one
+    `aten::copy_`/`aten::_local_scalar_dense`: the host waits once (256 `.tolist()` were
+    counted as 512), so a blocking copy that shares its op with a synchronize is dropped.
+    Several synchronizes in one op (an autotuner timing 16 configs) are 16 waits."""
     if not len(rows):
         return rows
+    names = model.arrays.name_table
+    codes = model.arrays.name_codes[rows]
+    is_sync = np.fromiter((names[c] in SYNC_APIS for c in codes), dtype=bool, count=len(rows))
     op = model.host["op"].to_numpy()[rows]
-    key = np.where(op >= 0, op, -1 - rows)
-    end = model.host["end"].to_numpy()[rows]
-    # the call that returns last in each op is the one the host waited on
-    order = np.lexsort((-end, key))
-    first = np.concatenate([[True], key[order][1:] != key[order][:-1]])
-    out: np.ndarray = np.sort(rows[order[first]])
+    sync_ops = set(op[is_sync & (op >= 0)].tolist())
+    keep = is_sync | (op < 0) | ~np.isin(op, list(sync_ops))
+    out: np.ndarray = rows[keep]
     return out
 
 
