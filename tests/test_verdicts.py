@@ -99,6 +99,7 @@ def test_one_repeat_is_not_a_step_unless_an_engine_step(tmp_path: Path) -> None:
     assert "execute_model" in rep2.window.reason
 
 
+@pytest.mark.slow
 @needs_real
 def test_optimizer_steps_are_the_steps_of_param_resnet() -> None:
     """param/resnet_kineto has no ProfilerStep; one Optimizer.step#SGD.step per step."""
@@ -108,6 +109,7 @@ def test_optimizer_steps_are_the_steps_of_param_resnet() -> None:
     assert rep.summary.unit == "step"
 
 
+@pytest.mark.slow
 @needs_real
 def test_engine_and_param_steps() -> None:
     """vLLM's one execute_context_* range and PARAM's one measured iteration are the step."""
@@ -119,6 +121,7 @@ def test_engine_and_param_steps() -> None:
     assert "measure|forward" in param.window.reason
 
 
+@pytest.mark.slow
 @needs_real
 def test_empty_profiler_step_is_not_a_step() -> None:
     """mi250_minitoy's ProfilerStep#2 launches nothing (0.05 ms): one step remains, and its
@@ -207,6 +210,7 @@ def _rewrite_devices(src: Path, dst: Path, props: list[dict[str, Any]]) -> Path:
     return dst
 
 
+@pytest.mark.slow
 @needs_real
 def test_remapped_mi300x_vf_ids_get_their_properties(tmp_path: Path) -> None:
     """An MI300X trace edited as under HIP_VISIBLE_DEVICES: one deviceProperties entry (id 0,
@@ -226,6 +230,7 @@ def test_remapped_mi300x_vf_ids_get_their_properties(tmp_path: Path) -> None:
     assert any("taken to be an AMD Instinct MI300X" in n for n in noname.trace.notes)
 
 
+@pytest.mark.slow
 @needs_real
 def test_unknown_peaks_answer_unknown_not_no(tmp_path: Path) -> None:
     src = real("resnet_act_checkpoint.json.gz")

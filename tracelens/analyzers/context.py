@@ -10,6 +10,7 @@ from tracelens.derive.ledger import Ledger, compute_ledger
 from tracelens.derive.steps import find_step_marks, with_steps
 from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
+from tracelens.report.enums import ReportUnit
 
 
 @dataclass
@@ -71,7 +72,7 @@ class AnalysisContext:
         return max(self.window.end_us - self.window.start_us, 1.0)
 
     @property
-    def unit(self) -> str:
+    def unit(self) -> ReportUnit:
         """The report's one unit: "step" for the user's steps (ProfilerStep or their own
         marks), "iteration" for a loop tracelens detected, "window" for neither; per-unit
         numbers everywhere (headline, titles, ledger column) are in it."""
@@ -79,7 +80,7 @@ class AnalysisContext:
             return "window"
         if self.window.source == "detected" or (self.window.source == "user" and self.model.steps.empty):
             return "iteration"
-        return self.model.step_unit
+        return "call" if self.model.step_unit == "call" else "step"
 
     @property
     def n_steps(self) -> int:
@@ -93,13 +94,3 @@ def _whole_run_capture(model: TraceModel) -> bool:
     """Whether `tracelens capture` recorded this trace with no step marks from the script."""
     meta = str(model.meta.metadata.get("tracelens", ""))
     return "'steps_marked': 0" in meta or '"steps_marked": 0' in meta
-
-
-def fmt_us(us: float) -> str:
-    """Human duration for titles: 12 µs, 3.4 ms, 1.23 s."""
-    us = float(us)
-    if abs(us) >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if abs(us) >= 1e3:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us:.0f} µs"
