@@ -60,6 +60,7 @@ from tracelens.domain import (
     COMPILER_EXCLUDE,
     COMPILER_MARKERS,
     GRAPH_INSTANTIATE_APIS,
+    GRAPH_LAUNCH_APIS,
     LAUNCH_APIS,
     PROFILER_FRAMES,
     SYNC_APIS,
@@ -751,6 +752,12 @@ def _dispatch_gaps(model: TraceModel, gaps: pd.DataFrame, thread_key: np.ndarray
     if not len(cand) or model.host.empty:
         return gaps
     host = model.host
+    # A gap before a graph replay is the loop's own host time: the dispatch fix (a CUDA
+    # graph) is already made there.
+    graph_launch = name_matches(host["name"], GRAPH_LAUNCH_APIS.__contains__)
+    cand = cand[~graph_launch[launch_row[cand]]]
+    if not len(cand):
+        return gaps
     h_ts, h_end = host["ts"].to_numpy(), host["end"].to_numpy()
     kind = host["kind"].to_numpy()
     # Named host work: a long op with no ops inside it, doing the work itself (a CPU
