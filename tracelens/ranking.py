@@ -260,10 +260,23 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def primary_finding(findings: list[Finding], window_us: float) -> Finding | None:
+#: Host-bound idle in fewer gaps than this share of the steps is one-off host work (a
+#: harness's json.dumps in one step of diff_graph_after), not a steady-state bottleneck.
+ONE_OFF_GAPS_PER_STEP = 0.5
+
+
+def _one_off(f: Finding, steps: int) -> bool:
+    if f.category != Category.HOST_BOUND or steps < 3:
+        return False
+    gaps = next((m.value for m in f.evidence if m.label == "gaps"), None)
+    return isinstance(gaps, int | float) and gaps < ONE_OFF_GAPS_PER_STEP * steps
+
+
+def primary_finding(findings: list[Finding], window_us: float, steps: int = 1) -> Finding | None:
     """The top-level finding with the largest expected gain, among those whose gain is at
-    least the medium-severity share of the window; a near tie goes to the earlier question."""
-    top = [f for f in findings if f.parent is None and f.expected_gain_us > 0]
+    least the medium-severity share of the window (and that recur: not one-off host work
+    in a few of `steps`); a near tie goes to the earlier question."""
+    top = [f for f in findings if f.parent is None and f.expected_gain_us > 0 and not _one_off(f, steps)]
     # A gain under the bar is noise next to run-to-run variation: no headline then.
     strong = [f for f in top if f.expected_gain_us >= MEDIUM_SHARE * window_us] if window_us > 0 else top
     if not strong:
@@ -520,7 +533,7 @@ def _queued_wait_words(ctx: AnalysisContext) -> str:
 
 
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
-    top = primary_finding(findings, ctx.window_us)
+    top = primary_finding(findings, ctx.window_us, ctx.n_steps if ctx.unit == "step" else 1)
     dev = ctx.ledger.primary
     notes = _notes(ctx)
     steps = ctx.n_steps
