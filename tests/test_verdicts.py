@@ -311,8 +311,11 @@ def test_h200_one_compiled_call_is_one_call() -> None:
 def test_replayed_graph_is_not_a_host_problem() -> None:
     """diff_graph_after replays 200 tiny ops from a CUDA graph: no host_bound headline
     (it was 'most in Python code in profile_steps()'); the time is the graph's
-    latency-bound kernels, and the first cudaGraphLaunch's upload is start-up."""
+    latency-bound kernels, the first cudaGraphLaunch's upload is start-up, and a gap
+    before a replay is not dispatch overhead."""
     rep = report_of(sample("diff_graph_after"))
     assert rep.summary.primary != "host_bound"
     assert "latency-bound kernels replayed from CUDA graphs" in rep.summary.headline
-    assert rep.gpu_time.total.get("host_bound") < 0.03 * rep.gpu_time.total.window_us
+    # what host-bound idle is left is one json.dumps of the harness in one step (one-off)
+    assert rep.gpu_time.total.get("host_bound") < 0.05 * rep.gpu_time.total.window_us
+    assert rep.gpu_time.total.get("startup") > 0.05 * rep.gpu_time.total.window_us
