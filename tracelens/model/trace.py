@@ -102,6 +102,9 @@ class TraceMeta:
     versions: dict[str, str]
     metadata: dict[str, Any]
     notes: tuple[str, ...]
+    #: Events of categories tracelens does not analyse, by category (`mtia_ccp_events`,
+    #: `cuda_profiler_range`, ...): what the trace holds beyond CUDA/ROCm activity.
+    other_categories: dict[str, int] = field(default_factory=dict)
 
     def device(self, index: int) -> DeviceInfo | None:
         for dev in self.devices:
@@ -179,6 +182,8 @@ class TraceModel:
     step_marks: str = "ProfilerStep"
     #: What one step is called in the reports ("step"; "call" for one compiled call).
     step_unit: str = "step"
+    #: Per-kernel hardware counter sets the trace holds (model/counters.py), as read.
+    kernel_counters: tuple[Any, ...] = ()
 
     # -- convenience views -------------------------------------------------------------
     @property
