@@ -29,7 +29,7 @@ the GPU ran dry:
     startup          the host was doing one-off start-up work inside the window: capturing
                      CUDA/HIP graphs (the launches between BeginCapture and EndCapture
                      are recorded, not run), instantiating them, or a cold first launch
-                     (a launch call of COLD_LAUNCH_MIN_US or more: the module's code
+                     (a launch call of host_calls.COLD_LAUNCH_MIN_US or more: the module's code
                      loaded, a graph uploaded)
     launch_overhead  the next launch came after the GPU drained and either the gap is at
                      most one eager op's host cost, or it lies in a launch-bound region
@@ -45,25 +45,21 @@ the GPU ran dry:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
+from tracelens.derive.host_calls import blocking_call_rows, named_intervals, startup_intervals
+from tracelens.derive.intervals import covered, merge_intervals, overlap, subtract, total, union
+from tracelens.derive.roofline import Roofline
 from tracelens.derive.window import StepSpan, Window
 from tracelens.domain import (
     ALLOC_APIS,
-    ASYNC_COPY_APIS,
-    CAPTURE_BEGIN_APIS,
-    CAPTURE_END_APIS,
     COMPILER_EXCLUDE,
     COMPILER_MARKERS,
-    GRAPH_INSTANTIATE_APIS,
     GRAPH_LAUNCH_APIS,
-    LAUNCH_APIS,
     PROFILER_FRAMES,
-    SYNC_APIS,
     is_collective_kernel,
     is_collective_wait_op,
 )
@@ -104,11 +100,6 @@ DISPATCH_OP_MAX_US = 300.0
 
 #: A host range "covers" a gap when it overlaps at least this share of it.
 COVER_SHARE = 0.5
-
-#: A kernel or graph launch call this long is a cold first launch (lazy module loading,
-#: a graph's upload): 6.54 ms for mi250_minitoy's first hipLaunchKernel and 1.69 ms for
-#: rank0.json's first cudaGraphLaunch, where steady launches take 3-12 µs.
-COLD_LAUNCH_MIN_US = 1_000.0
 
 #: Number of columns in the timeline picture.
 TIMELINE_BINS = 480
@@ -206,173 +197,11 @@ class Ledger:
     def n_steps(self) -> int:
         return max(len(self.window.steps), 1)
 
-
-# -- interval arithmetic ----------------------------------------------------------------
-
-
-def merge_intervals(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Union of intervals as a sorted (n, 2) array."""
-    if not len(starts):
-        return np.empty((0, 2))
-    order = np.argsort(starts, kind="stable")
-    s, e = np.asarray(starts, dtype=float)[order], np.asarray(ends, dtype=float)[order]
-    run_end = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > run_end[:-1]
-    group = np.cumsum(new) - 1
-    out_s = s[new]
-    out_e = np.full(len(out_s), -np.inf)
-    np.maximum.at(out_e, group, run_end)
-    return np.column_stack([out_s, out_e])
-
-
-def union(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    if not len(a):
-        return b
-    if not len(b):
-        return a
-    both = np.vstack([a, b])
-    return merge_intervals(both[:, 0], both[:, 1])
-
-
-def subtract(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Sorted disjoint intervals `a` minus sorted disjoint intervals `b`."""
-    if not len(a) or not len(b):
-        return a
-    # Boundaries of a and b; a point is in the result when inside a and not inside b.
-    pts = np.unique(np.concatenate([a.ravel(), b.ravel()]))
-    mids = (pts[:-1] + pts[1:]) / 2
-    in_a = _inside(a, mids)
-    in_b = _inside(b, mids)
-    keep = in_a & ~in_b
-    if not keep.any():
-        return np.empty((0, 2))
-    segs = np.column_stack([pts[:-1][keep], pts[1:][keep]])
-    return merge_intervals(segs[:, 0], segs[:, 1])
-
-
-def _inside(iv: np.ndarray, t: np.ndarray) -> np.ndarray:
-    k = np.searchsorted(iv[:, 0], t, side="right") - 1
-    ok = k >= 0
-    out = np.zeros(len(t), dtype=bool)
-    out[ok] = t[ok] < iv[k[ok], 1]
-    return out
-
-
-def total(iv: np.ndarray) -> float:
-    return float((iv[:, 1] - iv[:, 0]).sum()) if len(iv) else 0.0
-
-
-def covered(intervals: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Length of `intervals` (sorted, disjoint) inside each [edges[i], edges[i+1])."""
-    if not len(intervals):
-        return np.zeros(len(edges) - 1)
-    s, e = intervals[:, 0], intervals[:, 1]
-    cum = np.concatenate([[0.0], np.cumsum(e - s)])
-
-    def upto(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
-        last = np.clip(k - 1, 0, None)
-        overhang = np.where(k > 0, np.clip(e[last] - t, 0, None), 0.0)
-        return cum[k] - overhang
-
-    return np.diff(upto(edges))
-
-
-def overlap(intervals: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Length of the (sorted, disjoint) intervals inside each [starts[i], ends[i])."""
-    if not len(intervals):
-        return np.zeros(len(starts))
-    s, e = intervals[:, 0], intervals[:, 1]
-    cum = np.concatenate([[0.0], np.cumsum(e - s)])
-
-    def upto(t: np.ndarray) -> np.ndarray:
-        k = np.searchsorted(s, t, side="right")
-        last = np.clip(k - 1, 0, None)
-        return cum[k] - np.where(k > 0, np.clip(e[last] - t, 0, None), 0.0)
-
-    return upto(np.asarray(ends, dtype=float)) - upto(np.asarray(starts, dtype=float))
-
-
-# -- what the host rows are --------------------------------------------------------------
-
-
-def _calls(model: TraceModel) -> pd.DataFrame:
-    host = model.host
-    return host[(host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)]
-
-
-def blocking_call_rows(model: TraceModel) -> np.ndarray:
-    """Host rows of calls that block until the device catches up: synchronizes, and copy
-    calls whose host side is pageable memory."""
-    calls = _calls(model)
-    rows = calls.index[name_matches(calls["name"], SYNC_APIS.__contains__)].to_numpy()
-    copies = calls.index[name_matches(calls["name"], ASYNC_COPY_APIS.__contains__)].to_numpy()
-    if len(copies):
-        gpu = model.gpu
-        mc = gpu[(gpu["kind"] == Kind.MEMCPY) & (gpu["launch"] >= 0)]
-        pageable = mc[name_matches(mc["name"], lambda n: "Pageable" in n)]["launch"].to_numpy()
-        rows = np.union1d(rows, np.intersect1d(copies, pageable))
-    return np.sort(rows.astype(np.int64))
-
-
-def one_per_call(model: TraceModel, rows: np.ndarray) -> np.ndarray:
-    """Of blocking-call rows (sorted), one per logical call. A pageable `.tolist()` or
-    `.cpu()` is a cudaMemcpyAsync and then a cudaStreamSynchronize inside one
-    `aten::copy_`/`aten::_local_scalar_dense`: the host waits once (256 `.tolist()` were
-    counted as 512), so a blocking copy that shares its op with a synchronize is dropped.
-    Several synchronizes in one op (an autotuner timing 16 configs) are 16 waits."""
-    if not len(rows):
-        return rows
-    names = model.arrays.name_table
-    codes = model.arrays.name_codes[rows]
-    is_sync = np.fromiter((names[c] in SYNC_APIS for c in codes), dtype=bool, count=len(rows))
-    op = model.host["op"].to_numpy()[rows]
-    sync_ops = set(op[is_sync & (op >= 0)].tolist())
-    keep = is_sync | (op < 0) | ~np.isin(op, list(sync_ops))
-    out: np.ndarray = rows[keep]
-    return out
-
-
-def startup_intervals(model: TraceModel) -> np.ndarray:
-    """Host intervals of one-off start-up work (see the module: graph capture regions,
-    graph instantiation, cold first launches), sorted and disjoint."""
-    host = model.host
-    if host.empty:
-        return np.empty((0, 2))
-    kind = host["kind"].to_numpy()
-    call = (kind == Kind.RUNTIME) | (kind == Kind.DRIVER)
-    ts, end = host["ts"].to_numpy(), host["end"].to_numpy()
-    begin = np.flatnonzero(call & name_matches(host["name"], CAPTURE_BEGIN_APIS.__contains__))
-    stop = np.flatnonzero(call & name_matches(host["name"], CAPTURE_END_APIS.__contains__))
-    inst = call & name_matches(host["name"], GRAPH_INSTANTIATE_APIS.__contains__)
-    cold = call & name_matches(host["name"], LAUNCH_APIS.__contains__) & (end - ts >= COLD_LAUNCH_MIN_US)
-    # torch.cuda.graph's own Python around a capture (its synchronize, gc.collect and
-    # empty_cache before capture_begin, capture_end after) is the capture's too
-    graph_py = (kind == Kind.PYTHON) & name_matches(host["name"], lambda n: "torch/cuda/graphs.py" in n)
-    starts, ends = [ts[inst | cold | graph_py]], [end[inst | cold | graph_py]]
-    if len(begin) and len(stop):
-        thread = host["pid"].to_numpy() * 1_000_003 + host["tid"].to_numpy()
-        for b in begin:
-            later = stop[(thread[stop] == thread[b]) & (ts[stop] >= ts[b])]
-            if len(later):
-                starts.append(np.array([ts[b]]))
-                ends.append(np.array([float(end[later].min())]))
-    return merge_intervals(np.concatenate(starts), np.concatenate(ends))
-
-
-def _rows_intervals(model: TraceModel, mask: np.ndarray) -> np.ndarray:
-    host = model.host
-    return merge_intervals(host["ts"].to_numpy()[mask], host["end"].to_numpy()[mask])
-
-
-def _named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds: Iterable[Kind]) -> np.ndarray:
-    host = model.host
-    kind_mask = np.isin(host["kind"].to_numpy(), [int(k) for k in kinds])
-    if not kind_mask.any():
-        return np.empty((0, 2))
-    return _rows_intervals(model, kind_mask & name_matches(host["name"], predicate))
+    def capped(self, cause: str, time_us: float) -> float:
+        """`time_us` of kernels at most the primary GPU's `cause` time: kernels that
+        overlap on several streams count once, as the ledger counts them."""
+        dev = self.primary
+        return min(time_us, dev.by_cause.get(cause, 0.0)) if dev is not None else time_us
 
 
 # -- the ledger ----------------------------------------------------------------------------
@@ -381,12 +210,13 @@ def _named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds:
 def compute_ledger(
     model: TraceModel,
     window: Window,
-    bound_of: Callable[[str], str],
-    latency_rows: np.ndarray | None = None,
+    roofline: Roofline | None = None,
 ) -> Ledger:
-    """The ledger of every active GPU over `window`. `bound_of(kernel name)` gives the
-    roofline's bound (compute, memory, latency or unknown); `latency_rows` (model.gpu
-    rows) are launches latency-bound on their own whatever their name's bound."""
+    """The ledger of every active GPU over `window`. The roofline gives each kernel name's
+    bound (compute, memory, latency or unknown; all unknown without one) and the launches
+    latency-bound on their own whatever their name's bound (its `latency_rows`)."""
+    bounds = {k.name: k.bound for k in roofline.kernels} if roofline is not None else {}
+    latency_rows = roofline.latency_rows if roofline is not None else None
     act_all = model.gpu_activity()
     w0, w1 = window.start_us, window.end_us
     host = model.host
@@ -411,10 +241,10 @@ def compute_ledger(
         dtype=bool,
     )  # fmt: skip
 
-    comm_iv = _named_intervals(model, is_collective_wait_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    alloc_iv = _named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
-    prof_iv = _named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAMES), (Kind.PYTHON,))
-    compile_iv = _named_intervals(
+    comm_iv = named_intervals(model, is_collective_wait_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    alloc_iv = named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
+    prof_iv = named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAMES), (Kind.PYTHON,))
+    compile_iv = named_intervals(
         model,
         lambda n: any(m in n for m in COMPILER_MARKERS) and not any(x in n for x in COMPILER_EXCLUDE),
         (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION),
@@ -456,7 +286,7 @@ def compute_ledger(
             nm = knames[i]
             b = bound_cache.get(nm)
             if b is None:
-                b = bound_cache[nm] = _BOUND_CLASS.get(bound_of(nm), "gpu_busy_unknown")
+                b = bound_cache[nm] = _BOUND_CLASS.get(bounds.get(nm, "unknown"), "gpu_busy_unknown")
             cls[i] = b
         if latency_rows is not None and len(latency_rows):
             cls[np.isin(rows, latency_rows) & (kind == int(Kind.KERNEL))] = "gpu_busy_latency"
