@@ -22,6 +22,7 @@ from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
+from tracelens.derive.snapshot import snapshot_of_trace
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel
@@ -98,6 +99,10 @@ def build_report(
     )
     from dataclasses import replace
 
+    snap, snap_note = snapshot_of_trace(model.meta.path)
+    if snap is not None or snap_note:
+        notes = report.summary.notes + ((snap_note,) if snap_note else ())
+        report = replace(report, snapshot=snap, summary=replace(report.summary, notes=notes))
     return replace(report, analysis_seconds=round(time.perf_counter() - t0, 3))
 
 

@@ -35,6 +35,7 @@ from tracelens.analyzers.context import AnalysisContext, fmt_us
 from tracelens.derive.apis import ALLOC_APIS
 from tracelens.derive.ledger import overlap
 from tracelens.model.schema import Kind
+from tracelens.model.snapshot import FRAGMENTATION_SHARE
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source
 from tracelens.model.trace import TraceModel, name_matches
 
@@ -51,9 +52,6 @@ CAT_OPS = frozenset({"aten::cat", "aten::concat", "aten::concatenate", "aten::st
 MIN_GROWTH_SIZES = 3
 #: Memory events mapped to ops at most (a long profile_memory trace has millions).
 MAX_MEMORY_EVENTS = 500_000
-#: Reserved memory this much above allocated at the peak is fragmentation worth
-#: naming (the cache holds blocks it cannot reuse for the sizes asked).
-FRAGMENTATION_SHARE = 0.25
 #: Points in the memory-over-time series of the report.
 MEMORY_BINS = 240
 _CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (HIP builds report CUDA too)

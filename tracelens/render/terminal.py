@@ -218,6 +218,12 @@ def render_terminal(
             )
         if len(report.findings) > MAX_FINDINGS:
             o.para(f"… {len(report.findings) - MAX_FINDINGS} more in the full report", indent=2)
+    if report.snapshot is not None:
+        from tracelens.render.snapshot import snapshot_lines
+
+        o.blank()
+        for lead, text in snapshot_lines(report.snapshot, o.width)[:3]:
+            o.para(text, lead=lead, lead_style={"bold": True} if lead.strip() else None, hang=len(lead) or 4)
     if outputs:
         o.blank()
         o.para(", ".join(outputs), lead="Reports: ", hang=2)

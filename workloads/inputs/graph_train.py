@@ -34,7 +34,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,23 +104,27 @@ def api_report() -> dict[str, Any]:
     out: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda}
     out["graph_enable_annotations"] = "enable_annotations" in inspect.signature(torch.cuda.graph.__init__).parameters
     out["export_params"] = list(inspect.signature(torch.profiler.profile.export_chrome_trace).parameters)
-    for mod in ("torch.cuda.graph_annotations", "torch.cuda._graph_annotations", "torch.cuda._annotate_cuda_graph_trace"):
+    for mod in (
+        "torch.cuda.graph_annotations",
+        "torch.cuda._graph_annotations",
+        "torch.cuda._annotate_cuda_graph_trace",
+    ):
         try:
             __import__(mod)
             out[mod] = True
-        except Exception as exc:  # noqa: BLE001 - recorded, not raised
+        except Exception as exc:
             out[mod] = f"{type(exc).__name__}: {exc}"
     try:
         import cuda.bindings  # type: ignore[import-not-found]  # noqa: F401
 
         out["cuda_bindings"] = True
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out["cuda_bindings"] = f"{type(exc).__name__}: {exc}"
     try:
         from torch.cuda import _graph_annotations as ga
 
         out["tools_id_available"] = not ga._is_tools_id_unavailable()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out["tools_id_available"] = f"{type(exc).__name__}: {exc}"
     try:
         import pynvml
@@ -128,7 +132,7 @@ def api_report() -> dict[str, Any]:
         pynvml.nvmlInit()
         out["driver"] = pynvml.nvmlSystemGetDriverVersion()
         out["driver_cuda"] = pynvml.nvmlSystemGetCudaDriverVersion_v2()
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         out["driver"] = f"{type(exc).__name__}: {exc}"
     return out
 
@@ -172,7 +176,7 @@ def main() -> int:
             dist.init_process_group("nccl", rank=0, world_size=1, device_id=dev)
             comm = dist
             api["nccl"] = True
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             api["nccl"] = f"{type(exc).__name__}: {exc}"
             print("no NCCL:", exc, flush=True)
 
@@ -199,7 +203,7 @@ def main() -> int:
 
     # 1. eager reference
     with profile(activities=acts, record_shapes=True, with_stack=True) as prof:
-        for i in range(2):
+        for _ in range(2):
             opt.zero_grad(set_to_none=True)
             step()
             prof.step()
@@ -221,15 +225,18 @@ def main() -> int:
             ga.clear_kernel_annotations()
             ann_handles = module_ranges(model, lambda fqn: ga.mark_kernels({"name": fqn, "module_fqn": fqn}))
             annotate = True
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             api["annotation_setup"] = f"{type(exc).__name__}: {exc}"
     graph = torch.cuda.CUDAGraph()
     opt.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
     kw = {"enable_annotations": True} if annotate else {}
-    with profile(activities=acts, record_shapes=True, with_stack=True) as prof:
-        with record_function(f"capture_{b}_train"), torch.cuda.graph(graph, **kw):
-            static_loss = step()
+    with (
+        profile(activities=acts, record_shapes=True, with_stack=True) as prof,
+        record_function(f"capture_{b}_train"),
+        torch.cuda.graph(graph, **kw),
+    ):
+        static_loss = step()
     api["capture_s"] = time.perf_counter() - t0
     export(prof, out / "graph_train_capture.pt.trace.json.gz")
     for h in ann_handles:
@@ -240,7 +247,7 @@ def main() -> int:
             api["annotations"] = len(anns)
             with open(out / "graph_train_annotations.pickle", "wb") as f:
                 pickle.dump(anns, f)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             api["annotations"] = f"{type(exc).__name__}: {exc}"
 
     # 3. replays

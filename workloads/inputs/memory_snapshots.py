@@ -84,9 +84,6 @@ def train(out: Path, dev: torch.device) -> None:
     torch.cuda.memory._dump_snapshot(str(out / "mem_train.pt.trace.snapshot.pickle"))
     torch.cuda.memory._record_memory_history(enabled=None)
     print("train peak", torch.cuda.max_memory_allocated(), "reserved", torch.cuda.max_memory_reserved(), flush=True)
-    del model, opt
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
 
 
 def generate(out: Path, dev: torch.device) -> None:
@@ -125,6 +122,8 @@ def main() -> int:
     dev = torch.device("cuda")
     if args.only in (None, "train"):
         train(out, dev)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
     if args.only in (None, "generate"):
         generate(out, dev)
     return 0

@@ -128,9 +128,12 @@ def main() -> int:
             torch.cuda.current_stream().wait_stream(side)
             seq_lens.fill_(8)
             g = torch.cuda.CUDAGraph()
-            with profile(activities=acts, record_shapes=True, with_stack=True) as prof:
-                with record_function(f"capture_{bs}_decode"), torch.cuda.graph(g):
-                    model(tokens, seq_lens, k_cache, v_cache)
+            with (
+                profile(activities=acts, record_shapes=True, with_stack=True) as prof,
+                record_function(f"capture_{bs}_decode"),
+                torch.cuda.graph(g),
+            ):
+                model(tokens, seq_lens, k_cache, v_cache)
             export(prof, out / "capture_traces" / f"bs_{bs}_rank0.json.gz")
             graphs[bs] = g
         if not cuda:
