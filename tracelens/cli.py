@@ -193,6 +193,19 @@ def report(
                     perfetto=perfetto if len(single) == 1 else None, redact=redact)  # fmt: skip
 
 
+@app.command()
+def mcp() -> None:
+    """Serve tracelens to coding agents over the Model Context Protocol (stdio): tools
+    report, findings, explain_finding and diff, returning the JSON report's parts.
+    Needs the optional extra: pip install 'tracelens-gpu[mcp]'.
+
+    Example (an agent's MCP configuration): {"command": "tracelens", "args": ["mcp"]}
+    """
+    from tracelens.mcp_server import serve
+
+    serve()
+
+
 def _report_snapshot(
     path: Path,
     html: Path | None,
