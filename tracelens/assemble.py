@@ -21,6 +21,7 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
+from tracelens.derive.kernel_source import kernel_sources
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
 from tracelens.derive.snapshot import snapshot_of_trace
 from tracelens.model.schema import Kind
@@ -99,6 +100,10 @@ def build_report(
     )
     from dataclasses import replace
 
+    names = [str(n) for n in _window_kernel_names(ctx)]
+    report = replace(
+        report, kernel_sources=tuple(replace(k, kernel=_cut(k.kernel)) for k in kernel_sources(model, names))
+    )
     snap, snap_note = snapshot_of_trace(model.meta.path)
     if snap is not None or snap_note:
         notes = report.summary.notes + ((snap_note,) if snap_note else ())
@@ -296,6 +301,16 @@ def _window_activity(ctx: AnalysisContext) -> pd.DataFrame:
     if dev is None:
         return act.iloc[0:0]
     return act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
+
+
+def _window_kernel_names(ctx: AnalysisContext) -> list[str]:
+    """The uncut names of the kernels the report lists (its kernel rows' order)."""
+    act = _window_activity(ctx)
+    if act.empty:
+        return []
+    act = act[act["kind"] == int(Kind.KERNEL)]
+    g = act.groupby("name", observed=True)["dur"].sum().sort_values(ascending=False).head(MAX_KERNEL_ROWS)
+    return [str(n) for n in g.index]
 
 
 def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:

@@ -214,6 +214,21 @@ class KernelRow:
 
 
 @dataclass(frozen=True)
+class KernelSource:
+    """Where a kernel is defined, for the kernels whose source is a file a user can edit
+    (Inductor-generated or hand-written Triton, a compiled extension's CUDA)."""
+
+    kernel: str  # as in kernels[].name
+    kind: str  # inductor, triton, extension
+    file: str  # the defining file as the trace names it (the compiled module, the .py, the .cu); "" if unknown
+    line: int | None  # the definition's line, when the file was readable here
+    function: str  # the kernel's function
+    found: bool  # the file was read and the definition found in it
+    launched_from: PySource | None  # the Python frame that launched it
+    library: str = ""  # extension: its op namespace and the op
+
+
+@dataclass(frozen=True)
 class OpRow:
     name: str
     count: int
@@ -286,6 +301,7 @@ class Report:
     extra: dict[str, str] = field(default_factory=dict)
     memory: MemoryTimeline | None = None
     snapshot: SnapshotSummary | None = None  # a memory snapshot beside the trace
+    kernel_sources: tuple[KernelSource, ...] = ()  # where the listed kernels are defined, when a file
 
 
 # -- memory snapshots (torch.cuda.memory._dump_snapshot pickles) ------------------------
