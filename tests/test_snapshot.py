@@ -190,7 +190,7 @@ def test_attack_pickle_on_the_cli_exits_2_with_one_line(tmp_path: Path) -> None:
         (b"not a pickle", "not a pickle"),
         (pickle.dumps([1, 2]), "not a CUDA memory snapshot"),
         (pickle.dumps({"segments": []})[:-3], "not a readable pickle"),
-    ],  # fmt: skip
+    ],
     ids=["empty", "text", "list", "truncated"],
 )
 def test_bad_snapshots_are_one_line_errors(content: bytes, message: str, tmp_path: Path) -> None:
