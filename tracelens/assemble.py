@@ -21,6 +21,7 @@ from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
+from tracelens.assemble_inputs import graph_summary, serving_summary
 from tracelens.derive.kernel_source import kernel_sources
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
 from tracelens.derive.snapshot import snapshot_of_trace
@@ -102,7 +103,10 @@ def build_report(
 
     names = [str(n) for n in _window_kernel_names(ctx)]
     report = replace(
-        report, kernel_sources=tuple(replace(k, kernel=_cut(k.kernel)) for k in kernel_sources(model, names))
+        report,
+        kernel_sources=tuple(replace(k, kernel=_cut(k.kernel)) for k in kernel_sources(model, names)),
+        graphs=graph_summary(ctx),
+        serving=serving_summary(ctx),
     )
     snap, snap_note = snapshot_of_trace(model.meta.path)
     if snap is not None or snap_note:

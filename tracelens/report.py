@@ -225,7 +225,7 @@ class KernelSource:
     function: str  # the kernel's function
     found: bool  # the file was read and the definition found in it
     launched_from: PySource | None  # the Python frame that launched it
-    library: str = ""  # extension: its op namespace and the op
+    library: str = ""  # extension: the custom op that launched it (e.g. _C::rms_norm)
 
 
 @dataclass(frozen=True)
@@ -302,6 +302,8 @@ class Report:
     memory: MemoryTimeline | None = None
     snapshot: SnapshotSummary | None = None  # a memory snapshot beside the trace
     kernel_sources: tuple[KernelSource, ...] = ()  # where the listed kernels are defined, when a file
+    graphs: GraphSummary | None = None  # kernels replayed from CUDA graphs, with what their capture says
+    serving: ServingSummary | None = None  # serving steps' batches and attention sizes
 
 
 # -- memory snapshots (torch.cuda.memory._dump_snapshot pickles) ------------------------
@@ -396,3 +398,70 @@ class SnapshotReport:
     tool_version: str
     generated_at: str
     snapshot: SnapshotSummary
+
+
+# -- CUDA-graph replays and serving steps -------------------------------------------------
+@dataclass(frozen=True)
+class GraphModuleRow:
+    """Replayed GPU time of one module (or annotated region) and autograd phase."""
+
+    module: str  # "" when the capture named none
+    phase: str  # forward, backward or ""
+    time_us: float
+    share: float  # of the window's replayed GPU time
+    kernels: int  # replayed events
+    top_kernel: str
+    op: str  # the op launching most of that time at capture ("" when unknown)
+    source: PySource | None
+
+
+@dataclass(frozen=True)
+class GraphCollectiveRow:
+    """A collective captured into a graph, from its annotation (or capture op)."""
+
+    collective: str
+    group: str  # process group description or name
+    group_size: int
+    dtype: str
+    bytes: float  # per call: In msg nelems x the dtype's size
+    calls: int
+    time_us: float  # GPU time of its kernels in the window
+    algbw_gbps: float  # bytes over the median call's time
+
+
+@dataclass(frozen=True)
+class GraphSummary:
+    replays: int  # graph launches in the window
+    replayed_us: float  # GPU time of their kernels, copies and memsets in the window
+    replayed_share: float  # of the window's GPU busy time
+    annotated_share: float  # of replayed time with a baked-in annotation
+    captured_share: float  # of replayed time matched to a capture trace's launch
+    modelled_share: float  # of replayed kernel time the roofline models
+    inline_annotated: bool
+    captures: tuple[str, ...]
+    modules: tuple[GraphModuleRow, ...]
+    collectives: tuple[GraphCollectiveRow, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ServingPhaseRow:
+    phase: str  # prefill, decode, mixed
+    steps: int
+    mean_us: float  # host span of the step annotation, mean
+    requests: float  # mean per step
+    tokens: float  # mean per step
+    sum_qk: float  # mean Σ N_Q·N_KV per step
+    sum_kv: float  # mean Σ N_KV per step
+
+
+@dataclass(frozen=True)
+class ServingSummary:
+    framework: str  # sglang, vllm, atom
+    steps: int
+    with_sizes: int  # steps whose annotation has the attention sums
+    phases: tuple[ServingPhaseRow, ...]
+    attention_us: float  # GPU time of attention kernels in the steps
+    attention_modelled_share: float  # of it with a roofline
+    cache_use: float  # Σ N_KV over the cache positions attention read (static caches; 0 when not known)
+    notes: tuple[str, ...]

@@ -27,6 +27,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.graph_costs import SOURCE_CAPTURE, extra_costs
 from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT, gemm_from_name
 from tracelens.analyzers.op_costs import (
     ADAM_FLOPS_PER_ELEMENT,
@@ -329,7 +330,7 @@ class _Attribution:
 
     flops: np.ndarray
     bytes: np.ndarray
-    source: np.ndarray  # 0 none, 1 op model, 2 launch-grid estimate
+    source: np.ndarray  # 0 none, 1 op model, 2 launch-grid estimate, 3 capture or serving step (graph_costs)
     meta: dict[int, tuple[str, str, bool]]  # kernel index -> dtype, family, tensor_core
     unmodelled: dict[tuple[str, str], float]
     owner: np.ndarray  # host row of the op whose model covers each kernel, or -1
@@ -680,6 +681,9 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     source[sel] = 1
     kinds = [(c.dtype, c.family, c.tensor_core) for c in costs_of]
     meta.update(zip(sel.tolist(), (kinds[j] for j in slot[ok].tolist()), strict=True))
+    # Kernels replayed from a CUDA graph with a known capture, and serving attention
+    # with its step's sizes (graph_costs.py): modelled, as `source` 3.
+    extra_costs(model, k, comm, [hint_of[c] for c in kcodes.tolist()], source, flops, nbytes, meta)
     unmodelled: dict[tuple[str, str], float] = defaultdict(float)
     codes = model.arrays.name_codes
     graph_code = model.arrays.name_table.index(GRAPH_LAUNCH) if GRAPH_LAUNCH in model.arrays.name_table else -2
@@ -971,7 +975,7 @@ def compute_roofline(
                 transposed_op[o] = transposed_of[id(shapes)][0]
             if transposed_op[o]:
                 transposing[names[i]] += dur[i]
-    modelled = float(dur[att.source == 1].sum())
+    modelled = float(dur[(att.source == 1) | (att.source == SOURCE_CAPTURE)].sum())
     estimated = float(dur[att.source == 2].sum())
     comm_us = float(dur[comm].sum())
     unmodelled_us = float(dur.sum()) - comm_us - modelled - estimated

@@ -230,7 +230,7 @@ def _source_of(model: TraceModel, row: int, name: str, reader: _Reader) -> Kerne
         m = _NAMESPACED.match(op)
         if m and m.group(1) not in _TORCH_NAMESPACES and not m.group(1).startswith("_c10d"):
             site = next((f for f in frames if not is_machinery(f.file)), None)
-            return _extension(name, m.group(1), op, site, reader)
+            return _extension(name, op, site, reader)
     return None
 
 
@@ -249,7 +249,7 @@ def _defined_in(name: str, kind: str, file: str, site: PySource | None, reader: 
     )
 
 
-def _extension(name: str, library: str, op: str, site: PySource | None, reader: _Reader) -> KernelSource:
+def _extension(name: str, op: str, site: PySource | None, reader: _Reader) -> KernelSource:
     ident = kernel_identifier(name)
     pat = re.compile(rf"__global__[^;{{]*?\b{re.escape(ident)}\s*\(", re.S)
     for path in reader.cuda_sources():
@@ -260,9 +260,9 @@ def _extension(name: str, library: str, op: str, site: PySource | None, reader: 
         if line is not None:
             return KernelSource(
                 kernel=name, kind="extension", file=path, line=line, function=ident, found=True,
-                launched_from=site, library=f"{library} ({op})",
+                launched_from=site, library=op,
             )  # fmt: skip
     return KernelSource(
         kernel=name, kind="extension", file="", line=None, function=ident, found=False, launched_from=site,
-        library=f"{library} ({op})",
+        library=op,
     )  # fmt: skip
