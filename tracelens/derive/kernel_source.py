@@ -56,7 +56,6 @@ _TORCH_NAMESPACES = frozenset(
      "record_param_comms", "triton", "_inductor_test", "nccl", "gloo", "cudnn", "cublas"}
 )  # fmt: skip
 _NAMESPACED = re.compile(r"^([A-Za-z_][\w]*)::([\w.]+)$")
-_IDENT = re.compile(r"([A-Za-z_]\w*)\s*(?:<|\()")
 
 
 @dataclass
@@ -127,9 +126,18 @@ def _def_patterns(name: str) -> list[re.Pattern[str]]:
 def kernel_identifier(name: str) -> str:
     """The function identifier of a (demangled) kernel name: `void ns::foo_kernel<T>(...)`
     -> `foo_kernel`; a plain name is itself."""
-    head = name.split("(", 1)[0]
-    head = re.sub(r"<.*", "", head).strip()
-    ident = head.rsplit("::", 1)[-1].split()[-1] if head else name
+    s = name.replace("(anonymous namespace)", "")
+    out: list[str] = []
+    depth = 0
+    for ch in s:  # drop template arguments, nested ones too
+        if ch == "<":
+            depth += 1
+        elif ch == ">" and depth:
+            depth -= 1
+        elif not depth:
+            out.append(ch)
+    head = "".join(out).split("(", 1)[0].strip()
+    ident = head.rsplit("::", 1)[-1].split()[-1] if head else ""
     return ident or name
 
 

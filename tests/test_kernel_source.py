@@ -1,0 +1,54 @@
+"""Kernel to source: Inductor-generated Triton kernels get the compiled module the trace
+names and, where it is readable, the line of their `def`; cuBLAS/aten kernels get none.
+Real sample: sample_traces/capture_compile (torch.compile'd MLP on the H200, with stacks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from conftest import model_of, report_of, sample
+
+from tracelens.derive.kernel_source import kernel_identifier, kernel_sources
+
+MODULE = "/tmp/torchinductor_root/ll/cllk44rh7nmhxvieufnofcwtd6xpxjw3hukro6xvdfsxaiizpsft.py"
+
+
+def test_inductor_kernels_name_their_compiled_module() -> None:
+    rep = report_of(sample("capture_compile"))
+    got = {k.kernel: k for k in rep.kernel_sources}
+    triton = [k.name for k in rep.kernels if k.name.startswith("triton_")]
+    assert triton and set(triton) <= set(got)
+    for name in triton:
+        src = got[name]
+        assert (src.kind, src.file, src.function) == ("inductor", MODULE, name)
+        assert src.launched_from is not None and src.launched_from.function == "call"
+        # the module is on the H200, not here: the line is not made up
+        assert src.line is None and not src.found
+    # cuBLAS GEMMs called from the same compiled module are not its kernels
+    assert not any(k.startswith("nvjet") for k in got)
+
+
+def test_a_readable_copy_of_the_module_gives_the_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    copy = tmp_path / "ll" / Path(MODULE).name
+    copy.parent.mkdir()
+    lines = ["import triton", "", "", "@triton.jit", "def triton_poi_fused_gelu_1(in_ptr0, out_ptr0, xnumel, XBLOCK):",
+             "    pass", "", "def call(args):", "    pass"]  # fmt: skip
+    copy.write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("TRACELENS_SOURCES", str(tmp_path))
+    found = {k.kernel: k for k in kernel_sources(model_of(sample("capture_compile")), ["triton_poi_fused_gelu_1"])}
+    src = found["triton_poi_fused_gelu_1"]
+    assert src.found and src.line == 5
+    assert src.file == MODULE  # the file as the trace names it; the copy only lent its line
+
+
+def test_kernel_identifier() -> None:
+    assert kernel_identifier("void vllm::rms_norm_kernel<c10::BFloat16, 8>(float*, int)") == "rms_norm_kernel"
+    assert kernel_identifier("triton_poi_fused_add_0") == "triton_poi_fused_add_0"
+    assert kernel_identifier("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(x)") == (
+        "multimem_all_reduce_kernel"
+    )
+
+
+def test_traces_without_such_kernels_have_none() -> None:
+    assert report_of(sample("host_sync_mask")).kernel_sources == ()
