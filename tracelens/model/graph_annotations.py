@@ -95,11 +95,12 @@ def read_graph_args(path: str | os.PathLike[str]) -> GraphArgs:
 
     Never raises for a trace the main loader read: a file it cannot decode here gives no
     events (the report then says the graph replays are not annotated)."""
+    from tracelens.errors import TracelensError
     from tracelens.output import read_trace_bytes
 
     try:
         data = read_trace_bytes(path)
-    except (OSError, ValueError):
+    except (OSError, ValueError, TracelensError):
         return GraphArgs(False, ())
     if _GRAPH_NODE not in data:
         return GraphArgs(False, ())
