@@ -173,7 +173,9 @@ def main() -> int:
 
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29531")
-            dist.init_process_group("nccl", rank=0, world_size=1, device_id=dev)
+            dist.init_process_group(
+                "nccl", rank=0, world_size=1, device_id=torch.device("cuda", torch.cuda.current_device())
+            )
             comm = dist
             api["nccl"] = True
         except Exception as exc:
