@@ -73,7 +73,7 @@ def graph_summary(ctx: AnalysisContext) -> GraphSummary | None:
     busy = ctx.ledger.primary.busy_us if ctx.ledger.primary else 0.0
     nodes = gn.nodes
     ann_us = cap_us = 0.0
-    per: dict[tuple[str, str], list[object]] = {}
+    per: dict[tuple[str, str, str], list[object]] = {}
     coll: dict[tuple[str, str, str, str, str], list[float]] = defaultdict(list)
     coll_meta: dict[tuple[str, str, str, str, str], float] = {}
     modelled = _modelled_names(ctx)
@@ -86,13 +86,14 @@ def graph_summary(ctx: AnalysisContext) -> GraphSummary | None:
             if names[r] in modelled:
                 modelled_us += d
         if node is None:
-            key = ("", "")
+            key = ("", "", "")
         else:
             if node.annotated:
                 ann_us += d
             if node.op:
                 cap_us += d
-            key = (node.module, node.phase)
+            # Without a module name, the op at capture tells the rows apart.
+            key = (node.module, node.phase, "" if node.module else node.op)
         row = per.setdefault(key, [0.0, 0, defaultdict(float), defaultdict(float), None])
         row[0] = float(row[0]) + d  # type: ignore[arg-type]
         row[1] = int(row[1]) + 1  # type: ignore[call-overload]
@@ -118,7 +119,7 @@ def graph_summary(ctx: AnalysisContext) -> GraphSummary | None:
             op=max(v[3].items(), key=lambda kv: kv[1])[0] if v[3] else "",  # type: ignore[attr-defined]
             source=v[4] if isinstance(v[4], PySource) else None,
         )
-        for (m, ph), v in sorted(per.items(), key=lambda kv: -float(kv[1][0]))[:MAX_MODULE_ROWS]  # type: ignore[arg-type]
+        for (m, ph, _), v in sorted(per.items(), key=lambda kv: -float(kv[1][0]))[:MAX_MODULE_ROWS]  # type: ignore[arg-type]
     )
     collectives = tuple(
         GraphCollectiveRow(
@@ -250,8 +251,9 @@ def _attention_time(ctx: AnalysisContext, steps: dict[int, StepSizes]) -> tuple[
         step = steps[int(inside[-1])]
         shapes = node.shapes if node is not None and node.shapes else (model.op_shapes(op_row) if op_row >= 0 else {})
         dims = shapes.get("Input Dims") or []
-        # SDPA over a static cache: key [batch, heads, positions, dim]; the requests hold Σ N_KV of them.
-        if "scaled_dot_product" in op and len(dims) >= 2 and isinstance(dims[1], list) and len(dims[1]) == 4:
+        # Attention over a static cache: key [batch, heads, positions, dim] (SDPA and the
+        # cuDNN/flash/efficient ops under it); the requests hold Σ N_KV of those positions.
+        if "attention" in op and len(dims) >= 2 and isinstance(dims[1], list) and len(dims[1]) == 4:
             b, _, positions, _ = dims[1]
             if step.sum_kv and b and positions:
                 used += step.sum_kv * d

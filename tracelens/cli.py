@@ -229,7 +229,8 @@ def _report_snapshot(
     )
     from tracelens.report import SCHEMA_VERSION, SnapshotReport
 
-    stem = path.name.rsplit(".", 1)[0] or "snapshot"  # mem.snapshot.pickle -> mem.snapshot
+    name = path.name[:-3] if path.name.lower().endswith(".gz") else path.name
+    stem = name.rsplit(".", 1)[0] or "snapshot"  # mem.snapshot.pickle(.gz) -> mem.snapshot
     wanted = _targets(html, markdown, json_out, out_dir, stem, [path])
     rep = SnapshotReport(
         schema_version=SCHEMA_VERSION,

@@ -52,6 +52,8 @@ CAPTURED_KERNEL_APIS = frozenset(
 )  # fmt: skip
 CAPTURED_COPY_APIS = frozenset({"cudaMemcpyAsync", "cuMemcpyAsync", "hipMemcpyAsync", "cudaMemcpy2DAsync"})
 CAPTURED_MEMSET_APIS = frozenset({"cudaMemsetAsync", "cuMemsetD8Async", "cuMemsetD32Async", "hipMemsetAsync"})
+BEGIN_CAPTURE_APIS = frozenset({"cudaStreamBeginCapture", "cudaStreamBeginCapture_v2", "hipStreamBeginCapture"})
+END_CAPTURE_APIS = frozenset({"cudaStreamEndCapture", "hipStreamEndCapture"})
 #: Folders beside a trace that hold capture traces (vLLM, SGLang).
 CAPTURE_DIRS = ("capture_traces", "graph_capture_profile")
 #: At most this many capture trace files are read per report.
@@ -59,7 +61,10 @@ MAX_CAPTURE_FILES = 64
 _CAPTURE_RANGE = re.compile(r"^capture_(\d+)_(\w+)")
 _BS_FILE = re.compile(r"(?:^|[_-])bs_?(\d+)(?:[_.-]|$)")
 _MODULE_RANGE = "module::"
-_BACKWARD_MARKERS = ("autograd::engine::evaluate_function", "Backward0", "Backward1")
+_EVALUATE = "autograd::engine::evaluate_function"
+#: Two records of one event (the model's and the JSON's) are this close in time.
+_SAME_EVENT_US = 0.5
+_OPTIMIZER_RANGE = "Optimizer.step#"
 _SHAPE_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
 
 
@@ -315,46 +320,149 @@ def _regions_of(path: str, notes: list[str]) -> list[_Region]:
     ann = np.flatnonzero(kind == int(Kind.USER_ANNOTATION))
     spans = [(int(r), arrays.name(int(r))) for r in ann if _CAPTURE_RANGE.match(arrays.name(int(r)))]
     file_bs = _BS_FILE.search(os.path.basename(path))
+    # What was captured lies between each cudaStreamBeginCapture and its EndCapture (a
+    # `capture_<bs>_<mode>` range also holds the capture's set-up launches, run eagerly).
+    begins = np.flatnonzero(is_call & np.isin(arrays.name_codes, _codes(table, BEGIN_CAPTURE_APIS)))
+    ends = np.flatnonzero(is_call & np.isin(arrays.name_codes, _codes(table, END_CAPTURE_APIS)))
+    begins, ends = begins[np.argsort(ts[begins])], ends[np.argsort(ts[ends])]
+    windows = [(float(ts[b]), float(end[e])) for b, e in zip(begins.tolist(), ends.tolist(), strict=False)]
+    if not windows:
+        windows = [(float(ts[r]), float(end[r])) for r, _ in spans] or [(-np.inf, np.inf)]
     regions: list[_Region] = []
-    if not spans:
-        spans = [(-1, os.path.basename(path))]
-    for row, name in spans:
-        if row >= 0:
-            m = _CAPTURE_RANGE.match(name)
-            batch = int(m.group(1)) if m else None
-            inside = calls[(ts[calls] >= ts[row]) & (ts[calls] <= end[row])]
-        else:
-            batch = int(file_bs.group(1)) if file_bs else None
-            inside = calls
-        launches = tuple(_launch(cap, int(c), api_kind[int(arrays.name_codes[c])]) for c in inside)
+    backward = _Backward(path, cap)
+    for lo, hi in windows:
+        around = [(r, n) for r, n in spans if ts[r] <= lo and end[r] >= hi]
+        m = _CAPTURE_RANGE.match(around[-1][1]) if around else None
+        name = around[-1][1] if around else os.path.basename(path)
+        batch = int(m.group(1)) if m else (int(file_bs.group(1)) if file_bs else None)
+        inside = calls[(ts[calls] >= lo) & (ts[calls] <= hi)]
+        launches = tuple(_launch(cap, int(c), api_kind[int(arrays.name_codes[c])], backward) for c in inside)
         if launches:
             regions.append(_Region(file=path, name=name, batch=batch, launches=launches))
     return regions
 
 
-def _launch(cap: TraceModel, row: int, kind: str) -> _Launch:
+def _codes(table: list[str], names: frozenset[str]) -> list[int]:
+    return [i for i, n in enumerate(table) if n in names]
+
+
+def _launch(cap: TraceModel, row: int, kind: str, backward: _Backward) -> _Launch:
     arrays = cap.arrays
     op_row = int(arrays.op[row])
     op = arrays.name(op_row) if op_row >= 0 else ""
     shapes = dict(cap.op_shapes(op_row)) if op_row >= 0 else {}
     module = ""
-    phase = "forward"
+    phase = ""
+    source = user_source(cap, row)
     for r in cap.host_chain(row):
         k = int(arrays.kind[r])
         name = arrays.name(r)
         if not module and k == int(Kind.USER_ANNOTATION) and name.startswith(_MODULE_RANGE):
             module = name[len(_MODULE_RANGE) :]
-        if k == int(Kind.CPU_OP) and any(m in name for m in _BACKWARD_MARKERS):
+        if k == int(Kind.USER_ANNOTATION) and name.startswith(_OPTIMIZER_RANGE) and not phase:
+            phase = "optimizer"
+        if k == int(Kind.CPU_OP) and name.startswith(_EVALUATE):
             phase = "backward"
-    return _Launch(
-        kind=kind,
-        op=op,
-        shapes=shapes,
-        module=module,
-        phase=phase,
-        source=user_source(cap, row),
-        op_row=op_row,
-    )
+            # The backward of a forward op: its module and source are the forward op's
+            # (autograd's sequence number links them), as mark_kernels attributes it.
+            fwd = backward.forward_of(cap, r)
+            if fwd is not None:
+                module = module or fwd[0]
+                source = source or fwd[1]
+    if not phase and module:
+        phase = "forward"
+    return _Launch(kind=kind, op=op, shapes=shapes, module=module, phase=phase, source=source, op_row=op_row)
+
+
+class _Backward:
+    """Autograd's link from a backward node (`autograd::engine::evaluate_function: XBackward0`)
+    to the forward op that made it: both carry the same `Sequence number` (the loader keeps
+    no such arg, so a capture trace's ops are read here from its JSON, once)."""
+
+    def __init__(self, path: str, cap: TraceModel) -> None:
+        self._by_event: dict[str, tuple[np.ndarray, list[tuple[str, PySource | None]]]] = {}
+        self._built = False
+        self._path = path
+        self._cap = cap
+
+    def _build(self) -> None:
+        self._built = True
+        from tracelens.output import read_trace_bytes
+
+        try:
+            top = msgspec.json.decode(read_trace_bytes(self._path), type=_SeqFile)
+        except Exception:  # unreadable here: no backward modules, never an error
+            return
+        cap = self._cap
+        meta = cap.meta
+        shift = meta.origin_us - (meta.base_time_ns / 1000.0 if meta.base_time_ns else 0.0)
+        ranges: dict[object, list[tuple[float, float, str]]] = {}
+        fwd: list[tuple[int, object, float, str]] = []
+        bwd: list[tuple[int, float, str]] = []
+        for e in top.traceEvents or ():
+            if e.cat == "user_annotation" and e.name.startswith(_MODULE_RANGE):
+                ranges.setdefault(e.tid, []).append((e.ts, e.ts + e.dur, e.name[len(_MODULE_RANGE) :]))
+            elif e.cat == "cpu_op" and e.args is not None and e.args.seq is not None:
+                if e.name.startswith(_EVALUATE):
+                    bwd.append((e.args.seq, e.ts, e.name))
+                elif not e.args.fwd_thread:
+                    fwd.append((e.args.seq, e.tid, e.ts, e.name))
+        self._shift = shift
+        # The JSON's times and the model's (shifted back) agree to well under a µs, not
+        # to the last digit: events are matched by name and the nearest time.
+        ops = np.flatnonzero(cap.arrays.kind == int(Kind.CPU_OP))
+        host_ts = cap.host["ts"].to_numpy()[ops] + shift
+        rows_of: dict[str, list[tuple[float, int]]] = {}
+        for r, t in zip(ops.tolist(), host_ts.tolist(), strict=True):
+            rows_of.setdefault(cap.arrays.name(r), []).append((t, r))
+        by_seq: dict[int, tuple[str, PySource | None]] = {}
+        for seq, tid, t, name in fwd:
+            if seq in by_seq:
+                continue  # the outermost op of the sequence number comes first
+            inner = [x for x in ranges.get(tid, ()) if x[0] <= t <= x[1]]
+            module = min(inner, key=lambda x: x[1] - x[0])[2] if inner else ""
+            near = min(rows_of.get(name, ()), key=lambda x: abs(x[0] - t), default=None)
+            row = near[1] if near is not None and abs(near[0] - t) < _SAME_EVENT_US else None
+            by_seq[seq] = (module, user_source(cap, row) if row is not None else None)
+        found: dict[str, list[tuple[float, tuple[str, PySource | None]]]] = {}
+        for seq, t, name in bwd:
+            if seq in by_seq:
+                found.setdefault(name, []).append((t, by_seq[seq]))
+        for name, items in found.items():
+            items.sort(key=lambda x: x[0])
+            self._by_event[name] = (np.array([x[0] for x in items]), [x[1] for x in items])
+
+    def forward_of(self, cap: TraceModel, row: int) -> tuple[str, PySource | None] | None:
+        if not self._built:
+            self._build()
+        if not self._by_event:
+            return None
+        got = self._by_event.get(cap.arrays.name(row))
+        if got is None:
+            return None
+        times, values = got
+        t = float(cap.host["ts"].iat[row]) + self._shift
+        i = int(np.argmin(np.abs(times - t)))
+        return values[i] if abs(float(times[i]) - t) < _SAME_EVENT_US else None
+
+
+class _SeqArgs(msgspec.Struct, gc=False):
+    seq: int | None = msgspec.field(name="Sequence number", default=None)
+    # Set (non-zero) on backward ops: the id of the thread that ran their forward.
+    fwd_thread: int | None = msgspec.field(name="Fwd thread id", default=None)
+
+
+class _SeqEvent(msgspec.Struct, gc=False):
+    cat: str = ""
+    name: str = ""
+    tid: int | str = 0
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _SeqArgs | None = None
+
+
+class _SeqFile(msgspec.Struct, gc=False):
+    traceEvents: list[_SeqEvent] | None = None
 
 
 def _serving_batch(model: TraceModel, launch_row: int) -> int | None:

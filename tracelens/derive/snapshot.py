@@ -268,8 +268,14 @@ def summarize_snapshot(snap: MemorySnapshot) -> SnapshotSummary:
             freed = pending.pop(e.addr, None)
             if freed is not None:
                 freed.free = e
-    peak_frames = entries[peak_i].frames if 0 <= peak_i < len(entries) else ()
-    where = _user_frame(peak_frames) or _library_frame(peak_frames)
+    # What the program was running at the peak: the peak's own allocation's frames, else
+    # (an allocation with none: autograd's device thread, C++) the latest before it with a
+    # frame of the program's, which is the main thread's line (loss.backward(), say).
+    where = None
+    for e in entries[peak_i::-1] if 0 <= peak_i < len(entries) else ():
+        where = _user_frame(e.frames) or _library_frame(e.frames)
+        if where is not None:
+            break
     peak_phase = f"{short_path(where.filename)}:{where.line} {where.name}" if where else ""
     # -- by category and by source line -------------------------------------------------
     cats: dict[str, list[int]] = defaultdict(lambda: [0, 0])

@@ -32,12 +32,16 @@ from typing import Any
 
 from tracelens.errors import TraceInputError
 
-#: File name endings taken for a snapshot rather than a trace.
-SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
+#: File name endings taken for a snapshot rather than a trace (gzip-compressed too:
+#: snapshots compress about 20x, so they are kept and attached that way).
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl", ".pickle.gz", ".pkl.gz")
+#: The most a compressed snapshot may inflate to (a larger one is a decompression bomb,
+#: or a snapshot no report needs: memory viz itself loads them whole).
+MAX_SNAPSHOT_BYTES = 8 * 2**30
 #: Names a snapshot beside a trace may have: `<stem>` is the trace's name without its
 #: `.json`/`.json.gz`. `.snapshot.pickle` is what tracelens capture and the README
 #: example write; the other two are the names users give `_dump_snapshot`'s file.
-BESIDE_SUFFIXES = (".snapshot.pickle", ".memory.pickle", ".pickle")
+BESIDE_SUFFIXES = (".snapshot.pickle", ".memory.pickle", ".pickle", ".snapshot.pickle.gz")
 #: Reserved memory this much above allocated at the peak is fragmentation worth
 #: naming (the cache holds blocks it cannot reuse for the sizes asked). Used by the
 #: trace report's [memory] events and by the snapshot report alike.
@@ -208,8 +212,26 @@ def _entry(raw: dict[str, Any], cache: dict[tuple[str, int, str], Frame]) -> Tra
     )
 
 
+def _gunzip(data: bytes, shown: str) -> bytes:
+    import zlib
+
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(data, MAX_SNAPSHOT_BYTES + 1)
+    except zlib.error as exc:
+        raise TraceInputError(f"{shown}: truncated or corrupt gzip file ({exc})") from None
+    if len(out) > MAX_SNAPSHOT_BYTES:
+        raise TraceInputError(f"{shown}: decompresses to more than {MAX_SNAPSHOT_BYTES:,} bytes")
+    if not inflater.eof:
+        raise TraceInputError(f"{shown}: truncated or corrupt gzip file (the compressed stream ends early)")
+    return out
+
+
 def decode_snapshot(data: bytes, shown: str = "snapshot") -> dict[str, Any]:
-    """The snapshot dict from a pickle's bytes, or a one-line TraceInputError."""
+    """The snapshot dict from a pickle's bytes (gzip-compressed or not), or a one-line
+    TraceInputError."""
+    if data[:2] == b"\x1f\x8b":
+        data = _gunzip(data, shown)
     if not data:
         raise TraceInputError(f"{shown}: the file is empty")
     if data[0] != _PROTO and data[:1] not in (b"(", b"}", b"]"):

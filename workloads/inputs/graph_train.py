@@ -233,12 +233,29 @@ def main() -> int:
     opt.zero_grad(set_to_none=True)
     t0 = time.perf_counter()
     kw = {"enable_annotations": True} if annotate else {}
-    with (
-        profile(activities=acts, record_shapes=True, with_stack=True) as prof,
-        record_function(f"capture_{b}_train"),
-        torch.cuda.graph(graph, **kw),
-    ):
-        static_loss = step()
+    try:
+        with (
+            profile(activities=acts, record_shapes=True, with_stack=True) as prof,
+            record_function(f"capture_{b}_train"),
+            torch.cuda.graph(graph, **kw),
+        ):
+            static_loss = step()
+    except Exception as exc:
+        if comm is None:
+            raise
+        # A collective that cannot be captured here: capture the step without it.
+        api["capture_with_comm"] = f"{type(exc).__name__}: {exc}"
+        print("capture with the all_reduce failed:", exc, flush=True)
+        comm = None
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with (
+            profile(activities=acts, record_shapes=True, with_stack=True) as prof,
+            record_function(f"capture_{b}_train"),
+            torch.cuda.graph(graph, **kw),
+        ):
+            static_loss = step()
     api["capture_s"] = time.perf_counter() - t0
     export(prof, out / "graph_train_capture.pt.trace.json.gz")
     for h in ann_handles:
