@@ -20,7 +20,7 @@ from tracelens.model.sources import PySource
 from tracelens.report import GraphCollectiveRow, GraphModuleRow, GraphSummary, ServingPhaseRow, ServingSummary
 
 #: Module rows listed (the rest add up in the shares).
-MAX_MODULE_ROWS = 20
+MAX_MODULE_ROWS = 40
 #: Kernel-name marks of attention kernels (serving's paged/varlen ones and SDPA's).
 ATTENTION_KERNEL_MARKS = ("fmha", "flash", "attention", "attn", "paged", "mha_")
 #: Short dtype names of collectives' annotations, to element sizes.
