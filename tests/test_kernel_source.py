@@ -4,6 +4,7 @@ Real sample: sample_traces/capture_compile (torch.compile'd MLP on the H200, wit
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from conftest import model_of, report_of, sample
 
 from tracelens.derive.kernel_source import kernel_identifier, kernel_sources
 
+REPO = Path(__file__).resolve().parents[1]
 MODULE = "/tmp/torchinductor_root/ll/cllk44rh7nmhxvieufnofcwtd6xpxjw3hukro6xvdfsxaiizpsft.py"
 
 
@@ -52,3 +54,35 @@ def test_kernel_identifier() -> None:
 
 def test_traces_without_such_kernels_have_none() -> None:
     assert report_of(sample("host_sync_mask")).kernel_sources == ()
+
+
+IND = Path(__file__).parent / "data" / "inputs" / "inductor"
+
+
+def test_h200_inductor_and_user_triton_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch.compile'd MLP + a hand-written @triton.jit kernel (workloads/inputs/
+    inductor_kernels.py), traced with stacks on the H200; the compiled modules Inductor
+    wrote are kept in tests/data/inputs/inductor/cache."""
+    trace = IND / "inductor_kernels.pt.trace.json.gz"
+    names = ["triton_per_fused_native_layer_norm_0", "triton_poi_fused_gelu_view_1", "scale_shift_kernel",
+             "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNN"]  # fmt: skip
+    monkeypatch.delenv("TRACELENS_SOURCES", raising=False)
+    away = {k.kernel: k for k in kernel_sources(model_of(trace), names)}
+    assert away["triton_per_fused_native_layer_norm_0"].file.endswith(
+        "cache/h5/ch5gokgxfzeezjhnsgftbona53iiepjabckw25dx6jzkdhjeaqgm.py"
+    )
+    assert not away["triton_per_fused_native_layer_norm_0"].found
+    monkeypatch.setenv("TRACELENS_SOURCES", os.pathsep.join([str(IND / "cache"), str(REPO / "workloads" / "inputs")]))
+    got = {k.kernel: k for k in kernel_sources(model_of(trace), names)}
+    ln = got["triton_per_fused_native_layer_norm_0"]
+    text = (IND / "cache" / "h5" / "ch5gokgxfzeezjhnsgftbona53iiepjabckw25dx6jzkdhjeaqgm.py").read_text().splitlines()
+    assert ln.found and text[ln.line - 1].startswith("def triton_per_fused_native_layer_norm_0(")  # type: ignore[operator]
+    gelu = got["triton_poi_fused_gelu_view_1"]
+    assert gelu.found and text[gelu.line - 1].startswith("def triton_poi_fused_gelu_view_1(")  # type: ignore[operator]
+    user = got["scale_shift_kernel"]
+    src = (REPO / "workloads" / "inputs" / "inductor_kernels.py").read_text().splitlines()
+    assert user.kind == "triton" and user.found
+    assert src[user.line - 1].startswith("def scale_shift_kernel(")  # type: ignore[operator]
+    assert src[user.line - 2] == "@triton.jit"  # type: ignore[operator]
+    assert user.launched_from is not None and user.launched_from.function == "scale_shift"
+    assert "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNN" not in got  # cuBLAS: not the user's

@@ -259,3 +259,57 @@ def test_snapshot_from_dict_tolerates_old_formats() -> None:
     assert snap.traces[0][1].action == "free_completed"
     s = summarize_snapshot(snap)
     assert s.peak_allocated == 2 * MiB and s.end_allocated == MiB
+
+
+# -- the H200 snapshots (tests/data/inputs/memory, README there) ---------------------------
+MEM = DATA / "memory"
+
+
+def test_h200_training_step_snapshot() -> None:
+    """A 2-layer transformer (d 1024, batch 8x512, bf16 autocast, AdamW), 4 steps, the
+    history recorded from before the model was built."""
+    s = summarize_snapshot(load_snapshot(MEM / "mem_train.pt.trace.snapshot.pickle.gz"))
+    assert s.recorded and s.history_complete and s.entries == 2641
+    # torch.cuda.max_memory_allocated() / max_memory_reserved() printed by the run:
+    # 3,421,850,112 and 3,755,999,232 bytes.
+    assert s.peak_allocated == pytest.approx(3_421_850_112, rel=0.005)
+    assert s.max_reserved == 3_755_999_232
+    cats = {c.category: c.bytes for c in s.categories}
+    # 90.8M fp32 parameters (32000x1024 embedding and head, two blocks): 363 MB
+    assert cats["parameters"] == pytest.approx(4 * (2 * 32000 * 1024 + 32000 + 2 * 12_596_224), rel=0.01)
+    # AdamW's exp_avg and exp_avg_sq: two fp32 copies of the parameters
+    assert cats["optimizer_state"] == pytest.approx(2 * cats["parameters"], rel=0.01)
+    # the peak is in backward: the fp32 logits' gradient buffers (524 MB each, allocated
+    # on autograd's thread with no Python frame) are temporaries, the forward's saved
+    # tensors activations
+    assert cats["temporary"] > 1e9 and cats["activations"] > 5e8
+    assert s.largest[0].bytes == 8 * 512 * 32000 * 4
+    assert s.peak_phase.endswith("step")  # the main thread's line at the peak (loss.backward())
+
+
+def test_h200_generate_snapshot_with_a_truncated_history() -> None:
+    """A HF Llama (8 layers, hidden 1024, random weights) generating 64 tokens for 4
+    prompts; 40,000 history entries, the oldest dropped by the ring buffer."""
+    s = summarize_snapshot(load_snapshot(MEM / "mem_generate.snapshot.pickle.gz"))
+    assert s.entries == 40000 and not s.history_complete
+    assert any("before the recorded history begins" in n for n in s.notes)
+    assert s.max_reserved == 585_105_408  # torch's max_memory_reserved
+    # max_memory_allocated was 437,249,024: reached in the part the ring buffer dropped,
+    # so the recorded peak is at most that
+    assert 0.97 * 437_249_024 < s.peak_allocated <= 437_249_024
+    cats = {c.category: c.bytes for c in s.categories}
+    assert cats["parameters"] > 0.6 * s.peak_reserved  # bf16 weights, built before the kept history
+    kv = [x for x in s.sites if x.category == "kv_cache"]
+    assert kv and all(x.library is not None and x.library.file == "transformers/cache_utils.py" for x in kv)
+
+
+def test_h200_snapshot_beside_its_trace(tmp_path: Path) -> None:
+    trace = tmp_path / "mem_train.pt.trace.json.gz"
+    shutil.copy(MEM / "mem_train.pt.trace.json.gz", trace)
+    shutil.copy(MEM / "mem_train.pt.trace.snapshot.pickle.gz", tmp_path)
+    out = run("report", trace, "--json", tmp_path / "r.json", "-q")
+    assert out.returncode == 0, out.stderr
+    rep = json.loads((tmp_path / "r.json").read_text())
+    assert rep["snapshot"]["peak_allocated"] == pytest.approx(3_421_850_112, rel=0.005)
+    # the trace's own [memory] events (profile_memory) see the same peak reserved
+    assert rep["memory"]["peak_reserved"] == pytest.approx(rep["snapshot"]["max_reserved"], rel=0.01)
