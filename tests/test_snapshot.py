@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tracelens.derive.snapshot import category_of, summarize_snapshot
+from tracelens.assemble_snapshot import category_of, summarize_snapshot
 from tracelens.errors import TraceInputError
 from tracelens.model.snapshot import (
     Frame,

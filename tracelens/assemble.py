@@ -22,9 +22,9 @@ from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
 from tracelens.assemble_inputs import graph_summary, serving_summary
+from tracelens.assemble_snapshot import snapshot_of_trace
 from tracelens.derive.kernel_source import kernel_sources
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
-from tracelens.derive.snapshot import snapshot_of_trace
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel
@@ -34,6 +34,7 @@ from tracelens.report import (
     ClockTimeline,
     GpuTimeSummary,
     KernelRow,
+    KernelSource,
     LedgerEntry,
     MemoryTimeline,
     OpRow,
@@ -104,7 +105,19 @@ def build_report(
     names = [str(n) for n in _window_kernel_names(ctx)]
     report = replace(
         report,
-        kernel_sources=tuple(replace(k, kernel=_cut(k.kernel)) for k in kernel_sources(model, names)),
+        kernel_sources=tuple(
+            KernelSource(
+                kernel=_cut(k.kernel),
+                kind=k.kind,
+                file=k.file,
+                line=k.line,
+                function=k.function,
+                found=k.found,
+                launched_from=k.launched_from,
+                library=k.library,
+            )
+            for k in kernel_sources(model, names)
+        ),
         graphs=graph_summary(ctx),
         serving=serving_summary(ctx),
     )

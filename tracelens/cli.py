@@ -219,7 +219,7 @@ def _report_snapshot(
     import datetime as _dt
 
     from tracelens import __version__
-    from tracelens.derive.snapshot import summarize_snapshot
+    from tracelens.assemble_snapshot import summarize_snapshot
     from tracelens.model.snapshot import load_snapshot
     from tracelens.render.snapshot import (
         render_snapshot_html,

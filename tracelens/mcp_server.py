@@ -108,7 +108,7 @@ def _snapshot_json(path: str) -> dict[str, Any]:
     import datetime as _dt
 
     from tracelens import __version__
-    from tracelens.derive.snapshot import summarize_snapshot
+    from tracelens.assemble_snapshot import summarize_snapshot
     from tracelens.model.snapshot import load_snapshot
     from tracelens.render.json import to_builtins
     from tracelens.report import SCHEMA_VERSION, SnapshotReport

@@ -441,7 +441,7 @@ class _Backward:
         if got is None:
             return None
         times, values = got
-        t = float(cap.host["ts"].iat[row]) + self._shift
+        t = float(cap.host["ts"].to_numpy()[row]) + self._shift
         i = int(np.argmin(np.abs(times - t)))
         return values[i] if abs(float(times[i]) - t) < _SAME_EVENT_US else None
 

@@ -34,7 +34,21 @@ import numpy as np
 from tracelens.model.schema import Kind
 from tracelens.model.sources import SOURCES_ENV, PySource, is_machinery, parse_frame
 from tracelens.model.trace import TraceModel
-from tracelens.report import KernelSource
+
+
+@dataclass(frozen=True)
+class KernelSource:
+    """Where a kernel is defined (the report's `kernel_sources[]` rows are made from these)."""
+
+    kernel: str
+    kind: str  # inductor, triton, extension
+    file: str  # as the trace names it; "" if unknown
+    line: int | None  # the definition's line, when the file was readable here
+    function: str
+    found: bool
+    launched_from: PySource | None
+    library: str = ""  # extension: the custom op that launched it
+
 
 #: Launches looked at per kernel name (the first ones; a name's launches share a source).
 LAUNCHES_PER_NAME = 3
