@@ -153,3 +153,17 @@ def test_decode_attention_in_graph_mode_gets_a_roofline_and_the_cache_use() -> N
         use.append(int(kv["g_sk"]) / (int(kv["bs"]) * meta["max_kv"]))
     assert min(use) <= s.cache_use <= max(use)
     assert s.cache_use == pytest.approx(sum(use) / len(use), abs=0.08)  # time-weighted vs plain mean
+
+
+def test_annotations_that_carry_shapes_give_the_roofline_alone() -> None:
+    """Where a pipeline puts the launching op and its shape args into the annotation
+    (`op`, `Input Dims`, ... as JSON strings), the replay alone, with no capture trace,
+    gets the roofline the capture trace gave: every kernel modelled alike."""
+    alone = report_of(DATA / "graph_annotated" / "graph_train_annotated_shapes.pt.trace.json.gz")
+    with_capture = report_of(REPLAY)
+    assert alone.graphs is not None and alone.graphs.captured_share == 0.0
+    assert alone.roofline is not None and alone.roofline.coverage > 0.99
+    ref = {p.name: p for p in with_capture.roofline.points}  # type: ignore[union-attr]
+    for p in alone.roofline.points:
+        assert p.intensity == pytest.approx(ref[p.name].intensity, rel=0.02), p.name
+    assert alone.summary.primary == with_capture.summary.primary == "compute_bound"

@@ -232,20 +232,36 @@ def _apply_annotations(
         graph_of.setdefault((e.correlation, e.name), []).append(e.graph_id)
     seen: dict[tuple[int, str], int] = {}
     count = 0
+    group = max((n.group for n in nodes.values()), default=-1) + 1
     for rows in replays.values():
+        prev: tuple[dict[str, str], set[str]] | None = None
         for r in rows.tolist():
             key = (int(corr[r]), str(names.iat[r]))
             anns = by_key.get(key)
             if not anns:
+                prev = None
                 continue
             i = seen.get(key, 0)
             seen[key] = i + 1
             if i >= len(anns):
+                prev = None
                 continue
             node = _annotation_node(anns[i], nodes.get(r))
             gid = graph_of[key][i]
             if not node.graph and gid > 0:
                 node = GraphNode(**{**node.__dict__, "graph": f"graph {gid}"})
+            if node.op and node.shapes and node.group < 0:
+                # One op's kernels (a GEMM and its split-K reduction) carry the op's one
+                # annotation, in a row and under different names; the same name again is
+                # the next call of an op alike.
+                if prev is not None and prev[0] == anns[i] and key[1] not in prev[1]:
+                    prev[1].add(key[1])
+                else:
+                    group += 1
+                    prev = (anns[i], {key[1]})
+                node = GraphNode(**{**node.__dict__, "group": group})
+            else:
+                prev = None
             nodes[r] = node
             count += 1 if anns[i] else 0
     return count

@@ -19,7 +19,11 @@ module's forward (mark_kernels' backward projection), and for a collective the f
 of its `record_param_comms` (`Collective name`, `In msg nelems`, `dtype`, `Group size`,
 ...). The file gets `"cudaGraphInlineAnnotated": true`.
 
-    python workloads/inputs/bake_graph_annotations.py REPLAY CAPTURE OUT
+`--shapes` also puts the launching op and its shape args into each annotation (`op`,
+`Input Dims`, `Input type`, `Input Strides`, `Concrete Inputs`, JSON strings), as a pipeline that wants the
+roofline in graph mode without capture traces can.
+
+    python workloads/inputs/bake_graph_annotations.py REPLAY CAPTURE OUT [--shapes]
 """
 
 from __future__ import annotations
@@ -48,7 +52,10 @@ def _enclosing(events: list[dict[str, Any]], tid: Any, t: float) -> list[dict[st
     return [e for e in events if e.get("tid") == tid and e["ts"] <= t <= e["ts"] + e.get("dur", 0)]
 
 
-def capture_annotations(cap: dict[str, Any]) -> list[dict[str, str]]:
+SHAPE_KEYS = ("Input Dims", "Input type", "Input Strides", "Concrete Inputs")
+
+
+def capture_annotations(cap: dict[str, Any], shapes: bool = False) -> list[dict[str, str]]:
     """One annotation per captured launch, in capture order."""
     ev = cap["traceEvents"]
     rt = [e for e in ev if e.get("cat") in ("cuda_runtime", "cuda_driver")]
@@ -79,6 +86,12 @@ def capture_annotations(cap: dict[str, Any]) -> list[dict[str, str]]:
             if inner:
                 module = min(inner, key=lambda m: m["dur"])["name"][len("module::") :]
                 ann = {"name": module, "module_fqn": module}
+        if shapes and around:
+            op = min(around, key=lambda o: o["dur"])  # the innermost op around the launch
+            args = op.get("args", {})
+            if "Input Dims" in args:
+                ann["op"] = op["name"]
+                ann.update({k: json.dumps(args[k]) for k in SHAPE_KEYS if k in args})
         comm = [o for o in around if o["name"] == "record_param_comms"]
         if comm:
             args = comm[-1].get("args", {})
@@ -110,10 +123,11 @@ def bake(replay: dict[str, Any], annotations: list[dict[str, str]]) -> int:
 
 
 def main() -> int:
-    if len(sys.argv) != 4:
+    argv = [a for a in sys.argv[1:] if a != "--shapes"]
+    if len(argv) != 3:
         sys.exit(__doc__)
-    replay, cap, out = _load(sys.argv[1]), _load(sys.argv[2]), sys.argv[3]
-    n = bake(replay, capture_annotations(cap))
+    replay, cap, out = _load(argv[0]), _load(argv[1]), argv[2]
+    n = bake(replay, capture_annotations(cap, shapes="--shapes" in sys.argv))
     with gzip.open(out, "wt", compresslevel=9) as f:
         json.dump(replay, f)
     print(f"{n} GPU events annotated -> {out}")
