@@ -90,7 +90,7 @@ def graph_summary(ctx: AnalysisContext) -> GraphSummary | None:
         else:
             if node.annotated:
                 ann_us += d
-            if node.op:
+            if node.captured:
                 cap_us += d
             # Without a module name, the op at capture tells the rows apart.
             key = (node.module, node.phase, "" if node.module else node.op)

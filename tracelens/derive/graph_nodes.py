@@ -81,6 +81,7 @@ class GraphNode:
     graph: str = ""  # which captured graph: "capture_8_decode", "graph 3", a file name
     group: int = -1  # kernels of one replayed op share it: the op's cost is split among them
     annotated: bool = False  # a baked-in annotation named it
+    captured: bool = False  # matched to a capture trace's launch
 
 
 @dataclass(frozen=True)
@@ -547,6 +548,7 @@ def _apply_captures(
                 graph=reg.name,
                 group=op_group[x.op_row] if x.op_row >= 0 else -1,
                 annotated=bool(base and base.annotated),
+                captured=True,
             )
             matched += 1
     if unmatched:
