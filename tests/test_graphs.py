@@ -167,3 +167,46 @@ def test_annotations_that_carry_shapes_give_the_roofline_alone() -> None:
     for p in alone.roofline.points:
         assert p.intensity == pytest.approx(ref[p.name].intensity, rel=0.02), p.name
     assert alone.summary.primary == with_capture.summary.primary == "compute_bound"
+
+
+def test_a_collective_inside_a_graph_is_seen_with_its_bytes(tmp_path: Path) -> None:
+    """Edge case, synthetic (one GPU cannot replay an NCCL kernel from a graph: a 1-rank
+    all_reduce launches none; tests/data/inputs/README.md): an NCCL kernel replayed from a
+    graph with the collective's fields baked into its args, as
+    torch.distributed._cuda_graph_annotations records them, is communication with its
+    message size and bandwidth."""
+    nelems = 64 * 2**20  # 128 MiB of bf16
+    ann = {"name": "allreduce", "Collective name": "allreduce", "In msg nelems": str(nelems),
+           "Out msg nelems": str(nelems), "Group size": "8", "dtype": "BFloat16",
+           "Process Group Name": "0", "Process Group Description": "default_pg",
+           "Process Group Ranks": "[0, 1, 2, 3, 4, 5, 6, 7]"}  # fmt: skip
+    nccl = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    gemm = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT"
+    events: list[dict[str, object]] = [
+        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 5000.0}
+    ]
+    for i in range(3):
+        t = 100.0 + i * 1500
+        node = {"correlation": 100 + i, "device": 0, "stream": 7, "graph id": 3}
+        events += [
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": t, "dur": 10.0,
+             "args": {"correlation": 100 + i}},
+            {"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": t + 20, "dur": 300.0,
+             "args": {**node, "graph node id": (3 << 32) | 1, "name": "layers.0.mlp", "module_fqn": "layers.0.mlp"}},
+            {"ph": "X", "cat": "kernel", "name": nccl, "pid": 0, "tid": 7, "ts": t + 330, "dur": 800.0,
+             "args": {**node, "graph node id": (3 << 32) | 2, **ann}},
+        ]  # fmt: skip
+    path = tmp_path / "graphed_allreduce.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events, "cudaGraphInlineAnnotated": True,
+                                "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "numSms": 132,
+                                                      "computeMajor": 9, "computeMinor": 0}]}))  # fmt: skip
+    rep = report_of(path)
+    g = rep.graphs
+    assert g is not None and g.replays == 3 and g.annotated_share == pytest.approx(1.0)
+    (c,) = g.collectives
+    assert (c.collective, c.group, c.group_size, c.dtype, c.calls) == ("allreduce", "default_pg", 8, "BFloat16", 3)
+    assert c.bytes == 2 * nelems
+    assert c.algbw_gbps == pytest.approx(2 * nelems / 800e-6 / 1e9, rel=1e-6)
+    assert {(m.module, m.phase) for m in g.modules} >= {("layers.0.mlp", "forward")}
+    # the ledger sees the replayed NCCL kernel as communication
+    assert rep.gpu_time.total.get("communication") > 0
