@@ -12,7 +12,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-from conftest import model_of, report_of
+from support.corpus import model_of, report_of
 
 from tracelens.derive.graph_nodes import graph_nodes
 from tracelens.model.graph_annotations import read_graph_args
@@ -36,6 +36,7 @@ def _eager_ops() -> list[tuple[str, str]]:
     return [(op_of.get(e.get("args", {}).get("External id"), ""), e["name"]) for e in work]
 
 
+@pytest.mark.slow
 def test_replayed_kernels_get_their_capture_ops_as_the_eager_step_has_them() -> None:
     """The capture trace's launches matched to the replay's kernels in order give each
     replayed kernel the op the eager run of the same step launched it from."""
@@ -63,6 +64,7 @@ def test_replayed_kernels_get_their_capture_ops_as_the_eager_step_has_them() -> 
     assert agree >= 0.95 * len(replayed)
 
 
+@pytest.mark.slow
 def test_modules_phases_and_the_roofline_from_the_capture_trace() -> None:
     rep = report_of(REPLAY)
     g = rep.graphs
@@ -82,6 +84,7 @@ def test_modules_phases_and_the_roofline_from_the_capture_trace() -> None:
     assert rep.summary.primary == "compute_bound"
 
 
+@pytest.mark.slow
 def test_the_same_step_modelled_eagerly_and_replayed() -> None:
     """A replayed kernel's FLOPs and bytes (from its capture op) are those the eager run
     of the same step gives the same kernel (from its own op)."""
@@ -94,6 +97,7 @@ def test_the_same_step_modelled_eagerly_and_replayed() -> None:
         assert replay[name].family == eager[name].family
 
 
+@pytest.mark.slow
 def test_baked_in_annotations_read_alone() -> None:
     """PyTorch 2.12+'s format (graph node id, name/module_fqn, autograd_phase): read with
     no capture trace, the modules and phases are those the capture trace gave."""
@@ -112,6 +116,7 @@ def test_baked_in_annotations_read_alone() -> None:
         assert t == pytest.approx(c[key]), key
 
 
+@pytest.mark.slow
 def test_one_graph_per_batch_size_is_told_apart_by_the_serving_step() -> None:
     rep = report_of(DECODE)
     g = rep.graphs
@@ -135,6 +140,7 @@ def test_one_graph_per_batch_size_is_told_apart_by_the_serving_step() -> None:
     assert rep.roofline is not None and rep.roofline.coverage > 0.9
 
 
+@pytest.mark.slow
 def test_decode_attention_in_graph_mode_gets_a_roofline_and_the_cache_use() -> None:
     rep = report_of(DECODE)
     s = rep.serving
@@ -155,6 +161,7 @@ def test_decode_attention_in_graph_mode_gets_a_roofline_and_the_cache_use() -> N
     assert s.cache_use == pytest.approx(sum(use) / len(use), abs=0.08)  # time-weighted vs plain mean
 
 
+@pytest.mark.slow
 def test_annotations_that_carry_shapes_give_the_roofline_alone() -> None:
     """Where a pipeline puts the launching op and its shape args into the annotation
     (`op`, `Input Dims`, ... as JSON strings), the replay alone, with no capture trace,

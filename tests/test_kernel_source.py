@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import model_of, report_of, sample
+from support.corpus import model_of, report_of, sample
 
 from tracelens.derive.kernel_source import kernel_identifier, kernel_sources
 
@@ -16,6 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 MODULE = "/tmp/torchinductor_root/ll/cllk44rh7nmhxvieufnofcwtd6xpxjw3hukro6xvdfsxaiizpsft.py"
 
 
+@pytest.mark.slow
 def test_inductor_kernels_name_their_compiled_module() -> None:
     rep = report_of(sample("capture_compile"))
     got = {k.kernel: k for k in rep.kernel_sources}
@@ -52,6 +53,7 @@ def test_kernel_identifier() -> None:
     )
 
 
+@pytest.mark.slow
 def test_traces_without_such_kernels_have_none() -> None:
     assert report_of(sample("host_sync_mask")).kernel_sources == ()
 
@@ -59,6 +61,7 @@ def test_traces_without_such_kernels_have_none() -> None:
 IND = Path(__file__).parent / "data" / "inputs" / "inductor"
 
 
+@pytest.mark.slow
 def test_h200_inductor_and_user_triton_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """torch.compile'd MLP + a hand-written @triton.jit kernel (workloads/inputs/
     inductor_kernels.py), traced with stacks on the H200; the compiled modules Inductor

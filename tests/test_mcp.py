@@ -99,6 +99,7 @@ def test_mcp_server_through_the_sdk_client(tmp_path: Path) -> None:
     assert _error(res[7]) and "misaligned_matmul" in res[7].content[0].text
 
 
+@pytest.mark.slow
 def test_mcp_needs_the_sdk_only_when_run() -> None:
     """Importing the CLI (and tracelens.mcp_server) does not import the SDK."""
     code = "import sys, tracelens.cli, tracelens.mcp_server; sys.exit(1 if 'mcp' in sys.modules else 0)"

@@ -6,7 +6,7 @@ modelled 24% of its kernel time before (the MoE GEMMs and paged attention)."""
 from __future__ import annotations
 
 import pytest
-from conftest import real, report_of
+from support.corpus import real, report_of
 
 from tracelens.analyzers.graph_costs import attention_cost
 from tracelens.derive.serving import parse_step
@@ -80,6 +80,7 @@ def test_attention_cost_of_a_prefill_and_a_decode() -> None:
     assert c.bytes == pytest.approx(4 * 8 * 64 * 4 + 4000 * 64 * 2 * 2)
 
 
+@pytest.mark.slow
 def test_vllm_trace_attention_gets_a_roofline() -> None:
     rep = report_of(real("eager_trace.json.gz"))
     assert rep.serving is not None and rep.serving.framework == "vllm"

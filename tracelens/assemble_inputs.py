@@ -11,10 +11,12 @@ import numpy as np
 
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.graph_costs import SERVING_ATTENTION_OPS
-from tracelens.analyzers.matmul_shapes import DTYPE_BYTES
 from tracelens.analyzers.roofline import for_context
+from tracelens.derive.graph_nodes import Phase as GraphPhase
 from tracelens.derive.graph_nodes import graph_nodes
+from tracelens.derive.serving import Phase as ServingPhase
 from tracelens.derive.serving import StepSizes, parse_step
+from tracelens.domain import DTYPE_BYTES
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource
 from tracelens.report import GraphCollectiveRow, GraphModuleRow, GraphSummary, ServingPhaseRow, ServingSummary
@@ -73,7 +75,7 @@ def graph_summary(ctx: AnalysisContext) -> GraphSummary | None:
     busy = ctx.ledger.primary.busy_us if ctx.ledger.primary else 0.0
     nodes = gn.nodes
     ann_us = cap_us = 0.0
-    per: dict[tuple[str, str, str], list[object]] = {}
+    per: dict[tuple[str, GraphPhase, str], list[object]] = {}
     coll: dict[tuple[str, str, str, str, str], list[float]] = defaultdict(list)
     coll_meta: dict[tuple[str, str, str, str, str], float] = {}
     modelled = _modelled_names(ctx)
@@ -86,7 +88,7 @@ def graph_summary(ctx: AnalysisContext) -> GraphSummary | None:
             if names[r] in modelled:
                 modelled_us += d
         if node is None:
-            key = ("", "", "")
+            key: tuple[str, GraphPhase, str] = ("", "", "")
         else:
             if node.annotated:
                 ann_us += d
@@ -180,7 +182,7 @@ def serving_summary(ctx: AnalysisContext) -> ServingSummary | None:
     end = host["end"].to_numpy()
     lo, hi = (dev.window_start, dev.window_end) if dev is not None else (-np.inf, np.inf)
     steps = {r: s for r, s in parsed.items() if end[r] > lo and ts[r] < hi} or parsed
-    by_phase: dict[str, list[tuple[int, StepSizes]]] = defaultdict(list)
+    by_phase: dict[ServingPhase, list[tuple[int, StepSizes]]] = defaultdict(list)
     for r, s in steps.items():
         by_phase[s.phase].append((r, s))
     phases = tuple(

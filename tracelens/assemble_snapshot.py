@@ -33,8 +33,10 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Iterable
+from typing import Literal
 
-from tracelens.model.snapshot import FRAGMENTATION_SHARE, Frame, MemorySnapshot, TraceEntry
+from tracelens.domain import FRAGMENTATION_SHARE
+from tracelens.model.snapshot import Frame, MemorySnapshot, TraceEntry
 from tracelens.model.sources import PySource, is_machinery, short_path
 from tracelens.report import (
     SnapshotBlock,
@@ -44,6 +46,7 @@ from tracelens.report import (
     SnapshotSummary,
     SnapshotTimeline,
 )
+from tracelens.report.snapshot_report import SnapshotCategoryName
 
 #: Source lines and largest blocks listed (the JSON and the text alike).
 MAX_SITES = 15
@@ -55,6 +58,12 @@ TIMELINE_BINS = 240
 #: A category holding this share of reserved at the peak is worth advice of its own.
 ADVICE_SHARE = 0.3
 
+#: The categories torch.profiler's memory timeline gives (a snapshot made from a profile
+#: carries them), by their spelling there.
+_PROFILE_CATEGORIES: dict[str, SnapshotCategoryName] = {
+    "parameter": "parameters", "optimizer_state": "optimizer_state", "input": "input", "temporary": "temporary",
+    "activation": "activations", "gradient": "gradients", "autograd_detail": "autograd_detail", "unknown": "unknown",
+}  # fmt: skip
 _ALLOC = "alloc"
 _FREED = "free_completed"
 _SEG_ADD = ("segment_alloc", "segment_map")
@@ -105,10 +114,10 @@ def _in(frames: Iterable[Frame], part: str) -> bool:
 
 def category_of(
     alloc: TraceEntry | None, frames: tuple[Frame, ...], pool: tuple[int, int], free: TraceEntry | None, predates: bool
-) -> str:
+) -> SnapshotCategoryName:
     """The category of one block (module docstring, in rule order)."""
     if alloc is not None and alloc.category:
-        return alloc.category
+        return _PROFILE_CATEGORIES.get(alloc.category, "unknown")
     if pool != (0, 0):
         return "cuda_graph_pool"
     if predates and not frames:
@@ -144,7 +153,7 @@ class _Site:
     def __init__(self, user: Frame | None, lib: Frame | None) -> None:
         self.user, self.lib = user, lib
         self.bytes = self.blocks = 0
-        self.by_category: dict[str, int] = defaultdict(int)
+        self.by_category: dict[SnapshotCategoryName, int] = defaultdict(int)
 
 
 class _Live:
@@ -278,9 +287,9 @@ def summarize_snapshot(snap: MemorySnapshot) -> SnapshotSummary:
             break
     peak_phase = f"{short_path(where.filename)}:{where.line} {where.name}" if where else ""
     # -- by category and by source line -------------------------------------------------
-    cats: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    cats: dict[SnapshotCategoryName, list[int]] = defaultdict(lambda: [0, 0])
     sites: dict[tuple[object, ...], _Site] = {}
-    cat_of: dict[int, str] = {}
+    cat_of: dict[int, SnapshotCategoryName] = {}
     for live_b in at_peak.values():
         c = category_of(live_b.alloc, live_b.frames, live_b.pool, live_b.free, live_b.predates)
         cat_of[live_b.addr] = c
@@ -369,7 +378,7 @@ def _shown_frames(frames: tuple[Frame, ...]) -> tuple[PySource, ...]:
     return tuple(_pysource(f) for f in keep[:MAX_BLOCK_FRAMES])
 
 
-def _binned(ts: list[float], alloc: list[float], res: list[float], unit: str) -> SnapshotTimeline:
+def _binned(ts: list[float], alloc: list[float], res: list[float], unit: Literal["us", "entry"]) -> SnapshotTimeline:
     """The largest allocated and reserved value in each of TIMELINE_BINS equal bins."""
     n = len(ts)
     if n <= TIMELINE_BINS:

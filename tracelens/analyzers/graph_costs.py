@@ -26,10 +26,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT
 from tracelens.analyzers.op_costs import OpCost, op_cost
 from tracelens.derive.graph_nodes import graph_nodes
 from tracelens.derive.serving import StepSizes, parse_step
+from tracelens.domain import DTYPE_BYTES, DTYPE_SHORT
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 

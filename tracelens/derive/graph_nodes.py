@@ -31,7 +31,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 import numpy as np
@@ -41,6 +41,9 @@ from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel
 
+#: What a replayed kernel did at capture: forward or backward of a module, the optimizer's
+#: step, or "" (unknown: the loss, code outside modules).
+Phase = Literal["forward", "backward", "optimizer", ""]
 #: Runtime/driver calls that replay a graph.
 GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
 #: Calls that put a node into a graph under capture: kernel launches (NCCL uses the Ex
@@ -75,7 +78,7 @@ class GraphNode:
     op: str = ""  # the op that launched it ("" when unknown)
     shapes: dict[str, Any] = field(default_factory=dict)  # that op's decoded shape args
     module: str = ""  # module FQN or annotated region name
-    phase: str = ""  # forward, backward ("" when unknown)
+    phase: Phase = ""
     source: PySource | None = None  # the user frame that made it at capture
     collective: dict[str, str] = field(default_factory=dict)  # Collective name, In msg nelems, dtype, ...
     graph: str = ""  # which captured graph: "capture_8_decode", "graph 3", a file name
@@ -190,7 +193,7 @@ def _stack_source(text: str) -> PySource | None:
 
 def _annotation_node(ann: dict[str, str], base: GraphNode | None) -> GraphNode:
     module = next((ann[k] for k in NAME_KEYS if ann.get(k)), "")
-    phase = "backward" if ann.get("autograd_phase") == "backward" else ("forward" if module else "")
+    phase: Phase = "backward" if ann.get("autograd_phase") == "backward" else ("forward" if module else "")
     stack = next((ann[k] for k in STACK_KEYS if ann.get(k)), "")
     collective = {k: v for k, v in ann.items() if k in _COLLECTIVE_KEYS}
     shapes: dict[str, Any] = {}
@@ -289,7 +292,7 @@ class _Launch:
     op: str
     shapes: dict[str, Any]
     module: str
-    phase: str
+    phase: Phase
     source: PySource | None
     op_row: int
 
@@ -369,7 +372,7 @@ def _launch(cap: TraceModel, row: int, kind: str, backward: _Backward) -> _Launc
     op = arrays.name(op_row) if op_row >= 0 else ""
     shapes = dict(cap.op_shapes(op_row)) if op_row >= 0 else {}
     module = ""
-    phase = ""
+    phase: Phase = ""
     source = user_source(cap, row)
     for r in cap.host_chain(row):
         k = int(arrays.kind[r])

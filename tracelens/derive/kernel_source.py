@@ -28,6 +28,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
@@ -35,13 +36,15 @@ from tracelens.model.schema import Kind
 from tracelens.model.sources import SOURCES_ENV, PySource, is_machinery, parse_frame
 from tracelens.model.trace import TraceModel
 
+SourceKind = Literal["inductor", "triton", "extension"]
+
 
 @dataclass(frozen=True)
 class KernelSource:
     """Where a kernel is defined (the report's `kernel_sources[]` rows are made from these)."""
 
     kernel: str
-    kind: str  # inductor, triton, extension
+    kind: SourceKind
     file: str  # as the trace names it; "" if unknown
     line: int | None  # the definition's line, when the file was readable here
     function: str
@@ -256,7 +259,9 @@ def _source_of(model: TraceModel, row: int, name: str, reader: _Reader) -> Kerne
     return None
 
 
-def _defined_in(name: str, kind: str, file: str, site: PySource | None, reader: _Reader, library: str) -> KernelSource:
+def _defined_in(
+    name: str, kind: SourceKind, file: str, site: PySource | None, reader: _Reader, library: str
+) -> KernelSource:
     got = reader.text(file)
     line = _line_of(got[1], _def_patterns(name)) if got is not None else None
     return KernelSource(

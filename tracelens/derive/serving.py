@@ -25,6 +25,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Literal
+
+Framework = Literal["sglang", "vllm", "atom"]
+Phase = Literal["prefill", "decode", "mixed", "idle"]
 
 _SGLANG = re.compile(r"^step\[(EXTEND|DECODE|MIXED|IDLE)\b([^\]]*)\]")
 _VLLM_DETAILED = re.compile(
@@ -39,8 +43,8 @@ _KV = re.compile(r"(\w+)=(\d+)(?:/(\d+))?")
 class StepSizes:
     """One serving step's batch and attention sizes (0 where the annotation has none)."""
 
-    framework: str  # sglang, vllm, atom
-    phase: str  # prefill, decode, mixed, idle
+    framework: Framework
+    phase: Phase
     context_requests: int
     generation_requests: int
     c_sq: int  # Σ N_Q over prefill requests (their new tokens)
@@ -103,7 +107,7 @@ def parse_step(name: str) -> StepSizes | None:
             c_sq = c_sq or _i(kv, "toks")
         else:
             cr, gr = _i(kv, "c"), _i(kv, "g")
-        phase = {"DECODE": "decode", "EXTEND": "prefill", "MIXED": "mixed", "IDLE": "idle"}[mode]
+        phase: Phase = {"DECODE": "decode", "EXTEND": "prefill", "MIXED": "mixed", "IDLE": "idle"}[mode]  # type: ignore[assignment]
         return StepSizes("sglang", phase, cr, gr, c_sq, _i(kv, "c_sk"), _i(kv, "c_sqsq"), _i(kv, "c_sqsk"), g_sq,
                          _i(kv, "g_sk"), _i(kv, "g_sqsq"), _i(kv, "g_sqsk"), has, 0)  # fmt: skip
     if name.startswith("execute_"):
@@ -137,7 +141,7 @@ def parse_step(name: str) -> StepSizes | None:
     return None
 
 
-def _phase(context: int, generation: int) -> str:
+def _phase(context: int, generation: int) -> Phase:
     if context and generation:
         return "mixed"
     if context:

@@ -42,10 +42,6 @@ MAX_SNAPSHOT_BYTES = 8 * 2**30
 #: `.json`/`.json.gz`. `.snapshot.pickle` is what tracelens capture and the README
 #: example write; the other two are the names users give `_dump_snapshot`'s file.
 BESIDE_SUFFIXES = (".snapshot.pickle", ".memory.pickle", ".pickle", ".snapshot.pickle.gz")
-#: Reserved memory this much above allocated at the peak is fragmentation worth
-#: naming (the cache holds blocks it cannot reuse for the sizes asked). Used by the
-#: trace report's [memory] events and by the snapshot report alike.
-FRAGMENTATION_SHARE = 0.25
 #: The pickle protocol opcode every protocol-2+ pickle starts with.
 _PROTO = 0x80
 

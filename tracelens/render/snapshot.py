@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import msgspec
 
-from tracelens.render.format import nbytes, pct, plain, us
+from tracelens.render.format import fmt_bytes as nbytes
+from tracelens.render.format import pct, plain, us
 from tracelens.render.json import _encoder
 from tracelens.report import SnapshotReport, SnapshotSummary
 

@@ -8,10 +8,21 @@ README.md, "JSON output").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
-from tracelens.analyzers.base import Finding
-from tracelens.analyzers.matmul_shapes import MatmulRow
-from tracelens.model.sources import PySource
+from tracelens.report.enums import (
+    ActivityKind,
+    Bound,
+    Category,
+    Cause,
+    QuestionId,
+    QuestionStatus,
+    StartupKind,
+    UncoveredReason,
+    WindowSource,
+)
+from tracelens.report.findings import Finding, PySource
+from tracelens.report.snapshot_report import SnapshotSummary
 
 SCHEMA_VERSION = 2
 
@@ -45,7 +56,7 @@ class TraceInfo:
 class LedgerEntry:
     """One cause's part of a window: the entries of a window add up to all of it."""
 
-    cause: str  # a category id (host_sync, communication, ...), gpu_busy_*, profiler, idle_other
+    cause: Cause
     time_us: float
     share: float  # of the window
 
@@ -86,7 +97,7 @@ class GpuTimeSummary:
 
 @dataclass(frozen=True)
 class StartupItem:
-    what: str  # cuda_init, lazy_loading, allocation, compile, autotune, data_creation, model_building, other
+    what: StartupKind
     time_us: float
     count: int
     detail: str
@@ -98,7 +109,7 @@ class WindowInfo:
 
     start_us: float
     end_us: float
-    source: str  # steps, detected, whole, user
+    source: WindowSource
     steps: int
     startup_us: float
     reason: str
@@ -113,7 +124,7 @@ class Timeline:
 
     start_us: float
     end_us: float
-    by_cause: dict[str, tuple[float, ...]]
+    by_cause: dict[str, tuple[float, ...]]  # every Cause
     syncs: tuple[float, ...]
     steps: tuple[tuple[int, float, float], ...]
 
@@ -158,7 +169,7 @@ class RooflinePoint:
     flops_per_s: float
     bytes_per_s: float
     roof_share: float
-    bound: str
+    bound: Bound
     family: str
     dtype: str
     roof: str = ""  # the roof it was judged against
@@ -170,7 +181,7 @@ class UncoveredOp:
     """Kernel time the roofline could not model, by launching op and why."""
 
     op: str
-    reason: str  # no_op (no launching op in the trace), no_shapes (record_shapes off), no_model, graph_replay
+    reason: UncoveredReason  # no_op: no launching op in the trace; no_shapes: record_shapes off
     time_us: float
     share: float  # of non-communication kernel time
 
@@ -201,9 +212,8 @@ class KernelRow:
     total_us: float
     mean_us: float
     share: float  # of the device's busy time
-    kind: str  # kernel, memcpy, memset
-    # memory, compute, latency or unknown; unknown until the roofline analyzer exists.
-    bound: str = "unknown"
+    kind: ActivityKind
+    bound: Bound = "unknown"
     roof: str = ""  # the roof it was judged against: "memory bandwidth", "bf16 tensor cores", ...
     roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
     roof_share: float = 0.0  # achieved fraction of that roof (never above 1: above is a model error)
@@ -219,7 +229,7 @@ class KernelSource:
     (Inductor-generated or hand-written Triton, a compiled extension's CUDA)."""
 
     kernel: str  # as in kernels[].name
-    kind: str  # inductor, triton, extension
+    kind: Literal["inductor", "triton", "extension"]
     file: str  # the defining file as the trace names it (the compiled module, the .py, the .cu); "" if unknown
     line: int | None  # the definition's line, when the file was readable here
     function: str  # the kernel's function
@@ -248,14 +258,44 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
+class MatmulRow:
+    """One matmul shape of the trace as the report shows it (JSON `matmuls[]`)."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    layout: str
+    calls: int
+    kernel: str
+    time_us: float
+    tflops: float
+    aligned: bool
+    misaligned: tuple[str, ...]
+    fallback_kernel: bool
+    tile: str  # "256x128" as the kernel names it, "" if unknown
+    tile_source: str  # "name", "grid" or ""
+    tiles: int
+    sms: int
+    ctas_per_sm: int
+    slots: int
+    waves: float
+    last_wave_fill: float
+    wave_efficiency: float
+    source: PySource | None = None
+
+
+@dataclass(frozen=True)
 class Question:
     """One step of the diagnostic order and its answer for this trace."""
 
     number: int
-    id: str
+    id: QuestionId
     question: str
-    categories: tuple[str, ...]
-    status: str  # yes, minor, no, not_measurable, not_built
+    categories: tuple[Category, ...]
+    status: QuestionStatus
     time_us: float
     share: float
     answer: str
@@ -264,7 +304,7 @@ class Question:
 
 @dataclass(frozen=True)
 class Summary:
-    primary: str | None
+    primary: Category | None
     headline: str
     primary_time_us: float
     primary_share: float
@@ -306,107 +346,13 @@ class Report:
     serving: ServingSummary | None = None  # serving steps' batches and attention sizes
 
 
-# -- memory snapshots (torch.cuda.memory._dump_snapshot pickles) ------------------------
-@dataclass(frozen=True)
-class SnapshotCategory:
-    """What one kind of memory held at the peak (the categories add up to reserved)."""
-
-    category: str  # parameters, gradients, optimizer_state, activations, kv_cache, ... or cached_free
-    bytes: int
-    share: float  # of reserved at the peak
-    blocks: int
-
-
-@dataclass(frozen=True)
-class SnapshotSite:
-    """Bytes live at the peak that were allocated from one source line."""
-
-    source: PySource | None  # the first frame outside PyTorch (None: no Python frames)
-    library: PySource | None  # the innermost frame outside torch/ when that is a library's
-    bytes: int
-    blocks: int
-    category: str  # the category holding most of those bytes
-
-
-@dataclass(frozen=True)
-class SnapshotBlock:
-    """One allocation live at the peak, with the frames that made it."""
-
-    bytes: int
-    requested: int
-    category: str
-    stream: int
-    allocated_at_us: float | None  # from the start of the recording; None when it predates it
-    frames: tuple[PySource, ...]  # innermost first, PyTorch's own frames left out
-
-
-@dataclass(frozen=True)
-class SnapshotOom:
-    requested: int
-    device_free: int
-    at_us: float | None
-    frames: tuple[PySource, ...]
-
-
-@dataclass(frozen=True)
-class SnapshotTimeline:
-    """Allocated and reserved bytes over the recording: the largest value in each bin."""
-
-    ts: tuple[float, ...]  # µs from the first entry (or entry numbers when the snapshot has no times)
-    allocated: tuple[float, ...]
-    reserved: tuple[float, ...]
-    unit: str  # "us" or "entry"
-
-
-@dataclass(frozen=True)
-class SnapshotSummary:
-    path: str
-    file_name: str
-    file_bytes: int
-    device: int
-    entries: int  # allocator events recorded for that device
-    recorded: bool  # False: the snapshot has no history, only the state at its time
-    history_complete: bool  # False: the ring buffer dropped older entries (max_entries)
-    span_us: float
-    peak_allocated: int
-    peak_reserved: int  # reserved at the moment of the allocated peak
-    max_reserved: int
-    peak_at_us: float | None
-    peak_phase: str  # what ran at the peak: the innermost frame outside PyTorch
-    end_allocated: int
-    end_reserved: int
-    fragmentation_at_peak: int  # reserved - allocated at the peak: cached, not usable for the sizes asked
-    segments: int
-    private_pools: int
-    categories: tuple[SnapshotCategory, ...]
-    sites: tuple[SnapshotSite, ...]
-    largest: tuple[SnapshotBlock, ...]
-    timeline: SnapshotTimeline | None
-    ooms: tuple[SnapshotOom, ...]
-    settings: dict[str, str]
-    advice: tuple[str, ...]
-    notes: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SnapshotReport:
-    """`tracelens report snapshot.pickle`: the memory report alone (a trace's report
-    carries the same summary as `Report.snapshot` when the snapshot lies beside it)."""
-
-    schema_version: int
-    tool: str
-    tool_version: str
-    generated_at: str
-    snapshot: SnapshotSummary
-
-
 # -- CUDA-graph replays and serving steps -------------------------------------------------
 @dataclass(frozen=True)
 class GraphModuleRow:
     """Replayed GPU time of one module (or annotated region) and autograd phase."""
 
     module: str  # "" when the capture named none
-    phase: str  # forward, backward or ""
+    phase: Literal["forward", "backward", "optimizer", ""]
     time_us: float
     share: float  # of the window's replayed GPU time
     kernels: int  # replayed events
@@ -446,7 +392,7 @@ class GraphSummary:
 
 @dataclass(frozen=True)
 class ServingPhaseRow:
-    phase: str  # prefill, decode, mixed
+    phase: Literal["prefill", "decode", "mixed", "idle"]
     steps: int
     mean_us: float  # host span of the step annotation, mean
     requests: float  # mean per step
@@ -457,7 +403,7 @@ class ServingPhaseRow:
 
 @dataclass(frozen=True)
 class ServingSummary:
-    framework: str  # sglang, vllm, atom
+    framework: Literal["sglang", "vllm", "atom"]
     steps: int
     with_sizes: int  # steps whose annotation has the attention sums
     phases: tuple[ServingPhaseRow, ...]
