@@ -90,6 +90,28 @@ def _int(v: Any) -> int:
     return -1
 
 
+#: How much of a trace's JSON is looked at for graph node ids before the whole file is
+#: read again: torch writes `cudaGraphInlineAnnotated` before the events, and a trace that
+#: replays graphs has graphed kernels all through it. 4 MB inflate in about 20 ms.
+PROBE_BYTES = 4_000_000
+
+
+def _may_have_graph_ids(path: str | os.PathLike[str]) -> bool:
+    """Whether the start of the file names a graph node id (a cheap look before the
+    second pass over the whole file, which costs its read and inflate again)."""
+    import gzip
+
+    try:
+        with open(path, "rb") as raw:
+            magic = raw.read(2)
+        opener = gzip.open if magic == b"\x1f\x8b" else open
+        with opener(path, "rb") as fh:
+            head = fh.read(PROBE_BYTES)
+    except (OSError, EOFError):
+        return False
+    return _GRAPH_NODE in head or b'"cudaGraphInlineAnnotated"' in head
+
+
 def read_graph_args(path: str | os.PathLike[str]) -> GraphArgs:
     """The graphed GPU events of a trace file and their annotations (empty when none).
 
@@ -98,6 +120,8 @@ def read_graph_args(path: str | os.PathLike[str]) -> GraphArgs:
     from tracelens.errors import TracelensError
     from tracelens.output import read_trace_bytes
 
+    if not _may_have_graph_ids(path):
+        return GraphArgs(False, ())
     try:
         data = read_trace_bytes(path)
     except (OSError, ValueError, TracelensError):
