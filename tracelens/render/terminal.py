@@ -217,6 +217,30 @@ def render_terminal(
             )
         if len(report.findings) > MAX_FINDINGS:
             o.para(f"… {len(report.findings) - MAX_FINDINGS} more in the full report", indent=2)
+    if report.graphs is not None:
+        g = report.graphs
+        how = []
+        if g.annotated_share:
+            how.append(f"{pct(g.annotated_share)} annotated")
+        if g.captured_share:
+            how.append(f"{pct(g.captured_share)} matched to capture traces")
+        o.blank()
+        o.para(
+            f"{g.replays} replays, {pct(g.replayed_share)} of busy time"
+            + (f" ({', '.join(how)})" if how else " (no capture information)")
+            + f"; the roofline models {pct(g.modelled_share)} of it",
+            lead="CUDA graphs: ",
+            lead_style={"bold": True},
+            hang=2,
+        )
+    if report.serving is not None:
+        sv = report.serving
+        text = f"{sv.steps} {plain(sv.framework)} steps, {sv.with_sizes} with attention sizes"
+        if sv.attention_us:
+            text += f"; attention {us(sv.attention_us)}, {pct(sv.attention_modelled_share)} with a roofline"
+        if sv.cache_use:
+            text += f"; the requests hold {pct(sv.cache_use)} of the cache attention reads"
+        o.para(text, lead="Serving: ", lead_style={"bold": True}, hang=2)
     if report.snapshot is not None:
         from tracelens.render.snapshot import snapshot_lines
 
