@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from support.corpus import real, report_of
 
-from tracelens.analyzers.graph_costs import attention_cost
+from tracelens.derive.graph_costs import attention_cost
 from tracelens.derive.serving import parse_step
 
 

@@ -9,11 +9,9 @@ from statistics import median
 
 import numpy as np
 
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.graph_costs import SERVING_ATTENTION_OPS
-from tracelens.analyzers.roofline import for_context
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.graph_costs import SERVING_ATTENTION_OPS
 from tracelens.derive.graph_nodes import Phase as GraphPhase
-from tracelens.derive.graph_nodes import graph_nodes
 from tracelens.derive.serving import Phase as ServingPhase
 from tracelens.derive.serving import StepSizes, parse_step
 from tracelens.domain import DTYPE_BYTES
@@ -51,11 +49,11 @@ def _window_rows(ctx: AnalysisContext) -> np.ndarray:
 
 
 def _modelled_names(ctx: AnalysisContext) -> set[str]:
-    return {k.name for k in for_context(ctx).kernels if k.bound in ("memory", "compute", "latency") and k.roof_name}
+    return {k.name for k in ctx.roofline.kernels if k.bound in ("memory", "compute", "latency") and k.roof_name}
 
 
 def graph_summary(ctx: AnalysisContext) -> GraphSummary | None:
-    gn = graph_nodes(ctx.model)
+    gn = ctx.graph_nodes
     if not gn.replays:
         return None
     model = ctx.model
@@ -226,7 +224,7 @@ def _attention_time(ctx: AnalysisContext, steps: dict[int, StepSizes]) -> tuple[
     names = gpu["name"].astype(str).to_numpy()
     dur = gpu["dur"].to_numpy()
     launch = gpu["launch"].to_numpy()
-    nodes = graph_nodes(model).nodes
+    nodes = ctx.graph_nodes.nodes
     modelled = _modelled_names(ctx)
     step_rows = np.array(sorted(steps), dtype=np.int64)
     host_ts = model.host["ts"].to_numpy()

@@ -88,9 +88,9 @@ def report_json(path: str, window: str | None = None, steps: str | None = None) 
             if window or steps:
                 raise UsageError("window and steps are for traces, not memory snapshots")
             return _snapshot_json(path)
-        from tracelens.analyzers.context import AnalysisContext
         from tracelens.assemble import build_report
-        from tracelens.cli import _parse_step_range, _parse_window
+        from tracelens.cli.common import _parse_step_range, _parse_window
+        from tracelens.derive.context import AnalysisContext
         from tracelens.model import load_trace
 
         user_window = _parse_window(window) if window else None

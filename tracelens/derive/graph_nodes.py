@@ -103,13 +103,9 @@ _EMPTY = GraphNodes({}, 0, 0, 0, 0, (), False, ())
 
 
 def graph_nodes(model: TraceModel) -> GraphNodes:
-    """The nodes of the graph-replayed GPU events of a trace, computed once per model."""
-    memo = model.memo
-    got = memo.get("graph_nodes")
-    if got is None:
-        got = memo["graph_nodes"] = _build(model)
-    assert isinstance(got, GraphNodes)
-    return got
+    """The nodes of the graph-replayed GPU events of a trace (annotations, capture traces
+    beside it): computed once per report, as AnalysisContext.graph_nodes."""
+    return _build(model)
 
 
 def _replays(model: TraceModel) -> dict[int, np.ndarray]:

@@ -32,8 +32,9 @@ from typing import Literal
 
 import numpy as np
 
+from tracelens.model.callsite import SOURCES_ENV
 from tracelens.model.schema import Kind
-from tracelens.model.sources import SOURCES_ENV, PySource, is_machinery, parse_frame
+from tracelens.model.sources import PySource, is_machinery, parse_frame
 from tracelens.model.trace import TraceModel
 
 SourceKind = Literal["inductor", "triton", "extension"]

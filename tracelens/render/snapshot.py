@@ -1,7 +1,7 @@
 """The memory snapshot report (`tracelens report snapshot.pickle`): HTML (one
 self-contained file, inline SVG, no network), Markdown, JSON (the SnapshotReport as-is)
-and the terminal summary. Frames and paths are trace text: Jinja's autoescape in HTML,
-`md` in Markdown, `plain` on the terminal."""
+and the terminal summary's lines (render.terminal lays them out). Frames and paths are
+trace text: Jinja's autoescape in HTML, `md` in Markdown, `plain` on the terminal."""
 
 from __future__ import annotations
 
@@ -51,27 +51,3 @@ def snapshot_lines(s: SnapshotSummary, width: int) -> list[tuple[str, str]]:
             where += f" via {plain(x.library.label)}"
         out.append(("  ", f"{nbytes(x.bytes)} {x.category}: {where}"))
     return out
-
-
-def render_snapshot_terminal(
-    rep: SnapshotReport, outputs: list[str] | None = None, *, width: int = 80, colour: bool = False
-) -> str:
-    from tracelens.render.terminal import _Out
-
-    s = rep.snapshot
-    o = _Out(width, colour)
-    o.para(plain(s.file_name), lead="tracelens  ", lead_style={"bold": True}, hang=2)
-    hist = f"{s.entries} allocator events" if s.recorded else "no allocation history (state at snapshot time)"
-    o.para(f"memory snapshot · device {s.device} · {hist}" + (f" over {us(s.span_us)}" if s.span_us else ""), hang=2)
-    o.blank()
-    for lead, text in snapshot_lines(s, width):
-        o.para(text, lead=lead, lead_style={"bold": True} if lead.strip() else None, hang=len(lead) or 4)
-    for a in s.advice:
-        o.blank()
-        o.para(plain(a, 600), lead="Advice: ", lead_style={"fg": "cyan"}, hang=2)
-    for n in s.notes:
-        o.para(plain(n, 600), indent=2, lead="Note: ", lead_style={"fg": "cyan"})
-    if outputs:
-        o.blank()
-        o.para(", ".join(plain(x) for x in outputs), lead="Reports: ", hang=2)
-    return o.text()

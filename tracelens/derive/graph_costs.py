@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelens.analyzers.op_costs import OpCost, op_cost
-from tracelens.derive.graph_nodes import graph_nodes
+from tracelens.derive.graph_nodes import GraphNode, GraphNodes
+from tracelens.derive.op_costs import OpCost, op_cost
 from tracelens.derive.serving import StepSizes, parse_step
 from tracelens.domain import DTYPE_BYTES, DTYPE_SHORT
 from tracelens.model.schema import Kind
@@ -48,6 +48,7 @@ FP8_KV_MARKS = ("qkve4m3", "kve4m3", "fp8kv", "e4m3kv")
 
 def extra_costs(
     model: TraceModel,
+    graphs: GraphNodes | None,
     k: pd.DataFrame,
     comm: np.ndarray,
     hints: list[str | None],
@@ -57,14 +58,16 @@ def extra_costs(
     meta: dict[int, tuple[str, str, bool]],
 ) -> None:
     """Fill in, for kernels without a model yet (`source == 0`), the costs of the two
-    kinds above; arrays are `k`'s, changed in place."""
+    kinds above; arrays are `k`'s, changed in place. `graphs`: the capture-time nodes of
+    graph-replayed kernels (derive/graph_nodes.py; None: no graph nodes)."""
     todo = (source == 0) & ~comm
     if not todo.any():
         return
     rows = k.index.to_numpy()
     dur = k["dur"].to_numpy(dtype=float)
-    _replayed(model, rows, dur, todo, hints, source, flops, nbytes, meta)
-    _serving_attention(model, k, rows, dur, (source == 0) & ~comm, source, flops, nbytes, meta)
+    nodes = graphs.nodes if graphs is not None else {}
+    _replayed(nodes, rows, dur, todo, hints, source, flops, nbytes, meta)
+    _serving_attention(model, nodes, k, rows, dur, (source == 0) & ~comm, source, flops, nbytes, meta)
 
 
 def _share(
@@ -81,7 +84,7 @@ def _share(
 
 
 def _replayed(
-    model: TraceModel,
+    nodes: dict[int, GraphNode],
     rows: np.ndarray,
     dur: np.ndarray,
     todo: np.ndarray,
@@ -91,7 +94,6 @@ def _replayed(
     nbytes: np.ndarray,
     meta: dict[int, tuple[str, str, bool]],
 ) -> None:
-    nodes = graph_nodes(model).nodes
     if not nodes:
         return
     groups: dict[int, list[int]] = defaultdict(list)
@@ -129,6 +131,7 @@ def _step_of(model: TraceModel, row: int, cache: dict[int, StepSizes | None]) ->
 
 def _serving_attention(
     model: TraceModel,
+    nodes: dict[int, GraphNode],
     k: pd.DataFrame,
     rows: np.ndarray,
     dur: np.ndarray,
@@ -141,12 +144,10 @@ def _serving_attention(
     if not len(model.host) or not todo.any():
         return
     table = model.arrays.name_table
-    if not any(n in SERVING_ATTENTION_OPS for n in table):
-        nodes = graph_nodes(model).nodes
-        if not any(n.op in SERVING_ATTENTION_OPS for n in nodes.values()):
-            return
-    else:
-        nodes = graph_nodes(model).nodes
+    if not any(n in SERVING_ATTENTION_OPS for n in table) and not any(
+        n.op in SERVING_ATTENTION_OPS for n in nodes.values()
+    ):
+        return
     launch = k["launch"].to_numpy()
     names = k["name"].astype(str).to_numpy()
     op_of = model.arrays.op
