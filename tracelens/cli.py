@@ -23,7 +23,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from tracelens import __version__, early
-from tracelens.errors import Interrupted, TracelensError
+from tracelens.errors import Interrupted, TracelensError, exit_codes_text
 
 #: What a command renders: a Report or a DiffReport.
 _Result = TypeVar("_Result")
@@ -37,6 +37,7 @@ app = typer.Typer(
         "Profile and explain a script:  tracelens capture train.py [args]\n\n"
         "Explain an existing trace:  tracelens report trace.json.gz"
     ),
+    epilog="Exit codes:\n\n\b\n" + exit_codes_text(),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -274,16 +275,44 @@ def diff(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")
     ] = False,
+    fail_if_slower: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-if-slower",
+            help="CI gate: exit 1 when the step got slower by more than this (5%, 0.05, 2ms) and beyond the "
+            "step-to-step noise.",
+            show_default=False,
+        ),
+    ] = None,
+    fail_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-if",
+            help="CI gate: exit 1 when this ledger cause (host_sync, host_bound, launch_overhead, ...) grew per "
+            "step beyond its noise (and beyond --fail-if-slower when given, else 1% of the step). Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Did a change help, and why: the change in step time split by cause, and what
     changed underneath (kernels, ops, syncs, host work).
+
+    With --fail-if-slower or --fail-if it is a CI gate: exit 1 with a one-line reason
+    when the change made the step (or the cause) slower beyond the threshold and the
+    noise, 0 otherwise; 2 when the traces do not compare like for like.
 
     Examples:
 
       tracelens diff before.pt.trace.json.gz after.pt.trace.json.gz
 
       tracelens diff before.json after.json --md pr-comment.md
+
+      tracelens diff main.json.gz pr.json.gz --fail-if-slower 5% --fail-if host_sync
     """
+    from tracelens.gate import parse_causes, parse_threshold
+
+    threshold = parse_threshold(fail_if_slower) if fail_if_slower is not None else None
+    gate_causes = parse_causes(fail_if or [])
     from tracelens.diff import build_diff
     from tracelens.model import load_trace
     from tracelens.output import default_stem
@@ -299,6 +328,11 @@ def diff(
         second = load_trace(after, progress=bar.loader)
         bar.analysing()
         d = build_diff(first, second)
+        gate = None
+        if threshold is not None or gate_causes:
+            from tracelens.gate import evaluate
+
+            gate = evaluate(d, threshold, gate_causes)  # refuses traces that do not compare, before any write
         bar.writing()
         scrub = _redactor(redact, [before, after], [first.meta.metadata, second.meta.metadata], wanted)
         renderers: dict[str, Callable[[Any], str | bytes]] = {
@@ -308,6 +342,11 @@ def diff(
         }
         written = _write(wanted, renderers, d, scrub)
     _summary(wanted, written, d, None if quiet else render_diff_terminal, scrub)
+    if gate is not None:
+        if gate.failed or not quiet:
+            _say(gate.reason)
+        if gate.failed:
+            raise typer.Exit(1)
 
 
 def _targets(
@@ -486,7 +525,8 @@ def _parse_schedule(text: str) -> tuple[int, int, int, int]:
 
 # Everything after the script is the script's: no interspersed options.
 @app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog="Exit codes:\n\n\b\n" + exit_codes_text(),
 )
 def capture(
     ctx: typer.Context,
@@ -552,6 +592,13 @@ def capture(
     report_after: Annotated[bool, typer.Option("--report/--no-report", help="Report on the trace afterwards.")] = True,
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show the profiler's own messages (else they go to a .capture.log).")
+    ] = False,
+    stop_after_recording: Annotated[
+        bool,
+        typer.Option(
+            "--stop-after-recording",
+            help="End the script once its recording is written (for a loop that never ends by itself).",
+        ),
     ] = False,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
         "reports"
@@ -624,28 +671,35 @@ def capture(
         nvml=nvml,
         nvml_interval_s=nvml_interval_ms / 1000.0,
         verbose=verbose,
+        stop_after_recording=stop_after_recording,
     )
-    result = run_capture(opts, echo=_progress_raw)
+    if os.environ.get("TRACELENS_CAPTURE_IN_PROCESS") == "1":
+        # For debugging tracelens itself: no supervising parent (a crash of the script
+        # then loses what was not yet written).
+        result = run_capture(opts, echo=_progress_raw)
+    else:
+        from tracelens.capture.supervise import supervise
+
+        result = supervise(opts, echo=_progress_raw)
     for note in result.notes:
         _progress(note)
     if result.trace is None:
         from tracelens.capture.runner import exit_process
 
+        _progress("no trace written, so there is nothing to report")
         exit_process(result.exit_code)
     st = result.stats
     rec = result.recorded
     if rec is not None and rec.t_end is not None:
-        whole = rec.last_step is not None and rec.last_step > rec.first_step
+        whole = rec.kind == "steps" and rec.last_step is not None and rec.last_step > rec.first_step
         steps_txt = f"steps {rec.first_step}-{(rec.last_step or 1) - 1}, " if whole else ""
         _progress(
             f"recorded {steps_txt}{rec.t_start:.1f}-{rec.t_end:.1f} s of {result.wall_s:.1f} s "
             f"({rec.kind} recording; end: {rec.reason})"
         )
     if st is not None:
-        _progress(
-            f"trace written: {result.trace} ({st.bytes / 1e6:.1f} MB, {st.events:,} events; "
-            f"export {result.export_s:.1f} s, write {st.seconds:.1f} s)"
-        )
+        timing = f"; export {result.export_s:.1f} s, write {st.seconds:.1f} s" if st.seconds else ""
+        _progress(f"trace written: {result.trace} ({st.bytes / 1e6:.1f} MB, {st.events:,} events{timing})")
     if result.log is not None:
         _progress(f"the profiler's messages: {result.log}")
     if st is not None and st.ops == 0 and st.kernels == 0:

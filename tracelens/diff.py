@@ -26,6 +26,7 @@ from tracelens.analyzers.base import MEDIUM_SHARE
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.launch_overhead import LAUNCH_APIS
 from tracelens.assemble import build_report
+from tracelens.compare import Comparability, comparability
 from tracelens.derive.apis import ALLOC_APIS
 from tracelens.derive.ledger import CAUSES, blocking_call_rows
 from tracelens.model.schema import Kind
@@ -52,6 +53,9 @@ class CauseChange:
     before_us: float  # per step
     after_us: float
     change_us: float  # after minus before
+    #: The step-to-step noise band of this cause's change (NOISE_SIGMAS standard errors
+    #: of the per-step ledgers; 0 when either side has fewer than two steps).
+    noise_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,10 @@ class DiffReport:
     causes: tuple[CauseChange, ...]
     changes: tuple[Change, ...]
     counters: tuple[Counter, ...]
+    #: False when the traces do not compare like for like (GPU activity on one side only,
+    #: different programs: tracelens/compare.py); the reasons are `not_comparable`.
+    comparable: bool = True
+    not_comparable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -154,7 +162,8 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
     main = max(moved, key=lambda c: abs(c.change_us)).cause if moved else None
     before_primary = b.report.summary.primary
     after_primary = a.report.summary.primary
-    gone = before_primary is not None and not any(
+    like = _like_for_like(b, a)
+    gone = like.comparable and before_primary is not None and not any(
         f.category.value == before_primary and f.share >= MEDIUM_SHARE for f in a.report.findings
     )
     changes = _changes(b, a)
@@ -170,7 +179,9 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
         before_primary=before_primary,
         after_primary=after_primary,
         primary_gone=gone,
-        text=_verdict_text(
+        text=_not_comparable_text(like.blocking, b, a)
+        if not like.comparable
+        else _verdict_text(
             b,
             a,
             change,
@@ -190,11 +201,41 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
         generated_at=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         before=_side(b),
         after=_side(a),
-        notes=_environment_notes(b.report.trace, a.report.trace, b, a),
+        notes=_environment_notes(b.report.trace, a.report.trace, b, a) + tuple(like.caveats),
         verdict=verdict,
         causes=causes,
         changes=changes,
         counters=_counters(b, a),
+        comparable=like.comparable,
+        not_comparable=tuple(like.blocking),
+    )
+
+
+def _like_for_like(b: _Analysed, a: _Analysed) -> Comparability:
+    """Whether the two traces compare like for like (tracelens/compare.py)."""
+
+    def steps(x: _Analysed) -> tuple[int, float, float]:
+        host = x.model.host
+        if not len(host):
+            return (x.steps, x.step_us, 0.0)
+        lo, hi = _host_span(x)
+        kind = host["kind"].to_numpy()
+        top = (kind == int(Kind.CPU_OP)) & (host["op_root"].to_numpy() == np.arange(len(host)))
+        ts = host["ts"].to_numpy()
+        return (x.steps, x.step_us, float((top & (ts >= lo) & (ts < hi)).sum()) / x.steps)
+
+    return comparability(
+        b.model, a.model, steps(b), steps(a), b.ctx.window.source == "steps", a.ctx.window.source == "steps"
+    )
+
+
+def _not_comparable_text(reasons: list[str], b: _Analysed, a: _Analysed) -> str:
+    """The verdict when the traces do not compare: what is wrong, and the step times only
+    as numbers (no faster, slower or "bottleneck gone")."""
+    why = "; ".join(reasons)
+    return (
+        f"Not like for like: {why[0].upper() + why[1:]}. The per-step numbers below ({_fmt(b.step_us)} before, "
+        f"{_fmt(a.step_us)} after) do not measure the change."
     )
 
 
@@ -230,11 +271,20 @@ def _causes(b: _Analysed, a: _Analysed) -> tuple[CauseChange, ...]:
 
     pb, pa = per_step(b), per_step(a)
     out = [
-        CauseChange(c, pb.get(c, 0.0), pa.get(c, 0.0), pa.get(c, 0.0) - pb.get(c, 0.0))
+        CauseChange(c, pb.get(c, 0.0), pa.get(c, 0.0), pa.get(c, 0.0) - pb.get(c, 0.0), _cause_noise(b, a, c))
         for c in CAUSES
         if pb.get(c, 0.0) > 0 or pa.get(c, 0.0) > 0
     ]
     return tuple(sorted(out, key=lambda c: -abs(c.change_us)))
+
+
+def _cause_noise(b: _Analysed, a: _Analysed, cause: str) -> float:
+    """The noise band of one cause's per-step change, from the steps' own ledgers."""
+
+    def samples(x: _Analysed) -> np.ndarray:
+        return np.array([s.by_cause.get(cause, 0.0) for s in x.ctx.ledger.steps])
+
+    return _noise(samples(b), samples(a))
 
 
 def _cut(name: str) -> str:

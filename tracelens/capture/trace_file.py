@@ -16,7 +16,6 @@ import gzip
 import math
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ import msgspec
 
 from tracelens.capture.nvml import SamplerResult
 from tracelens.model.schema import NVML_TRACK_PREFIX, NVML_TRACKS
-from tracelens.output import public_mode
+from tracelens.output import make_temp, public_mode
 
 TRACKS = NVML_TRACKS
 TRACK_PREFIX = NVML_TRACK_PREFIX
@@ -281,7 +280,7 @@ def finish_trace(
     }
     tail = msgspec.json.encode(capture_metadata(samples, meta))
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=str(out_path.parent))
+    fd, tmp = make_temp(out_path)
     try:
         os.chmod(tmp, public_mode())
         with os.fdopen(fd, "wb") as fh:
@@ -314,3 +313,37 @@ def finish_trace(
     stats.bytes = out_path.stat().st_size
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def restamp(path: Path, updates: dict[str, Any]) -> int:
+    """Rewrite a written trace's `tracelens` metadata with `updates` (the script's exit,
+    learnt after the trace was written), atomically; the events are kept byte for byte.
+    Returns the new size in bytes."""
+    raw = path.read_bytes()
+    gz = raw[:2] == b"\x1f\x8b"
+    data = gzip.decompress(raw) if gz else raw
+    del raw
+    top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    meta = msgspec.json.decode(top["tracelens"]) if "tracelens" in top else {}
+    if not isinstance(meta, dict):
+        meta = {}
+    meta.update(updates)
+    fd, tmp = make_temp(path)
+    try:
+        os.chmod(tmp, public_mode())
+        with os.fdopen(fd, "wb") as fh:
+            sink: Any = gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=GZIP_LEVEL) if gz else fh
+            try:
+                sink.write(b"{")
+                for k, v in top.items():
+                    if k != "tracelens":
+                        sink.write(msgspec.json.encode(k) + b":" + bytes(v) + b",")
+                sink.write(b'"tracelens":' + msgspec.json.encode(meta) + b"}")
+            finally:
+                if sink is not fh:
+                    sink.close()
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path.stat().st_size

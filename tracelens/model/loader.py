@@ -1518,6 +1518,9 @@ class _Collector:
         steps = _steps(host, notes)
         host = _with_columns(host, {"step": _assign_steps(host["ts"].to_numpy(), steps)})
         gpu = _with_columns(gpu, _link_launches(host, gpu))
+        unlinked = _unlinked_note(gpu)
+        if unlinked:
+            notes.append(unlinked)
         steps = _gpu_step_windows(steps, gpu)
         cols = ["ts", "bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"]
         memory = pd.DataFrame([(r[0] - origin, *r[1:]) for r in self.memory], columns=cols)  # type: ignore[operator]
@@ -1713,6 +1716,25 @@ def _link_launches(host: pd.DataFrame, gpu: pd.DataFrame) -> dict[str, Any]:
         "launch": launch.astype(np.int64),
         "step": np.where(launch >= 0, host_step[np.clip(launch, 0, None)], _NO_ROW) if len(host) else _NO_ROW,
     }
+
+
+def _unlinked_note(gpu: pd.DataFrame) -> str:
+    """What could not be linked: GPU activity whose `args.correlation` is missing or
+    unusable (absent, no args, 2^63 or beyond) is still on the GPU timeline and in the
+    ledger, but no launch, op or source line can be named for it (issue 29: such kernels
+    vanished)."""
+    kind = gpu["kind"].to_numpy()
+    act = (kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)
+    bad = act & (gpu["correlation"].to_numpy() < 0)
+    n = int(bad.sum())
+    if not n:
+        return ""
+    ms = float(gpu["dur"].to_numpy()[bad].sum()) / 1e3
+    return (
+        f"{n:,} of {int(act.sum()):,} GPU kernels and copies ({ms:,.1f} ms) have no usable correlation id "
+        "(missing, or beyond 64 bits): their GPU time is analysed, but the launch, op and source line behind "
+        "them are unknown"
+    )
 
 
 _NO_DIMS = (-1, -1, -1)
