@@ -47,10 +47,10 @@ LEFTOVER_GRACE_S = 2.0
 @dataclass
 class Act:
     """Something done to the running capture: at `at_s` seconds after the script printed
-    "started" (its model is built and its loop begins), send
-    `sig` to `whom` ("capture": the command's process, "script": the script's own
-    process, from its `pid N` line; "group": the whole process group), or with sig 0,
-    only check that the trace is already on disk."""
+    "started" (its model is built and its loop begins), send `sig` to `whom` ("capture":
+    the command's process, "script": the script's own process, from its `pid N` line;
+    "group": every process of the run, as Slurm or a cgroup's OOM kill does), or with
+    sig 0, only check that the trace is already on disk."""
 
     at_s: float
     sig: int
@@ -68,8 +68,12 @@ class Scenario:
     ops: bool = True  # ... holding torch ops
     exit_in_trace: bool = True  # ... with the script's exit in its metadata
     script: str | None = None  # another script path (relative to the run folder)
+    source: Path = SCRIPT  # the script run (copied to `script` when that is given)
     check: Callable[[dict[str, Any]], list[str]] | None = None
     user_traceback: bool = False  # the script's own traceback is expected on stderr
+    #: How long a process of the run may outlive the capture's exit: the script killed
+    #: with the supervisor still writes its trace (PR_SET_PDEATHSIG) before it exits.
+    grace_s: float = LEFTOVER_GRACE_S
 
 
 def _own_profiler(r: dict[str, Any]) -> list[str]:
@@ -132,6 +136,13 @@ SCENARIOS: list[Scenario] = [
     Scenario("missing_script", [], 2, trace=False, script="no_such_script.py", check=_one_line_error),
     Scenario("spawn_pool", ["--steps", "30", "--pool"], 0),
 ]
+#: Not among the 22: a loop with no step marks at all (no optimizer, no module call), so
+#: the default window records by time (5 s warm-up, 10 s), for the SIGSEGV hunt.
+NO_MARKS = REPO / "tests" / "data" / "cpu_forever.py"
+EXTRA_SCENARIOS: list[Scenario] = [
+    Scenario("nomarks_sigterm_12s", [], 143, acts=[Act(12.0, signal.SIGTERM)], source=NO_MARKS),
+    Scenario("nomarks_sigint_12s", [], 130, acts=[Act(12.0, signal.SIGINT)], source=NO_MARKS),
+]
 
 
 def _load_meta(path: Path) -> tuple[dict[str, Any] | None, int, str]:
@@ -147,7 +158,9 @@ def _load_meta(path: Path) -> tuple[dict[str, Any] | None, int, str]:
     return (meta if isinstance(meta, dict) else None), ops, ""
 
 
-def _group_alive(pgid: int) -> list[int]:
+def _session_alive(sid: int) -> list[int]:
+    """Live processes of the run's session (the capture, the script in its own process
+    group, whatever the script started)."""
     pids = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
@@ -156,20 +169,20 @@ def _group_alive(pgid: int) -> list[int]:
             fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        # fields: state ppid pgrp ...; a zombie is not alive
-        if int(fields[2]) == pgid and fields[0] != "Z":
+        # fields: state ppid pgrp session ...; a zombie is not alive
+        if int(fields[3]) == sid and fields[0] != "Z":
             pids.append(int(d.name))
     return pids
 
 
 def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tl-scen-"))
-    script = SCRIPT
+    script = sc.source
     if sc.script is not None:
         script = work / sc.script
         if sc.script != "no_such_script.py":
             script.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(SCRIPT, script)
+            shutil.copy(sc.source, script)
     trace = work / "reports" / "t.pt.trace.json.gz"
     cmd = ["nice", "-n", str(nice), sys.executable, "-m", "tracelens", "capture", "--no-report", "-o", str(trace),
            *sc.options, *extra, str(script), *sc.args]  # fmt: skip
@@ -222,8 +235,10 @@ def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None) -> dic
             result["on_disk_before_end"] = trace.exists() and _load_meta(trace)[2] == ""
             continue
         try:
-            if act.whom == "group":
-                os.killpg(pgid, act.sig)
+            if act.whom == "group":  # as Slurm, the OOM killer of a cgroup, docker: every process of the run
+                for pid in _session_alive(pgid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, act.sig)
             elif act.whom == "script":
                 os.kill(script_pid if script_pid is not None else proc.pid, act.sig)
             else:
@@ -237,9 +252,10 @@ def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None) -> dic
         os.killpg(pgid, signal.SIGKILL)
         proc.wait()
     wall = time.monotonic() - t0
-    alive_now = _group_alive(pgid)
-    time.sleep(LEFTOVER_GRACE_S if alive_now else 0)
-    left = _group_alive(pgid)
+    deadline = time.monotonic() + sc.grace_s
+    while _session_alive(pgid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _session_alive(pgid)
     if left:
         result["problems"].append(f"{len(left)} process(es) of the capture left behind")
         for pid in left:
@@ -363,6 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         print(table(args.table))
         return 0
     chosen = [s for s in SCENARIOS if args.only is None or s.name in args.only.split(",")]
+    chosen += [s for s in EXTRA_SCENARIOS if args.only is not None and s.name in args.only.split(",")]
     out = args.out.open("a") if args.out else None
     if out:
         out.write(json.dumps({"machine": _machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")

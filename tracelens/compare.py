@@ -87,7 +87,7 @@ def program_signature(model: TraceModel) -> ProgramSignature:
     return ProgramSignature(kernels, op_shapes, frozenset(functions), float(sum(kernels.values())))
 
 
-def _weighted_overlap(a: dict[str, float], b: dict[str, float]) -> float:
+def weighted_overlap(a: dict[str, float], b: dict[str, float]) -> float:
     """The smaller of the two sides' shares of weight in names both have (1: the same
     names, 0: nothing in common; a loop of one matmul against a training step that also
     has that matmul is small: the step's share is). Names are also matched with their
@@ -113,7 +113,7 @@ def signature_overlap(a: ProgramSignature, b: ProgramSignature) -> tuple[float, 
     """(kernel-time overlap, op-shape overlap, source-function overlap or None when a
     side has no Python stacks), each in [0, 1]."""
     funcs = len(a.functions & b.functions) / len(a.functions | b.functions) if a.functions and b.functions else None
-    return (_weighted_overlap(a.kernels, b.kernels), _weighted_overlap(a.op_shapes, b.op_shapes), funcs)
+    return (weighted_overlap(a.kernels, b.kernels), weighted_overlap(a.op_shapes, b.op_shapes), funcs)
 
 
 def different_programs(overlap: tuple[float, float, float | None]) -> bool:

@@ -10,11 +10,14 @@ no trace, an empty reports/ folder (issue 29: 5 of 40 CPU runs). Now
 - this parent waits for the child, records how it ended (exit code or signal, and when),
   and when the child did not finish on its own, stamps that into the trace already
   written (or finishes the last raw export) and says what was saved and what was lost;
-- signals a shell, `timeout`, Slurm or docker send to this process are passed to the
-  child (Ctrl-C from the terminal already reaches both: it is not sent twice);
-- processes the script left behind in the capture's process group (a spawn Pool's
-  workers and resource tracker, a DataLoader's workers) are waited for, then ended
-  (the parent is the child subreaper, Linux), so none outlives the capture.
+- the child runs in a process group of its own, which gets the terminal while it runs
+  (as a shell gives its foreground job): Ctrl-C, Ctrl-\\ and Ctrl-Z reach the script and
+  its workers exactly as under `python script.py`, and never this process; Ctrl-Z stops
+  the capture as a whole and `fg`/`bg` resume it. Signals sent to this process (`kill`,
+  `timeout`, Slurm, docker) are passed on to the script;
+- processes the script left behind in its process group (a spawn Pool's workers and
+  resource tracker, a DataLoader's workers) are waited for, then ended (the parent is the
+  child subreaper, Linux), so none outlives the capture.
 
 The exit code is the script's: its own code, or 128 + the signal that ended it, as a
 shell reports it (exit_codes.py has the table).
@@ -42,11 +45,10 @@ from tracelens.capture.runner import CaptureOptions, CaptureResult, default_trac
 from tracelens.capture.window import Recording
 from tracelens.errors import CaptureError, UsageError
 
-#: Signals passed on to the script. SIGINT and SIGQUIT come from the terminal to the
-#: whole foreground process group (the child is in ours), so they are passed on only
-#: when this process is not in the terminal's foreground (sent by `kill`, a scheduler).
-FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-FROM_TERMINAL = (signal.SIGINT, signal.SIGQUIT)
+#: Signals passed on to the script when this process gets them. The terminal's own
+#: (Ctrl-C, Ctrl-\\) go to the child's process group directly, which owns the terminal
+#: while the script runs; these come from `kill`, `timeout`, a scheduler.
+FORWARDED = (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGINT, signal.SIGQUIT)
 #: How long processes the script left behind get to exit on their own after it ended
 #: (multiprocessing's resource tracker exits once its pipe closes, ~0.1 s on the idle
 #: machine, over 1 s on the loaded 2-core one), then after SIGTERM before SIGKILL
@@ -108,30 +110,42 @@ def _become_subreaper() -> bool:
         return False
 
 
-def _in_terminal_foreground() -> bool:
-    """Whether this process's group owns its terminal (then a Ctrl-C reached the child
-    too)."""
+def _terminal() -> int | None:
+    """The fd of this process's terminal when its process group is the terminal's
+    foreground group (an interactive run), else None (CI, a pipe, a background job)."""
     for fd in (0, 1, 2):
         with contextlib.suppress(OSError):
-            if os.isatty(fd):
-                return os.tcgetpgrp(fd) == os.getpgrp()
-    return False
+            if os.isatty(fd) and os.tcgetpgrp(fd) == os.getpgrp():
+                return fd
+    return None
+
+
+def _give_terminal(fd: int | None, pgrp: int) -> None:
+    """Make `pgrp` the terminal's foreground group. SIGTTOU is blocked meanwhile: a
+    background group that sets the foreground would be stopped by it."""
+    if fd is None:
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTTOU})
+    try:
+        with contextlib.suppress(OSError):
+            os.tcsetpgrp(fd, pgrp)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 @contextlib.contextmanager
 def _forwarding(pid: int) -> Iterator[list[int]]:
-    """Pass signals on to the child while it runs; yields the signals received."""
+    """Pass signals sent to this process on to the child while it runs; yields the
+    signals received."""
     got: list[int] = []
 
     def forward(signum: int, _frame: Any) -> None:
         got.append(signum)
-        if signum in FROM_TERMINAL and _in_terminal_foreground():
-            return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signum)
 
     old: dict[int, Any] = {}
-    for sig in (*FORWARDED, *FROM_TERMINAL):
+    for sig in FORWARDED:
         with contextlib.suppress(OSError, ValueError):
             old[sig] = signal.signal(sig, forward)
     try:
@@ -164,11 +178,11 @@ def _proc_table() -> dict[int, tuple[int, int, str, str]]:
     return table
 
 
-def _descendants() -> list[tuple[int, str]]:
-    """Live descendants of this process in its own process group (a process that moved
-    to a group or session of its own was detached on purpose, as a daemon is)."""
+def _descendants(group: int) -> list[tuple[int, str]]:
+    """Live descendants of this process in process group `group`, the script's (one that
+    moved to a group or session of its own was detached on purpose, as a daemon is)."""
     table = _proc_table()
-    me, group = os.getpid(), os.getpgrp()
+    me = os.getpid()
     found: list[tuple[int, str]] = []
     frontier = {me}
     while frontier:
@@ -192,13 +206,13 @@ def _reap() -> None:
             return
 
 
-def end_leftovers(grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
-    """Wait up to `grace_s` for what the script left in the capture's process group to
-    exit, then SIGTERM, then SIGKILL it; the names of the processes that had to be ended."""
+def end_leftovers(group: int, grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
+    """Wait up to `grace_s` for what the script left in its process group to exit, then
+    SIGTERM, then SIGKILL it; the names of the processes that had to be ended."""
     deadline = time.monotonic() + grace_s
     while True:
         _reap()
-        left = _descendants()
+        left = _descendants(group)
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -213,22 +227,38 @@ def end_leftovers(grace_s: float = LEFTOVER_GRACE_S) -> list[str]:
         while left and time.monotonic() < deadline:
             time.sleep(0.05)
             _reap()
-            left = _descendants()
+            left = _descendants(group)
         if not left:
             break
     _reap()
     return ended
 
 
-def _wait(pid: int) -> int:
-    """The child's wait status (signals meanwhile are handled by `_forwarding`)."""
+def _wait(pid: int, tty: int | None) -> int:
+    """The child's exit status (signals meanwhile are handled by `_forwarding`). When the
+    script is stopped (Ctrl-Z, SIGSTOP) the capture stops with it, as a shell job would,
+    and resumes it when it is continued itself (`fg`: with the terminal, `bg`: without)."""
     while True:
         try:
-            got, status = os.waitpid(pid, 0)
+            got, status = os.waitpid(pid, os.WUNTRACED)
         except ChildProcessError:
             return 0
-        if got == pid:
+        if got != pid:
+            continue
+        if not os.WIFSTOPPED(status):
             return status
+        if tty is not None and os.WSTOPSIG(status) in (signal.SIGTTIN, signal.SIGTTOU):
+            with contextlib.suppress(OSError):
+                if os.tcgetpgrp(tty) != pid:  # it read the terminal before it had it
+                    _give_terminal(tty, pid)
+                    os.killpg(pid, signal.SIGCONT)
+                    continue
+        _give_terminal(tty, os.getpgrp())
+        os.kill(os.getpid(), signal.SIGSTOP)  # our shell sees the job stop; `fg`/`bg` continue us
+        if tty is not None and _terminal() is not None:
+            _give_terminal(tty, pid)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGCONT)
 
 
 def check_target(opts: CaptureOptions) -> None:
@@ -260,13 +290,20 @@ def supervise(opts: CaptureOptions, echo: Callable[[str], None]) -> CaptureResul
         flags: list[str] = subprocess._args_from_interpreter_flags()  # type: ignore[attr-defined]
         cmd = [sys.executable, *flags, "-c", _BOOTSTRAP.format(root=root), str(state_dir)]
         env = dict(os.environ, **{SUPERVISOR_ENV: str(os.getpid())})
+        tty = _terminal()
         t0 = time.monotonic()
         try:
-            child = subprocess.Popen(cmd, env=env)
+            # Its own process group (its pgid is its pid), given the terminal at once: the
+            # child imports torch for seconds before it could read the terminal.
+            child = subprocess.Popen(cmd, env=env, process_group=0)
         except OSError as exc:
             raise CaptureError(f"cannot start {sys.executable} for the script ({exc.strerror or exc})") from exc
-        with _forwarding(child.pid):
-            status = _wait(child.pid)
+        _give_terminal(tty, child.pid)
+        try:
+            with _forwarding(child.pid):
+                status = _wait(child.pid, tty)
+        finally:
+            _give_terminal(tty, os.getpgrp())
         ended = time.monotonic() - t0
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         state = read_state(state_dir) or {}
@@ -274,7 +311,7 @@ def supervise(opts: CaptureOptions, echo: Callable[[str], None]) -> CaptureResul
         started = state.get("started_epoch_s")
         at = time.time() - started if isinstance(started, int | float) else ended
         how = ChildExit(None if sig is not None else os.WEXITSTATUS(status), sig, max(at, 0.0))
-        leftovers = end_leftovers()
+        leftovers = end_leftovers(child.pid)
         return _result(opts, out, how, state, state_dir, leftovers, echo)
     finally:
         shutil.rmtree(state_dir, ignore_errors=True)

@@ -404,4 +404,25 @@ def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings:
         load_seconds=0.0,
         analysis_seconds=0.0,
         notes=list(meta.notes),
+        **_program(model),
     )
+
+
+#: Kernels and ops kept per rank for the program check: enough to cover a training
+#: step's work, few enough to keep a summary a few kB.
+PROGRAM_TOP = 40
+
+
+def _program(model: TraceModel) -> dict[str, dict[str, float]]:
+    from tracelens.compare import program_signature
+
+    sig = program_signature(model)
+
+    def top(d: dict[str, float]) -> dict[str, float]:
+        total = sum(d.values())
+        if total <= 0:
+            return {}
+        best = sorted(d.items(), key=lambda kv: -kv[1])[:PROGRAM_TOP]
+        return {k[:200]: round(v / total, 5) for k, v in best}
+
+    return {"program_kernels": top(sig.kernels), "program_ops": top(sig.op_shapes)}

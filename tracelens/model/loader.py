@@ -45,7 +45,17 @@ from tracelens.model.schema import (
     RawEvent,
     TraceFile,
 )
-from tracelens.model.stream import EventStream, Inflow, Misaligned, Share, Unstreamable, read_upto
+from tracelens.model.budget import ISIZE_SLACK_BYTES, describe, gzip_isize, json_budget
+from tracelens.model.stream import (
+    MAX_LEADING_BYTES,
+    EventStream,
+    Inflow,
+    Misaligned,
+    Share,
+    Unstreamable,
+    json_start_problem,
+    read_upto,
+)
 from tracelens.model.trace import DeviceInfo, TraceMeta, TraceModel, name_matches
 
 if TYPE_CHECKING:
@@ -109,13 +119,8 @@ class _Progress:
 # --------------------------------------------------------------------------------------
 # bytes
 # --------------------------------------------------------------------------------------
-#: Decompressed JSON may be this many times the gzip file before it is refused as a
-#: decompression bomb. Real traces compress 10-31x (shared/real_traces and sample_traces:
-#: 9.9x to 30.3x); gzip's ceiling is about 1,030x (a file of one repeated byte).
-MAX_GZIP_RATIO = 200
-#: ...but small files may always expand this far (a tiny trace of repeated events
-#: compresses better than a big one).
-GZIP_FLOOR_BYTES = 256 * 2**20
+#: How far a gzip trace may inflate is this machine's to say, not a ratio's: see
+#: tracelens/model/budget.py (free memory, and the file's own ISIZE field).
 #: No trace is decoded beyond this: the loader needs several times the JSON size in
 #: memory, so a larger file could only end in an out-of-memory kill. The largest public
 #: trace we test on is 56 MB of JSON.
@@ -128,7 +133,7 @@ def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, str]:
     """Open a trace file for reading, or raise TraceInputError.
 
     Only regular files are read (a FIFO, /dev/zero or a terminal would block or never
-    end), and never more than a trace can be: see MAX_GZIP_RATIO and MAX_JSON_BYTES.
+    end), and never more than a trace can be: see budget.py and MAX_JSON_BYTES.
     """
     p = Path(path)
     shown = _printable(p)
@@ -177,14 +182,15 @@ def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = Non
 
 
 def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
-    """Decompress every gzip member, at most MAX_GZIP_RATIO times the file (GZIP_FLOOR_BYTES
-    for any file, MAX_JSON_BYTES in all). Whitespace or NUL padding after the last member
-    (an editor's newline, a block-padded copy) is ignored and noted; anything else there
+    """Decompress every gzip member, within what this machine can load and what the file
+    says it holds (budget.py). Whitespace or NUL padding after the last member (an
+    editor's newline, a block-padded copy) is ignored and noted; anything else there
     is corruption."""
-    limit = min(MAX_JSON_BYTES, max(GZIP_FLOOR_BYTES, MAX_GZIP_RATIO * len(data)))
+    budget, limit, by_isize = gzip_limits(shown, data[-8:])
     out: list[bytes] = []
     total = 0
     rest = data
+    start: bytes | None = b""  # the first bytes, until they are known to begin a JSON document
     while True:
         inflater = zlib.decompressobj(wbits=31)
         try:
@@ -192,10 +198,16 @@ def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
             while chunk:
                 total += len(chunk)
                 out.append(chunk)
+                if start is not None:
+                    start += chunk[: MAX_LEADING_BYTES + 1]
+                    problem = json_start_problem(start)
+                    if problem is not None:
+                        raise TraceInputError(f"{shown}: not a JSON trace ({problem})")
+                    if start.lstrip(b" \t\r\n"):
+                        start = None
                 if total > limit:
                     raise TraceInputError(
-                        f"{shown}: decompresses to more than {limit:,} bytes ({MAX_GZIP_RATIO}x the file):"
-                        " not a trace (a decompression bomb?)"
+                        f"{shown}: decompresses to {describe(limit, by_isize)}: not a trace (a decompression bomb?)"
                     )
                 chunk = inflater.decompress(inflater.unconsumed_tail, limit - total + 1)
         except zlib.error as exc:
@@ -204,6 +216,7 @@ def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
             raise TraceInputError(f"{shown}: truncated or corrupt gzip file (the compressed stream ends early)")
         rest = inflater.unused_data
         if rest[:2] == _GZIP_MAGIC:
+            limit, by_isize = budget, False  # ISIZE is the last member's: only the budget holds now
             continue  # another member (concatenated gzip files are one stream)
         if rest.strip(b" \t\r\n\x00"):
             raise TraceInputError(f"{shown}: truncated or corrupt gzip file (unexpected bytes after the gzip stream)")
@@ -852,8 +865,7 @@ def _read_stream(path: str | os.PathLike[str], name: str, notes: list[str], shar
             fh,
             name,
             notes,
-            limit_for=_gzip_limit,
-            ratio=MAX_GZIP_RATIO,
+            limits=gzip_limits,
             max_bytes=MAX_JSON_BYTES,
         )
         stream = EventStream(iter(inflow), share)
@@ -1176,8 +1188,22 @@ def _decode_batch(data: bytes) -> tuple[list[RawEvent], bytes]:
     return _array_decoder.decode(data), data
 
 
-def _gzip_limit(compressed: int) -> int:
-    return min(MAX_JSON_BYTES, max(GZIP_FLOOR_BYTES, MAX_GZIP_RATIO * compressed))
+def gzip_limits(shown: str, tail: bytes) -> tuple[int, int, bool]:
+    """(the machine's budget, the first member's limit, whether that limit is the file's
+    ISIZE) for a gzip file ending in `tail`; a file whose ISIZE alone is over the budget
+    is refused before anything is inflated. A tail ending in a padding byte is ambiguous
+    (padding after the stream, or an ISIZE whose top byte is zero): ISIZE is then not
+    used, and the budget alone bounds the inflate."""
+    budget = json_budget(MAX_JSON_BYTES)
+    isize = gzip_isize(tail) if tail[-1:] not in (b" ", b"\t", b"\r", b"\n", b"\x00") else None
+    if isize is None:
+        return budget, budget, False
+    if isize > budget:
+        raise TraceInputError(
+            f"{shown}: its gzip size field says {isize:,} bytes of JSON, more than this machine's free memory "
+            f"allows a trace to reach ({budget:,} bytes): not loaded (free memory, or decompress it elsewhere)"
+        )
+    return budget, min(budget, isize + ISIZE_SLACK_BYTES), True
 
 
 def _load_whole(path: str | os.PathLike[str], name: str, tick: _Progress) -> TraceModel:
