@@ -15,16 +15,17 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tracelens.derive.ledger import CAUSES
-from tracelens.diff import DiffReport
+from tracelens.domain import fmt_us
 from tracelens.errors import UsageError
+from tracelens.report import CAUSES, Cause
+from tracelens.report.diff_report import DiffReport
 
 #: Without a threshold, a cause gate fails when the cause grew by more than this share of
 #: the before step (and beyond its noise): 1% of a step is below what a user notices but
 #: above the float noise of a ledger.
 CAUSE_MIN_SHARE = 0.01
 #: Finding categories accepted by --fail-if as names of the ledger cause they are.
-CAUSE_ALIASES = {"memory_bound": "gpu_busy_memory", "compute_bound": "gpu_busy_compute"}
+CAUSE_ALIASES: dict[str, str] = {"memory_bound": "gpu_busy_memory", "compute_bound": "gpu_busy_compute"}
 _TIME = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(%|us|µs|ms|s)?\s*$")
 _UNIT_US = {"us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
 
@@ -56,12 +57,13 @@ def parse_threshold(text: str) -> Threshold:
     return Threshold(us=value * _UNIT_US[unit], text=text.strip())
 
 
-def parse_causes(names: list[str]) -> list[str]:
+def parse_causes(names: list[str]) -> list[Cause]:
     """Ledger causes for --fail-if (checked before any trace is read)."""
-    out = []
+    out: list[Cause] = []
+    by_name: dict[str, Cause] = {c: c for c in CAUSES}
     for name in names:
-        cause = CAUSE_ALIASES.get(name, name)
-        if cause not in CAUSES:
+        cause = by_name.get(CAUSE_ALIASES.get(name, name))
+        if cause is None:
             known = ", ".join([*CAUSES, *CAUSE_ALIASES])
             raise UsageError(f"--fail-if {name}: not a ledger cause (one of: {known})")
         out.append(cause)
@@ -74,16 +76,7 @@ class GateResult:
     reason: str  # one line
 
 
-def _us(value: float) -> str:
-    a = abs(value)
-    if a >= 1e6:
-        return f"{value / 1e6:.2f} s"
-    if a >= 1e3:
-        return f"{value / 1e3:.2f} ms"
-    return f"{value:.0f} µs"
-
-
-def evaluate(d: DiffReport, slower: Threshold | None, causes: list[str]) -> GateResult:
+def evaluate(d: DiffReport, slower: Threshold | None, causes: list[Cause]) -> GateResult:
     """Judge the diff; raises UsageError when the traces do not compare."""
     if not d.comparable:
         raise UsageError("the gate cannot judge these traces: not like for like: " + "; ".join(d.not_comparable))
@@ -94,9 +87,9 @@ def evaluate(d: DiffReport, slower: Threshold | None, causes: list[str]) -> Gate
     if slower is not None:
         limit = slower.limit_us(before)
         share = f" ({v.change_us / before:+.1%})" if before > 0 else ""
-        what = f"{_us(abs(v.change_us))} per step {'slower' if v.change_us > 0 else 'faster'}{share}"
-        steps = f"{_us(before)} -> {_us(v.after_step_us)}"
-        noise = f"the noise band ±{_us(v.noise_us)}" if v.noise_us > 0 else "no measurable noise band (a single step)"
+        what = f"{fmt_us(abs(v.change_us))} per step {'slower' if v.change_us > 0 else 'faster'}{share}"
+        steps = f"{fmt_us(before)} -> {fmt_us(v.after_step_us)}"
+        noise = f"the noise band ±{fmt_us(v.noise_us)}" if v.noise_us > 0 else "no measurable noise band (one step)"
         if v.change_us > limit and v.change_us > v.noise_us:
             failures.append(f"{what}: {steps}, over --fail-if-slower {slower.text} and {noise}")
         elif v.change_us > limit:
@@ -111,10 +104,10 @@ def evaluate(d: DiffReport, slower: Threshold | None, causes: list[str]) -> Gate
             continue
         limit = slower.limit_us(before) if slower is not None else CAUSE_MIN_SHARE * before
         sign = "+" if c.change_us >= 0 else ""
-        grew = f"{cause} {_us(c.before_us)} -> {_us(c.after_us)} per step ({sign}{_us(c.change_us)})"
+        grew = f"{cause} {fmt_us(c.before_us)} -> {fmt_us(c.after_us)} per step ({sign}{fmt_us(c.change_us)})"
         if c.change_us > limit and c.change_us > c.noise_us:
             bound = f"--fail-if-slower {slower.text}" if slower is not None else f"{CAUSE_MIN_SHARE:.0%} of the step"
-            noise = f"its noise ±{_us(c.noise_us)}" if c.noise_us > 0 else "no measurable noise"
+            noise = f"its noise ±{fmt_us(c.noise_us)}" if c.noise_us > 0 else "no measurable noise"
             failures.append(f"{grew}, over {bound} and {noise}")
         else:
             passes.append(grew)

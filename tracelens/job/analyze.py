@@ -30,17 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracelens import __version__
-from tracelens.analyzers.context import fmt_us
-from tracelens.job.model import (
+from tracelens.domain import fmt_us
+from tracelens.job.model import Collective, RankFailure, RankSummary
+from tracelens.report.job_report import (
     JOB_SCHEMA_VERSION,
-    Collective,
     CollectiveRow,
     FailedRank,
     JobReport,
     JobSummary,
-    RankFailure,
     RankRow,
-    RankSummary,
     StepLate,
     Straggler,
 )
@@ -200,7 +198,7 @@ def _identity(results: list[RankSummary | RankFailure]) -> tuple[dict[int, RankS
 def _mixed(by_rank: dict[int, RankSummary]) -> list[str]:
     """Ranks that do not compare with each other: different GPU models, different
     programs (their kernels and ops barely overlap with the other ranks')."""
-    from tracelens.compare import weighted_overlap, different_programs
+    from tracelens.compare import different_programs, weighted_overlap
 
     out: list[str] = []
     gpus = Counter(s.gpu_name for s in by_rank.values() if s.gpu_name)
@@ -236,7 +234,7 @@ def _mixed(by_rank: dict[int, RankSummary]) -> list[str]:
             )
         )
     elif odd:
-        out.append("the ranks' kernels and ops barely overlap with each other: these traces look like different programs")
+        out.append("the ranks' kernels and ops barely overlap with each other: they look like different programs")
     return out
 
 

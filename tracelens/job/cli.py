@@ -13,6 +13,7 @@ from tracelens.errors import UsageError
 from tracelens.job.discover import expand, is_url, looks_like_ranks, rank_inputs
 from tracelens.job.model import RankFailure, RankInput, RankSummary
 
+
 def job_stem(inputs: list[str], files: list[str]) -> str:
     """Report name: the folder's name for a folder, else the files' common folder's."""
     if len(inputs) == 1 and not is_url(inputs[0]) and Path(inputs[0]).is_dir():
