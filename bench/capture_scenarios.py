@@ -139,7 +139,10 @@ SCENARIOS: list[Scenario] = [
 #: Not among the 22: a loop with no step marks at all (no optimizer, no module call), so
 #: the default window records by time (5 s warm-up, 10 s), for the SIGSEGV hunt.
 NO_MARKS = REPO / "tests" / "data" / "cpu_forever.py"
+THREADED = REPO / "tests" / "data" / "cpu_threaded_loop.py"
 EXTRA_SCENARIOS: list[Scenario] = [
+    Scenario("threads_steps", ["--steps", "80"], 0, source=THREADED),
+    Scenario("threads_sigterm_12s", ["--forever"], 143, acts=[Act(12.0, signal.SIGTERM)], source=THREADED),
     Scenario("nomarks_sigterm_12s", [], 143, acts=[Act(12.0, signal.SIGTERM)], source=NO_MARKS),
     Scenario("nomarks_sigint_12s", [], 130, acts=[Act(12.0, signal.SIGINT)], source=NO_MARKS),
 ]

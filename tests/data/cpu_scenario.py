@@ -2,7 +2,7 @@
 (bench/capture_scenarios.py, tests/test_capture_supervisor.py).
 
 usage: cpu_scenario.py [--steps N | --forever] [--end HOW] [--at STEP] [--code C]
-                       [--pool] [--sleep S] [--own-profiler PATH] [--print-pid]
+                       [--pool] [--sleep S] [--own-profiler PATH] [--print-pid] [--device D]
 
 HOW (at step STEP, default the last): exit (sys.exit(C)), raise, segv (a real SIGSEGV),
 kill (SIGKILL to itself), abort (SIGABRT), os_exit (os._exit(C), no atexit).
@@ -36,6 +36,7 @@ def main() -> None:
     ap.add_argument("--sleep", type=float, default=0.02)
     ap.add_argument("--own-profiler", default=None)
     ap.add_argument("--print-pid", action="store_true")
+    ap.add_argument("--device", default="cpu", help="cuda: the same loop on the GPU (the H200 check)")
     args = ap.parse_args()
     if args.print_pid:
         print(f"pid {os.getpid()}", flush=True)
@@ -44,17 +45,21 @@ def main() -> None:
         import multiprocessing as mp
 
         pool = mp.get_context("spawn").Pool(2)
-    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
+    dev = torch.device(args.device)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4)).to(dev)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     at = args.at if args.at is not None else args.steps
     prof = None
     if args.own_profiler:
-        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+        acts = [torch.profiler.ProfilerActivity.CPU]
+        if dev.type == "cuda":
+            acts.append(torch.profiler.ProfilerActivity.CUDA)
+        prof = torch.profiler.profile(activities=acts)
         prof.start()
     print("started", flush=True)
     i = 0
     while args.forever or i < args.steps:
-        loss = model(torch.randn(16, 32)).pow(2).mean()
+        loss = model(torch.randn(16, 32, device=dev)).pow(2).mean()
         loss.backward()
         opt.step()
         opt.zero_grad()
