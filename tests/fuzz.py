@@ -682,7 +682,7 @@ def gpu_activity_in(data: bytes) -> int:
     try:
         raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
         doc = json.loads(raw)
-    except (ValueError, OSError, EOFError, RecursionError):
+    except Exception:  # any input that does not parse (zlib.error, bad UTF-8, depth): not counted
         return -1
     evs = doc.get("traceEvents") if isinstance(doc, dict) else doc
     n = 0
