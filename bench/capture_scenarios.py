@@ -142,6 +142,8 @@ NO_MARKS = REPO / "tests" / "data" / "cpu_forever.py"
 THREADED = REPO / "tests" / "data" / "cpu_threaded_loop.py"
 EXTRA_SCENARIOS: list[Scenario] = [
     Scenario("threads_steps", ["--steps", "80"], 0, source=THREADED),
+    Scenario("ends_right_after_warmup", ["--steps", "7"], 0),
+    Scenario("raise_at_step_1", ["--steps", "12", "--end", "raise", "--at", "1"], 1, user_traceback=True),
     Scenario("threads_sigterm_12s", ["--forever"], 143, acts=[Act(12.0, signal.SIGTERM)], source=THREADED),
     Scenario("nomarks_sigterm_12s", [], 143, acts=[Act(12.0, signal.SIGTERM)], source=NO_MARKS),
     Scenario("nomarks_sigint_12s", [], 130, acts=[Act(12.0, signal.SIGINT)], source=NO_MARKS),
@@ -178,7 +180,7 @@ def _session_alive(sid: int) -> list[int]:
     return pids
 
 
-def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None) -> dict[str, Any]:
+def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None, report: bool = False) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tl-scen-"))
     script = sc.source
     if sc.script is not None:
@@ -187,7 +189,8 @@ def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None) -> dic
             script.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(sc.source, script)
     trace = work / "reports" / "t.pt.trace.json.gz"
-    cmd = ["nice", "-n", str(nice), sys.executable, "-m", "tracelens", "capture", "--no-report", "-o", str(trace),
+    quiet = [] if report else ["--no-report"]
+    cmd = ["nice", "-n", str(nice), sys.executable, "-m", "tracelens", "capture", *quiet, "-o", str(trace),
            *sc.options, *extra, str(script), *sc.args]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TRACELENS_DEBUG", None)
@@ -366,10 +369,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default=None, help="comma-separated scenario names")
     ap.add_argument("--extra", action="append", default=[], help="extra capture options (repeatable)")
     ap.add_argument("--nice", type=int, default=10)
+    ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each in its own session)")
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per run here")
     ap.add_argument("--keep", type=Path, default=None, help="copy the folders of failed runs here")
     ap.add_argument("--table", type=Path, default=None, help="print the counts table of a --out file and exit")
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--report", action="store_true", help="let capture report on each trace (default: --no-report)")
     args = ap.parse_args(argv)
     # Started in the background by a shell (`cmd &`), this process ignores SIGINT, and so
     # would every capture it starts: give them Python's own handling back (a handler,
@@ -387,15 +392,27 @@ def main(argv: list[str] | None = None) -> int:
     if out:
         out.write(json.dumps({"machine": _machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}) + "\n")
     failed = 0
-    for i in range(args.runs):
-        for sc in chosen:  # interleaved, so a change in the machine's load hits every scenario alike
-            r = run_one(sc, args.extra, args.nice, args.keep)
+    # Interleaved (round after round of every scenario), so a change in the machine's load
+    # hits every scenario alike.
+    todo = [(i, sc) for i in range(args.runs) for sc in chosen]
+    lock = threading.Lock()
+
+    def one(item: tuple[int, Scenario]) -> None:
+        nonlocal failed
+        i, sc = item
+        r = run_one(sc, args.extra, args.nice, args.keep, args.report)
+        with lock:
             failed += not r["ok"]
             tag = "ok" if r["ok"] else "LOST: " + "; ".join(r["problems"])
             print(f"[{i + 1}/{args.runs}] {sc.name}: exit {r['rc']} in {r['wall_s']:.1f} s: {tag}", flush=True)
             if out:
                 out.write(json.dumps(r) + "\n")
                 out.flush()
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(args.jobs, 1)) as pool:
+        list(pool.map(one, todo))
     if out:
         out.close()
     return 1 if failed else 0

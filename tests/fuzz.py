@@ -514,6 +514,8 @@ def f_combo(rng: random.Random, doc: Doc) -> str:
 
 
 FAMILIES["combos"] = f_combo
+#: A long run says how far it got every this many cases.
+PROGRESS_EVERY = 100
 #: The share of cases that are one structural family (the rest: the field-level mutations).
 FAMILY_SHARE = 0.4
 
@@ -931,6 +933,8 @@ def fuzz(
                 if outcome.problem:
                     summary.failures.append((case, outcome))
                     log(f"case {case.index} ({case.seed_name}: {case.how}): {outcome.problem}")
+                if summary.cases % PROGRESS_EVERY == 0:
+                    log(f"... {summary.cases} cases, {len(summary.failures)} failing, {time.monotonic() - t0:.0f} s")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     summary.seconds = time.monotonic() - t0

@@ -152,6 +152,7 @@ def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        preexec_fn=_sigint_as_python_has_it,
     )
     assert proc.stdout is not None
     deadline = time.time() + 120
@@ -244,6 +245,15 @@ def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
 # -- issue 12: bounded by default, never lost, exit codes -----------------------------
 
 
+def _sigint_as_python_has_it() -> None:
+    """A test run started in the background by a shell (`pytest &`) ignores SIGINT, and so
+    would the capture and its script (as `python script.py` would): give them the
+    default, so that the SIGINT the test sends is Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _meta(path: Path) -> dict[str, Any]:
     meta: dict[str, Any] = json.loads(gzip.decompress(path.read_bytes()))["tracelens"]
     return meta
@@ -271,10 +281,12 @@ def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     assert "recording steps 5-24 after a warm-up" in res.stderr  # the limits, printed
     assert "USDT" not in res.stderr + res.stdout and "profiler_start" in (tmp_path / "d.capture.log").read_text()
-    assert _steps_in(out)[0] == 5 and _steps_in(out)[-1] in (24, 25), _steps_in(out)
     meta = _meta(out)
     rec = meta["window"]["recorded"]
-    assert (rec["kind"], rec["first_step"], rec["last_step"], rec["reason"]) == ("steps", 5, 25, "20 steps")
+    # 20 steps, or fewer when the loaded machine made 20 profiled steps last over 10 s.
+    assert (rec["kind"], rec["first_step"]) == ("steps", 5) and rec["reason"] in ("20 steps", "10 s"), rec
+    assert rec["reason"] == "10 s" or rec["last_step"] == 25
+    assert _steps_in(out)[0] == 5 and _steps_in(out)[-1] in (rec["last_step"] - 1, rec["last_step"]), _steps_in(out)
     assert meta["steps_marked"] == 40 and meta["step_source"] == "optimizer"
     assert set(Path(tempfile.gettempdir()).glob("tracelens-capture-*")) <= before
 
@@ -349,6 +361,7 @@ def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        preexec_fn=_sigint_as_python_has_it,
     )
     assert proc.stdout is not None
     deadline = time.time() + 120

@@ -412,6 +412,14 @@ class _Capture:
         if action is Action.START:
             cur = self.window.current
             provisional = cur is not None and cur.kind == "start"
+            if self.recorder.prof is not None and not provisional:
+                # The start of the run, set aside, goes to disk before the new recording
+                # begins (written after, its Python would be recorded too): a crash
+                # during the steps then still leaves the start of the run.
+                self.recorder.set_aside()
+                self.on_started(None)
+                if self.active:
+                    self.on_recorded(True)
             if not self.recorder.start(cur.first_step if cur else self.window.steps, provisional):
                 self.window.start_failed()
             else:
@@ -824,9 +832,12 @@ class _TraceWriter:
         now = self.now()
         samples = self.sampler.snapshot() if self.sampler is not None else None
         try:
-            stats = finish_trace(raw, self.out, samples, self.metadata(rec, None, now), self.opts.limits.max_events)
+            meta = self.metadata(rec, None, now)
+            stats = finish_trace(raw, self.out, samples, meta, self.opts.limits.max_events, require_events=True)
         except Exception as exc:  # the script goes on; the end writes it again
             self.notes.append(f"writing the trace when the recording ended failed ({type(exc).__name__}: {exc})")
+            return
+        if not stats.written:
             return
         self.on_disk = rec
         if self.state is not None:
@@ -1025,13 +1036,20 @@ def _finish(
         return CaptureResult(trace, exit_code, notes, window.steps, wall, samples, stats, rec, recorder.export_s, log)
     try:
         meta = writer.metadata(rec, exit_code, wall)
-        stats = finish_trace(recorder.kept, out, samples, meta, max_events=lim.max_events)
+        stats = finish_trace(recorder.kept, out, samples, meta, max_events=lim.max_events, require_events=True)
     except Exception as exc:
         kept = _rescue(recorder.kept, out)
         where = f"; the profiler's own export is kept at {kept}" if kept else ""
         if writer.on_disk is not None and out.exists():
             where += f"; the trace written at {writer.on_disk.t_end or 0:.1f} s is at {out}"
         raise CaptureError(f"{out}: cannot write the trace ({type(exc).__name__}: {exc}){where}") from exc
+    if not stats.written:
+        # The recording held no torch op (the script never ran one): no trace of nothing.
+        notes.append("the recording held no torch op")
+        if writer.on_disk is not None and out.exists():
+            return CaptureResult(out, exit_code, notes, window.steps, wall, samples, None, writer.on_disk,
+                                 recorder.export_s, log)  # fmt: skip
+        return CaptureResult(None, exit_code, notes, window.steps, wall, samples, None, rec, recorder.export_s, log)
     if stats.salvage_note:
         notes.append(stats.salvage_note)
     if stats.dropped_events:

@@ -127,6 +127,9 @@ class TraceStats:
     dropped_events: int = 0
     salvage_note: str = ""
     seconds: float = 0.0
+    #: False when finish_trace wrote nothing: the recording held no torch op, kernel or
+    #: Python frame and an empty trace was not wanted (require_events).
+    written: bool = True
 
 
 def _decode_events(raw: msgspec.Raw) -> tuple[list[msgspec.Raw], list[_Ev]]:
@@ -228,9 +231,11 @@ def finish_trace(
     samples: SamplerResult | None,
     metadata: dict[str, Any],
     max_events: int | None = None,
+    require_events: bool = False,
 ) -> TraceStats:
     """Read the profiler's export (None: no recording, a trace of metadata only), check
     it, salvage it if malformed, trim it to `max_events`, add samples and metadata, and
+    (unless `require_events` and it holds no op, kernel or Python frame: no empty traces)
     write `out_path` (gzipped if it ends in .gz) atomically, streaming the events."""
     t0 = time.perf_counter()
     stats = TraceStats(out_path)
@@ -261,6 +266,10 @@ def finish_trace(
     stats.steps = sorted(
         {int(e.name[13:]) for e in evs if e.name.startswith("ProfilerStep#") and e.name[13:].isdigit()}
     )
+    if require_events and not (stats.ops or stats.kernels or stats.python_frames):
+        stats.written = False
+        stats.seconds = time.perf_counter() - t0
+        return stats
     base = None
     if "baseTimeNanoseconds" in top:
         try:
