@@ -895,18 +895,19 @@ def _run(
     if opts.limits.mode in (Mode.TIME, Mode.STEPS):
         recorder.prewarm()  # the default and --all start at once, which does the same
     t0 = time.perf_counter()
-    if state is not None:  # the supervisor times the script's end from its start
-        state({"event": "started", "epoch_s": time.time()})
     with _signals(cap):
         _CURRENT = cap
         cap.t0 = t0
         cap.active = True
         try:
             cap.apply(window.begin())
-            # The window's clock starts once the profiler runs: its first start took 7 s on
-            # the loaded 2-core machine (Kineto's set-up), which used up the 5 s warm-up by
-            # time before the script began, so that the start of the run set aside held 22 ms.
+            # The window's clock starts once the profiler runs: its first start took 7-52 s
+            # of wall time on the loaded 2-core machine (3 s of CPU: Kineto's set-up), which
+            # used up the 5 s warm-up by time before the script began, so that the start of
+            # the run set aside held 22 ms.
             cap.t0 = t0 = time.perf_counter()
+            if state is not None:  # the supervisor times the script's end from the same start
+                state({"event": "started", "epoch_s": time.time()})
             timer.start()
             run()
             _join_script_threads()  # python waits for non-daemon threads before exiting too
