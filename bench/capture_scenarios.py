@@ -180,7 +180,14 @@ def _session_alive(sid: int) -> list[int]:
     return pids
 
 
-def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None, report: bool = False) -> dict[str, Any]:
+def run_one(
+    sc: Scenario,
+    extra: list[str],
+    nice: int,
+    keep: Path | None,
+    report: bool = False,
+    script_args: tuple[str, ...] = (),
+) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tl-scen-"))
     script = sc.source
     if sc.script is not None:
@@ -191,7 +198,7 @@ def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None, report
     trace = work / "reports" / "t.pt.trace.json.gz"
     quiet = [] if report else ["--no-report"]
     cmd = ["nice", "-n", str(nice), sys.executable, "-m", "tracelens", "capture", *quiet, "-o", str(trace),
-           *sc.options, *extra, str(script), *sc.args]  # fmt: skip
+           *sc.options, *extra, str(script), *sc.args, *script_args]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TRACELENS_DEBUG", None)
     t0 = time.monotonic()
@@ -199,7 +206,7 @@ def run_one(sc: Scenario, extra: list[str], nice: int, keep: Path | None, report
         cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
     )
     pgid = proc.pid
-    result: dict[str, Any] = {"scenario": sc.name, "extra": extra, "problems": []}
+    result: dict[str, Any] = {"scenario": sc.name, "extra": [*extra, *script_args], "problems": []}
     script_pid: int | None = None
     out_lines: list[str] = []
     started = threading.Event()
@@ -368,6 +375,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=1, help="runs of each scenario")
     ap.add_argument("--only", default=None, help="comma-separated scenario names")
     ap.add_argument("--extra", action="append", default=[], help="extra capture options (repeatable)")
+    ap.add_argument(
+        "--script-arg",
+        action="append",
+        default=[],
+        help="more arguments to the script (--script-arg=--device --script-arg=cuda: the same scenarios on the GPU)",
+    )
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--jobs", type=int, default=1, help="runs at a time (each in its own session)")
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per run here")
@@ -400,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     def one(item: tuple[int, Scenario]) -> None:
         nonlocal failed
         i, sc = item
-        r = run_one(sc, args.extra, args.nice, args.keep, args.report)
+        r = run_one(sc, args.extra, args.nice, args.keep, args.report, tuple(args.script_arg))
         with lock:
             failed += not r["ok"]
             tag = "ok" if r["ok"] else "LOST: " + "; ".join(r["problems"])

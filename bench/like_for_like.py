@@ -4,7 +4,7 @@ top-level ops and Python source files overlap, for before/after pairs of one pro
 
     python bench/like_for_like.py            # prints the table and the separation
 
-The check (tracelens/compare.py) calls two traces different programs when their kernel
+The check (tracelens/derive/compare.py) calls two traces different programs when their kernel
 and op-shape overlaps are both below PROGRAM_OVERLAP_MIN and their source functions do
 not tie them; this prints where each pair falls.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tracelens.compare import (  # noqa: E402
+from tracelens.derive.compare import (  # noqa: E402
     PROGRAM_OVERLAP_MIN,
     SAME_FUNCTIONS_MIN,
     ProgramSignature,

@@ -93,16 +93,24 @@ def test_a_crash_during_the_recording_says_what_was_lost(tmp_path: Path) -> None
 @needs_torch
 def test_the_trace_is_on_disk_while_the_script_runs_and_a_kill_loses_nothing(tmp_path: Path) -> None:
     """A never-ending loop: steps 5-24 are on disk soon after they ran (issue 29: nothing
-    on disk at 45 s); SIGKILL to every process of the run then loses nothing."""
+    on disk at 45 s); SIGKILL to every process of the run then loses nothing. The start of
+    the run (set aside when the warm-up ended) is on disk first, then replaced by the
+    steps."""
     out = tmp_path / "t.pt.trace.json.gz"
     proc = subprocess.Popen(_cmd(out, str(SCENARIO), "--forever"), cwd=tmp_path, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     try:
+        kinds = []
         deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and not out.exists():
+        while time.monotonic() < deadline and proc.poll() is None:
+            if out.exists():
+                meta = _meta(out)  # always whole: written atomically
+                kinds.append(meta["window"]["recorded"]["kind"])
+                if kinds[-1] == "steps":
+                    break
             time.sleep(0.5)
-        assert out.exists(), "no trace on disk while the script runs"
-        meta = _meta(out)  # whole (written atomically) and marked as written while running
+        assert kinds, "no trace on disk while the script runs"
+        assert kinds[-1] == "steps" and set(kinds) <= {"start", "steps"}, kinds
         assert meta["running"] is True and meta["exit_code"] is None
         assert _steps(out)[0] == 5 and proc.poll() is None
     finally:

@@ -1,5 +1,5 @@
 """The CI gate (`tracelens diff --fail-if-slower`, `--fail-if CAUSE`, issue 32) and the
-like-for-like checks under it (tracelens/compare.py, issue 29), on real pairs."""
+like-for-like checks under it (tracelens/derive/compare.py, issue 29), on real pairs."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import model_of, sample
 
-from tracelens.compare import different_programs, program_signature, signature_overlap
+from tracelens.derive.compare import different_programs, program_signature, signature_overlap
 from tracelens.diff import build_diff
 from tracelens.errors import UsageError
 from tracelens.gate import evaluate, parse_causes, parse_threshold

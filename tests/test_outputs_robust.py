@@ -16,8 +16,8 @@ import pytest
 from support.cli import cli, one_error_line_problem
 from support.synthetic import tiny_trace
 
+from tracelens.cli.job import failure_line
 from tracelens.errors import TraceInputError
-from tracelens.job.cli import failure_line
 from tracelens.job.model import RankFailure
 from tracelens.model import load_trace
 from tracelens.output import TEMP_MARK, _host_tag, temp_prefix
@@ -83,7 +83,7 @@ def test_a_gzip_that_inflates_past_its_own_size_field_is_refused_there(tmp_path:
 def test_a_gzip_larger_than_the_machine_allows_is_refused_before_inflating(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tracelens.model.loader as loader
+    import tracelens.model.loader.read as loader
 
     monkeypatch.setattr(loader, "json_budget", lambda cap: 10_000_000)  # a small machine
     big = tmp_path / "big.json.gz"

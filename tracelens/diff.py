@@ -22,9 +22,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelens import __version__
-from tracelens.analyzers.context import AnalysisContext
 from tracelens.assemble import build_report
-from tracelens.compare import Comparability, comparability
+from tracelens.derive.compare import Comparability, comparability
+from tracelens.derive.context import AnalysisContext
 from tracelens.derive.ledger import blocking_call_rows
 from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fmt_us
 from tracelens.model.schema import Kind
@@ -91,8 +91,10 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
     before_primary = b.report.summary.primary
     after_primary = a.report.summary.primary
     like = _like_for_like(b, a)
-    gone = like.comparable and before_primary is not None and not any(
-        f.category.value == before_primary and f.share >= MEDIUM_SHARE for f in a.report.findings
+    gone = (
+        like.comparable
+        and before_primary is not None
+        and not any(f.category.value == before_primary and f.share >= MEDIUM_SHARE for f in a.report.findings)
     )
     changes = _changes(b, a)
     verdict = Verdict(
@@ -140,7 +142,7 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
 
 
 def _like_for_like(b: _Analysed, a: _Analysed) -> Comparability:
-    """Whether the two traces compare like for like (tracelens/compare.py)."""
+    """Whether the two traces compare like for like (tracelens/derive/compare.py)."""
 
     def steps(x: _Analysed) -> tuple[int, float, float]:
         host = x.model.host
@@ -235,7 +237,7 @@ def _op_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
     act = act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
     launch = act["launch"].to_numpy()
     ok = launch >= 0
-    root = x.model.host["op_root"].to_numpy()[launch[ok]]
+    root = act["op_root"].to_numpy()[ok]
     dur = act["dur"].to_numpy()[ok]
     by_root: dict[int, float] = defaultdict(float)
     for r, d in zip(root, dur, strict=True):

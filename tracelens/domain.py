@@ -83,6 +83,8 @@ LAUNCH_APIS = frozenset(
         "hipGraphLaunch",
     }
 )
+#: Calls that launch one kernel each (Kineto's range profiler measures kernels in their order).
+KERNEL_LAUNCH_APIS = LAUNCH_APIS - GRAPH_LAUNCH_APIS
 
 # --- element types, by the profiler's type names (`Input type`) ---------------------------
 
@@ -178,6 +180,17 @@ COMPILER_EXCLUDE = ("compile_worker",)
 #: The row torch.compile opens around each run of compiled code (`Torch-Compiled Region:
 #: 0/1`: frame 0, compile 1).
 COMPILED_REGION = "Torch-Compiled Region"
+#: Rows of compiled code that call a compiled graph (AOTAutograd's wrappers).
+GRAPH_CALL_MARKERS = ("## Call CompiledFxGraph", "CompiledFunction", "## Call CompiledFunction")
+#: Rows torch.compile adds around compiled code: bookkeeping, not eager ops.
+COMPILE_BOOKKEEPING = (
+    COMPILED_REGION,
+    "TorchDynamo Cache Lookup",
+    "Pregraph bytecode",
+    "AOTDispatcher",
+    "## ",
+    "CompiledFunction",
+)
 #: Start-up that compiling costs, for the window's start-up kinds: running compiled code
 #: the first time (the region, Dynamo's frame evaluation, AOTAutograd's compiled
 #: functions) and every compiler stage, Triton's and TorchScript's included.
@@ -299,8 +312,10 @@ def pct(share: float) -> str:
     return "<0.1%" if s > 0 else "-<0.1%"
 
 
-def fmt_bytes(value: float) -> str:
-    """Bytes with a decimal prefix: 512 B, 3.4 MB."""
+def fmt_bytes(value: float | None) -> str:
+    """Bytes with a decimal prefix: 512 B, 3.4 MB; "n/a" for a count that was not made."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
     v = float(value)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(v) < 1000 or unit == "TB":

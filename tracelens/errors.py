@@ -54,20 +54,35 @@ class CaptureError(TracelensError):
 #: Every exit code of the `tracelens` command, in one place: the README's table and the
 #: `--help` text are made from this (tests/test_exit_codes.py checks both).
 EXIT_CODES: tuple[tuple[str, str], ...] = (
-    ("0", "done: the reports are written (capture: the script exited 0 and its trace is written; "
-          "diff with a gate: the gate passed)"),
-    ("1", "diff --fail-if-slower / --fail-if: the gate failed (one line says why); capture: the script's own "
-          "exit code 1 (an uncaught exception); anything else: a bug in tracelens (one line 'internal error', "
-          "TRACELENS_DEBUG=1 for the traceback)"),
-    ("2", "bad input or command line: not a trace tracelens can read, a missing trace or script, an output "
-          "that cannot be written or would overwrite the input, contradictory options"),
+    (
+        "0",
+        "done: the reports are written (capture: the script exited 0 and its trace is written; "
+        "diff with a gate: the gate passed)",
+    ),
+    (
+        "1",
+        "diff --fail-if-slower / --fail-if: the gate failed (one line says why); capture: the script's own "
+        "exit code 1 (an uncaught exception); anything else: a bug in tracelens (one line 'internal error', "
+        "TRACELENS_DEBUG=1 for the traceback)",
+    ),
+    (
+        "2",
+        "bad input or command line: not a trace tracelens can read, a missing trace or script, an output "
+        "that cannot be written or would overwrite the input, contradictory options",
+    ),
     ("3", "a report could not be written after the analysis (disk full, permissions changed)"),
-    ("4", "capture could not run the script under the profiler (no PyTorch in this environment, the "
-          "profiler failed to start)"),
+    (
+        "4",
+        "capture could not run the script under the profiler (no PyTorch in this environment, the "
+        "profiler failed to start)",
+    ),
     ("N", "capture: the script's own exit code, passed through (sys.exit(N))"),
-    ("128+S", "capture: the script was ended by signal S, as a shell reports it: 130 Ctrl-C (SIGINT), "
-              "134 abort, 137 SIGKILL (also the OOM killer), 139 SIGSEGV, 143 SIGTERM (timeout, Slurm, "
-              "docker); the trace of what was recorded is kept. report/diff: 130 Ctrl-C"),
+    (
+        "128+S",
+        "capture: the script was ended by signal S, as a shell reports it: 130 Ctrl-C (SIGINT), "
+        "134 abort, 137 SIGKILL (also the OOM killer), 139 SIGSEGV, 143 SIGTERM (timeout, Slurm, "
+        "docker); the trace of what was recorded is kept. report/diff: 130 Ctrl-C",
+    ),
 )
 
 

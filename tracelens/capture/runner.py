@@ -79,6 +79,8 @@ class CaptureOptions:
     verbose: bool = False
     #: End the script once the recording is written (--stop-after-recording).
     stop_after_recording: bool = False
+    #: What `--counters`' pass measured (capture/counters.py), written into the trace.
+    counters: dict[str, Any] | None = None
 
 
 @dataclass
@@ -815,7 +817,20 @@ class _TraceWriter:
             "export_s": round(self.recorder.export_s, 3),
             "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
             "notes": list(self.notes),
+            **({"counters": self.counters_summary()} if opts.counters is not None else {}),
         }
+
+    def counters_summary(self) -> dict[str, Any]:
+        """`--counters`' pass without its per-kernel rows (those go top-level)."""
+        return {k: v for k, v in (self.opts.counters or {}).items() if k != "kernels"}
+
+    def extra_top(self) -> dict[str, Any] | None:
+        """The top-level keys beside the events: `--counters`' full measurements."""
+        if self.opts.counters is None:
+            return None
+        from tracelens.model.counter_metrics import COUNTERS_KEY
+
+        return {COUNTERS_KEY: self.opts.counters}
 
     def started(self, rec: Recording | None) -> None:
         """Tell the supervisor a recording runs (what a crash now would lose)."""
@@ -833,7 +848,15 @@ class _TraceWriter:
         samples = self.sampler.snapshot() if self.sampler is not None else None
         try:
             meta = self.metadata(rec, None, now)
-            stats = finish_trace(raw, self.out, samples, meta, self.opts.limits.max_events, require_events=True)
+            stats = finish_trace(
+                raw,
+                self.out,
+                samples,
+                meta,
+                self.opts.limits.max_events,
+                require_events=True,
+                extra_top=self.extra_top(),
+            )
         except Exception as exc:  # the script goes on; the end writes it again
             self.notes.append(f"writing the trace when the recording ended failed ({type(exc).__name__}: {exc})")
             return
@@ -1037,7 +1060,15 @@ def _finish(
         return CaptureResult(trace, exit_code, notes, window.steps, wall, samples, stats, rec, recorder.export_s, log)
     try:
         meta = writer.metadata(rec, exit_code, wall)
-        stats = finish_trace(recorder.kept, out, samples, meta, max_events=lim.max_events, require_events=True)
+        stats = finish_trace(
+            recorder.kept,
+            out,
+            samples,
+            meta,
+            max_events=lim.max_events,
+            require_events=True,
+            extra_top=writer.extra_top(),
+        )
     except Exception as exc:
         kept = _rescue(recorder.kept, out)
         where = f"; the profiler's own export is kept at {kept}" if kept else ""

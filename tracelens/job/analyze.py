@@ -198,7 +198,7 @@ def _identity(results: list[RankSummary | RankFailure]) -> tuple[dict[int, RankS
 def _mixed(by_rank: dict[int, RankSummary]) -> list[str]:
     """Ranks that do not compare with each other: different GPU models, different
     programs (their kernels and ops barely overlap with the other ranks')."""
-    from tracelens.compare import different_programs, weighted_overlap
+    from tracelens.derive.compare import different_programs, weighted_overlap
 
     out: list[str] = []
     gpus = Counter(s.gpu_name for s in by_rank.values() if s.gpu_name)

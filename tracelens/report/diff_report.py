@@ -90,6 +90,6 @@ class DiffReport:
     changes: tuple[Change, ...]
     counters: tuple[Counter, ...]
     #: False when the traces do not compare like for like (GPU activity on one side only,
-    #: different programs: tracelens/compare.py); the reasons are `not_comparable`.
+    #: different programs: tracelens/derive/compare.py); the reasons are `not_comparable`.
     comparable: bool = True
     not_comparable: tuple[str, ...] = ()
