@@ -86,6 +86,9 @@ def plan_for(ctx: AnalysisContext, f: Finding, present: set[Category]) -> Plan |
             "GPU's sustained matmul rate", misaligned_factors(ctx),
         )  # fmt: skip
     if c == Category.COMPUTE_BOUND:
+        fp32 = next((m.value for m in f.evidence if m.label == "fp32 matmul time"), 0.0)
+        if isinstance(fp32, (int, float)) and fp32 > 0:
+            return None  # its first fix is TF32 for the fp32 matmuls: no transform, the estimate stays
         text = "compute-bound kernels at the rate this GPU sustains"
         return kernel_factor_plan(ctx, "compute_at_roof", text, roof_factors(ctx, "compute"), (0.5, 1.0))
     if c in (Category.WAVE_QUANTIZATION, Category.POWER_THROTTLE):
