@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
@@ -612,6 +612,16 @@ def capture(
         limits.max_events = MAX_EVENTS
     name = module or target
     assert name is not None
+    from tracelens.capture.ranks import Heartbeat, keep_process_groups, ranks_folder, run_tag, torchrun_env
+
+    # Under torchrun: this run's token (the same on every worker), written into the trace,
+    # and a heartbeat beside the traces while this worker lives (capture/ranks.py).
+    rank_env = torchrun_env()
+    tag = run_tag(rank_env) if rank_env is not None else None
+    rank_folder = ranks_folder(name, out_dir) if rank_env is not None else None
+    beat = Heartbeat(rank_folder, tag).start() if tag is not None and rank_folder is not None else None
+    if rank_env is not None:
+        keep_process_groups()  # torch's gloo teardown deadlock (capture/ranks.py)
     opts = CaptureOptions(
         target=name,
         args=list(ctx.args) if module is None else ([target, *ctx.args] if target else list(ctx.args)),
@@ -624,8 +634,16 @@ def capture(
         nvml=nvml,
         nvml_interval_s=nvml_interval_ms / 1000.0,
         verbose=verbose,
+        run=tag.as_meta() if tag is not None else None,
     )
-    result = run_capture(opts, echo=_progress_raw)
+    try:
+        result = run_capture(opts, echo=_progress_raw)
+    except BaseException:
+        if beat is not None:
+            beat.finish("failed")
+        raise
+    if beat is not None:
+        beat.finish("written" if result.trace is not None else "failed")
     for note in result.notes:
         _progress(note)
     if result.trace is None:
@@ -652,24 +670,61 @@ def capture(
         _progress("the trace holds no torch ops, so there is nothing to report")
     elif report_after:
         try:
-            from tracelens.capture.ranks import ranks_folder, torchrun_env, wait_for_ranks
+            from tracelens.capture.ranks import wait_for_ranks
 
-            env = torchrun_env()
-            if env is None:
+            if rank_env is None or tag is None or rank_folder is None:
                 from tracelens.output import default_stem
 
                 perfetto = out_dir / f"{default_stem(result.trace)}.perfetto.json.gz"
                 _report_one(result.trace, None, None, None, out_dir, False, None, None, perfetto=perfetto)
-            elif env.rank == 0:  # under torchrun: rank 0 reports once on every rank's trace
-                folder = ranks_folder(name, out_dir)
-                ready = wait_for_ranks(folder, env.world_size, _progress)
-                report([str(p) for p in ready] or [str(folder)], None, None, None, out_dir, False)
+            elif rank_env.rank == 0:  # under torchrun: rank 0 reports once on this run's traces
+                from tracelens.capture.runner import INTERRUPTED_EXIT, TERMINATED_EXIT
+                from tracelens.job.cli import report_many
+
+                terminated = result.exit_code in (INTERRUPTED_EXIT, TERMINATED_EXIT)
+                # torchrun SIGTERMs every worker when one fails (and SIGKILLs 30 s later): the
+                # report goes on, without waiting for more ranks, instead of being lost.
+                stop = _TermFlag()
+                with stop.installed():
+                    arrival = wait_for_ranks(rank_folder, tag, _progress, terminated=terminated, stopped=stop.get)
+                    report_many([str(p) for p in arrival.ready] or [str(result.trace)], None, None, None, out_dir,
+                                False, None, None, False, run_problems=arrival.problems,
+                                stem=f"{rank_folder.name}.job")  # fmt: skip
         except Exception as exc:  # the trace is the product; a failed report must not hide it
             msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
             _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
     from tracelens.capture.runner import exit_process
 
     exit_process(result.exit_code)
+
+
+class _TermFlag:
+    """A SIGTERM handler for the report after a torchrun capture: the first SIGTERM is
+    noted (the report is finished without waiting for more ranks), a second one ends the
+    process as SIGTERM would."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def get(self) -> bool:
+        return self.seen
+
+    def _on_term(self, signum: int, _frame: object) -> None:
+        if self.seen:
+            os._exit(128 + signum)
+        self.seen = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        try:
+            old = signal.signal(signal.SIGTERM, self._on_term)
+        except ValueError:  # not the main thread
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _rank_or_default_path(name: str, out_dir: Path) -> Path:

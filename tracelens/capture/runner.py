@@ -67,6 +67,8 @@ class CaptureOptions:
     nvml_interval_s: float = DEFAULT_INTERVAL_S
     #: Show the profiler's own messages instead of writing them to the log file.
     verbose: bool = False
+    #: Under torchrun: the run tag that ties this rank's trace to its run (ranks.RunTag).
+    run: dict[str, Any] | None = None
 
 
 @dataclass
@@ -832,6 +834,8 @@ def _finish(
         "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
         "notes": notes,
     }
+    if opts.run is not None:
+        metadata["run"] = opts.run
     try:
         stats = finish_trace(recorder.kept, out, samples, metadata, max_events=lim.max_events)
     except Exception as exc:

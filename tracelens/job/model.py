@@ -38,6 +38,14 @@ class Collective(msgspec.Struct, frozen=True):
     #: The ledger's causes over this rank's time since its previous collective ended:
     #: what it was doing before it arrived (cause -> µs).
     before: dict[str, float] = {}
+    #: The same span on the launching thread: host_ops, data_loading, host_python (µs)
+    #: (derive/host_time.py): the reason a rank without a GPU ledger gives.
+    before_host: dict[str, float] = {}
+    group_size: int = 0  # ranks in the group, 0 when the trace does not say
+    size_source: str = ""  # where `bytes` came from (derive/collectives.py), "" unknown
+    backend: str = ""
+    #: With stacks: the Python frame holding most of the host_python time before it.
+    hot_frame: str = ""
 
 
 class StepTime(msgspec.Struct, frozen=True):
@@ -89,6 +97,11 @@ class RankSummary(msgspec.Struct, frozen=True):
     analysis_seconds: float
     notes: list[str] = []
     report_files: list[str] = []  # per-rank reports written on request
+    step_source: str = ""  # the window's: "steps" (ProfilerStep, the same numbers on every rank), "detected", ...
+    #: Python frames and ops the profiler recorded per analysed step (job/overhead.py).
+    events_per_step: dict[str, float] = {}
+    with_stack: bool = False
+    run_token: str = ""  # the torchrun run token tracelens capture wrote, "" when none
 
 
 class RankFailure(msgspec.Struct, frozen=True):
@@ -103,12 +116,20 @@ class RankFailure(msgspec.Struct, frozen=True):
 class Straggler(msgspec.Struct, frozen=True):
     rank: int
     late_share: float  # fraction of matched collectives it arrived last at
-    cost_us: float  # per step: what each other rank waited for it, on average
-    reason: str  # a ledger cause id (host_bound, gpu_busy_compute, ...) or power_throttle, unknown
+    #: per step: what the job loses to it: its arrival minus the next latest rank's,
+    #: summed over the calls it was last at (what the others would not wait, were it on time)
+    cost_us: float
+    #: a ledger cause id (host_bound, gpu_busy_compute, ...), a host cause of a rank without
+    #: a GPU ledger (host_python, data_loading, host_ops), power_throttle or unknown
+    reason: str
     reason_us: float  # per step: how much more of that cause it had before the collectives
     advice: str
     late_count: int
     matched: int
+    reason_label: str = ""  # the reason in plain words, with its detail (the Python frame)
+    #: per step: how much more the profiler itself costs this rank than the median other
+    #: rank (from the events each recorded: job/overhead.py), an upper bound
+    profiler_us: float = 0.0
 
 
 class JobSummary(msgspec.Struct, frozen=True):
@@ -129,6 +150,7 @@ class JobSummary(msgspec.Struct, frozen=True):
     #: Ranks last most often whose own ledger does not explain it (see the advice).
     late_unexplained: list[Straggler]
     problems: list[str]  # missing, duplicate, mismatched or unreadable ranks
+    counted_collectives: int = 0  # matched calls inside every rank's analysed window
 
 
 class RankRow(msgspec.Struct, frozen=True):
@@ -148,6 +170,9 @@ class RankRow(msgspec.Struct, frozen=True):
     #: Per step: how much later than the first rank it arrived, summed over the step's
     #: collectives (its own delay; the heat map's second picture).
     late_by_step: list[StepLate] = []
+    late_us: float = 0.0  # the same, per step on average
+    cause: str = ""  # its largest cause besides communication (ledger, else host-side)
+    cause_label: str = ""  # the same in plain words
 
 
 class CollectiveRow(msgspec.Struct, frozen=True):
@@ -161,6 +186,9 @@ class CollectiveRow(msgspec.Struct, frozen=True):
     exposed_us: float  # per step, median rank
     last_rank: int | None  # the rank most often last
     source: str
+    group_size: int = 0
+    size_source: str = ""  # where the message sizes came from (derive/collectives.py)
+    bandwidth_note: str = ""  # why a bandwidth is not given (not measurable, above the link's peak)
 
 
 class FailedRank(msgspec.Struct, frozen=True):

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from tracelens.model.schema import Kind
+from tracelens.model.schema import CommArgs, Kind
 
 if TYPE_CHECKING:  # only annotations here: the split load's early child runs without pandas
     import pandas as pd
@@ -140,6 +140,9 @@ class TraceModel:
     memory: pd.DataFrame
     counters: pd.DataFrame
     thread_names: dict[tuple[int, int], str]
+    #: The collectives' own records (record_param_comms ops and NCCL kernels that name a
+    #: collective: message sizes, dtype, process group), in file time order.
+    comm_args: list[CommArgs] = field(default_factory=list)
 
     # -- convenience views -------------------------------------------------------------
     @property
