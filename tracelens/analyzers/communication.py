@@ -56,7 +56,8 @@ class _Row:
     calls: list[Call]
     group_size: int | None
     nbytes: int = 0  # sum of S
-    time_us: float = 0.0  # sum of the calls' transfer times (kernel, else gloo's exchange)
+    bw_bytes: int = 0  # of it, in calls with a transfer time (a kernel, or gloo's exchange)
+    time_us: float = 0.0  # sum of those calls' transfer times
     best_algbw: float = 0.0  # bytes/s of the fastest call
     sizes_from: str = ""
 
@@ -75,11 +76,16 @@ def _rows(calls: list[Call], world: int | None) -> list[_Row]:
             size = world
         row = _Row(group=group, kind=kind, backend=cs[0].backend, calls=cs, group_size=size)
         for c in cs:
-            t = c.end - c.start
             row.nbytes += c.nbytes
-            row.time_us += max(t, 0.0)
-            if c.nbytes and t > 0:
-                row.best_algbw = max(row.best_algbw, c.nbytes / (t * 1e-6))
+            # The transfer's time: its kernels, or gloo's exchange. A call without either (a
+            # zero-size all-to-all NCCL launches nothing for, a one-rank group) moved nothing
+            # a link carried.
+            t = (c.gpu_end - c.gpu_ts) if c.kernels else (c.exchange_end - c.exchange_ts) if c.exchange >= 0 else 0.0
+            if not c.nbytes or t <= 0 or (row.group_size or 2) < 2:
+                continue
+            row.bw_bytes += c.nbytes
+            row.time_us += t
+            row.best_algbw = max(row.best_algbw, c.nbytes / (t * 1e-6))
         sources = {c.size_source for c in cs if c.size_source}
         row.sizes_from = ", ".join(sorted(sources)) if sources else "unknown"
         rows.append(row)
@@ -154,14 +160,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     impossible: list[str] = []
     total_bytes = sum(r.nbytes for r in rows)
     kernel_rows = [r for r in rows if r.backend != "gloo" and r.time_us > 0]
-    algbw = (sum(r.nbytes for r in kernel_rows) / (sum(r.time_us for r in kernel_rows) * 1e-6)) if kernel_rows else 0.0
+    algbw = sum(r.bw_bytes for r in kernel_rows) / (sum(r.time_us for r in kernel_rows) * 1e-6) if kernel_rows else 0.0
     busbw = 0.0
     best_busbw = 0.0
     for r in kernel_rows:
         f = bus_factor(r.kind, r.group_size)
-        if f is None or not r.nbytes:
+        if f is None or not r.bw_bytes:
             continue
-        busbw = max(busbw, r.nbytes / (r.time_us * 1e-6) * f)
+        busbw = max(busbw, r.bw_bytes / (r.time_us * 1e-6) * f)
         best = r.best_algbw * f
         best_busbw = max(best_busbw, best)
         if peak is not None and best > peak.bytes_per_s:
@@ -235,10 +241,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         src: PySource | None = next((user_source(model, c.root) for c in r.calls if c.root >= 0), None)
         f = bus_factor(r.kind, r.group_size)
         bw = (
-            f"algbw {_rate(r.nbytes / (r.time_us * 1e-6))}"
-            + (f", busbw {_rate(r.nbytes / (r.time_us * 1e-6) * f)}" if f is not None else "")
-            if r.nbytes and r.time_us > 0
+            f"algbw {_rate(r.bw_bytes / (r.time_us * 1e-6))}"
+            + (f", busbw {_rate(r.bw_bytes / (r.time_us * 1e-6) * f)}" if f is not None else "")
+            if r.bw_bytes and r.time_us > 0
+            else "one rank: nothing crosses a link"
+            if r.group_size == 1
             else "bandwidth unknown (no message size)"
+            if not r.nbytes
+            else "bandwidth unknown (no transfer time: no kernel)"
         )
         size = f"{_size(r.nbytes / len(r.calls))} per call ({r.sizes_from})" if r.nbytes else "message size unknown"
         n = f", {r.group_size} ranks" if r.group_size else ""

@@ -50,26 +50,28 @@ class ThreadTime:
         return subtract(subtract(spans, self.data), self.ops) if len(spans) else spans
 
     def hot_frame(self, lo: np.ndarray, hi: np.ndarray) -> tuple[str, float]:
-        """The innermost Python frame holding at least half of the time outside ops in
-        these spans, and its time there ("", 0 without stacks)."""
+        """The Python frame where most of the time outside ops in these spans went, and
+        that time ("", 0 without stacks). Only frames that begin and end inside a span
+        count (the loop and main() around everything do not), builtins excepted (a
+        builtin is a call the frame makes, not where its time goes)."""
         outside = self.python_outside_ops(lo, hi)
-        total = float((outside[:, 1] - outside[:, 0]).sum()) if len(outside) else 0.0
-        if total <= 0 or not self.frames:
+        if not len(outside) or not self.frames:
             return "", 0.0
-        by: dict[str, float] = {}
         ts = np.array([f[1] for f in self.frames])
         ends = np.array([f[2] for f in self.frames])
+        spans = merge_intervals(lo, np.maximum(hi, lo))
+        k = np.searchsorted(spans[:, 0], ts, side="right") - 1
+        within = (k >= 0) & (ends <= spans[np.clip(k, 0, None), 1])
         inside = overlap(outside, ts, ends)
-        for (label, _, _), t in zip(self.frames, inside.tolist(), strict=True):
-            if t > 0 and not label.startswith("<built-in"):  # a builtin is a call, not where time goes
-                by[label] = by.get(label, 0.0) + t
-        # Outer frames (main, <module>) hold everything; the innermost that still holds
-        # half the time is where it goes.
-        held = [(t, label) for label, t in by.items() if t >= 0.5 * total]
-        if not held:
+        by: dict[str, float] = {}
+        for i in np.flatnonzero(within & (inside > 0)).tolist():
+            label = self.frames[i][0]
+            if not label.startswith("<built-in"):
+                by[label] = by.get(label, 0.0) + float(inside[i])
+        if not by:
             return "", 0.0
-        t, label = min(held)
-        return label, t
+        label = max(by, key=lambda lb: by[lb])
+        return label, by[label]
 
 
 def thread_time(model: TraceModel, tid: int) -> ThreadTime:

@@ -81,6 +81,9 @@ EXPLAINED_SHARE = 0.5
 #: further apart than this share of their median duration: the calls matched are not the
 #: same calls (traces sampled or cut differently), so no straggler is named.
 ALIGN_POOR_SHARE = 0.25
+#: A second cause of a straggler's lateness is named beside the first when it holds at
+#: least this share of the rank's own extra work.
+SECOND_CAUSE_SHARE = 0.25
 #: A transfer time shorter than this many alignment errors is not measured: the clocks
 #: are not known that well (its bandwidth is reported as not measurable).
 MOVED_MIN_ERRORS = 2.0
@@ -467,11 +470,13 @@ def _stragglers(
         c = float(cost_per_step[j])
         if share < STRAGGLER_LATE_SHARE or c < STRAGGLER_MIN_STEP_SHARE * max(step_us, 1.0):
             continue
-        reason, reason_us, detail = _reason(j, r, by_rank, counted, n_steps)
+        reason, reason_us, detail, own, also = _reason(j, r, by_rank, counted, n_steps)
         key = "gpu_busy" if reason.startswith("gpu_busy") else reason
         if reason == "host_bound" and detail:  # the host side says which host work
             key = next((h for h in HOST_CAUSES if detail.startswith(reason_words(h))), key)
-        explained = reason == "unknown" or (reason not in WAIT_CAUSES and reason_us >= EXPLAINED_SHARE * c)
+        # Explained when the rank's own extra work (every cause that is not waiting) makes
+        # up at least half of what it costs: its trace shows why it is late.
+        explained = reason == "unknown" or (reason not in WAIT_CAUSES and own >= EXPLAINED_SHARE * c)
         prof = _profiler_share(j, r, by_rank, ranks)
         words = reason_words(reason) + (
             f": {detail}" if reason == "host_bound" and detail else f" {detail}" if detail else ""
@@ -502,7 +507,7 @@ def _stragglers(
         (out if explained else unexplained).append(
             Straggler(rank=r, late_share=round(share, 4), cost_us=round(c, 3), reason=reason,
                       reason_us=round(reason_us, 3), advice=advice, late_count=late[r], matched=len(counted),
-                      reason_label=words, profiler_us=round(prof, 3))
+                      reason_label=words, profiler_us=round(prof, 3), also=also)
         )  # fmt: skip
     out.sort(key=lambda s: -s.cost_us)
     unexplained.sort(key=lambda s: -s.cost_us)
@@ -518,9 +523,11 @@ def _profiler_share(j: int, r: int, by_rank: dict[int, RankSummary], ranks: list
 
 def _reason(
     j: int, r: int, by_rank: dict[int, RankSummary], counted: list[_Instance], n_steps: int
-) -> tuple[str, float, str]:
-    """The cause the straggler had more of than the others before the calls it was last
-    at (per step), and a detail (the host-side part, the Python frame)."""
+) -> tuple[str, float, str, float, str]:
+    """What the straggler had more of than the others before the calls it was last at,
+    per step: (cause, its excess, a detail (the host-side part, the Python frame), the
+    excess of all its own work (causes that are not waiting), a second cause worth
+    naming in words ("" when none))."""
     gpu: dict[str, float] = defaultdict(float)
     host: dict[str, float] = defaultdict(float)
     frames: Counter[str] = Counter()
@@ -542,26 +549,37 @@ def _reason(
                 )
         if mine.hot_frame:
             frames[mine.hot_frame] += 1
-    host_cause, host_amount = max(host.items(), key=lambda kv: kv[1]) if host else ("unknown", 0.0)
+    ranked_host = sorted(((v, k) for k, v in host.items() if v > 0), reverse=True)
+    host_cause, host_amount = (ranked_host[0][1], ranked_host[0][0]) if ranked_host else ("unknown", 0.0)
     frame = frames.most_common(1)[0][0] if frames else ""
-    host_detail = (reason_words(host_cause) + (f", in {frame}" if frame and host_cause == "host_python" else "")
-                   if host_amount > 0 else "")  # fmt: skip
+    in_frame = f", in {frame}" if frame and host_cause == "host_python" else ""
+    host_detail = reason_words(host_cause) + in_frame if host_amount > 0 else ""
+
+    def second(ranked: list[tuple[float, str]], total: float) -> str:
+        if len(ranked) < 2 or ranked[1][0] < SECOND_CAUSE_SHARE * total:
+            return ""
+        return f"{reason_words(ranked[1][1])}: {fmt_us(ranked[1][0] / n_steps)} more"
+
     if seen_gpu:
         # The GPU busy classes are one question (more GPU work), whichever roof they are near.
         busy = sum(v for k, v in gpu.items() if k.startswith("gpu_busy"))
         cand = {k: v for k, v in gpu.items() if not k.startswith("gpu_busy")}
         top_busy = max((k for k in gpu if k.startswith("gpu_busy")), key=lambda k: gpu[k], default="gpu_busy_unknown")
         cand[top_busy] = busy
-        cause, amount = max(cand.items(), key=lambda kv: kv[1])
-        if amount <= 0:
-            return "unknown", 0.0, ""
+        ranked = sorted(((v, k) for k, v in cand.items() if v > 0), reverse=True)
+        if not ranked:
+            return "unknown", 0.0, "", 0.0, ""
+        amount, cause = ranked[0]
+        own = sum(v for v, k in ranked if k not in WAIT_CAUSES)
         if cause.startswith("gpu_busy") and by_rank[r].throttled:
             cause = "power_throttle"
         detail = host_detail if cause == "host_bound" else ""
-        return cause, amount / n_steps, detail
+        return cause, amount / n_steps, detail, own / n_steps, second(ranked, own)
     if seen_host and host_amount > 0:
-        return host_cause, host_amount / n_steps, f"in {frame}" if frame and host_cause == "host_python" else ""
-    return "unknown", 0.0, ""
+        own = sum(v for v, _ in ranked_host)
+        detail = f"in {frame}" if frame and host_cause == "host_python" else ""
+        return host_cause, host_amount / n_steps, detail, own / n_steps, second(ranked_host, own)
+    return "unknown", 0.0, "", 0.0, ""
 
 
 def _collective_rows(
@@ -658,6 +676,7 @@ def _headline(
             "its trace does not say why"
             if s.reason == "unknown"
             else f"because of {s.reason_label}: {fmt_us(s.reason_us)} more per step than the others before them"
+            + (f" (and {s.also})" if s.also else "")
         )
         more = f" (and {len(stragglers) - 1} more)" if len(stragglers) > 1 else ""
         prof = (

@@ -130,6 +130,7 @@ class Straggler(msgspec.Struct, frozen=True):
     #: per step: how much more the profiler itself costs this rank than the median other
     #: rank (from the events each recorded: job/overhead.py), an upper bound
     profiler_us: float = 0.0
+    also: str = ""  # a second cause of its lateness, in words with its amount, when one is large
 
 
 class JobSummary(msgspec.Struct, frozen=True):
