@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import context_of, model_of, real, sample
+from support.corpus import context_of, model_of, real, sample
 
 from tracelens.analyzers import communication
 from tracelens.analyzers.context import AnalysisContext

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO
+from support.corpus import REPO
 
 from tracelens.capture.ranks import (
     Heartbeat,

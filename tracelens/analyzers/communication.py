@@ -33,9 +33,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.collectives import Call, bus_factor, collectives
 from tracelens.derive.ledger import merge_intervals, overlap, subtract
+from tracelens.domain import fmt_us
 from tracelens.model.links import link_peak
 from tracelens.model.sources import PySource, user_source
 
@@ -238,7 +239,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             overlap(wait_iv, np.array([c.start for c in r.calls]), np.array([c.end for c in r.calls])).sum()
         ) + float(overlap(dev.busy_classes["communication"], np.array([c.start for c in r.calls]),
                           np.array([c.end for c in r.calls])).sum())  # fmt: skip
-        src: PySource | None = next((user_source(model, c.root) for c in r.calls if c.root >= 0), None)
+        # The op that issued the calls names their source; gloo's exchange runs on its own
+        # thread, where no Python frame says who asked for it.
+        src: PySource | None = (
+            None if r.backend == "gloo" else next((user_source(model, c.root) for c in r.calls if c.root >= 0), None)
+        )
         f = bus_factor(r.kind, r.group_size)
         bw = (
             f"algbw {_rate(r.bw_bytes / (r.time_us * 1e-6))}"

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from tracelens.derive.ledger import is_comm_kernel, is_comm_op
+from tracelens.domain import dtype_bytes, is_collective_kernel, is_collective_wait_op
 from tracelens.model.schema import CommArgs, Kind
 from tracelens.model.trace import TraceModel, name_matches
 
@@ -65,21 +65,10 @@ def collective_kind(name: str) -> str:
     return "other"
 
 
-#: Bytes per element, for every spelling collectives' records and op shapes use
-#: (record_param_comms' "Float"/"BFloat16", shapes' "float"/"c10::BFloat16"), lower case.
-ELEM_BYTES = {
-    "float": 4, "float32": 4, "double": 8, "float64": 8, "half": 2, "float16": 2, "c10::half": 2,
-    "bfloat16": 2, "c10::bfloat16": 2, "long": 8, "long int": 8, "int64": 8, "int": 4, "int32": 4,
-    "short": 2, "int16": 2, "byte": 1, "uint8": 1, "unsigned char": 1, "char": 1, "signed char": 1, "int8": 1,
-    "bool": 1, "float8_e4m3fn": 1, "c10::float8_e4m3fn": 1, "float8_e5m2": 1, "c10::float8_e5m2": 1,
-    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "complexfloat": 8, "c10::complex<float>": 8,
-}  # fmt: skip
-
-
 def elem_bytes(dtype: str | None) -> int | None:
-    if not dtype:
-        return None
-    return ELEM_BYTES.get(str(dtype).lower().removeprefix("torch.").strip())
+    """Bytes per element of a collective's dtype (a record's "BFloat16", a shape's
+    "c10::BFloat16"): the domain's table."""
+    return dtype_bytes(dtype)
 
 
 def bus_factor(kind: str, n: int | None) -> float | None:
@@ -188,7 +177,7 @@ def _build(model: TraceModel) -> Collectives:
     dist_backend = str(dist.get("backend", "") or "") if isinstance(dist, dict) else ""
     kind_col = host["kind"].to_numpy()
     is_opish = np.isin(kind_col, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
-    comm_mask = is_opish & name_matches(host["name"], is_comm_op)
+    comm_mask = is_opish & name_matches(host["name"], is_collective_wait_op)
     comm_rows = np.flatnonzero(comm_mask)
     parent = names.parent_list
     in_comm = set(comm_rows.tolist())
@@ -209,7 +198,7 @@ def _build(model: TraceModel) -> Collectives:
 
     # Collective kernels, attached to the call whose op launched them.
     gpu = model.gpu
-    kern = gpu[(gpu["kind"] == Kind.KERNEL).to_numpy() & name_matches(gpu["name"], is_comm_kernel)]
+    kern = gpu[(gpu["kind"] == Kind.KERNEL).to_numpy() & name_matches(gpu["name"], is_collective_kernel)]
     k_rows = kern.index.to_numpy()
     k_launch = kern["launch"].to_numpy() if "launch" in kern else np.full(len(kern), -1)
     kernels_of: dict[int, list[int]] = {}

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelens.derive.ledger import is_comm_op, merge_intervals, overlap, subtract
+from tracelens.derive.ledger import merge_intervals, overlap, subtract
+from tracelens.domain import is_collective_wait_op
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
 
@@ -92,7 +93,7 @@ def _build(model: TraceModel, tid: int) -> ThreadTime:
     annot = on & np.isin(kind, [int(Kind.USER_ANNOTATION), int(Kind.PYTHON), int(Kind.CPU_OP)])
     is_data = annot & name_matches(host["name"], lambda n: any(m in n for m in DATALOADER_MARKERS))
     data = merge_intervals(ts[is_data], end[is_data])
-    is_op = on & (kind == int(Kind.CPU_OP)) & ~name_matches(host["name"], is_comm_op)
+    is_op = on & (kind == int(Kind.CPU_OP)) & ~name_matches(host["name"], is_collective_wait_op)
     ops = subtract(merge_intervals(ts[is_op], end[is_op]), data)
     py = np.flatnonzero(on & (kind == int(Kind.PYTHON)))
     names = model.arrays

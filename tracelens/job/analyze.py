@@ -39,24 +39,22 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracelens import __version__
-from tracelens.analyzers.context import fmt_us
 from tracelens.derive.collectives import bus_factor
 from tracelens.derive.host_time import HOST_CAUSES
+from tracelens.domain import fmt_us
 from tracelens.job import overhead
-from tracelens.job.model import (
+from tracelens.job.model import Collective, RankFailure, RankSummary
+from tracelens.model.links import link_peak
+from tracelens.report.job_report import (
     JOB_SCHEMA_VERSION,
-    Collective,
     CollectiveRow,
     FailedRank,
     JobReport,
     JobSummary,
-    RankFailure,
     RankRow,
-    RankSummary,
     StepLate,
     Straggler,
 )
-from tracelens.model.links import link_peak
 
 #: Collectives whose ranks finish together (used to align clocks). A broadcast or a
 #: point-to-point send can end on the sender before the receiver has it.

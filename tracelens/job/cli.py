@@ -11,7 +11,8 @@ import typer
 
 from tracelens.errors import UsageError
 from tracelens.job.discover import expand, is_url, looks_like_ranks, rank_inputs
-from tracelens.job.model import JobReport, RankFailure, RankInput, RankSummary
+from tracelens.job.model import RankFailure, RankInput, RankSummary
+from tracelens.report.job_report import JobReport
 
 #: Progress lines over ranks when stderr is not a terminal (a log): about this many.
 PROGRESS_LINES = 10

@@ -21,23 +21,16 @@ import numpy as np
 from tracelens.analyzers import run_all
 from tracelens.analyzers.base import Category
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.apis import SYNC_APIS
 from tracelens.derive.collectives import Call, collective_kind, collectives
 from tracelens.derive.host_time import thread_time
 from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals, overlap
+from tracelens.domain import SYNC_APIS
 from tracelens.job.discover import is_url
-from tracelens.job.model import (
-    Collective,
-    FindingBrief,
-    LedgerShare,
-    RankFailure,
-    RankInput,
-    RankSummary,
-    StepTime,
-)
+from tracelens.job.model import Collective, RankFailure, RankInput, RankSummary
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
 from tracelens.ranking import rank, settle
+from tracelens.report.job_report import FindingBrief, LedgerShare, StepTime
 
 #: Findings kept per rank (the job report shows the top ones; the per-rank report has all).
 MAX_FINDINGS = 5
@@ -293,7 +286,7 @@ def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings:
         if dev is not None else []
     )  # fmt: skip
     briefs = [
-        FindingBrief(category=str(f.category), severity=str(f.severity), title=f.title, time_us=round(f.time_us, 3),
+        FindingBrief(category=f.category, severity=f.severity, title=f.title, time_us=round(f.time_us, 3),
                      share=round(f.share, 5), advice=f.advice[:MAX_ADVICE_CHARS])
         for f in findings if f.parent is None
     ][:MAX_FINDINGS]  # fmt: skip

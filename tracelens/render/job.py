@@ -12,9 +12,9 @@ import jinja2
 import msgspec
 from markupsafe import Markup, escape
 
-from tracelens.job.model import JobReport, RankRow
 from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS
+from tracelens.report.job_report import JobReport, RankRow
 
 #: Ranks listed in the HTML/Markdown rank table (stragglers and the slowest first); the
 #: JSON has every rank.
@@ -167,7 +167,7 @@ def render_job_terminal(rep: JobReport, written: list[str], *, width: int = 80, 
         o.para(fmt.plain(s.advice, limit=800), indent=4)
     for c in rep.collectives[:MAX_TERMINAL_ITEMS]:
         bw = f", bus {c.busbw_gbps:.2f} GB/s" if c.busbw_gbps else ""
-        size = f", {fmt.nbytes(c.bytes)} each" if c.bytes else ""
+        size = f", {fmt.fmt_bytes(c.bytes)} each" if c.bytes else ""
         o.para(f"{c.count} calls{size}, median skew {fmt.us(c.median_skew_us)}{bw}, exposed "
                f"{fmt.us(c.exposed_us)} per step", indent=2,
                lead=f"{fmt.plain(c.kind)} on {fmt.plain(c.group, limit=60)}: ", hang=4)  # fmt: skip
