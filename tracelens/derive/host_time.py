@@ -75,6 +75,36 @@ class ThreadTime:
         return label, by[label]
 
 
+def main_thread(model: TraceModel) -> int | None:
+    """The thread that runs the training loop: the one with the ProfilerStep marks, else
+    the one with the most torch ops outside autograd's backward (DDP on a GPU issues its
+    all-reduces from autograd's device thread, while the loop's own work, the reason a
+    rank is late, runs on the main thread), else None."""
+    key = "derive.host_time.main_thread"
+    if key in model.memo:
+        got: int | None = model.memo[key]
+        return got
+    host = model.host
+    kind = host["kind"].to_numpy()
+    tids = host["tid"].to_numpy()
+    steps = (kind == int(Kind.USER_ANNOTATION)) & name_matches(host["name"], lambda n: n.startswith("ProfilerStep#"))
+    found: int | None = None
+    if steps.any():
+        vals, counts = np.unique(tids[steps], return_counts=True)
+        found = int(vals[np.argmax(counts)])
+    else:
+        ops = (kind == int(Kind.CPU_OP)) & ~name_matches(host["name"], lambda n: n.startswith("autograd::engine"))
+        backward = np.unique(tids[(kind == int(Kind.CPU_OP)) & name_matches(
+            host["name"], lambda n: n.startswith("autograd::engine"))])  # fmt: skip
+        ok = ops & ~np.isin(tids, backward)
+        pick = ok if ok.any() else ops
+        if pick.any():
+            vals, counts = np.unique(tids[pick], return_counts=True)
+            found = int(vals[np.argmax(counts)])
+    model.memo[key] = found
+    return found
+
+
 def thread_time(model: TraceModel, tid: int) -> ThreadTime:
     """The host-time split of one thread (computed once per thread and model)."""
     key = ("derive.host_time", int(tid))

@@ -68,6 +68,11 @@ STRAGGLER_LATE_SHARE = 0.5
 #: ...and it costs the job at least this share of a step: the medium-severity share of
 #: single-trace findings (a few percent is worth a change).
 STRAGGLER_MIN_STEP_SHARE = 0.03
+#: ...and at least this much per step: ranks that share one GPU with the same work arrive
+#: up to 1.5 ms apart, the same one last each time (H200: sample_traces/ranks_balanced,
+#: three ranks, 1.5 ms per step; workloads/ranks/plain_gloo.py --slow none, two ranks,
+#: 1.3 ms), which is the processes' scheduling, not a straggler.
+STRAGGLER_MIN_US = 2000.0
 #: Causes that are waiting, not work of the rank's own: a rank late with only more of
 #: these before its collectives waits for something its trace does not show (another
 #: process on its GPU, a slower group's collective), so it is not named a straggler.
@@ -344,29 +349,37 @@ def analyze(
     instances.sort(key=lambda i: float(i.arrive.min()))
     counted = [i for i in instances if i.counted]
 
-    # Per rank: waits, lateness, exposed transfer, and what the job loses to it.
+    # Per rank: waits, lateness, exposed transfer, and what the job loses to it. Waits of
+    # calls that overlap in time (DDP's buckets, gloo's two worker threads exchanging at
+    # once) are one wait: each is an interval on the aligned timeline, and what is lost is
+    # the length of their union (summing them counted plain_gloo's 25 ms twice a step).
     n = len(ranks)
     idx = {r: j for j, r in enumerate(ranks)}
-    wait = np.zeros(n)
     exposed = np.zeros(n)
     late = Counter[int]()
-    cost = np.zeros(n)
-    lost_slowest = 0.0
-    lost_skew = 0.0
-    late_steps: list[dict[int, float]] = [defaultdict(float) for _ in ranks]
+    wait_iv: list[list[tuple[float, float]]] = [[] for _ in ranks]
+    cost_iv: list[list[tuple[float, float]]] = [[] for _ in ranks]
+    late_iv: list[dict[int, list[tuple[float, float]]]] = [defaultdict(list) for _ in ranks]
+    slowest_iv: list[tuple[float, float]] = []
+    skew_iv: list[tuple[float, float]] = []
     for inst in counted:
-        first = float(inst.arrive.min())
+        t_first, t_last = float(inst.arrive.min()), float(inst.arrive.max())
         for j, c in enumerate(inst.calls):
-            late_steps[j][c.step] += float(inst.arrive[j]) - first
+            late_iv[j][c.step].append((t_first, float(inst.arrive[j])))
+            wait_iv[j].append((float(inst.arrive[j]), t_last))
             w = float(inst.waits[j])
-            wait[j] += w
             exposed[j] += max(c.exposed_us - min(w, c.exposed_us), 0.0)
-        if n > 1 and inst.skew >= SKEW_MIN_US:
-            late[inst.last] += 1
-            cost[idx[inst.last]] += inst.lost
         if n > 1:
-            lost_slowest += inst.lost
-            lost_skew += float(np.max(inst.arrive) - np.median(inst.arrive))
+            lost = (t_last - inst.lost, t_last)
+            if inst.skew >= SKEW_MIN_US:
+                late[inst.last] += 1
+                cost_iv[idx[inst.last]].append(lost)
+            slowest_iv.append(lost)
+            skew_iv.append((float(np.median(inst.arrive)), t_last))
+    wait = np.array([_union_us(v) for v in wait_iv]) if n else np.zeros(0)
+    cost = np.array([_union_us(v) for v in cost_iv]) if n else np.zeros(0)
+    late_steps = [{step: _union_us(v) for step, v in per.items()} for per in late_iv]
+    lost_slowest, lost_skew = _union_us(slowest_iv), _union_us(skew_iv)
     per_step = 1.0 / n_steps
     step_medians = {
         r: float(np.median([st.span_us for st in by_rank[r].steps])) if by_rank[r].steps else 0.0 for r in ranks
@@ -411,6 +424,7 @@ def analyze(
             counted,
             poor,
             len(instances),
+            _most_late(ranks, late, cost * per_step),
         ),
         step_us=round(job_step, 3),
         lost_to_slowest_us=round(lost_slowest * per_step, 3),
@@ -435,6 +449,25 @@ def analyze(
         map_seconds=round(map_seconds, 3),
         scheduler=scheduler,
     )
+
+
+def _most_late(ranks: list[int], late: Counter[int], cost_per_step: np.ndarray) -> tuple[int, int, float] | None:
+    """(rank, calls it was last at, what that cost per step) of the rank last most often."""
+    if not late:
+        return None
+    r, k = late.most_common(1)[0]
+    return r, k, float(cost_per_step[ranks.index(r)])
+
+
+def _union_us(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of intervals (µs)."""
+    total, reach = 0.0, -float("inf")
+    for a, b in sorted(intervals):
+        if b <= reach:
+            continue
+        total += b - max(a, reach)
+        reach = b
+    return total
 
 
 def _rank_cause(s: RankSummary) -> str:
@@ -466,7 +499,7 @@ def _stragglers(
     for j, r in enumerate(ranks):
         share = late[r] / len(counted)
         c = float(cost_per_step[j])
-        if share < STRAGGLER_LATE_SHARE or c < STRAGGLER_MIN_STEP_SHARE * max(step_us, 1.0):
+        if share < STRAGGLER_LATE_SHARE or c < max(STRAGGLER_MIN_STEP_SHARE * max(step_us, 1.0), STRAGGLER_MIN_US):
             continue
         reason, reason_us, detail, own, also = _reason(j, r, by_rank, counted, n_steps)
         key = "gpu_busy" if reason.startswith("gpu_busy") else reason
@@ -499,8 +532,10 @@ def _stragglers(
             advice += (
                 f" The profiler itself may account for up to {fmt_us(prof)} of the {fmt_us(c)} per step: this rank "
                 f"recorded {more:,.0f} more Python frames per step than the others (with_stack), each costing its "
-                f"thread about {overhead.US_PER_PYTHON_FRAME:.1f} µs. Capture again with --no-stack (or "
-                "with_stack=False) to measure the straggler without it."
+                f"thread about {overhead.US_PER_PYTHON_FRAME:.2f} µs (more on a loaded host). That is an upper "
+                "bound: it holds when the extra Python is a fixed amount of work, while a loop that runs for a set "
+                "time is not lengthened. Capture again with --no-stack (or with_stack=False) to measure the "
+                "straggler without it."
             )
         (out if explained else unexplained).append(
             Straggler(rank=r, late_share=round(share, 4), cost_us=round(c, 3), reason=reason,
@@ -640,6 +675,7 @@ def _headline(
     counted: list[_Instance],
     poor: bool,
     matched: int,
+    latest: tuple[int, int, float] | None = None,
 ) -> str:
     if n == 0:
         return "No rank could be read."
@@ -678,7 +714,7 @@ def _headline(
         )
         more = f" (and {len(stragglers) - 1} more)" if len(stragglers) > 1 else ""
         prof = (
-            f" Up to {fmt_us(s.profiler_us)} of that may be the profiler's own overhead on it."
+            " The profiler's own overhead may be part of it (see its advice)."
             if s.profiler_us >= overhead.MOVES_SHARE * s.cost_us
             else ""
         )
@@ -694,7 +730,14 @@ def _headline(
             f"collectives (costing the job {fmt_us(u.cost_us)} per step) with no more work than the others in its "
             "trace, so what delays it is outside its trace (a shared GPU or host)." + comm
         )
+    often = ""
+    if latest is not None and latest[1] >= STRAGGLER_LATE_SHARE * len(counted) and latest[2] > 0:
+        often = (
+            f" Rank {latest[0]} is last at {latest[1]} of them, {fmt_us(latest[2])} per step: under the "
+            f"{fmt_us(max(STRAGGLER_MIN_STEP_SHARE * step_us, STRAGGLER_MIN_US))} per step a straggler costs "
+            "(ranks that share a host or a GPU arrive that far apart with the same work)."
+        )
     return (
         f"No straggler: across {len(counted)} matched collectives the ranks arrive within {fmt_us(med)} of each "
-        f"other (median); arrival skew costs {fmt_us(lost_skew)} per step." + comm
+        f"other (median); arrival skew costs {fmt_us(lost_skew)} per step." + often + comm
     )

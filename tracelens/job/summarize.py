@@ -22,7 +22,7 @@ from tracelens.analyzers import run_all
 from tracelens.analyzers.base import Category
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.collectives import Call, collective_kind, collectives
-from tracelens.derive.host_time import thread_time
+from tracelens.derive.host_time import main_thread, thread_time
 from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals, overlap
 from tracelens.domain import SYNC_APIS
 from tracelens.job.discover import is_url
@@ -151,10 +151,13 @@ def _before(
         before = [{c: round(float(per[c][i]), 3) for c in CAUSES if per[c][i] > 0} for i in range(len(calls))]
     before_host: list[dict[str, float]] = [{} for _ in calls]
     hot = ["" for _ in calls]
+    # The loop's own thread says why the rank is late, whichever thread issued the call.
+    main = main_thread(model)
     by_tid: dict[int, list[int]] = defaultdict(list)
     for i, c in enumerate(calls):
-        if c.tid >= 0:
-            by_tid[c.tid].append(i)
+        tid = main if main is not None else c.tid
+        if tid >= 0:
+            by_tid[tid].append(i)
     for tid, idx in by_tid.items():
         tt = thread_time(model, tid)
         ix = np.array(idx)
