@@ -273,14 +273,27 @@ def test_cli_trace_text_is_escaped(tmp_path: Path) -> None:
     assert "<img" not in (tmp_path / "j.md").read_text()
 
 
+@pytest.mark.slow
 def test_distributed_scheduler(tmp_path: Path) -> None:
+    """`tracelens report DIR --scheduler ADDRESS` on a real `distributed` cluster: a
+    LocalCluster of two worker processes (issue 28), each reading its ranks where they
+    are; the job report is the one the embedded scheduler makes."""
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(
-        n_workers=1, threads_per_worker=2, processes=False, dashboard_address=None
-    ) as cluster:
-        results, _, how = map_ranks(rank_inputs(expand([str(case("host_slow"))])), scheduler=cluster.scheduler_address)
-    assert "distributed" in how and all(isinstance(r, RankSummary) for r in results)
-    assert [s.rank for s in analyze(results).job.stragglers] == [SLOW_RANK]
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit="2GiB"
+    ) as cluster, distributed.Client(cluster) as client:
+        out = cli("report", case("host_slow"), "--scheduler", cluster.scheduler_address, "--json",
+                  tmp_path / "job.json", cwd=tmp_path, timeout=600)  # fmt: skip
+        assert out.returncode == 0, out.stderr[-2000:]
+        # Both workers took part: each ran tracelens (its summarize) in its own process.
+        pids = client.run(lambda: __import__("os").getpid())
+        ran = client.run(lambda: "tracelens.job.summarize" in __import__("sys").modules)
+    assert len(pids) == 2 and len(set(pids.values())) == 2 and all(ran.values())
+    doc = json.loads((tmp_path / "job.json").read_text())
+    assert "distributed scheduler at " in doc["scheduler"] and "2 workers" in doc["scheduler"]
+    assert [s["rank"] for s in doc["job"]["stragglers"]] == [SLOW_RANK]
+    embedded = job_of(case("host_slow"))
+    assert doc["job"]["stragglers"][0]["cost_us"] == embedded.job.stragglers[0].cost_us
 
 
 @pytest.mark.slow
