@@ -69,6 +69,8 @@ class CaptureOptions:
     verbose: bool = False
     #: Under torchrun: the run tag that ties this rank's trace to its run (ranks.RunTag).
     run: dict[str, Any] | None = None
+    #: What `--counters`' pass measured (capture/counters.py), written into the trace.
+    counters: dict[str, Any] | None = None
 
 
 @dataclass
@@ -836,8 +838,14 @@ def _finish(
     }
     if opts.run is not None:
         metadata["run"] = opts.run
+    extra = None
+    if opts.counters is not None:
+        from tracelens.model.counter_metrics import COUNTERS_KEY
+
+        metadata["counters"] = {k: v for k, v in opts.counters.items() if k != "kernels"}
+        extra = {COUNTERS_KEY: opts.counters}
     try:
-        stats = finish_trace(recorder.kept, out, samples, metadata, max_events=lim.max_events)
+        stats = finish_trace(recorder.kept, out, samples, metadata, max_events=lim.max_events, extra_top=extra)
     except Exception as exc:
         kept = _rescue(recorder.kept, out)
         where = f"; the profiler's own export is kept at {kept}" if kept else ""

@@ -93,6 +93,9 @@ class TraceMeta:
     versions: dict[str, str]
     metadata: dict[str, Any]
     notes: tuple[str, ...]
+    #: Events of categories tracelens does not analyse, by category (`mtia_ccp_events`,
+    #: `cuda_profiler_range`, ...): what the trace holds beyond CUDA/ROCm activity.
+    other_categories: dict[str, int] = field(default_factory=dict)
 
     def device(self, index: int) -> DeviceInfo | None:
         for dev in self.devices:
@@ -143,6 +146,8 @@ class TraceModel:
     #: The collectives' own records (record_param_comms ops and NCCL kernels that name a
     #: collective: message sizes, dtype, process group), in file time order.
     comm_args: list[CommArgs] = field(default_factory=list)
+    #: Per-kernel hardware counter sets the trace holds (model/counters.py), as read.
+    kernel_counters: tuple[Any, ...] = ()
 
     # -- convenience views -------------------------------------------------------------
     @property
