@@ -279,9 +279,12 @@ def test_distributed_scheduler(tmp_path: Path) -> None:
     LocalCluster of two worker processes (issue 28), each reading its ranks where they
     are; the job report is the one the embedded scheduler makes."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(
-        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit="2GiB"
-    ) as cluster, distributed.Client(cluster) as client:
+    with (
+        distributed.LocalCluster(
+            n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, memory_limit="2GiB"
+        ) as cluster,
+        distributed.Client(cluster) as client,
+    ):
         out = cli("report", case("host_slow"), "--scheduler", cluster.scheduler_address, "--json",
                   tmp_path / "job.json", cwd=tmp_path, timeout=600)  # fmt: skip
         assert out.returncode == 0, out.stderr[-2000:]
@@ -393,3 +396,35 @@ def test_the_profilers_own_overhead_is_said_when_ranks_record_very_differently()
     # Measured (times/): with_stack moved this straggler's cost by about 1 ms of ~26.
     moved = abs(_median_step_ms("prof_python_stack") - _median_step_ms("prof_python"))
     assert moved < 2.0
+
+
+def _summary(rank: int, calls: list[tuple[float, float]], source: str, python_us: float) -> RankSummary:
+    from tracelens.job.model import Collective
+    from tracelens.report.job_report import StepTime
+
+    cols = [
+        Collective(kind="all_reduce", group="gloo", seq=-1, order=i, step=i, start_us=a, end_us=e, bytes=4 << 20,
+                   source=source, exposed_us=0.0, before_host={"host_python": python_us, "host_ops": 1000.0})
+        for i, (a, e) in enumerate(calls)
+    ]  # fmt: skip
+    steps = [StepTime(step=i, start_us=a - 20_000.0, span_us=40_000.0) for i, (a, _) in enumerate(calls)]
+    return RankSummary(file=f"rank{rank}", rank=rank, rank_source="distributedInfo", world_size=2, backend="gloo",
+                       host_name="h", gpu_name="", origin_us=1e15, window_start_us=0.0, window_end_us=1e6,
+                       n_steps=len(calls), steps=steps, ledger=[], findings=[], collectives=cols, throttled=False,
+                       load_seconds=0.0, analysis_seconds=0.0, step_source="steps")  # fmt: skip
+
+
+def test_one_host_gloo_exchanges_that_end_apart_keep_their_arrival_order() -> None:
+    """Two CPU ranks on one host (one clock): rank 1 arrives 20 ms late at each call, and
+    the exchanges end 8 ms apart (a loaded host delays gloo's threads; ddp_cpu.py run 11 on
+    the 2-core machine). That is no reason to distrust who arrived last. Kernels that end
+    so far apart are not the same calls, and stay untrusted."""
+    step = 40_000.0
+    r0 = [(i * step, i * step + 25_000.0) for i in range(6)]
+    r1 = [(i * step + 20_000.0, i * step + 25_000.0 + (8_000.0 if i % 2 else -8_000.0)) for i in range(6)]
+    rep = analyze([_summary(0, r0, "host", 5_000.0), _summary(1, r1, "host", 25_000.0)])
+    assert [s.rank for s in rep.job.stragglers] == [1], rep.job.headline
+    assert "clocks agreed before alignment" in rep.job.alignment
+    assert rep.job.stragglers[0].reason == "host_python"
+    kernels = analyze([_summary(0, r0, "kernel", 5_000.0), _summary(1, r1, "kernel", 25_000.0)])
+    assert kernels.job.stragglers == [] and "not the same calls" in kernels.job.headline

@@ -114,7 +114,7 @@ def test_a_stale_trace_of_another_run_is_never_taken(tmp_path: Path) -> None:
     folder = tmp_path / "train-ranks"
     _trace(folder / "rank0.pt.trace.json.gz", "tok-this-run")
     stale = _trace(folder / "rank1.pt.trace.json.gz", "tok-earlier-run")
-    clock, said = _Clock(), []
+    clock, said = _Clock(), list[str]()
     got = wait_for_ranks(folder, _tag(), said.append, timeout_s=10, now=clock.now, sleep=clock.sleep)
     assert got.ready == [folder / "rank0.pt.trace.json.gz"] and stale not in got.ready
     assert len(got.problems) == 1 and "rank 1" in got.problems[0]
