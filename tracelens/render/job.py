@@ -42,9 +42,13 @@ def _env(autoescape: bool) -> jinja2.Environment:
     return env
 
 
-def md_cell(text: object) -> str:
+#: Our own sentences (headline, advice) quote trace text too, but are longer than a cell.
+MAX_MD_PROSE = 1500
+
+
+def md_cell(text: object, limit: int = fmt.MAX_TEXT) -> str:
     """Trace text in a Markdown table cell or line: no pipes, newlines, HTML or links."""
-    s = fmt.plain(text)
+    s = fmt.plain(text, limit=limit)
     for ch in ("\\", "|", "`", "*", "_", "[", "]", "<", ">", "#"):
         s = s.replace(ch, "\\" + ch)
     return s
