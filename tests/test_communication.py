@@ -19,8 +19,8 @@ import pytest
 from support.corpus import context_of, model_of, real, sample
 
 from tracelens.analyzers import communication
-from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.collectives import bus_factor, collective_kind, collectives, elem_bytes, size_elements
+from tracelens.derive.context import AnalysisContext
 from tracelens.model import load_trace
 from tracelens.model.links import link_peak, spans_nodes
 

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.collectives import Call, bus_factor, collectives
-from tracelens.derive.ledger import merge_intervals, overlap, subtract
+from tracelens.derive.collectives import Call, bus_factor
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.intervals import merge_intervals, overlap, subtract
 from tracelens.domain import fmt_us
 from tracelens.model.links import link_peak
 from tracelens.model.sources import PySource, user_source
@@ -113,7 +113,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     if comm_time <= 0 and dev.comm_us <= 0:
         return []
     model = ctx.model
-    found = collectives(model)
+    found = ctx.collectives
     calls = [c for c in found.between(dev.window_start, dev.window_end) if c.device in (-1, dev.device)]
     exposed_kernels = float(sum(b - a for a, b in dev.busy_classes["communication"]))
     waits = dev.gaps[dev.gaps["cause"] == "communication"]

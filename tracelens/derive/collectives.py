@@ -153,13 +153,8 @@ class Collectives:
 
 
 def collectives(model: TraceModel) -> Collectives:
-    """The model's logical collective calls (computed once per model)."""
-    memo = model.memo
-    got = memo.get("derive.collectives")
-    if got is None:
-        got = memo["derive.collectives"] = _build(model)
-    assert isinstance(got, Collectives)
-    return got
+    """The model's logical collective calls (AnalysisContext.collectives keeps them)."""
+    return _build(model)
 
 
 def _backend_of(names: list[str], has_kernels: bool, dist_backend: str) -> str:

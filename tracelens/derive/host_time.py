@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelens.derive.ledger import merge_intervals, overlap, subtract
+from tracelens.derive.intervals import merge_intervals, overlap, subtract
 from tracelens.domain import is_collective_wait_op
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
@@ -80,10 +80,6 @@ def main_thread(model: TraceModel) -> int | None:
     the one with the most torch ops outside autograd's backward (DDP on a GPU issues its
     all-reduces from autograd's device thread, while the loop's own work, the reason a
     rank is late, runs on the main thread), else None."""
-    key = "derive.host_time.main_thread"
-    if key in model.memo:
-        got: int | None = model.memo[key]
-        return got
     host = model.host
     kind = host["kind"].to_numpy()
     tids = host["tid"].to_numpy()
@@ -101,18 +97,12 @@ def main_thread(model: TraceModel) -> int | None:
         if pick.any():
             vals, counts = np.unique(tids[pick], return_counts=True)
             found = int(vals[np.argmax(counts)])
-    model.memo[key] = found
     return found
 
 
 def thread_time(model: TraceModel, tid: int) -> ThreadTime:
-    """The host-time split of one thread (computed once per thread and model)."""
-    key = ("derive.host_time", int(tid))
-    got = model.memo.get(key)
-    if got is None:
-        got = model.memo[key] = _build(model, int(tid))
-    assert isinstance(got, ThreadTime)
-    return got
+    """The host-time split of one thread (AnalysisContext.thread_time keeps it per thread)."""
+    return _build(model, int(tid))
 
 
 def _build(model: TraceModel, tid: int) -> ThreadTime:

@@ -20,10 +20,10 @@ import numpy as np
 
 from tracelens.analyzers import run_all
 from tracelens.analyzers.base import Category
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.collectives import Call, collective_kind, collectives
-from tracelens.derive.host_time import main_thread, thread_time
-from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals, overlap
+from tracelens.derive.collectives import Call, collective_kind
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.intervals import overlap
+from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals
 from tracelens.domain import SYNC_APIS
 from tracelens.job.discover import is_url
 from tracelens.job.model import Collective, RankFailure, RankInput, RankSummary
@@ -84,7 +84,7 @@ def _arrivals(model: TraceModel, calls: list[Call]) -> np.ndarray:
 
 def _collectives(model: TraceModel, ctx: AnalysisContext) -> list[Collective]:
     dev = ctx.ledger.primary
-    calls = [c for c in collectives(model).calls if c.device in (-1, ctx.device if ctx.device is not None else -1)]
+    calls = [c for c in ctx.collectives.calls if c.device in (-1, ctx.device if ctx.device is not None else -1)]
     if not calls:
         return []
     arrive = _arrivals(model, calls)
@@ -96,7 +96,7 @@ def _collectives(model: TraceModel, ctx: AnalysisContext) -> list[Collective]:
     if dev is not None:
         exposed = overlap(cause_intervals(dev, "communication"), arrive, end)
     else:
-        exposed = _host_exposed(model, calls, arrive, end)
+        exposed = _host_exposed(ctx, calls, arrive, end)
     before, before_host, hot = _before(model, dev, calls, arrive, end, ctx)
     order: dict[tuple[str, str], int] = defaultdict(int)
     out = []
@@ -114,7 +114,7 @@ def _collectives(model: TraceModel, ctx: AnalysisContext) -> list[Collective]:
     return out
 
 
-def _host_exposed(model: TraceModel, calls: list[Call], arrive: np.ndarray, end: np.ndarray) -> np.ndarray:
+def _host_exposed(ctx: AnalysisContext, calls: list[Call], arrive: np.ndarray, end: np.ndarray) -> np.ndarray:
     """A CPU-only rank's exposed communication: the part of each call during which its
     launching thread ran no torch op (it waited for the exchange instead of working)."""
     out = np.zeros(len(calls))
@@ -122,7 +122,7 @@ def _host_exposed(model: TraceModel, calls: list[Call], arrive: np.ndarray, end:
         if c.tid < 0:
             out[i] = max(end[i] - arrive[i], 0.0)
             continue
-        busy = thread_time(model, c.tid).ops
+        busy = ctx.thread_time(c.tid).ops
         span = max(end[i] - arrive[i], 0.0)
         out[i] = span - float(overlap(busy, arrive[i : i + 1], end[i : i + 1])[0]) if len(busy) else span
     return out
@@ -152,14 +152,14 @@ def _before(
     before_host: list[dict[str, float]] = [{} for _ in calls]
     hot = ["" for _ in calls]
     # The loop's own thread says why the rank is late, whichever thread issued the call.
-    main = main_thread(model)
+    main = ctx.main_thread
     by_tid: dict[int, list[int]] = defaultdict(list)
     for i, c in enumerate(calls):
         tid = main if main is not None else c.tid
         if tid >= 0:
             by_tid[tid].append(i)
     for tid, idx in by_tid.items():
-        tt = thread_time(model, tid)
+        tt = ctx.thread_time(tid)
         ix = np.array(idx)
         split = tt.split(lo[ix], hi[ix])
         for j, i in enumerate(idx):

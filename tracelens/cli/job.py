@@ -67,7 +67,7 @@ def report_many(
 
     `run_problems` (from a torchrun capture: ranks that did not arrive, files of another
     run) make it a job report whatever the number of traces, named `stem`."""
-    from tracelens.cli import _emit, _targets
+    from tracelens.cli.common import _emit, _targets
     from tracelens.job.analyze import analyze
     from tracelens.job.run import map_ranks
     from tracelens.render.job import render_job_html, render_job_json, render_job_markdown, render_job_terminal
