@@ -12,7 +12,8 @@ all-reduce late. The ways a user marks steps and records:
     --slow ops         ... is extra torch ops on the host (CPU tensors) on that rank
 
 Run it alone (it starts the other ranks as subprocesses, on one GPU when there is one:
-gloo moves the CUDA gradients through the host):
+gloo moves the CUDA gradients through the host; `--backend nccl` puts rank R on GPU R
+modulo the GPUs there are, and NCCL refuses two ranks on one GPU):
 
     python workloads/ranks/plain_gloo.py --out traces/plain --marks profiler --stack
 
@@ -80,11 +81,15 @@ def batches(rank: int, slow: str, ms: float, steps: int, hidden: int) -> Iterato
 
 
 def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
+    backend: str = args.backend
     if "MASTER_ADDR" in os.environ and "RANK" in os.environ:
-        dist.init_process_group("gloo")
+        dist.init_process_group(backend)
     else:
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world)
+        dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world)
     dev = torch.device("cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu")
+    if backend == "nccl":  # one GPU per rank where there are enough (NCCL refuses two ranks on one)
+        dev = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(dev)
     if dev.type == "cpu":
         torch.set_num_threads(1)  # ranks share the host's cores: one thread each
     hidden = HIDDEN if dev.type == "cuda" else HIDDEN // 4
@@ -141,7 +146,8 @@ def run_rank(rank: int, world: int, args: argparse.Namespace) -> None:
     (out / "times").mkdir(exist_ok=True)
     (out / "times" / f"rank{rank}.json").write_text(json.dumps({
         "rank": rank, "slow_rank": SLOW_RANK, "slow": args.slow, "slow_ms": args.slow_ms, "marks": args.marks,
-        "stack": args.stack, "device": dev.type, "step_ms": times, "torch": torch.__version__}))  # fmt: skip
+        "stack": args.stack, "device": dev.type, "backend": backend, "world": world, "step_ms": times,
+        "torch": torch.__version__}))  # fmt: skip
     dist.barrier()
     dist.destroy_process_group()
 
@@ -155,6 +161,7 @@ def main() -> None:
     p.add_argument("--slow", choices=("python", "data", "ops", "none"), default="python")
     p.add_argument("--slow-ms", type=float, default=SLOW_MS)
     p.add_argument("--device", default="auto")
+    p.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
     p.add_argument("--port", type=int, default=29571)
     p.add_argument("--rank", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
