@@ -134,8 +134,12 @@ def test_the_fresh_trace_replacing_a_stale_one_is_taken(tmp_path: Path) -> None:
         if clock.t >= 3:  # rank 1 of this run finishes 3 s later (atomic rename)
             _trace(folder / "rank1.pt.trace.json.gz", "tok-this-run")
 
-    got = wait_for_ranks(folder, _tag(), lambda _s: None, timeout_s=60, now=clock.now, sleep=sleep)
+    said: list[str] = []
+    got = wait_for_ranks(folder, _tag(), said.append, timeout_s=60, now=clock.now, sleep=sleep)
     assert len(got.ready) == 2 and got.problems == [] and got.waited_s < 5
+    # The stale file was there: said once, when seen.
+    stale = [s for s in said if "is from another run" in s]
+    assert len(stale) == 1 and "tok-earlier" in stale[0] and "not read; waiting for this run's rank 1" in stale[0]
 
 
 def test_a_dead_rank_is_not_waited_for_and_a_live_one_is_waited_for_longer(tmp_path: Path) -> None:

@@ -305,6 +305,9 @@ def wait_for_ranks(
                     peeked[r] = (*key, ours)
                     if not ours:
                         foreign[r] = _describe_foreign(path, head)
+                        # Said when seen, not only when the rank never arrives: the file
+                        # is usually replaced by this run's a moment later.
+                        echo(f"{foreign[r]}: not read; waiting for this run's rank {r}")
                 if peeked[r][2]:
                     arrived[r] = path
                     foreign.pop(r, None)
