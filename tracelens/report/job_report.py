@@ -60,6 +60,9 @@ class Straggler(msgspec.Struct, frozen=True):
     #: rank (from the events each recorded: job/overhead.py), an upper bound
     profiler_us: float = 0.0
     also: str = ""  # a second cause of its lateness, in words with its amount, when one is large
+    #: per step: all of its own extra work before those calls (every cause that is not
+    #: waiting); below cost_us, the rest of its lateness is delay its trace does not show
+    own_us: float = 0.0
 
 
 class JobSummary(msgspec.Struct, frozen=True):
