@@ -76,6 +76,10 @@ class RankSummary(msgspec.Struct, frozen=True):
     events_per_step: dict[str, float] = {}
     with_stack: bool = False
     run_token: str = ""  # the torchrun run token tracelens capture wrote, "" when none
+    #: The rank's program, for "ranks from different programs" (tracelens/derive/compare.py):
+    #: its heaviest kernels by GPU time and top-level ops (with shapes) by count, as shares.
+    program_kernels: dict[str, float] = {}
+    program_ops: dict[str, float] = {}
 
 
 class RankFailure(msgspec.Struct, frozen=True):
