@@ -189,9 +189,8 @@ class SourceCaches:
     user_call_stack: dict[str, PySource | None] = field(default_factory=dict)
     nearest_call_stack: dict[int, str | None] = field(default_factory=dict)
     call_line: dict[tuple[str, tuple[str, str], int, int], PySource] = field(default_factory=dict)
-    child_frames: dict[str, Any] = field(default_factory=dict)  # sources._Children
     callee_key: dict[int, tuple[str, str] | None] = field(default_factory=dict)
-    ordinal: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = field(default_factory=dict)
+    callee_ordinals: dict[str, Any] = field(default_factory=dict)  # callsite._Ordinals
     source_dirs: dict[str, list[Path]] = field(default_factory=dict)
     parsed_sources: dict[str, Any] = field(default_factory=dict)  # sources._Parsed or None
 
