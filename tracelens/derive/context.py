@@ -15,7 +15,8 @@ is derived here.
     memory_profile   the [memory] events of the window (derive/memory.py)
     shape_sites      op sites whose shapes change (derive/shapes.py)
     clock_tracks     NVML clock and power samples of the GPU (derive/clocks.py)
-    blocking_calls   host calls that wait for the device (derive/ledger.py)
+    blocking_calls   host calls that wait for the device (derive/host_calls.py)
+    queued_waits     idle with the next work queued, and what it coincides with (derive/queued.py)
     collectives      the logical collective calls, one per collective (derive/collectives.py)
     main_thread      the thread running the training loop (derive/host_time.py)
     thread_time(tid) one thread's host time: ops, data loading, Python (derive/host_time.py)
@@ -40,6 +41,7 @@ from tracelens.derive.host_time import ThreadTime, main_thread, thread_time
 from tracelens.derive.ledger import Ledger, compute_ledger
 from tracelens.derive.matmuls import matmul_rows
 from tracelens.derive.memory import MemoryProfile, memory_profile
+from tracelens.derive.queued import QueuedWaits, queued_waits
 from tracelens.derive.roofline import Roofline, compute_roofline
 from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
 from tracelens.derive.steps import find_step_marks, with_steps
@@ -180,6 +182,11 @@ class AnalysisContext:
     def blocking_calls(self) -> np.ndarray:
         """Host rows of calls that block until the device catches up."""
         return blocking_call_rows(self.model)
+
+    @cached_property
+    def queued_waits(self) -> QueuedWaits | None:
+        """The primary GPU's idle with its next work already queued, and what it coincides with."""
+        return queued_waits(self.model, self.ledger.primary, self.blocking_calls)
 
     @cached_property
     def collectives(self) -> Collectives:
