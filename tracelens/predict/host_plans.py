@@ -341,7 +341,7 @@ COLLECTIVE_KERNEL_SHARE = 0.2
 
 
 def comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
-    from tracelens.analyzers.communication import GLOO_ALGBW_BYTES_PER_S, _message_bytes
+    from tracelens.analyzers.communication import GLOO_ALGBW_BYTES_PER_S
     from tracelens.domain import is_collective_kernel
 
     host = ctx.model.host
@@ -355,9 +355,17 @@ def comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
         # (capped by its duration); the rest is waiting for a slower rank, which NCCL
         # does not remove.
         ts, end = host["ts"].to_numpy(), host["end"].to_numpy()
+        # Each call's message size as derive/collectives.py found it (nccl-tests' S), by
+        # the host rows of its op and of gloo's exchange.
+        call_bytes: dict[int, int] = {}
+        for c in ctx.collectives.calls:
+            for row in (c.root, c.exchange):
+                if row >= 0 and c.nbytes:
+                    call_bytes[row] = c.nbytes
+        op_root = host["op_root"].to_numpy()
         sizes, last = [], 0
         for r in gloo.tolist():
-            b = _message_bytes(ctx, int(host["op_root"].to_numpy()[r])) or _message_bytes(ctx, r) or last
+            b = call_bytes.get(int(op_root[r])) or call_bytes.get(r) or last
             last = b or last
             sizes.append(b)
         need = np.array([s / GLOO_ALGBW_BYTES_PER_S * 1e6 for s in sizes])

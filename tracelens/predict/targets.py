@@ -88,7 +88,8 @@ def user_syncs(ctx: AnalysisContext) -> tuple[np.ndarray, list[str]]:
 
 
 def _find_user_syncs(ctx: AnalysisContext) -> tuple[np.ndarray, list[str]]:
-    from tracelens.analyzers.host_sync import _is_profiler_sync, _memcpys_by_op, classify
+    from tracelens.analyzers.host_sync import _memcpys_by_op, classify
+    from tracelens.derive.host_calls import is_profiler_sync
     from tracelens.model.sources import op_chain
 
     model = ctx.model
@@ -100,7 +101,7 @@ def _find_user_syncs(ctx: AnalysisContext) -> tuple[np.ndarray, list[str]]:
     op_col = model.host["op"].to_numpy()
     keep, constructs = [], []
     for r in rows.tolist():
-        if _is_profiler_sync(model, r, last):
+        if is_profiler_sync(model, r, last):
             continue
         keep.append(r)
         constructs.append(classify(op_chain(model, r), memcpys.get(int(op_col[r]), []), model.arrays.name(r)).id)
