@@ -33,9 +33,8 @@ import numpy as np
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
-from tracelens.derive.memory import FRAGMENTATION_SHARE
 from tracelens.derive.shapes import describe_shapes
-from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, PINNED_APIS, fmt_us
+from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, PINNED_APIS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source
 from tracelens.model.trace import TraceModel, name_matches
