@@ -19,6 +19,7 @@ from tracelens.analyzers.base import Category, Finding, Severity
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
+from tracelens.derive.queued import QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
@@ -388,7 +389,8 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     if dev is None or dev.window_us <= 0:
         return tuple(out)
     other = dev.share("idle_other")
-    if other >= OTHER_IDLE_NOTE_SHARE:
+    if other >= OTHER_IDLE_NOTE_SHARE and not finding_due(ctx.queued_waits, dev.window_us):
+        # (when its stalls are large, the queued_idle finding says this)
         out.append(
             f"The GPU also idles {other:.0%} of the window with its next kernel already queued: it waits on "
             "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
@@ -446,51 +448,20 @@ LARGEST_CAUSE_SHARE = 0.2
 STARTUP_WINDOW_SHARE = 0.5
 
 
-#: Queued-work idle gaps at least this long are the ones described (rank0.json: 39 gaps
-#: over 5 ms hold 624 ms of its 59% idle_other).
-QUEUED_GAP_MIN_US = 5_000.0
-
-
 def _queued_wait_words(ctx: AnalysisContext) -> str:
-    """What the queued-work idle waits on (issue 24 §8): how long before the gap the next
-    work was launched and by what call, and the longest host call the gaps overlap."""
-    dev = ctx.ledger.primary
-    if dev is None:
+    """What the queued-work idle coincides with (issue 24 §8), for the note below the
+    queued_idle finding's share: the long gaps, how far ahead their work was launched."""
+    q = ctx.queued_waits
+    if q is None or not q.long_gaps:
         return ""
-    g = dev.gaps[(dev.gaps["cause"] == "idle_other") & (dev.gaps["dur"] >= QUEUED_GAP_MIN_US)]
-    if g.empty:
-        return ""
-    host = ctx.model.host
-    h_ts, h_end = host["ts"].to_numpy(), host["end"].to_numpy()
-    launch = g["launch_row"].to_numpy()
-    has = launch >= 0
-    words = f" {len(g)} gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more hold {fmt_us(float(g['dur'].sum()))} of it"
-    if has.any():
-        lead = g["end"].to_numpy()[has] - h_ts[launch[has]]
-        apis = {ctx.model.arrays.name(int(r)) for r in launch[has]}
+    words = f" {q.long_gaps} gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more hold {fmt_us(q.long_us)} of it"
+    if q.lead_median_us is not None and q.launch_apis:
         words += (
-            f"; their next work had been launched a median {fmt_us(float(np.median(lead)))} earlier "
-            f"(by {', '.join(sorted(apis)[:3])})"
+            f"; their next work had been launched a median {fmt_us(q.lead_median_us)} earlier "
+            f"(by {', '.join(q.launch_apis)})"
         )
-    kind = host["kind"].to_numpy()
-    calls = np.flatnonzero((kind == Kind.RUNTIME) | (kind == Kind.DRIVER))
-    if len(calls):
-        starts, ends = g["start"].to_numpy(), g["end"].to_numpy()
-        best, best_us = -1, 0.0
-        long_calls = calls[(h_end[calls] - h_ts[calls]) >= QUEUED_GAP_MIN_US]
-        # the program's own calls (inside an op), not the profiler's closing synchronize
-        in_op = long_calls[ctx.model.arrays.op[long_calls] >= 0]
-        for r in in_op if len(in_op) else long_calls:
-            ov = float(np.clip(np.minimum(ends, h_end[r]) - np.maximum(starts, h_ts[r]), 0, None).sum())
-            if ov > best_us:
-                best, best_us = int(r), ov
-        if best >= 0:
-            words += (
-                f"; meanwhile the host sat {fmt_us(float(h_end[best] - h_ts[best]))} in {ctx.model.arrays.name(best)}"
-            )
-            op = int(ctx.model.arrays.op[best])
-            if op >= 0:
-                words += f" (inside {ctx.model.arrays.name(op)})"
+    if q.blocked_what:
+        words += f"; {fmt_us(q.blocked_us)} of the idle coincides with the host in {q.blocked_what[0][0]}"
     return words + "."
 
 

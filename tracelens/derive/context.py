@@ -15,26 +15,33 @@ is derived here.
     memory_profile   the [memory] events of the window (derive/memory.py)
     shape_sites      op sites whose shapes change (derive/shapes.py)
     clock_tracks     NVML clock and power samples of the GPU (derive/clocks.py)
-    blocking_calls   host calls that wait for the device (derive/ledger.py)
+    blocking_calls   host calls that wait for the device (derive/host_calls.py)
+    queued_waits     idle with the next work queued, and what it coincides with (derive/queued.py)
+    collectives      the logical collective calls, one per collective (derive/collectives.py)
+    main_thread      the thread running the training loop (derive/host_time.py)
+    thread_time(tid) one thread's host time: ops, data loading, Python (derive/host_time.py)
     window_activity  the GPU's kernels, copies and memsets inside the window
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from tracelens.derive.clocks import Series, clock_tracks
+from tracelens.derive.collectives import Collectives, collectives
 from tracelens.derive.counters import KernelCounters, kernel_counters
 from tracelens.derive.eager_attention import EagerAttention, eager_attention, eager_attention_shapes
 from tracelens.derive.graph_nodes import GraphNodes, graph_nodes
 from tracelens.derive.host_calls import blocking_call_rows
+from tracelens.derive.host_time import ThreadTime, main_thread, thread_time
 from tracelens.derive.ledger import Ledger, compute_ledger
 from tracelens.derive.matmuls import matmul_rows
 from tracelens.derive.memory import MemoryProfile, memory_profile
+from tracelens.derive.queued import QueuedWaits, queued_waits
 from tracelens.derive.roofline import Roofline, compute_roofline
 from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
 from tracelens.derive.steps import find_step_marks, with_steps
@@ -50,6 +57,7 @@ class AnalysisContext:
     #: `--window START:END` (seconds from the trace's start) or `--steps N-M` from the user.
     user_window: tuple[float, float] | None = None
     user_steps: tuple[int, int] | None = None
+    _thread_times: dict[int, ThreadTime] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # The user's own step marks (record_function ranges, framework steps, optimizer
@@ -174,6 +182,28 @@ class AnalysisContext:
     def blocking_calls(self) -> np.ndarray:
         """Host rows of calls that block until the device catches up."""
         return blocking_call_rows(self.model)
+
+    @cached_property
+    def queued_waits(self) -> QueuedWaits | None:
+        """The primary GPU's idle with its next work already queued, and what it coincides with."""
+        return queued_waits(self.model, self.ledger.primary, self.blocking_calls)
+
+    @cached_property
+    def collectives(self) -> Collectives:
+        """The trace's logical collective calls (one per collective, with its message size)."""
+        return collectives(self.model)
+
+    @cached_property
+    def main_thread(self) -> int | None:
+        """The thread that runs the training loop (None: no torch op on any thread)."""
+        return main_thread(self.model)
+
+    def thread_time(self, tid: int) -> ThreadTime:
+        """One thread's host-time split (computed once per thread)."""
+        got = self._thread_times.get(int(tid))
+        if got is None:
+            got = self._thread_times[int(tid)] = thread_time(self.model, int(tid))
+        return got
 
     @cached_property
     def window_activity(self) -> pd.DataFrame:
