@@ -66,7 +66,7 @@ def _step_of(window: Window, ts: np.ndarray) -> np.ndarray:
         return np.zeros(len(ts), dtype=np.int64)
     starts = np.array([s.start_us for s in spans])
     k = np.clip(np.searchsorted(starts, ts, side="right") - 1, 0, None)
-    return np.array([spans[int(i)].index for i in k], dtype=np.int64)
+    return np.array([s.index for s in spans], dtype=np.int64)[k]
 
 
 def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> list[ShapeSite]:
