@@ -144,7 +144,12 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
     sites: dict[tuple[str, str], ShapeSite] = {}
     labels: dict[int, str] = {}  # by the source object's id: one label string per object
     srcs = user_sources(model, picked_rows)
-    for (r, name, dims, new), step, src in zip(picked, steps.tolist(), srcs, strict=True):
+    # Per call as Python floats (the same values), and the host-bound idle inside each
+    # call in one pass (`overlap` per call was most of this loop on a decode trace).
+    picked_dur = dur[picked_rows].tolist()
+    picked_ts = ts[picked_rows]
+    idle_in = overlap(gap_iv, picked_ts, picked_ts + dur[picked_rows]).tolist() if len(gap_iv) else None
+    for i, ((r, name, dims, new), step, src) in enumerate(zip(picked, steps.tolist(), srcs, strict=True)):
         label = ""
         if src is not None:
             label = labels.get(id(src), "")
@@ -161,10 +166,10 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
         if new:
             site.new_calls += 1
             site.new_steps.add(int(step))
-            excess = float(dur[r]) - baseline[name]
+            excess = picked_dur[i] - baseline[name]
             if excess >= NEW_SHAPE_MIN_EXCESS_US:
                 site.excess_us += excess
-                idle = float(overlap(gap_iv, np.array([ts[r]]), np.array([ts[r] + dur[r]]))[0]) if len(gap_iv) else 0.0
+                idle = idle_in[i] if idle_in is not None else 0.0
                 site.idle_us += min(idle, excess)
     # A site whose shapes are new only in the window's first step calls the op with the
     # same few shapes every step (a 2021 ResNet trace: images and labels copied by one
