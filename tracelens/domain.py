@@ -63,6 +63,10 @@ ALLOC_APIS = frozenset(
 )
 #: Calls that free device memory: they wait for the device to finish with it.
 FREE_APIS = ("cudaFree", "hipFree", "cuMemFree_v2")
+#: Reserved memory this much above allocated at the peak is fragmentation worth naming
+#: (the caching allocator holds blocks it cannot reuse for the sizes asked): the trace
+#: report's [memory] events and the memory snapshot report alike.
+FRAGMENTATION_SHARE = 0.25
 #: Pinned host allocations: made once, they are cheap; made per step, each is a
 #: cudaHostAlloc of host time (and the driver pins the pages).
 PINNED_APIS = ("cudaHostAlloc", "cudaMallocHost", "hipHostMalloc")
@@ -86,6 +90,19 @@ LAUNCH_APIS = frozenset(
 #: Calls that launch one kernel each (Kineto's range profiler measures kernels in their order).
 KERNEL_LAUNCH_APIS = LAUNCH_APIS - GRAPH_LAUNCH_APIS
 
+#: Stream capture into a CUDA/HIP graph: the launches between a begin and its end are
+#: recorded into the graph, not run (vLLM and SGLang capture their decode graphs so).
+CAPTURE_BEGIN_APIS = frozenset(
+    {"cudaStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "cuStreamBeginCapture", "cuStreamBeginCapture_v2",
+     "hipStreamBeginCapture", "hipStreamBeginCaptureToGraph"}
+)  # fmt: skip
+CAPTURE_END_APIS = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
+#: Building an executable graph from a captured one (one-off work, like the capture).
+GRAPH_INSTANTIATE_APIS = frozenset(
+    {"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+     "cuGraphInstantiate", "cuGraphInstantiateWithFlags", "hipGraphInstantiate", "hipGraphInstantiateWithFlags"}
+)  # fmt: skip
+
 # --- element types, by the profiler's type names (`Input type`) ---------------------------
 
 #: Floating-point element types: bytes per element.
@@ -101,11 +118,18 @@ FLOAT_DTYPE_BYTES = {
 }
 #: Integer and bool element types: bytes per element.
 INTEGER_DTYPE_BYTES = {"long int": 8, "int": 4, "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2}
-#: Every element type by any name a trace gives it: the profiler's (above) and the
-#: torch.dtype names record_param_comms writes for a collective's message (`float32`).
+#: The ScalarType names a collective's record carries (record_param_comms' and NCCL
+#: kernels' `dtype`: "Float", "BFloat16", "Long", "Byte" in the public traces).
+SCALAR_TYPE_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Byte": 1, "Char": 1,
+    "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "ComplexFloat": 8,
+}  # fmt: skip
+#: Every element type by any name a trace gives it: the profiler's (above), the
+#: ScalarType names of collectives' records, and torch.dtype names (`float32`).
 DTYPE_BYTES = {
     **FLOAT_DTYPE_BYTES,
     **INTEGER_DTYPE_BYTES,
+    **SCALAR_TYPE_BYTES,
     "float32": 4,
     "half": 2,
     "bfloat16": 2,
@@ -113,6 +137,22 @@ DTYPE_BYTES = {
     "int64": 8,
     "int32": 4,
 }
+_DTYPE_BYTES_LOWER = {k.lower(): v for k, v in DTYPE_BYTES.items()}
+
+
+def dtype_bytes(name: str | None) -> int | None:
+    """Bytes per element of a type by any of its names (case and a `torch.`/`c10::`
+    prefix aside), None when unknown."""
+    if not name:
+        return None
+    low = str(name).strip().lower().removeprefix("torch.")
+    return (
+        _DTYPE_BYTES_LOWER.get(low)
+        or _DTYPE_BYTES_LOWER.get("c10::" + low)
+        or _DTYPE_BYTES_LOWER.get(low.removeprefix("c10::"))
+    )
+
+
 #: Short names of the floating-point types (the roofline's and the matmul table's).
 DTYPE_SHORT = {
     "c10::BFloat16": "bf16",
@@ -162,6 +202,10 @@ def is_collective_wait_op(name: str) -> bool:
 #: Python frames of torch.profiler itself (prof.step(), start/stop, its event export): a
 #: gap the host spent in them is the profiler's cost, not the program's.
 PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autograd/profiler_util.py")
+#: Python frames of the capturing tool itself (tracelens capture): overhead where no op
+#: runs under them (derive/host_calls.profiler_intervals); its frames that run the user's
+#: script (run_script, capture) hold the whole run.
+CAPTURE_TOOL_FRAMES = ("tracelens/capture/",)
 #: Python frames and annotations of torch.compile's compiler at work, for the ledger's
 #: "the host was compiling": Dynamo's frame conversion, Inductor's compile and code
 #: cache, and torch.compile's own timed ranges (recorded as CPU ops in traces without
@@ -243,6 +287,7 @@ CAUSE_LABELS: dict[str, str] = {
     "allocation": "idle: allocator calls",
     "compilation": "idle: compiling",
     "profiler": "idle: profiler overhead",
+    "startup": "idle: start-up (graph capture, first launches)",
     "launch_overhead": "idle: launch overhead",
     "host_bound": "idle: host-bound",
     "idle_other": "idle: other (queued work waits)",
@@ -259,6 +304,7 @@ CAUSE_SHORT: dict[str, str] = {
     "allocation": "alloc",
     "compilation": "compile",
     "profiler": "profiler",
+    "startup": "startup",
     "launch_overhead": "launch",
     "host_bound": "host",
     "idle_other": "other",

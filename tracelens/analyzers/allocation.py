@@ -34,9 +34,8 @@ import numpy as np
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
-from tracelens.derive.memory import FRAGMENTATION_SHARE
 from tracelens.derive.shapes import describe_shapes
-from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, PINNED_APIS, fmt_us
+from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, PINNED_APIS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source, user_sources
 from tracelens.model.trace import TraceModel, name_matches
@@ -140,7 +139,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         )
         advice.append(
             "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
-            + (f" ({per_step:.1f} per step)." if ctx.n_steps > 1 else ".")
+            + (f" ({per_step:.1f} per {ctx.unit})." if ctx.n_steps > 1 and ctx.unit != "window" else ".")
         )
         if empty_cache:
             advice.append(
@@ -182,7 +181,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         advice.append(
             f"Preallocate the tensor {g.op} keeps regrowing at its final size (a static KV cache) and write each "
             f"step's slice in place (cache[:, :, pos] = new or index_copy_): that stops {_gib(g.recopied_bytes)} of "
-            f"copies in this window ({_gib(g.recopied_bytes / max(ctx.n_steps, 1))} per step, growing with every "
+            f"copies in this window ({_gib(g.recopied_bytes / max(ctx.n_steps, 1))} per {ctx.unit}, growing with every "
             "step)."
         )
     if not title_parts and mem is not None:
@@ -193,7 +192,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 if mem.peak_reserved
                 else " (relative to the recording's start)"
             )
-            + f", churning {_gib(mem.allocated_per_step)} per step"
+            + f", churning {_gib(mem.allocated_per_step)} per {ctx.unit}"
         )
         advice.append("Nothing to change for allocation: the caching allocator serves every request.")
     if not title_parts:
@@ -297,10 +296,18 @@ def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:
         return []
     kind = host["kind"].to_numpy()
     ts = host["ts"].to_numpy()
-    rows = np.flatnonzero(
-        (kind == int(Kind.CPU_OP)) & name_matches(host["name"], CAT_OPS.__contains__)
-        & (ts >= dev.window_start) & (ts < dev.window_end)
-    )  # fmt: skip
+    is_cat = (kind == int(Kind.CPU_OP)) & name_matches(host["name"], CAT_OPS.__contains__)
+    rows = np.flatnonzero(is_cat & (ts >= dev.window_start) & (ts < dev.window_end))
+    # Where the GPU trails the host, the window's cat kernels were launched by ops that ran
+    # on the host before the window began (a decode loop whose host is 12 ms ahead): those
+    # ops are the window's too.
+    g_ts = model.gpu["ts"].to_numpy()
+    launch = model.gpu["launch"].to_numpy()
+    ran = (launch >= 0) & (g_ts >= dev.window_start) & (g_ts < dev.window_end)
+    if ran.any():
+        ops = model.arrays.op[launch[ran]]
+        ops = np.unique(ops[ops >= 0])
+        rows = np.union1d(rows, ops[is_cat[ops]])
     if not len(rows):
         return []
     rows = rows[np.argsort(ts[rows], kind="stable")]

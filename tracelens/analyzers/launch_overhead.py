@@ -105,7 +105,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     per_step = launch_idle / ctx.n_steps
     title = (
         f"GPU waits on kernel launches for {fmt_us(launch_idle)}"
-        + (f" ({fmt_us(per_step)} per step)" if ctx.n_steps > 1 else "")
+        + (f" ({fmt_us(per_step)} per {ctx.unit})" if ctx.n_steps > 1 and ctx.unit != "window" else "")
         + f": {len(launch_gaps):,} gaps between kernels (median kernel {median_kernel:.1f} µs, "
         f"{tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs"
         + (f", {host_per_kernel:.1f} µs of host time per kernel" if host_per_kernel else "")

@@ -12,9 +12,7 @@ import typer
 from tracelens.errors import UsageError
 from tracelens.job.discover import expand, is_url, looks_like_ranks, rank_inputs
 from tracelens.job.model import RankFailure, RankInput, RankSummary
-
-#: Progress lines over ranks when stderr is not a terminal (a log): about this many.
-PROGRESS_LINES = 10
+from tracelens.report.job_report import JobReport
 
 
 def job_stem(inputs: list[str], files: list[str]) -> str:
@@ -28,21 +26,32 @@ def job_stem(inputs: list[str], files: list[str]) -> str:
     return f"{name or 'job'}.job"
 
 
+def failure_line(result: RankFailure) -> str:
+    """One line for a rank that could not be read, naming its path once (the loader's
+    messages begin with the path already)."""
+    from tracelens.render.format import plain
+
+    error = result.error
+    for prefix in (result.file, Path(result.file).name, result.file.split("://", 1)[-1]):
+        if prefix and error.startswith(prefix + ": "):
+            error = error[len(prefix) + 2 :]
+            break
+    return f"tracelens: {plain(result.file)}: {plain(error, limit=300)}"
+
+
 class _Progress:
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
+    """The ranks' progress: a bar on a terminal only (a CI log gets no progress lines,
+    so an error is the only line there); an unreadable rank is said either way."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.tty = sys.stderr.isatty() and not quiet
 
     def __call__(self, done: int, total: int, result: RankSummary | RankFailure) -> None:
-        from tracelens.render.format import plain
-
         if isinstance(result, RankFailure):
-            typer.echo(f"\rtracelens: {plain(result.file)}: {plain(result.error, limit=300)}", err=True)
-        every = max(total // PROGRESS_LINES, 1)
+            typer.echo(("\r" if self.tty else "") + failure_line(result), err=True)
         if self.tty:
             bar = "#" * (30 * done // total)
             typer.echo(f"\rtracelens: ranks [{bar:<30}] {done}/{total}", err=True, nl=done == total)
-        elif done == total or done % every == 0:
-            typer.echo(f"tracelens: ranks {done}/{total} read", err=True)
 
 
 def report_many(
@@ -58,8 +67,14 @@ def report_many(
     windowed: str | None = None,
     redact: bool = False,
     perfetto: Path | None = None,
+    *,
+    run_problems: list[str] | None = None,
+    stem: str | None = None,
 ) -> list[str]:
-    """Write the job report and return [], or return the traces to report one by one."""
+    """Write the job report and return [], or return the traces to report one by one.
+
+    `run_problems` (from a torchrun capture: ranks that did not arrive, files of another
+    run) make it a job report whatever the number of traces, named `stem`."""
     from tracelens.cli.common import _emit, _targets
     from tracelens.job.analyze import analyze
     from tracelens.job.run import map_ranks
@@ -67,7 +82,7 @@ def report_many(
 
     files = expand(traces)
     inputs = rank_inputs(files)
-    if not looks_like_ranks(inputs):
+    if run_problems is None and not looks_like_ranks(inputs):
         if len(files) > 1 and (html or markdown or json_out):
             raise UsageError(
                 "these traces are not ranks of one job (no distributedInfo, no rank in their names): --html, "
@@ -82,7 +97,7 @@ def report_many(
         raise UsageError("--window and --steps apply to one trace; a job report analyses each rank's own window")
     if workers is not None and workers < 1:
         raise typer.BadParameter("--workers must be >= 1")
-    stem = job_stem(traces, files)
+    stem = stem or job_stem(traces, files)
     local = [Path(i.path) for i in inputs if not is_url(i.path)]
     wanted = _targets(html, markdown, json_out, out_dir, stem, local)
     per_rank_dir = str(out_dir / stem.removesuffix(".job")) + "-ranks" if per_rank else None
@@ -93,10 +108,10 @@ def report_many(
         scheduler=scheduler,
         workers=workers,
         per_rank_dir=per_rank_dir,
-        progress=_Progress(),
+        progress=_Progress(quiet),
         redact=redact,
     )
-    rep = analyze(results, map_seconds=seconds, scheduler=how)
+    rep = analyze(results, map_seconds=seconds, scheduler=how, problems=run_problems or [])
     renderers = {"html": render_job_html, "md": render_job_markdown, "json": render_job_json}
     # Paths, homes and this machine's host name; the ranks' own metadata stays in the
     # workers (each rank's report is redacted there with its trace's host names).
@@ -106,7 +121,15 @@ def report_many(
 
     dirs = [p.parent for p, _ in wanted if not is_stdout(p)]
     scrub = Redactor.for_trace(local, (), (), dirs).text if redact else None
-    _emit(wanted, renderers, rep, None if quiet else render_job_terminal, scrub)
+    from tracelens.render.terminal import terminal_width, use_colour
+
+    stream = sys.stderr if any(is_stdout(p) for p, _ in wanted) else sys.stdout
+    width, colour = terminal_width(stream), use_colour(stream)
+
+    def summary(report: JobReport, written: list[str]) -> str:
+        return render_job_terminal(report, written, width=width, colour=colour)
+
+    _emit(wanted, renderers, rep, None if quiet else summary, scrub)
     return []
 
 

@@ -41,7 +41,7 @@ counters: name, series, ts, value (long format: one row per sample per series)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from tracelens.model.schema import Kind
+from tracelens.model.schema import CommArgs, Kind
 from tracelens.report.findings import PySource
 
 if TYPE_CHECKING:  # only annotations here: the split load's early child runs without pandas
@@ -76,6 +76,15 @@ class DeviceInfo:
     num_sms: int | None = None
     total_memory_bytes: int | None = None
     properties: dict[str, Any] = field(default_factory=dict)
+
+
+def _alike(devices: tuple[DeviceInfo, ...]) -> bool:
+    """One device, or several with the same name, SM count and architecture."""
+    first = devices[0]
+    return all(
+        (d.name, d.num_sms, d.compute_capability) == (first.name, first.num_sms, first.compute_capability)
+        for d in devices
+    )
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,32 @@ class TraceMeta:
         for dev in self.devices:
             if dev.index == index:
                 return dev
+        # Under HIP/CUDA_VISIBLE_DEVICES the kernels' device ids need not be the ids
+        # deviceProperties lists (one MI300X VF entry, id 0, for kernels on device 2):
+        # one entry, or entries all alike, describe every device of the trace.
+        if self.devices and _alike(self.devices):
+            return replace(self.devices[0], index=index)
         return None
+
+    @property
+    def device_note(self) -> str:
+        """How the kernels' device was matched to deviceProperties, when not by its id
+        (empty when it was)."""
+        listed = {d.index for d in self.devices}
+        missing = [i for i in self.active_devices if i not in listed]
+        if not missing or not self.devices:
+            return ""
+        dev = self.device(missing[0])
+        if dev is None:
+            return (
+                f"The kernels run on device {missing[0]}, which the trace's deviceProperties do not list; "
+                "its peaks are unknown."
+            )
+        ids = ", ".join(str(d.index) for d in self.devices[:4])
+        return (
+            f"The kernels run on device {missing[0]}; the trace's deviceProperties list device {ids} "
+            f"({dev.name}), remapped ids as under HIP/CUDA_VISIBLE_DEVICES: those properties are used."
+        )
 
     @property
     def primary_device(self) -> DeviceInfo | None:
@@ -170,6 +204,14 @@ class TraceModel:
     memory: pd.DataFrame
     counters: pd.DataFrame
     thread_names: dict[tuple[int, int], str]
+    #: The collectives' own records (record_param_comms ops and NCCL kernels that name a
+    #: collective: message sizes, dtype, process group), in file time order.
+    comm_args: list[CommArgs] = field(default_factory=list)
+    #: What the steps are: torch.profiler's ProfilerStep#N, or the user's own marks that
+    #: derive/steps.py found in a trace without them (their label, for the reports).
+    step_marks: str = "ProfilerStep"
+    #: What one step is called in the reports ("step"; "call" for one compiled call).
+    step_unit: str = "step"
     #: Per-kernel hardware counter sets the trace holds (model/counters.py), as read.
     kernel_counters: tuple[Any, ...] = ()
 

@@ -14,6 +14,7 @@ class Category(StrEnum):
     HOST_SYNC = "host_sync"
     HOST_BOUND = "host_bound"
     COMMUNICATION = "communication"
+    QUEUED_IDLE = "queued_idle"  # GPU idle with its next work already queued (issue 24 §8)
     LAUNCH_OVERHEAD = "launch_overhead"
     MEMORY_BOUND = "memory_bound"
     EAGER_ATTENTION = "eager_attention"  # attention written as matmul > softmax > matmul (issue 10)
@@ -52,6 +53,7 @@ Cause = Literal[
     "allocation",
     "compilation",
     "profiler",
+    "startup",
     "launch_overhead",
     "host_bound",
     "idle_other",
@@ -72,7 +74,10 @@ STARTUP_KINDS: tuple[StartupKind, ...] = get_args(StartupKind)
 #: Why the roofline could not model an op's kernels.
 UncoveredReason = Literal["no_op", "no_shapes", "no_model", "graph_replay"]
 #: A diagnostic question's answer.
-QuestionStatus = Literal["yes", "minor", "no", "not_measurable", "not_built"]
+QuestionStatus = Literal["yes", "minor", "no", "unknown", "not_measurable", "not_built"]
+#: The one unit of a report's per-unit numbers: the user's steps, a detected loop's
+#: iterations, one compiled call, or the window when there is neither.
+ReportUnit = Literal["step", "iteration", "call", "window"]
 #: What a kernel-table row is.
 ActivityKind = Literal["kernel", "memcpy", "memset", "other"]
 #: The unit of an evidence value.
