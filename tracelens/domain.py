@@ -202,6 +202,10 @@ def is_collective_wait_op(name: str) -> bool:
 #: Python frames of torch.profiler itself (prof.step(), start/stop, its event export): a
 #: gap the host spent in them is the profiler's cost, not the program's.
 PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autograd/profiler_util.py")
+#: Python frames of the capturing tool itself (tracelens capture): overhead where no op
+#: runs under them (derive/host_calls.profiler_intervals); its frames that run the user's
+#: script (run_script, capture) hold the whole run.
+CAPTURE_TOOL_FRAMES = ("tracelens/capture/",)
 #: Python frames and annotations of torch.compile's compiler at work, for the ledger's
 #: "the host was compiling": Dynamo's frame conversion, Inductor's compile and code
 #: cache, and torch.compile's own timed ranges (recorded as CPU ops in traces without
