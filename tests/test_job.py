@@ -450,6 +450,7 @@ def test_a_straggler_whose_own_work_explains_part_of_its_lateness_is_named_with_
     assert "with only 4.0 ms per step more work than the others" in little.job.headline
 
 
+@pytest.mark.slow
 def test_four_plain_profiler_gloo_ranks_on_the_h200_name_the_straggler() -> None:
     """Four ranks sharing the H200 over gloo (plain_gloo.py --world 4 --stack; comm-h200jobs,
     16 rank processes on the host's 16 cores at once): rank 1's 25 ms of Python per step
