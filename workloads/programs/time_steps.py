@@ -1,0 +1,185 @@
+"""Time a program's steps without the profiler, for several configurations in one process.
+
+Each variant runs the script as `__main__` (runpy, as `python SCRIPT ARGS` would) with
+the common arguments plus its own; a step ends at every `optimizer.step()` (a global
+post hook) or, with `--mark module:NAME`, at the end of every call of a module whose class
+is NAME (a batch of an inference loop). At each step end a CUDA event is recorded on the
+current stream, so a step's time is the device timeline between two step ends: kernels
+and the idle between them, host-bound gaps included. The first `--warmup` steps are
+skipped; the median, quartiles and mean of the rest are written as JSON. No profiler and
+no tracelens import: this is the unprofiled measurement the reports' gains are checked
+against.
+
+    python workloads/programs/time_steps.py --name lightning --out t.json \
+        --variant "baseline:" --variant "workers8:--workers 8" \
+        -- workloads/programs/lightning_fit.py --max-steps 50
+
+A variant's tokens of the form @VAR=VALUE set environment variables for that variant
+(e.g. @ACCELERATE_MIXED_PRECISION=bf16, what `accelerate launch --mixed_precision bf16`
+sets).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import runpy
+import shlex
+import statistics
+import sys
+import time
+import traceback
+from typing import Any
+
+import torch
+
+
+class Marks:
+    def __init__(self, module: str | None) -> None:
+        self.events: list[Any] = []
+        self.host: list[float] = []
+        self.module = module
+        self.depth = 0
+        self.cuda = torch.cuda.is_available()
+
+    def mark(self) -> None:
+        if self.cuda:
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            self.events.append(ev)
+        self.host.append(time.perf_counter())
+
+    def install(self) -> list[Any]:
+        handles: list[Any] = []
+        if self.module is None:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
+
+            handles.append(register_optimizer_step_post_hook(lambda *_a: self.mark()))
+            return handles
+        from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+        name = self.module
+
+        def pre(m: Any, _a: Any) -> None:
+            if type(m).__name__ == name:
+                self.depth += 1
+
+        def post(m: Any, _a: Any, _r: Any) -> None:
+            if type(m).__name__ == name:
+                self.depth -= 1
+                if self.depth == 0:
+                    self.mark()
+
+        handles.append(register_module_forward_pre_hook(pre))
+        handles.append(register_module_forward_hook(post))
+        return handles
+
+
+def summarize(marks: Marks, warmup: int) -> dict[str, Any]:
+    if marks.cuda:
+        torch.cuda.synchronize()
+        per = [a.elapsed_time(b) for a, b in zip(marks.events, marks.events[1:], strict=False)]
+    else:
+        per = [(b - a) * 1e3 for a, b in zip(marks.host, marks.host[1:], strict=False)]
+    host = [(b - a) * 1e3 for a, b in zip(marks.host, marks.host[1:], strict=False)]
+    steady, steady_host = per[warmup:], host[warmup:]
+    out: dict[str, Any] = {"steps_marked": len(marks.host), "steps_timed": len(steady)}
+    if len(steady) >= 2:
+        q = statistics.quantiles(steady, n=4)
+        out.update(
+            median_ms=statistics.median(steady), p25_ms=q[0], p75_ms=q[2], mean_ms=statistics.fmean(steady),
+            stdev_ms=statistics.stdev(steady), host_median_ms=statistics.median(steady_host),
+        )  # fmt: skip
+    return out
+
+
+def reset_globals(saved: dict[str, Any]) -> None:
+    """Undo what a variant set process-wide (TF32 flags, dynamo caches, accelerate's
+    singleton state) so the next variant starts as a fresh process would."""
+    torch.backends.cuda.matmul.allow_tf32 = saved["matmul_tf32"]
+    torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
+    torch.backends.cudnn.benchmark = saved["cudnn_benchmark"]
+    torch.set_float32_matmul_precision(saved["matmul_precision"])
+    if "torch._dynamo" in sys.modules:
+        torch._dynamo.reset()
+    if "accelerate" in sys.modules:
+        from accelerate.state import AcceleratorState, GradientState, PartialState
+
+        AcceleratorState._reset_state(True)
+        GradientState._reset_state()
+        PartialState._reset_state()
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", required=True)
+    p.add_argument("--out", required=True)
+    p.add_argument("--variant", action="append", required=True, help="NAME:ARGS")
+    p.add_argument("--mark", default="optimizer", help="optimizer, or module:CLASSNAME")
+    p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("script_and_args", nargs=argparse.REMAINDER)
+    a = p.parse_args()
+    rest = a.script_and_args[1:] if a.script_and_args[:1] == ["--"] else a.script_and_args
+    script, common = rest[0], rest[1:]
+    module = a.mark.split(":", 1)[1] if a.mark.startswith("module:") else None
+    saved = {
+        "matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "matmul_precision": torch.get_float32_matmul_precision(),
+    }
+    results: dict[str, Any] = {
+        "program": a.name, "script": script, "common_args": common, "warmup_steps": a.warmup, "mark": a.mark,
+        "torch": torch.__version__,
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "variants": {},
+    }  # fmt: skip
+    script_dir = os.path.dirname(os.path.abspath(script))
+    for spec in a.variant:
+        name, _, argstr = spec.partition(":")
+        tokens = shlex.split(argstr)
+        env = dict(t[1:].split("=", 1) for t in tokens if t.startswith("@"))
+        vargs = [t for t in tokens if not t.startswith("@")]
+        old_env = {k: os.environ.get(k) for k in env}
+        os.environ.update(env)
+        marks = Marks(module)
+        handles = marks.install()
+        sys.argv = [script, *common, *vargs]
+        sys.path.insert(0, script_dir)
+        t0 = time.perf_counter()
+        err = None
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except SystemExit as exc:
+            if exc.code not in (None, 0):
+                err = f"SystemExit({exc.code})"
+        except Exception as exc:
+            traceback.print_exc()
+            err = f"{type(exc).__name__}: {exc}"
+        wall = time.perf_counter() - t0
+        for h in handles:
+            h.remove()
+        sys.path.remove(script_dir)
+        res = summarize(marks, a.warmup)
+        res.update(args=vargs, env=env, wall_s=round(wall, 2), error=err)
+        results["variants"][name] = res
+        med = res.get("median_ms")
+        print(f"[time_steps] {a.name}/{name}: " + (f"median {med:.2f} ms" if med else "no steady steps")
+              + f" over {res['steps_timed']} steps, wall {wall:.1f} s" + (f", ERROR {err}" if err else ""),
+              flush=True)  # fmt: skip
+        for k, v in old_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        reset_globals(saved)
+    with open(a.out, "w") as fh:
+        json.dump(results, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()
