@@ -177,8 +177,14 @@ def main() -> None:
             else:
                 os.environ[k] = v
         reset_globals(saved)
-    with open(a.out, "w") as fh:
+        write(a.out, results)  # after every variant: a run cut short keeps what it timed
+
+
+def write(path: str, results: dict[str, Any]) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as fh:
         json.dump(results, fh, indent=1)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":
