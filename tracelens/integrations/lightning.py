@@ -23,7 +23,7 @@ from tracelens.integrations.record import DEFAULT_STEPS, RecordSettings, StepRec
 try:
     from lightning.pytorch import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning import Callback
+    from pytorch_lightning import Callback  # type: ignore[assignment]
 
 
 class TracelensCallback(Callback):  # type: ignore[misc]

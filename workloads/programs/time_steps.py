@@ -17,6 +17,12 @@ against.
 A variant's tokens of the form @VAR=VALUE set environment variables for that variant
 (e.g. @ACCELERATE_MIXED_PRECISION=bf16, what `accelerate launch --mixed_precision bf16`
 sets).
+
+`--capture PATH --capture-steps N-M` also records the first variant's configuration with
+`tracelens capture` (the same runner the command uses, `--steps N-M`), in this process
+right after that variant's unprofiled run, so the device time of a second Python start,
+its imports and CUDA's initialisation is not spent again. The profiler is imported only
+then; the process ends without destroying the profile (see tracelens/capture/runner.py).
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Marks:
         self.events: list[Any] = []
         self.host: list[float] = []
         self.module = module
+        self.first: float | None = None
         self.depth = 0
         self.cuda = torch.cuda.is_available()
 
@@ -50,6 +57,8 @@ class Marks:
             ev.record()
             self.events.append(ev)
         self.host.append(time.perf_counter())
+        if self.first is None:
+            self.first = self.host[-1]
 
     def install(self) -> list[Any]:
         handles: list[Any] = []
@@ -122,6 +131,8 @@ def main() -> None:
     p.add_argument("--variant", action="append", required=True, help="NAME:ARGS")
     p.add_argument("--mark", default="optimizer", help="optimizer, or module:CLASSNAME")
     p.add_argument("--warmup", type=int, default=10)
+    p.add_argument("--capture", default="", help="also `tracelens capture` the first variant into this trace")
+    p.add_argument("--capture-steps", default="5-9")
     p.add_argument("script_and_args", nargs=argparse.REMAINDER)
     a = p.parse_args()
     rest = a.script_and_args[1:] if a.script_and_args[:1] == ["--"] else a.script_and_args
@@ -139,6 +150,7 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "variants": {},
     }  # fmt: skip
     script_dir = os.path.dirname(os.path.abspath(script))
+    captured = False
     for spec in a.variant:
         name, _, argstr = spec.partition(":")
         tokens = shlex.split(argstr)
@@ -165,11 +177,13 @@ def main() -> None:
             h.remove()
         sys.path.remove(script_dir)
         res = summarize(marks, a.warmup)
-        res.update(args=vargs, env=env, wall_s=round(wall, 2), error=err)
+        first_s = round(marks.first - t0, 2) if marks.first is not None else None
+        res.update(args=vargs, env=env, wall_s=round(wall, 2), first_mark_s=first_s, error=err)
         results["variants"][name] = res
         med = res.get("median_ms")
         print(f"[time_steps] {a.name}/{name}: " + (f"median {med:.2f} ms" if med else "no steady steps")
-              + f" over {res['steps_timed']} steps, wall {wall:.1f} s" + (f", ERROR {err}" if err else ""),
+              + f" over {res['steps_timed']} steps, first step end at {first_s} s, wall {wall:.1f} s"
+              + (f", ERROR {err}" if err else ""),
               flush=True)  # fmt: skip
         for k, v in old_env.items():
             if v is None:
@@ -178,6 +192,44 @@ def main() -> None:
                 os.environ[k] = v
         reset_globals(saved)
         write(a.out, results)  # after every variant: a run cut short keeps what it timed
+        if a.capture and not captured:
+            captured = True
+            os.environ.update(env)
+            results["capture"] = capture(script, [*common, *vargs], a.capture, a.capture_steps)
+            for k in env:
+                os.environ.pop(k, None)
+            reset_globals(saved)
+            write(a.out, results)
+    if captured:
+        from tracelens.capture.runner import exit_process
+
+        exit_process(0)
+
+
+def capture(script: str, args: list[str], out: str, steps: str) -> dict[str, Any]:
+    """`tracelens capture --steps STEPS -o OUT SCRIPT ARGS --no-report`, in this process."""
+    from pathlib import Path
+
+    from tracelens.capture.runner import CaptureOptions
+    from tracelens.capture.runner import capture as run_capture
+    from tracelens.capture.window import Limits, Mode
+
+    lo, hi = (int(x) for x in steps.split("-"))
+    limits = Limits(mode=Mode.STEPS, warmup_steps=lo, steps=hi - lo + 1, duration_s=None)
+    t0 = time.perf_counter()
+    try:
+        res = run_capture(CaptureOptions(target=script, args=args, out=Path(out), limits=limits))
+    except Exception as exc:
+        traceback.print_exc()
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    wall = time.perf_counter() - t0
+    for note in res.notes:
+        print(f"[time_steps] capture note: {note}", flush=True)
+    st = res.stats
+    print(f"[time_steps] captured {out}: exit {res.exit_code}, {wall:.1f} s, "
+          f"{(st.bytes / 1e6 if st else 0):.1f} MB, {(st.events if st else 0):,} events", flush=True)  # fmt: skip
+    return {"trace": out, "exit_code": res.exit_code, "wall_s": round(wall, 2), "notes": res.notes,
+            "bytes": st.bytes if st else None, "events": st.events if st else None}  # fmt: skip
 
 
 def write(path: str, results: dict[str, Any]) -> None:
