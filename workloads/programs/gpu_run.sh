@@ -25,8 +25,14 @@ QUICK="${QUICK:-0}"
 ONLY="${ONLY:-timm trainer accelerate pyg detection st lightning}"
 BUDGET_S="${BUDGET_S:-150}"
 start=$SECONDS
-pack() {  # the archive so far (the traces are gzip already: a fast xz of the tar)
-    tar -C "$W" -cf - traces times logs | xz -0 -T0 > "$RESULT.tmp" && mv "$RESULT.tmp" "$RESULT"
+pack() {  # the archive so far (the traces are gzip already: a fast xz of the tar); traces
+    # smallest first while they fit 12.5 MB (the archive's limit is 14 MB), the rest listed
+    local used=0 keep=() f sz
+    for f in $(cd "$W" && ls -S -r traces/*.gz 2>/dev/null); do
+        sz=$(stat -c %s "$W/$f")
+        if (( used + sz <= 12500000 )); then keep+=("$f"); used=$((used + sz)); else echo "$f $sz" >> "$W/logs/left_out.txt"; fi
+    done
+    tar -C "$W" -cf - "${keep[@]}" $(cd "$W" && ls traces/*.log 2>/dev/null) times logs | xz -0 -T0 > "$RESULT.tmp" && mv "$RESULT.tmp" "$RESULT"
 }
 "$PY" - <<'PY' > "$W/logs/versions.txt" 2>&1
 import importlib, platform, torch
@@ -67,14 +73,14 @@ else
 fi
 
 # Each: --warmup steps skipped of 20 (detection 16) marked; captures record steps 5-9
-# (detection 5-7: ~50k events a step with Python stacks).
+# (detection and pyg 5-7: ~50k events a step with Python stacks).
 want timm && prog timm 20 --warmup 5 --variant "baseline:" --variant "channels_last:--channels-last" \
     --variant "bf16:--amp-dtype bfloat16" -- $P/timm_train.py "${TM[@]}" --steps 20
 want trainer && prog trainer 25 --warmup 5 --variant "baseline:" --variant "bf16:--bf16 True" \
     --variant "tf32:--tf32 True" -- $P/hf_trainer.py "${HT[@]}" --max_steps 20
 want accelerate && prog accelerate 20 --warmup 5 --variant "baseline:@ACCELERATE_MIXED_PRECISION=no" \
     --variant "bf16:@ACCELERATE_MIXED_PRECISION=bf16" -- $P/accelerate_train.py "${AC[@]}" --steps 20
-want pyg && prog pyg 20 --warmup 5 --variant "baseline:" --variant "workers4:--workers 4" \
+want pyg && prog pyg 20 --warmup 5 --capture-steps 5-7 --variant "baseline:" --variant "workers4:--workers 4" \
     -- $P/pyg_train.py "${PG[@]}" --graphs 2600
 want detection && prog detection 25 --warmup 4 --capture-steps 5-7 --variant "baseline:" \
     --variant "workers4:--workers 4" --variant "amp:--amp" -- $P/detection_train.py "${DT[@]}" --steps 16
