@@ -1,79 +1,33 @@
-"""Shared fixtures: real traces (../shared/real_traces beside the checkout, as in CI) and
-the H200 traces in sample_traces/, each loaded once per test session."""
+"""pytest's hooks and fixtures. What tests share otherwise lives in tests/support/ (the
+traces, one CLI runner, one synthetic trace builder): import it from there."""
 
 from __future__ import annotations
 
-import os
-from functools import cache
-from pathlib import Path
-from typing import Any
-
 import pytest
 
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.assemble import build_report
-from tracelens.model import TraceModel, load_trace
+# Older tests imported these from conftest; they are support.corpus's.
+from support.corpus import (  # noqa: F401
+    REAL,
+    REAL_TRACES,
+    REPO,
+    SAMPLE_TRACES,
+    SAMPLES,
+    context_of,
+    job_of,
+    model_of,
+    needs_real,
+    real,
+    report_of,
+    sample,
+    whole_context_of,
+)
+
 from tracelens.report import Report
-
-REPO = Path(__file__).resolve().parents[1]
-SAMPLES = REPO / "sample_traces"
-REAL = Path(os.environ.get("TRACELENS_REAL_TRACES", REPO.parent / "shared" / "real_traces"))
-
-REAL_TRACES = sorted(REAL.glob("*/*.json.gz")) if REAL.is_dir() else []
-SAMPLE_TRACES = sorted(SAMPLES.glob("*.json.gz"))
-
-needs_real = pytest.mark.skipif(not REAL_TRACES, reason=f"real traces not found at {REAL}")
-
-
-def real(name: str) -> Path:
-    """A trace from shared/real_traces by file name."""
-    for p in REAL_TRACES:
-        if p.name == name:
-            return p
-    pytest.skip(f"real trace {name} not found under {REAL}")
-
-
-def sample(name: str) -> Path:
-    p = SAMPLES / f"{name}.pt.trace.json.gz"
-    if not p.exists():
-        pytest.fail(f"sample trace missing: {p}")
-    return p
-
-
-@cache
-def model_of(path: Path) -> TraceModel:
-    return load_trace(path)
-
-
-@cache
-def context_of(path: Path) -> AnalysisContext:
-    return AnalysisContext(model_of(path))
-
-
-@cache
-def whole_context_of(path: Path) -> AnalysisContext:
-    """The whole trace as the window: for benchmark sweeps, whose parts are not one loop."""
-    model = model_of(path)
-    return AnalysisContext(model, user_window=(0.0, model.span_us / 1e6 + 1.0))
-
-
-@cache
-def report_of(path: Path) -> Report:
-    return build_report(model_of(path))
 
 
 @pytest.fixture(scope="session")
 def all_real_reports() -> dict[str, Report]:
     return {p.name: report_of(p) for p in REAL_TRACES}
-
-
-@cache
-def job_of(folder: Path) -> Any:
-    """The job report of a folder of rank traces, read with one worker (no pool)."""
-    from tracelens.job import analyze, expand, map_ranks, rank_inputs
-
-    results, seconds, how = map_ranks(rank_inputs(expand([str(folder)])), workers=1)
-    return analyze(results, map_seconds=seconds, scheduler=how)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,3 +37,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default=False,
         help="rewrite tests/goldens/ from the current outputs instead of comparing against them",
     )
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Collecting the suite loads no trace: parameters are paths, and a test loads what
+    it needs when it runs (loading 58 traces at import once cost 24 s per run)."""
+    loaded = model_of.cache_info().currsize
+    if loaded:
+        raise pytest.UsageError(f"{loaded} traces were loaded while collecting the tests; load them inside the test")

@@ -47,6 +47,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+# tests/ is on the path: as sys.path[0] when this runs as a script, put there by pytest
+# when a test imports it.
+from support.cli import error_lines, one_error_line_problem  # noqa: E402
 
 #: Seeds: small traces, so a case takes well under a second. The H200 captures cover
 #: record_shapes, stacks, steps and NVML counters; the two public ones an old vintage
@@ -127,86 +130,6 @@ PENDING: tuple[tuple[re.Pattern[str], str], ...] = (
     # None now: the violations once listed here were fixed with the ledger (issue 9); their
     # inputs are in the corpus.
 )
-
-
-def tiny_trace(steps: int = 2) -> dict[str, Any]:
-    """A minimal Kineto trace of the 2025+ shape (H200 capture): per step a ProfilerStep
-    range, an aten::mm with shapes, its cuLaunchKernel and the kernel it launched. For
-    edge-case inputs small enough to keep in the corpus."""
-    events: list[dict[str, Any]] = [
-        {"name": "process_name", "ph": "M", "ts": 0, "pid": 7, "tid": 0, "args": {"name": "python3"}},
-        {"name": "thread_name", "ph": "M", "ts": 0, "pid": 7, "tid": 7, "args": {"name": "main"}},
-    ]
-    t = 1000.0
-    for i in range(1, steps + 1):
-        corr = 100 + i
-        events += [
-            {
-                "ph": "X",
-                "cat": "user_annotation",
-                "name": f"ProfilerStep#{i}",
-                "pid": 7,
-                "tid": 7,
-                "ts": t,
-                "dur": 400.0,
-                "args": {"External id": 10 * i},
-            },
-            {
-                "ph": "X",
-                "cat": "cpu_op",
-                "name": "aten::mm",
-                "pid": 7,
-                "tid": 7,
-                "ts": t + 10,
-                "dur": 50.0,
-                "args": {
-                    "External id": 10 * i + 1,
-                    "Input Dims": [[4096, 4096], [4096, 4096]],
-                    "Input type": ["c10::BFloat16", "c10::BFloat16"],
-                },
-            },
-            {
-                "ph": "X",
-                "cat": "cuda_driver",
-                "name": "cuLaunchKernelEx",
-                "pid": 7,
-                "tid": 7,
-                "ts": t + 20,
-                "dur": 10.0,
-                "args": {"External id": 10 * i + 1, "correlation": corr},
-            },
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT",
-                "pid": 0,
-                "tid": 7,
-                "ts": t + 40,
-                "dur": 300.0,
-                "args": {
-                    "device": 0,
-                    "stream": 7,
-                    "correlation": corr,
-                    "registers per thread": 168,
-                    "shared memory": 200000,
-                    "grid": [2, 66, 1],
-                    "block": [384, 1, 1],
-                },
-            },
-        ]
-        t += 400.0
-    props = {
-        "id": 0,
-        "name": "NVIDIA H200",
-        "totalGlobalMem": 150109880320,
-        "computeMajor": 9,
-        "computeMinor": 0,
-        "maxThreadsPerMultiprocessor": 2048,
-        "numSms": 132,
-        "regsPerMultiprocessor": 65536,
-        "sharedMemPerMultiprocessor": 233472,
-    }
-    return {"schemaVersion": 1, "deviceProperties": [props], "traceEvents": events}
 
 
 # ----------------------------------------------------------------------------------
@@ -701,9 +624,10 @@ def _judge(status: int | None, rss: int, seconds: float, trace: Path, before: st
     if "Traceback" in stderr or "Traceback" in stdout:
         return bad("traceback: " + _last_line(stderr))
     if code == 2:
-        lines = stderr.strip().splitlines()
-        if len(lines) != 1 or not lines[0].startswith("tracelens: error: "):
-            return bad(f"exit 2 without exactly one error line: {stderr[:300]!r}")
+        problem = one_error_line_problem(stderr)
+        if problem:
+            return bad(problem)
+        lines = error_lines(stderr)
         if _CONTROL.search(lines[0]):
             return bad("control character in the error line")
         if any(out.glob("r.*")):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from conftest import needs_real, real, report_of, sample
+import pytest
+from support.corpus import needs_real, real, report_of, sample
 
 from tracelens.analyzers.base import Category, Finding
 from tracelens.render import render_html, render_json, render_markdown
@@ -64,6 +65,7 @@ def test_preallocated_cache_has_no_growth() -> None:
     assert _q(rep, "allocation") == "no"
 
 
+@pytest.mark.slow
 @needs_real
 def test_alexnet_measured_forward_and_warmup_apart() -> None:
     rep = report_of(real("benchmark_result_2869224_1695835535_trace.json.gz"))
@@ -75,6 +77,7 @@ def test_alexnet_measured_forward_and_warmup_apart() -> None:
     assert _q(rep, "allocation") == "yes"
 
 
+@pytest.mark.slow
 @needs_real
 def test_memory_events_of_an_old_trace() -> None:
     """A 2021 ResNet-50 trace: [memory] events without totals (allocated is the running sum)."""
@@ -95,6 +98,7 @@ def test_memory_events_of_an_old_trace() -> None:
     assert "#### Device memory" in render_markdown(rep)
 
 
+@pytest.mark.slow
 @needs_real
 def test_memory_events_with_totals() -> None:
     rep = report_of(real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))

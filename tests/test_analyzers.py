@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import context_of, needs_real, real, report_of, sample
+from support.corpus import context_of, needs_real, real, report_of, sample
 
 from tracelens.analyzers import host_bound, host_sync, launch_overhead
 from tracelens.analyzers.base import Category, Severity
@@ -15,6 +15,7 @@ def _sync_sites(name_or_path):  # type: ignore[no-untyped-def]
 
 
 # ---------------------------------------------------------------- host_sync
+@pytest.mark.slow
 @needs_real
 def test_owlv2_80_stream_syncs_in_copy_block_359_ms() -> None:
     findings, sites = _sync_sites(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
@@ -30,6 +31,7 @@ def test_owlv2_80_stream_syncs_in_copy_block_359_ms() -> None:
     assert all(f.severity in (Severity.INFO, Severity.LOW) for f in findings)
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize(
     "name",
@@ -97,6 +99,7 @@ def test_tiny_op_loop_is_launch_bound_and_primary() -> None:
     assert report_of(sample("launch_bound")).summary.primary == "launch_overhead"
 
 
+@pytest.mark.slow
 @needs_real
 def test_zero_grad_launch_storm_found_in_2021_resnet() -> None:
     """ResNet-50 (2021): optimizer.zero_grad() without set_to_none launches one fill kernel
@@ -121,6 +124,7 @@ def test_pageable_loop_is_host_bound_in_make_batch() -> None:
     assert "pin" in f.advice
 
 
+@pytest.mark.slow
 @needs_real
 def test_dataloader_on_main_thread_named() -> None:
     (f,) = host_bound.analyze(context_of(real("worker0.1623143089861.pt.trace.json.gz")))
@@ -130,6 +134,7 @@ def test_dataloader_on_main_thread_named() -> None:
     assert ev["of it in data loading ops"] > 0.5 * f.time_us
 
 
+@pytest.mark.slow
 @needs_real
 def test_owlv2_idle_follows_syncs_into_pipeline_preprocessing() -> None:
     (f,) = host_bound.analyze(context_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz")))
@@ -139,6 +144,7 @@ def test_owlv2_idle_follows_syncs_into_pipeline_preprocessing() -> None:
     assert "DataLoader" in f.sites[0].description
 
 
+@pytest.mark.slow
 @needs_real
 def test_every_real_trace_reports(all_real_reports) -> None:  # type: ignore[no-untyped-def]
     for name, rep in all_real_reports.items():

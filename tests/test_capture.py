@@ -4,6 +4,7 @@ samples travel inside the trace. The H200 runs are in test_capture_gpu.py."""
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import subprocess
 import sys
@@ -12,30 +13,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import argv, cli
+from support.corpus import DATA, SAMPLES, sample
 
 from tracelens.capture.nvml import SERIES, GpuSamples, SamplerResult
 from tracelens.capture.trace_file import counter_events, finish_trace
 from tracelens.model import load_trace
 
-DATA = Path(__file__).resolve().parent / "data"
-
 
 def capture(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "tracelens", "capture", "--out-dir", str(tmp_path / "reports"), *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=600,
-    )
+    return cli("capture", "--out-dir", tmp_path / "reports", *args, cwd=tmp_path, timeout=600)
 
 
+# Found without importing it (an import of torch costs seconds of collection).
 needs_torch = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
+    importlib.util.find_spec("torch") is None,
     reason="torch not installed (pip install torch==2.13.0)",
 )
 
 
+@pytest.mark.slow
 @needs_torch
 def test_capture_cpu_script_passes_exit_code_and_argv(tmp_path: Path) -> None:
     out = tmp_path / "t.pt.trace.json.gz"
@@ -57,6 +54,7 @@ def test_capture_cpu_script_passes_exit_code_and_argv(tmp_path: Path) -> None:
     assert len(m.steps) >= 1 and m.meta.metadata["tracelens"]["torch_version"]
 
 
+@pytest.mark.slow
 @needs_torch
 def test_capture_survives_an_exception(tmp_path: Path) -> None:
     out = tmp_path / "e.json.gz"
@@ -67,6 +65,7 @@ def test_capture_survives_an_exception(tmp_path: Path) -> None:
     assert out.exists() and load_trace(out).meta.metadata["tracelens"]["exit_code"] == 1
 
 
+@pytest.mark.slow
 @needs_torch
 def test_steps_window_and_explicit_step_hook(tmp_path: Path) -> None:
     out = tmp_path / "s.json.gz"
@@ -84,6 +83,7 @@ def test_steps_window_and_explicit_step_hook(tmp_path: Path) -> None:
     assert data["tracelens"]["steps_marked"] == 6 and data["tracelens"]["step_source"] == "explicit"
 
 
+@pytest.mark.slow
 def test_bad_capture_arguments(tmp_path: Path) -> None:
     res = capture(tmp_path, str(tmp_path / "missing.py"))
     assert res.returncode != 0 and "Traceback" not in res.stderr
@@ -104,7 +104,7 @@ def _fake_samples() -> SamplerResult:
 def test_samples_become_counter_tracks_aligned_to_base_time(tmp_path: Path) -> None:
     """finish_trace splices counters into a real trace; the loader reads them back on
     the trace's time base."""
-    src = Path(__file__).resolve().parents[1] / "sample_traces" / "launch_bound.pt.trace.json.gz"
+    src = sample("launch_bound")
     raw = tmp_path / "raw.json"
     raw.write_bytes(gzip.decompress(src.read_bytes()))
     base_ns = json.loads(raw.read_bytes())["baseTimeNanoseconds"]
@@ -129,6 +129,7 @@ def test_samples_become_counter_tracks_aligned_to_base_time(tmp_path: Path) -> N
     assert len(m.host) == len(load_trace(src).host)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
     import signal
@@ -164,6 +165,7 @@ def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
     assert load_trace(out).meta.metadata["tracelens"]["exit_code"] == 130
 
 
+@pytest.mark.slow
 @needs_torch
 def test_time_window(tmp_path: Path) -> None:
     out = tmp_path / "w.json.gz"
@@ -183,6 +185,7 @@ def test_time_window(tmp_path: Path) -> None:
     assert rec["t_start"] == pytest.approx(0.35, abs=0.1) and rec["t_end"] == pytest.approx(0.75, abs=0.15)
 
 
+@pytest.mark.slow
 @needs_torch
 def test_script_with_its_own_profiler_does_not_crash(tmp_path: Path) -> None:
     res = capture(tmp_path, "--no-report", "-o", str(tmp_path / "p.json.gz"), str(DATA / "uses_profiler.py"))
@@ -191,6 +194,7 @@ def test_script_with_its_own_profiler_does_not_crash(tmp_path: Path) -> None:
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 @needs_torch
 def test_relative_output_survives_chdir_and_module_args(tmp_path: Path) -> None:
     res = capture(tmp_path, "--no-report", "-o", "rel/out.json.gz", str(DATA / "chdir_away.py"), "elsewhere")
@@ -211,7 +215,7 @@ def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
     from tracelens.analyzers import power_throttle
     from tracelens.analyzers.context import AnalysisContext
 
-    src = Path(__file__).resolve().parents[1] / "sample_traces" / "power_gemm.pt.trace.json.gz"
+    src = sample("power_gemm")
     data = json.loads(gzip.decompress(src.read_bytes()))
     last: dict[str, object] = {}
     kept = []
@@ -256,6 +260,7 @@ def _steps_in(path: Path) -> list[int]:
     )
 
 
+@pytest.mark.slow
 @needs_torch
 def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
     """40 training steps: the default skips 5, records 20, says so, and leaves no
@@ -274,6 +279,7 @@ def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
     assert set(Path(tempfile.gettempdir()).glob("tracelens-capture-*")) <= before
 
 
+@pytest.mark.slow
 @needs_torch
 def test_forward_marks_bound_an_inference_loop_and_max_events_cuts(tmp_path: Path) -> None:
     """No optimizer: outermost nn.Module calls are the steps. --max-events cuts the
@@ -289,6 +295,7 @@ def test_forward_marks_bound_an_inference_loop_and_max_events_cuts(tmp_path: Pat
     assert steps[0] == 5 and len(steps) < 20, steps
 
 
+@pytest.mark.slow
 @needs_torch
 def test_steps_past_the_end_still_leave_a_trace(tmp_path: Path) -> None:
     out = tmp_path / "late.json.gz"
@@ -299,6 +306,7 @@ def test_steps_past_the_end_still_leave_a_trace(tmp_path: Path) -> None:
     assert _meta(out)["steps_marked"] == 8 and _meta(out)["window"]["recorded"] is None
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.parametrize(
     ("script", "args", "code"),
@@ -324,6 +332,7 @@ def test_python_exit_codes_when_the_script_never_ran_torch(
     assert (tmp_path / "x.json.gz").exists()
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
 def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
@@ -334,7 +343,7 @@ def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
 
     out = tmp_path / "sig.json.gz"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tracelens", "capture", "--no-report", "-o", str(out), str(DATA / "cpu_forever.py")],
+        argv("capture", "--no-report", "-o", out, DATA / "cpu_forever.py"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -354,6 +363,7 @@ def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
     assert meta["exit_code"] == code and meta["recorded"]["ops"] > 0
 
 
+@pytest.mark.slow
 @needs_torch
 def test_all_threads_are_recorded(tmp_path: Path) -> None:
     import torch
@@ -371,6 +381,7 @@ def test_all_threads_are_recorded(tmp_path: Path) -> None:
     assert data["tracelens"]["all_threads"] is True
 
 
+@pytest.mark.slow
 @needs_torch
 def test_memory_capture_keeps_the_allocator_events(tmp_path: Path) -> None:
     """torch's all-threads mode drops [memory] events; --memory must still record them."""
@@ -386,7 +397,7 @@ def test_memory_capture_keeps_the_allocator_events(tmp_path: Path) -> None:
 def test_malformed_export_is_salvaged(tmp_path: Path) -> None:
     """A broken byte in one event and a cut-off end (as in the 2.2 GB export of issue
     12): the readable events are kept and the note says what happened."""
-    src = Path(__file__).resolve().parents[1] / "sample_traces" / "host_sync_mask.pt.trace.json.gz"
+    src = sample("host_sync_mask")
     good = gzip.decompress(src.read_bytes())
     n_good = len(json.loads(good)["traceEvents"])
     i = good.find(b'"aten::nonzero"')
@@ -404,7 +415,6 @@ def test_malformed_export_is_salvaged(tmp_path: Path) -> None:
 
 # -- the H200 captures (sample_traces/capture_*.pt.trace.json.gz; no GPU needed) -------
 
-SAMPLES = Path(__file__).resolve().parents[1] / "sample_traces"
 #: Python files of torch.compile's compiler (not its runtime): none may be in the window.
 COMPILER_FILES = ("torch/_dynamo/convert_frame.py", "torch/_inductor/compile_fx.py", "torch/_inductor/codegen/")
 

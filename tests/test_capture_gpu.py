@@ -5,18 +5,16 @@ python -m pytest -m gpu tests/test_capture_gpu.py
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from support.cli import cli
+from support.corpus import REPO
 
 from tracelens.analyzers import power_throttle
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.model import load_trace
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _has_cuda() -> bool:
@@ -27,18 +25,20 @@ def _has_cuda() -> bool:
     return bool(torch.cuda.is_available()) and torch.version.hip is None
 
 
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_cuda(), reason="needs an NVIDIA GPU")]
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+
+@pytest.fixture(autouse=True)
+def _cuda_present() -> None:
+    """Asked when a test runs, not at import: importing torch costs seconds of every
+    collection, and these tests are deselected unless -m gpu asks for them."""
+    if not _has_cuda():
+        pytest.skip("needs an NVIDIA GPU")
 
 
 def _capture(tmp_path: Path, out: Path, *args: str) -> None:
-    res = subprocess.run(
-        # --all: these check phases across the whole run, not the default steady-state window
-        [sys.executable, "-m", "tracelens", "capture", "--all", "--no-report", "-o", str(out), *args],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=300,
-    )
+    # --all: these check phases across the whole run, not the default steady-state window
+    res = cli("capture", "--all", "--no-report", "-o", out, *args, cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
 
 

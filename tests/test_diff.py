@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
-from conftest import model_of, needs_real, real, sample
+from support.cli import cli, one_error_line_problem
+from support.corpus import model_of, needs_real, real, sample
 
 from tracelens.diff import build_diff
 from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
@@ -22,6 +24,7 @@ def _check_contract(d: object) -> None:
         assert set(c) >= {"kind", "name", "source", "before_us", "after_us"}
 
 
+@pytest.mark.slow
 @needs_real
 def test_dataloader_workers_pair() -> None:
     """The 2021 ResNet-50 pair, DataLoader num_workers=0 vs 4 on the same V100. The mean
@@ -82,6 +85,7 @@ def test_renderers_escape_and_stay_offline() -> None:
     assert "tracelens diff" in term
 
 
+@pytest.mark.slow
 @needs_real
 def test_different_gpus_are_said_up_front() -> None:
     d = build_diff(model_of(real("worker0.1623143089861.pt.trace.json.gz")), model_of(sample("train_step")))
@@ -131,17 +135,11 @@ def test_h200_repeat_is_within_noise() -> None:
     assert d.verdict.within_noise and "Within noise" in d.verdict.text
 
 
-def test_diff_command_writes_three_reports(tmp_path: object) -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    out = Path(str(tmp_path))
+@pytest.mark.slow
+def test_diff_command_writes_three_reports(tmp_path: Path) -> None:
+    out = tmp_path
     b, a = sample("host_bound_pageable"), sample("host_bound_pinned")
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "diff", str(b), str(a), "--out-dir", str(out)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = cli("diff", b, a, "--out-dir", out)
     assert r.returncode == 0, r.stderr
     assert "Faster by" in r.stdout
     names = sorted(p.suffix for p in out.iterdir())
@@ -149,29 +147,17 @@ def test_diff_command_writes_three_reports(tmp_path: object) -> None:
     data = json.loads(next(out.glob("*.json")).read_text())
     assert data["verdict"]["change_us"] < 0
     # The inputs are never an output.
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "diff", str(b), str(a), "--json", str(b)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    r = cli("diff", b, a, "--json", b)
+    assert r.returncode == 2 and one_error_line_problem(r.stderr) is None
 
 
-def test_report_steps_and_window_override(tmp_path: object) -> None:
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    out = Path(str(tmp_path)) / "r.json"
+@pytest.mark.slow
+def test_report_steps_and_window_override(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
     t = sample("train_step")
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "report", str(t), "--steps", "3-4", "--json", str(out), "-q"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = cli("report", t, "--steps", "3-4", "--json", out, "-q")
     assert r.returncode == 0, r.stderr
     w = json.loads(out.read_text())["window"]
     assert w["source"] == "user" and w["steps"] == 2
-    r = subprocess.run(
-        [sys.executable, "-m", "tracelens", "report", str(t), "--window", "50:60", "--json", str(out), "-q"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    r = cli("report", t, "--window", "50:60", "--json", out, "-q")
     assert r.returncode == 2 and "not inside the trace" in r.stderr

@@ -6,7 +6,8 @@ see workloads/dynamism/capture.log); each problem has a fixed twin that must ans
 
 from __future__ import annotations
 
-from conftest import needs_real, real, report_of, sample
+import pytest
+from support.corpus import needs_real, real, report_of, sample
 
 from tracelens.analyzers.base import Category, Finding
 from tracelens.analyzers.shape_dynamism import describe_shapes
@@ -90,6 +91,7 @@ def test_graph_break_fixed_is_one_graph() -> None:
     assert _finding(rep, Category.HOST_SYNC) is None
 
 
+@pytest.mark.slow
 @needs_real
 def test_hta_rank0_is_compiled_and_graph_replayed() -> None:
     rep = report_of(real("rank0.json.gz"))
@@ -100,6 +102,8 @@ def test_hta_rank0_is_compiled_and_graph_replayed() -> None:
     assert "nothing to capture again" in f.advice
     for g in rep.findings:
         assert "CUDA graphs cannot capture" not in g.advice
+    # Positive control: the advice says so where shapes do change (the growing KV cache).
+    assert any("CUDA graphs cannot capture" in g.advice for g in report_of(sample("dyn_kv_cat")).findings)
 
 
 def test_describe_shapes() -> None:
@@ -120,6 +124,7 @@ def test_no_question_is_not_built() -> None:
     assert all("not built" not in q.answer for q in rep.questions)
 
 
+@pytest.mark.slow
 @needs_real
 def test_a_fixed_set_of_shapes_per_step_is_no_dynamism() -> None:
     """The 2021 V100 ResNet-50 trace copies images [32, 3, 224, 224] and labels [32] with
@@ -128,8 +133,11 @@ def test_a_fixed_set_of_shapes_per_step_is_no_dynamism() -> None:
     rep = report_of(real("worker0.1623212756351.pt.trace.json.gz"))
     assert next(q.status for q in rep.questions if q.id == "shape_dynamism") == "no"
     assert not any(f.category.value == "shape_dynamism" for f in rep.findings)
+    # Positive control: ragged batches are found.
+    assert any(f.category.value == "shape_dynamism" for f in report_of(sample("dyn_ragged")).findings)
 
 
+@pytest.mark.slow
 @needs_real
 def test_a_small_part_is_not_named_in_the_headline() -> None:
     """HTA's sampled DLRM rank: 361 ms host-bound, of which a 6 ms shape-dynamism part;

@@ -24,16 +24,16 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from conftest import context_of, needs_real, real
+from support.corpus import context_of, needs_real, real
 
 from tracelens.derive.ledger import IDLE_CAUSES, compute_ledger
 from tracelens.derive.window import Window
 
-hta = pytest.importorskip("hta.trace_analysis", reason="holistictraceanalysis not installed (pip install -e .[hta])")
-pytestmark = [pytest.mark.hta, needs_real, pytest.mark.filterwarnings("ignore")]
+pytestmark = [pytest.mark.hta, pytest.mark.slow, needs_real, pytest.mark.filterwarnings("ignore")]
 
 # Single-stream traces where both tools run on pandas 3 (resnet_act_checkpoint fails
 # inside HTA on pandas 3; rank0.json's CUDA-graph kernels are dropped by HTA's filter).
@@ -46,9 +46,16 @@ TRACES = [
 ]
 
 
+def _hta() -> Any:
+    """HTA's TraceAnalysis module, imported when a test runs (importing it at collection
+    cost seconds on every run of the suite)."""
+    return pytest.importorskip("hta.trace_analysis", reason="holistictraceanalysis not installed (pip install .[hta])")
+
+
 def _hta_idle(path: Path, tmp: Path) -> tuple[float, float, dict[str, float]]:
     """HTA's idle breakdown of the (single) kernel stream: window start/end in raw trace
     µs, and host_wait/kernel_wait/other in µs."""
+    hta = _hta()
     os.environ["HTA_DISABLE_NS_ROUNDING"] = "1"
     shutil.copy(path, tmp / path.name)
     ta = hta.TraceAnalysis(trace_dir=str(tmp))
@@ -112,7 +119,7 @@ COMM_TRACES = [
 def test_communication_overlap_matches_hta(name: str, tmp_path: Path) -> None:
     path = real(name)
     shutil.copy(path, tmp_path / path.name)
-    ta = hta.TraceAnalysis(trace_dir=str(tmp_path))
+    ta = _hta().TraceAnalysis(trace_dir=str(tmp_path))
     hta_pct = float(ta.get_comm_comp_overlap(visualize=False)["comp_comm_overlap_pctg"].iloc[0])
     dev = context_of(path).ledger.primary
     assert dev is not None and dev.comm_us > 0

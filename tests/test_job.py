@@ -8,20 +8,20 @@ import gzip
 import json
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import msgspec
 import pytest
-from conftest import REPO, SAMPLES, job_of, real
+from support.cli import PY, cli
+from support.corpus import REPO, SAMPLES, job_of, real
 
 from tracelens.job import analyze, expand, looks_like_ranks, map_ranks, rank_inputs
 from tracelens.job.discover import rank_from_name
-from tracelens.job.model import JobReport, RankFailure, RankSummary
+from tracelens.job.model import RankFailure, RankSummary
 from tracelens.job.summarize import collective_kind, summarize
 from tracelens.render.job import render_job_html, render_job_json, render_job_markdown, render_job_terminal
+from tracelens.report.job_report import JobReport
 
-PY = sys.executable
 #: What the workload planted (workloads/ranks/gloo_ranks.py): rank 1 is the slow one,
 #: 15 ms of host busy loop per step in host_slow.
 SLOW_RANK = 1
@@ -128,6 +128,7 @@ def test_html_markdown_terminal() -> None:
     assert "Rank 1 is the straggler" in term and "wrote out.html" in term
 
 
+@pytest.mark.slow
 def test_hta_sampled_pair_is_a_partial_job_and_names_no_straggler() -> None:
     paths = [real("sampled_rank-0.json.gz"), real("sampled_rank-1.json.gz")]
     results, _, _ = map_ranks(rank_inputs([str(p) for p in paths]), workers=1)
@@ -193,16 +194,9 @@ def test_summary_is_small_and_pickles() -> None:
     assert pickle.loads(blob) == s
 
 
-def run_cli(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PY, "-m", "tracelens", *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=300
-    )
-
-
+@pytest.mark.slow
 def test_cli_folder_writes_one_job_report_and_per_rank_reports(tmp_path: Path) -> None:
-    out = run_cli(
-        "report", case("host_slow"), "--out-dir", tmp_path / "rep", "--per-rank", "--workers", "2", cwd=tmp_path
-    )
+    out = cli("report", case("host_slow"), "--out-dir", tmp_path / "rep", "--per-rank", "--workers", "2", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Rank 1 is the straggler" in out.stdout
     assert "ranks 3/3 read" in out.stderr
@@ -219,47 +213,51 @@ def test_cli_folder_writes_one_job_report_and_per_rank_reports(tmp_path: Path) -
     assert doc["job"]["stragglers"][0]["rank"] == SLOW_RANK
 
 
+@pytest.mark.slow
 def test_cli_redacts_the_job_and_per_rank_reports(tmp_path: Path) -> None:
     folder = tmp_path / "secret-project" / "ranks_host_slow"
     shutil.copytree(case("host_slow"), folder)
     rep = tmp_path / "rep"
-    out = run_cli("report", folder, "--out-dir", rep, "--per-rank", "--workers", "1", "--redact", cwd=tmp_path)
+    out = cli("report", folder, "--out-dir", rep, "--per-rank", "--workers", "1", "--redact", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     written = [p for p in rep.rglob("*") if p.is_file()]
     assert len(written) == 3 + 3 * 3  # the job report, and each rank's HTML/Markdown/JSON
     for path in written:
         assert str(tmp_path) not in path.read_text(), path.name
     assert str(tmp_path) not in out.stdout
-    bad = run_cli("report", folder, "--perfetto", tmp_path / "p.json", cwd=tmp_path)
+    bad = cli("report", folder, "--perfetto", tmp_path / "p.json", cwd=tmp_path)
     assert bad.returncode == 2 and "--perfetto annotates one trace" in bad.stderr
 
 
+@pytest.mark.slow
 def test_cli_glob_and_files(tmp_path: Path) -> None:
-    out = run_cli("report", str(case("gpu_heavy") / "rank*.json.gz"), "--json", tmp_path / "j.json", "-q", cwd=tmp_path)
+    out = cli("report", str(case("gpu_heavy") / "rank*.json.gz"), "--json", tmp_path / "j.json", "-q", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert json.loads((tmp_path / "j.json").read_text())["job"]["stragglers"][0]["reason"].startswith("gpu_busy")
     files = sorted(case("balanced").glob("*.gz"))
-    out = run_cli("report", *files, "--json", tmp_path / "b.json", "-q", cwd=tmp_path)
+    out = cli("report", *files, "--json", tmp_path / "b.json", "-q", cwd=tmp_path)
     assert out.returncode == 0 and json.loads((tmp_path / "b.json").read_text())["job"]["stragglers"] == []
 
 
+@pytest.mark.slow
 def test_cli_unrelated_traces_get_one_report_each(tmp_path: Path) -> None:
     for name in ("host_sync_mask", "launch_bound"):
         shutil.copy(SAMPLES / f"{name}.pt.trace.json.gz", tmp_path / f"{name}.pt.trace.json.gz")
-    out = run_cli("report", tmp_path, "--out-dir", tmp_path / "rep", "-q", cwd=tmp_path)
+    out = cli("report", tmp_path, "--out-dir", tmp_path / "rep", "-q", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert sorted(p.name.split(".")[0] for p in (tmp_path / "rep").glob("*.json")) == ["host_sync_mask", "launch_bound"]
-    bad = run_cli("report", tmp_path / "host_sync_mask.pt.trace.json.gz", tmp_path / "launch_bound.pt.trace.json.gz",
+    bad = cli("report", tmp_path / "host_sync_mask.pt.trace.json.gz", tmp_path / "launch_bound.pt.trace.json.gz",
                   "--json", tmp_path / "x.json", cwd=tmp_path)  # fmt: skip
     assert bad.returncode == 2 and "not ranks of one job" in bad.stderr and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_cli_trace_text_is_escaped(tmp_path: Path) -> None:
     folder = tmp_path / "job"
     folder.mkdir()
     for r in (0, 1):
         shutil.copy(case("host_slow") / f"rank{r}.pt.trace.json.gz", folder / f"rank{r}<img src=x>.pt.trace.json.gz")
-    out = run_cli("report", folder, "--html", tmp_path / "j.html", "--md", tmp_path / "j.md", cwd=tmp_path)
+    out = cli("report", folder, "--html", tmp_path / "j.html", "--md", tmp_path / "j.md", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     html = (tmp_path / "j.html").read_text()
     assert "<img src=x>" not in html and "&lt;img src=x&gt;" in html

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, needs_real, real, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, needs_real, real, report_of, sample
 
 from tracelens.derive.ledger import compute_ledger
 from tracelens.derive.window import Window
@@ -50,6 +50,7 @@ def _sources_window(model: TraceModel) -> Window:
     return Window(w0, w1, "user", (), (), 0.0, (), "as SOURCES.md")
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize("name", sorted(KNOWN_IDLE))
 def test_idle_share_matches_independent_measurement(name: str) -> None:
@@ -62,6 +63,7 @@ def test_idle_share_matches_independent_measurement(name: str) -> None:
     assert sum(dev.by_cause.values()) == pytest.approx(dev.window_us, rel=1e-6, abs=1.0)
 
 
+@pytest.mark.slow
 @needs_real
 def test_dataloader_fix_halves_host_bound_idle() -> None:
     """#2 (num_workers=0) vs #3 (num_workers=4), same ResNet-50 on the same V100."""
@@ -73,6 +75,7 @@ def test_dataloader_fix_halves_host_bound_idle() -> None:
     assert hb_before > 0.3 and hb_after < 0.25 and hb_after < 0.7 * hb_before
 
 
+@pytest.mark.slow
 @needs_real
 def test_setup_dominated_window_is_per_step() -> None:
     """#16 is 98% idle in its steps; the breakdown is computed inside the steps only."""
@@ -115,6 +118,7 @@ def test_profiler_step_overhead_is_not_blamed_on_the_program() -> None:
 ALL_TRACES = SAMPLE_TRACES + REAL_TRACES
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ALL_TRACES, ids=lambda p: p.name)
 def test_one_ledger_every_trace(path: Path) -> None:
     """The contract of issue 9 on every sample and public trace: the ledger partitions
@@ -158,6 +162,7 @@ def test_launch_bound_loop_is_one_regime() -> None:
     assert rep.gpu_time.launch_regions >= 1
 
 
+@pytest.mark.slow
 @needs_real
 def test_exposed_communication_on_the_mi300x_ddp_trace() -> None:
     """resnet_act_checkpoint (MI300X, DDP over RCCL): collectives are most of the window
@@ -169,6 +174,7 @@ def test_exposed_communication_on_the_mi300x_ddp_trace() -> None:
     assert rep.gpu_time.comm_us / rep.gpu_time.total.window_us > 0.75
 
 
+@pytest.mark.slow
 @needs_real
 def test_allocation_in_the_alexnet_benchmark() -> None:
     """HTA's AlexNet benchmark trace: its forward is mostly cudaMalloc/cudaFree."""

@@ -3,13 +3,21 @@ B200, MI250, MI300X) and the H200 captures in sample_traces/."""
 
 from __future__ import annotations
 
+import copy
+import gzip
+import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+from support.synthetic import tiny_trace
 
-from tracelens.model import Kind
+from tracelens.domain import MAX_TRACE_NAME_CHARS
+from tracelens.errors import TraceInputError
+from tracelens.model import Kind, load_trace
+from tracelens.model import loader as loader_mod
 
 # ProfilerStep# counts on the CPU side, from shared/real_traces/SOURCES.md.
 EXPECTED_STEPS = {
@@ -43,6 +51,7 @@ EXPECTED_KERNELS = {
 }
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: p.name)
 def test_every_real_trace_loads(path: Path) -> None:
@@ -65,6 +74,7 @@ def test_every_real_trace_loads(path: Path) -> None:
     assert (h["ts"].to_numpy()[has] >= h["ts"].to_numpy()[p[has]] - 1e-6).all()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", SAMPLE_TRACES, ids=lambda p: p.name)
 def test_every_sample_trace_loads(path: Path) -> None:
     m = model_of(path)
@@ -81,6 +91,7 @@ def test_every_sample_trace_loads(path: Path) -> None:
     assert m.meta.base_time_ns is not None
 
 
+@pytest.mark.slow
 @needs_real
 def test_2021_vintage_string_tids_and_lowercase_keys() -> None:
     m = model_of(real("worker0.pt.trace.json.gz"))
@@ -94,6 +105,7 @@ def test_2021_vintage_string_tids_and_lowercase_keys() -> None:
     assert any("no deviceProperties" in n for n in m.meta.notes)
 
 
+@pytest.mark.slow
 @needs_real
 def test_2021_call_stack_strings_give_sources() -> None:
     from tracelens.model.sources import user_source
@@ -104,6 +116,7 @@ def test_2021_call_stack_strings_give_sources() -> None:
     assert src is not None and src.file.endswith(".py") and src.line is not None
 
 
+@pytest.mark.slow
 @needs_real
 def test_amd_traces() -> None:
     m = model_of(real("resnet_act_checkpoint.json.gz"))
@@ -116,6 +129,7 @@ def test_amd_traces() -> None:
     assert mi250.meta.vendor == "amd"
 
 
+@pytest.mark.slow
 @needs_real
 def test_base_time_and_ns_display_unit() -> None:
     new = model_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
@@ -128,6 +142,7 @@ def test_base_time_and_ns_display_unit() -> None:
     assert 0 < ns.span_us < 10e6
 
 
+@pytest.mark.slow
 @needs_real
 def test_python_function_tree_and_cuda_graph_launches() -> None:
     m = model_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
@@ -156,18 +171,9 @@ def test_sample_trace_links_kernels_to_ops() -> None:
 
 # --------------------------------------------------------------------------------------
 # Odd input (issue 14): repaired or skipped and noted, or refused with TraceInputError.
-# Each builds on fuzz.tiny_trace(): 2 steps, each one aten::mm -> cuLaunchKernelEx -> kernel.
+# Each builds on support.synthetic.tiny_trace(): 2 steps, each one aten::mm ->
+# cuLaunchKernelEx -> kernel.
 # --------------------------------------------------------------------------------------
-import copy  # noqa: E402
-import gzip  # noqa: E402
-import json  # noqa: E402
-import os  # noqa: E402
-
-import fuzz  # noqa: E402
-
-from tracelens.errors import TraceInputError  # noqa: E402
-from tracelens.model import load_trace  # noqa: E402
-from tracelens.model import loader as loader_mod  # noqa: E402
 
 
 def _write(tmp_path: Path, data: bytes | dict[str, object], name: str = "t.json") -> Path:
@@ -181,12 +187,12 @@ def _kernel(d: dict[str, object]) -> dict[str, object]:
 
 
 def test_tiny_trace_is_a_clean_baseline(tmp_path: Path) -> None:
-    m = load_trace(_write(tmp_path, fuzz.tiny_trace()))
+    m = load_trace(_write(tmp_path, tiny_trace()))
     assert len(m.kernels()) == 2 and len(m.steps) == 2 and m.meta.notes == ()
 
 
 def test_exact_duplicate_events_count_once(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"] += [copy.deepcopy(_kernel(d)) for _ in range(2000)]  # type: ignore[operator]
     m = load_trace(_write(tmp_path, d))
     assert len(m.kernels()) == 2
@@ -194,7 +200,7 @@ def test_exact_duplicate_events_count_once(tmp_path: Path) -> None:
 
 
 def test_negative_step_is_not_a_window(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"][2]["dur"] = -40_000.0  # type: ignore[index]  # ProfilerStep#1
     m = load_trace(_write(tmp_path, d))
     assert m.steps["step"].tolist() == [2]
@@ -202,7 +208,7 @@ def test_negative_step_is_not_a_window(tmp_path: Path) -> None:
 
 
 def test_huge_ints_in_args_and_memory_events(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     _kernel(d)["args"]["device"] = 2**70  # type: ignore[index]
     d["traceEvents"].append(  # type: ignore[attr-defined]
         {"ph": "i", "name": "[memory]", "pid": 7, "tid": 7, "ts": 1100, "args": {"Bytes": 2**63 + 5, "Device Id": 0}}
@@ -213,7 +219,7 @@ def test_huge_ints_in_args_and_memory_events(tmp_path: Path) -> None:
 
 
 def test_absurd_device_properties_are_dropped(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     props = d["deviceProperties"][0]  # type: ignore[index]
     props["numSms"] = 10**30
     props["sharedMemPerMultiprocessor"] = -1
@@ -233,30 +239,30 @@ def test_matmul_waves_survive_absurd_slots() -> None:
 
 
 def test_long_names_are_cut(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     _kernel(d)["name"] = "void k<" + "x" * 70_000 + ">()"
     m = load_trace(_write(tmp_path, d))
     names = m.kernels()["name"].astype(str)
-    assert names.str.len().max() <= loader_mod.MAX_NAME_CHARS
+    assert names.str.len().max() <= MAX_TRACE_NAME_CHARS
     long = names.iloc[0]
     assert long.startswith("void k<") and long.endswith(">()") and "…" in long
     assert any("names longer than" in n for n in m.meta.notes)
 
 
 def test_lone_surrogates_and_bad_utf8_are_repaired(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"][3]["name"] = "aten::mm\ud800"  # type: ignore[index]
     m = load_trace(_write(tmp_path, d))
     assert "aten::mm\ufffd" in set(m.host["name"].astype(str))
     assert any("surrogate" in n for n in m.meta.notes)
-    raw = json.dumps(fuzz.tiny_trace()).encode().replace(b'"aten::mm"', b'"aten::mm\xff"', 1)
+    raw = json.dumps(tiny_trace()).encode().replace(b'"aten::mm"', b'"aten::mm\xff"', 1)
     m = load_trace(_write(tmp_path, raw))
     assert "aten::mm\ufffd" in set(m.host["name"].astype(str))
     assert any("not UTF-8" in n for n in m.meta.notes)
 
 
 def test_unreadable_events_are_skipped_and_counted(tmp_path: Path) -> None:
-    d = fuzz.tiny_trace()
+    d = tiny_trace()
     d["traceEvents"][4]["ph"] = None  # type: ignore[index]  # the first cuLaunchKernelEx
     d["traceEvents"] += [5, "x", [], None]  # type: ignore[operator]
     raw = json.dumps(d).encode().replace(b'"ts": 1040.0', b'"ts": 1e400', 1)  # the first kernel
@@ -266,7 +272,7 @@ def test_unreadable_events_are_skipped_and_counted(tmp_path: Path) -> None:
 
 
 def test_gzip_with_bom_padding_and_members(tmp_path: Path) -> None:
-    raw = json.dumps(fuzz.tiny_trace()).encode()
+    raw = json.dumps(tiny_trace()).encode()
     for name, data, note in (
         ("bom.json.gz", gzip.compress(b"\xef\xbb\xbf" + raw), None),
         ("nl.json.gz", gzip.compress(raw) + b"\n", "padding after the gzip stream"),
@@ -283,7 +289,7 @@ def test_gzip_bomb_is_refused_early(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     # The real floor is 256 MiB; lowered so the test stays small: 20 MB of spaces is a
     # 1,000x ratio, five times the bound.
     monkeypatch.setattr(loader_mod, "GZIP_FLOOR_BYTES", 2**20)
-    bomb = gzip.compress(b" " * 20_000_000 + json.dumps(fuzz.tiny_trace()).encode(), 9)
+    bomb = gzip.compress(b" " * 20_000_000 + json.dumps(tiny_trace()).encode(), 9)
     with pytest.raises(TraceInputError, match="decompression bomb"):
         load_trace(_write(tmp_path, bomb, "bomb.json.gz"))
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from conftest import real, sample
+from support.corpus import real, sample
 
 import tracelens.model.loader as loader_mod
 import tracelens.model.stream as stream_mod
@@ -50,6 +50,7 @@ def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(stream_mod, "READ_BYTES", 1777)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path",
     [
@@ -201,6 +202,7 @@ def split(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return merged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "path",
     [

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, context_of, model_of, needs_real, real, report_of, sample, whole_context_of
+from support.corpus import REPO, context_of, model_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers import misaligned_matmul, wave_quantization
 from tracelens.analyzers.matmul_shapes import Tile, matmul_rows, parse_tile, shape_of, tiles_for, waves_of
@@ -95,6 +95,7 @@ def test_partial_waves_flagged_with_cost(monkeypatch: pytest.MonkeyPatch) -> Non
     assert rows[(2432, 2432, 2432)].wave_efficiency > rows[(2304, 2304, 2304)].wave_efficiency + 0.1
 
 
+@pytest.mark.slow
 @needs_real
 def test_wave_quantization_on_qwen_prefill() -> None:
     """Qwen1.5-0.5B on an H100 (132 SMs): 8944 tokens x 1024 features make 560 tiles of
@@ -113,6 +114,7 @@ def test_small_or_exact_shapes_not_flagged() -> None:
     assert wave_quantization.analyze(whole_context_of(sample("matmul_sweep"))) == []
 
 
+@pytest.mark.slow
 @needs_real
 def test_owlv2_attention_bmm_on_odd_sequence_length() -> None:
     """OWLv2 on an H100: attention batched matmuls over 5185 tokens run on the Turing
@@ -134,6 +136,7 @@ def test_report_carries_matmul_table() -> None:
     assert "Matmul shapes" in html and "align1" in html
 
 
+@pytest.mark.slow
 @needs_real
 def test_unshaped_unaligned_gemms_from_kernel_names() -> None:
     """HTA's rank0 (A100) runs 117 ms of TF32 GEMMs on CUTLASS align1 kernels under compiled

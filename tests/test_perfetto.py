@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, model_of, sample
-from test_terminal import cli
+from support.cli import cli
+from support.corpus import REAL_TRACES, model_of, sample
 
 from tracelens.analyzers.context import AnalysisContext
 from tracelens.assemble import build_report
@@ -116,6 +116,7 @@ def test_splice_keeps_every_other_byte() -> None:
         splice(b'{"events": []}', ev)
 
 
+@pytest.mark.slow
 def test_cli_writes_gzip_and_capture_default(tmp_path: Path) -> None:
     out = cli("report", sample("host_sync_mask"), "--perfetto", tmp_path / "t.json.gz", "--json", tmp_path / "r.json")
     assert out.returncode == 0, out.stderr
@@ -128,6 +129,7 @@ def test_cli_writes_gzip_and_capture_default(tmp_path: Path) -> None:
     assert plain.returncode == 0 and json.loads((tmp_path / "t.json").read_text())["traceEvents"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REAL_TRACES, reason="real traces not found")
 def test_2021_trace_without_device_properties(tmp_path: Path) -> None:
     """A 2021 trace (cat "Kernel", no deviceProperties) annotates as well."""

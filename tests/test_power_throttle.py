@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from conftest import context_of, model_of, report_of, sample
+from support.corpus import context_of, model_of, report_of, sample
 
 from tracelens.analyzers import power_throttle
 from tracelens.render import render_html

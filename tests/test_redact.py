@@ -9,8 +9,8 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, sample
-from test_terminal import cli
+from support.cli import cli
+from support.corpus import REAL_TRACES, sample
 
 from tracelens.redact import Redactor
 
@@ -36,6 +36,7 @@ def real(name: str) -> Path:
     return found[0]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [HOME_TRACE, HOST_TRACE])
 def test_no_path_or_host_survives(name: str, tmp_path: Path) -> None:
     trace = real(name)
@@ -78,6 +79,7 @@ def test_redactor_rules() -> None:
     assert "./train.py" in text and "…/main.py(12)" in text and "~/out/t.json" in text
 
 
+@pytest.mark.slow
 def test_redaction_is_off_by_default() -> None:
     out = cli("report", sample("host_sync_mask"), "--json", "-")
     assert out.returncode == 0 and os.path.basename(str(sample("host_sync_mask"))) in out.stdout

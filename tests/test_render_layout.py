@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, report_of
 from layout import PHONE_PX, chromium, overflow, overflow_many
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, report_of
 
 from tracelens.render import render_html
 from tracelens.render.diff import render_diff_html
@@ -46,7 +46,7 @@ def test_the_probe_sees_an_overflow() -> None:
 
 
 def test_dark_mode_and_diff_fit_too() -> None:
-    from conftest import model_of, sample
+    from support.corpus import model_of, sample
 
     from tracelens.diff import build_diff
 
@@ -59,7 +59,7 @@ def test_dark_mode_and_diff_fit_too() -> None:
 def test_job_reports_fit() -> None:
     """The job report (rank x step heat maps, ranks and collectives tables) on the H200
     gloo captures: no sideways scrolling on a phone, in light and dark mode."""
-    from conftest import SAMPLES, job_of
+    from support.corpus import SAMPLES, job_of
 
     from tracelens.render.job import render_job_html
 

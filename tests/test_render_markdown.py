@@ -8,7 +8,7 @@ import dataclasses
 import re
 
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, report_of, sample
 
 from tracelens.render import render_markdown
 
@@ -28,6 +28,7 @@ def tables(html: str) -> list[list[int]]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", [*SAMPLE_TRACES, *REAL_TRACES][::3], ids=lambda p: p.name.split(".")[0])
 def test_tables_are_tables(path: object) -> None:
     text = render_markdown(report_of(path))  # type: ignore[arg-type]

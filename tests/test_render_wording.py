@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 
-from conftest import REAL_TRACES, report_of, sample
-from test_terminal import cli
+import pytest
+from support.cli import cli
+from support.corpus import REAL_TRACES, report_of, sample
+from support.synthetic import TraceBuilder, host_event, tiny_trace, write_trace
 
 from tracelens.analyzers.base import Metric
+from tracelens.assemble import build_report
+from tracelens.model import load_trace
 from tracelens.render import render_html, render_markdown, render_terminal
 from tracelens.render.format import metric, pct, short_kernel
 
@@ -25,6 +28,7 @@ def test_no_model_no_green_no() -> None:
     assert "<dt>record_shapes</dt><dd>no</dd>" in html
 
 
+@pytest.mark.slow
 def test_one_step_and_one_vendor() -> None:
     rep = report_of(sample("train_step"))
     html, md, term = render_html(rep), render_markdown(rep), render_terminal(rep)
@@ -72,18 +76,24 @@ def test_headline_once() -> None:
     assert body.count(primary.title) <= 2  # the headline and its finding card
 
 
+@pytest.mark.slow
 def test_cpu_only_trace(tmp_path: Path) -> None:
     """No hints to enable CUDA or set TRACELENS_PEAKS, no "no CPU ops" with ops present."""
-    events = [
-        {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 1000 + 10 * i, "dur": 5,
-         "args": {"External id": i + 1, "Input Dims": [[4, 4], [4, 4]]}}
-        for i in range(50)
-    ]  # fmt: skip
-    trace = tmp_path / "cpu.json"
-    trace.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    tr = TraceBuilder()
+    tr.top["schemaVersion"] = 1
+    for i in range(50):
+        tr.add(
+            host_event("cpu_op", "aten::add", 1000 + 10 * i, 5, {"External id": i + 1, "Input Dims": [[4, 4], [4, 4]]})
+        )
+    trace = tr.write(tmp_path / "cpu.json")
     out = cli("report", trace, "--out-dir", tmp_path / "out", env={"NO_COLOR": "1"})
     assert out.returncode == 0, out.stderr
     texts = [out.stdout] + [p.read_text() for p in (tmp_path / "out").iterdir()]
     for text in texts:
         assert "TRACELENS_PEAKS" not in text and "no CPU ops" not in text and "(UNKNOWN)" not in text
     assert "No GPU kernels in this trace" in (tmp_path / "out" / "cpu.html").read_text()
+    # Positive control: a GPU the peak table lacks does get the TRACELENS_PEAKS hint.
+    doc = tiny_trace(4)
+    doc["deviceProperties"][0]["name"] = "NVIDIA Imaginary G1"
+    unknown = build_report(load_trace(write_trace(tmp_path / "unknown_gpu.json", doc)))
+    assert any("TRACELENS_PEAKS" in q.answer for q in unknown.questions)

@@ -3,13 +3,13 @@ primary bottleneck, untrusted text escaped, the HTML offline."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, needs_real, real, report_of, sample
+from support.corpus import REAL_TRACES, needs_real, real, report_of, sample
+from support.synthetic import TraceBuilder, host_event, kernel_event
 
 from tracelens.assemble import build_report
 from tracelens.model import load_trace
@@ -75,6 +75,7 @@ def test_diagnostic_order_and_primary() -> None:
     assert gemm.summary.primary is None and "no finding would gain" in gemm.summary.headline
 
 
+@pytest.mark.slow
 @needs_real
 def test_primary_on_public_traces() -> None:
     assert report_of(real("worker0.1623143089861.pt.trace.json.gz")).summary.primary == "host_bound"
@@ -85,73 +86,27 @@ def _evil_trace(tmp_path: Path) -> Path:
     """A small synthetic trace whose names try to inject HTML and Markdown."""
     evil_kernel = "<script>alert(1)</script>| ![x](http://evil.example/x.png) **bold** `tick`"
     evil_op = "aten::<img src=x onerror=alert(2)>"
-    ev = [
-        {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0, "dur": 1000},
-        {
-            "ph": "X",
-            "cat": "cpu_op",
-            "name": evil_op,
-            "pid": 1,
-            "tid": 1,
-            "ts": 10,
-            "dur": 50,
-            "args": {"External id": 1},
-        },
-        {
-            "ph": "X",
-            "cat": "python_function",
-            "name": "/home/u/<b>x</b>.py(3): f|g",
-            "pid": 1,
-            "tid": 1,
-            "ts": 5,
-            "dur": 900,
-            "args": {"Python id": 1},
-        },
-    ]
-    for i in range(30):
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "cuda_runtime",
-                "name": "cudaLaunchKernel",
-                "pid": 1,
-                "tid": 1,
-                "ts": 12 + i * 30,
-                "dur": 5,
-                "args": {"correlation": 100 + i, "External id": 1},
-            }
-        )
-        ev.append(
-            {
-                "ph": "X",
-                "cat": "kernel",
-                "name": evil_kernel,
-                "pid": 0,
-                "tid": 7,
-                "ts": 20 + i * 30,
-                "dur": 2,
-                "args": {"correlation": 100 + i, "device": 0, "stream": 7},
-            }
-        )
-    ev.append(
-        {
-            "ph": "X",
-            "cat": "cuda_runtime",
-            "name": "cudaStreamSynchronize",
-            "pid": 1,
-            "tid": 1,
-            "ts": 920,
-            "dur": 40,
-            "args": {"correlation": 999},
-        }
+    tr = TraceBuilder()
+    tr.add(
+        host_event("user_annotation", "ProfilerStep#1", 0, 1000),
+        host_event("cpu_op", evil_op, 10, 50, {"External id": 1}),
+        host_event("python_function", "/home/u/<b>x</b>.py(3): f|g", 5, 900, {"Python id": 1}),
     )
-    path = tmp_path / "evil.json.gz"
-    path.write_bytes(gzip.compress(json.dumps({"traceEvents": ev}).encode()))
-    return path
+    for i in range(30):
+        tr.add(
+            host_event("cuda_runtime", "cudaLaunchKernel", 12 + i * 30, 5, {"correlation": 100 + i, "External id": 1}),
+            kernel_event(evil_kernel, 20 + i * 30, 2, 100 + i),
+        )
+    tr.add(host_event("cuda_runtime", "cudaStreamSynchronize", 920, 40, {"correlation": 999}))
+    return tr.write(tmp_path / "evil.json.gz")
 
 
 def test_untrusted_text_is_escaped(tmp_path: Path) -> None:
     rep = build_report(load_trace(_evil_trace(tmp_path)))
+    # Positive control: the hostile names reach the report's data as they are, so their
+    # absence from the pages below is the renderers' escaping.
+    assert any("<script>alert(1)</script>" in k.name for k in rep.kernels)
+    assert any(o.name.startswith("aten::<img src=x") for o in rep.ops)
     html = render_html(rep)
     assert "<script>alert" not in html and "&lt;script&gt;" in html
     assert "<img src=x" not in html
@@ -180,6 +135,7 @@ def test_html_is_offline_and_self_contained() -> None:
     assert "Content-Security-Policy" in html
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize("path", REAL_TRACES, ids=lambda p: p.name)
 def test_all_renderers_on_real_traces(path: Path) -> None:
@@ -190,6 +146,7 @@ def test_all_renderers_on_real_traces(path: Path) -> None:
     assert rep.trace.gpu_name in render_terminal(rep)
 
 
+@pytest.mark.slow
 @needs_real
 def test_queued_idle_is_noted_not_blamed_on_the_host() -> None:
     """rank0.json (DLRM, 8 ranks): 61% of the window the GPU idles with work queued behind

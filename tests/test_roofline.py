@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
+from support.corpus import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers.op_costs import dtype_from_kernel, op_cost
 from tracelens.analyzers.roofline import (
@@ -91,6 +91,7 @@ def test_no_rate_above_the_peak(name: str) -> None:
             assert k.flops_per_s <= MODEL_ERROR_SHARE * roof.peaks.flops["bf16"], k
 
 
+@pytest.mark.slow
 @needs_real
 def test_coverage_reported_on_real_traces() -> None:
     """Shares of kernel time the models cover (communication excluded); the full table
@@ -109,6 +110,7 @@ def test_coverage_reported_on_real_traces() -> None:
     assert {u.reason for u in nccl.unmodelled} == {"no_shapes"}
 
 
+@pytest.mark.slow
 @needs_real
 @pytest.mark.parametrize("name", ["worker0.1623143089861.pt.trace.json.gz", "worker0.pt.trace.json.gz"])
 def test_2021_resnet_convolutions(name: str) -> None:
@@ -151,6 +153,7 @@ def test_foreach_kernels_sized_from_their_grid() -> None:
     assert all(r.memory_share <= 1.0 for r in optim if r.bound != "unknown")
 
 
+@pytest.mark.slow
 @needs_real
 def test_vllm_custom_ops() -> None:
     """vLLM's norm, rotary and KV-cache write kernels are modelled; its MoE and paged
@@ -234,6 +237,7 @@ def test_conv_training_step_on_the_h200() -> None:
     assert not any(c.ops == ("aten::native_batch_norm_backward",) * 2 for c in roof.chains)
 
 
+@pytest.mark.slow
 @needs_real
 def test_fusion_chains_on_real_traces() -> None:
     """OWLv2's quick_gelu (x * sigmoid(1.702 x)) is three passes, found with its source."""
@@ -272,7 +276,7 @@ def test_roof_per_dtype_and_gpu() -> None:
 
 
 def _all_traces() -> list[Path]:
-    from conftest import REAL_TRACES, SAMPLE_TRACES
+    from support.corpus import REAL_TRACES, SAMPLE_TRACES
 
     return [*SAMPLE_TRACES, *REAL_TRACES, *sorted((REPO / "tests" / "data" / "ncu").glob("*.pt.trace.json.gz"))]
 
@@ -290,6 +294,7 @@ def test_no_kernel_above_its_roof(path: Path) -> None:
         assert roof.model_errors == sum(1 for k in roof.kernels if k.bound == "unknown" and k.flops + k.bytes > 0)
 
 
+@pytest.mark.slow
 @needs_real
 def test_qwen_flash_attention_rate() -> None:
     """_flash_attention_forward takes (batch, seq, heads, dim): Qwen's 16x559x16x64 causal
@@ -321,6 +326,7 @@ def test_ncu_agreement() -> None:
     assert a.families_agree >= 82 and a.by_time >= 0.955
 
 
+@pytest.mark.slow
 @needs_real
 def test_owlv2_eager_attention_leads() -> None:
     """OWLv2 runs attention as bmm > softmax > dropout > bmm over 5185 tokens: the eager
@@ -431,6 +437,7 @@ def test_instruction_bound_kernels() -> None:
     assert any("instruction-bound" in s.description for s in comp.sites)
 
 
+@pytest.mark.slow
 @needs_real
 def test_graph_replays_reported_as_such() -> None:
     """HTA's rank0.json replays torch.compile'd regions as CUDA graphs (cudaGraphLaunch under
@@ -677,6 +684,7 @@ def test_attention_helper_bytes_against_dram() -> None:
                 assert model - l2 <= rd + wr <= model * 1.01, (case, marker)
 
 
+@pytest.mark.slow
 @needs_real
 def test_qwen_strided_elementwise_advice() -> None:
     """Qwen's rotary-embedding muls, adds and copies run ATen's non-vectorised path (broadcast
@@ -694,6 +702,7 @@ def test_qwen_strided_elementwise_advice() -> None:
     assert "Welford" in comp_train.advice and "non-vectorised" not in comp_train.advice
 
 
+@pytest.mark.slow
 @needs_real
 def test_fused_kernels_not_gained_twice() -> None:
     """Qwen's instruction-bound rotary muls/copies sit in the memory finding's fusion chains

@@ -4,17 +4,16 @@ a function's `def` line; tracelens parses the function and finds the `.item()`,
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from support.cli import cli
+from support.corpus import REPO
 
 from tracelens.model import load_trace
 from tracelens.model.sources import PySource, _infer, user_source
 from tracelens.model.trace import TraceModel
 
-REPO = Path(__file__).resolve().parents[1]
 WORKLOAD = REPO / "workloads" / "capture_mask_sum.py"
 H200_TRACE = REPO / "sample_traces" / "capture_mask_sum.pt.trace.json.gz"
 
@@ -64,14 +63,11 @@ def test_h200_mask_sum_names_each_sync_line(monkeypatch: pytest.MonkeyPatch) -> 
     assert {line for line, _, _ in syncs["cudaStreamSynchronize"]} == set(_marked_lines().values())
 
 
+@pytest.mark.slow
 def test_cpu_capture_of_mask_sum(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     out = tmp_path / "ms.json.gz"
-    res = subprocess.run(
-        [sys.executable, "-m", "tracelens", "capture", "--no-report", "-o", str(out), str(WORKLOAD),
-         "--device", "cpu", "--steps", "8"],
-        capture_output=True, text=True, cwd=tmp_path, timeout=300,
-    )  # fmt: skip
+    res = cli("capture", "--no-report", "-o", out, WORKLOAD, "--device", "cpu", "--steps", "8", cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-2000:]
     _check_mask_sum(load_trace(out))  # found through the capture's recorded command and cwd
 

@@ -7,27 +7,17 @@ import os
 import pty
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import REAL_TRACES, report_of, sample
+from support.cli import argv, cli
+from support.corpus import REAL_TRACES, report_of, sample
 
 from tracelens.render.terminal import render_terminal, terminal_width, use_colour
 
-PY = sys.executable
 ANSI = re.compile(r"\x1b\[")
 WIDTH = 80
-
-
-def cli(
-    *args: str | Path, env: dict[str, str] | None = None, cwd: Path | None = None
-) -> subprocess.CompletedProcess[str]:
-    full = {**os.environ, **(env or {})}
-    return subprocess.run(
-        [PY, "-m", "tracelens", *map(str, args)], capture_output=True, text=True, env=full, cwd=cwd, timeout=300
-    )
 
 
 def traces() -> list[Path]:
@@ -35,6 +25,7 @@ def traces() -> list[Path]:
     return [sample("train_step"), sample("power_gemm"), sample("host_sync_mask"), *owl]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trace", traces(), ids=lambda p: p.name.split(".")[0])
 def test_80_columns_no_color(trace: Path, tmp_path: Path) -> None:
     """Lines of 150-600 characters used to wrap mid-word with no indent."""
@@ -83,6 +74,7 @@ def test_width_follows_columns(monkeypatch: pytest.MonkeyPatch) -> None:
     assert terminal_width(io.StringIO()) == WIDTH  # not a terminal: 80
 
 
+@pytest.mark.slow
 def test_quiet_prints_nothing(tmp_path: Path) -> None:
     """-q used to silence the summary but not the progress lines."""
     slow = [p for p in REAL_TRACES if p.name.startswith("google_owlv2")] or [sample("plain_hf_generate")]
@@ -90,6 +82,7 @@ def test_quiet_prints_nothing(tmp_path: Path) -> None:
     assert out.returncode == 0 and out.stdout == "" and out.stderr == "", out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(os.name != "posix", reason="needs a pty")
 def test_live_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     """On a terminal, stderr shows a bar that moves during the load and the analysis
@@ -99,7 +92,7 @@ def test_live_progress_bar_on_a_terminal(tmp_path: Path) -> None:
     env.pop("NO_COLOR", None)
     trace = sample("plain_hf_generate")
     proc = subprocess.Popen(
-        [PY, "-m", "tracelens", "report", str(trace), "--json", str(tmp_path / "r.json")],
+        argv("report", trace, "--json", tmp_path / "r.json"),
         stdout=subprocess.PIPE, stderr=slave, env=env,
     )  # fmt: skip
     os.close(slave)

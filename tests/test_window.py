@@ -8,14 +8,12 @@ marked one. Traces where that cannot work are listed with the reason."""
 from __future__ import annotations
 
 import dataclasses
-import json
-import time
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
-from conftest import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
+from support.synthetic import TraceBuilder
 
 from tracelens.derive.window import (
     STARTUP_KINDS,
@@ -24,7 +22,7 @@ from tracelens.derive.window import (
     detect_iterations,
     find_window,
 )
-from tracelens.model import TraceModel, load_trace
+from tracelens.model import TraceModel
 
 ALL_TRACES = [*REAL_TRACES, *SAMPLE_TRACES]
 IDS = [p.name.split(".json")[0] for p in ALL_TRACES]
@@ -64,10 +62,6 @@ NO_REPEAT = {
 #: before its first step; a detected or whole window may start a little differently
 #: (gemm_misaligned: 0.68, 0.3 ms steps behind 6 ms of queued work).
 MIN_OVERLAP = 0.65
-#: The brief's budget for detection on this 2-core machine is 0.5 s; the largest measured
-#: is ~0.15 s (df_index_resolver, 22k tokens) when the machine is idle. The test allows
-#: twice the budget so that a loaded CI box does not flake.
-MAX_SECONDS = 1.0
 
 
 def _without_steps(model: TraceModel) -> TraceModel:
@@ -93,6 +87,7 @@ def _check_basic(model: TraceModel, w: Window) -> None:
     assert all(s.warmup for s in w.excluded_steps)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", ALL_TRACES, ids=IDS)
 def test_window_is_inside_the_trace_and_follows_its_steps(path: Path) -> None:
     model = model_of(path)
@@ -115,20 +110,20 @@ def test_window_is_inside_the_trace_and_follows_its_steps(path: Path) -> None:
         assert w.source in ("detected", "whole")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     # plain_* are whole-run captures: their one ProfilerStep is the run, not a step mark.
     "path",
-    [p for p in ALL_TRACES if len(model_of(p).steps) and not p.name.startswith("plain_")],
+    [p for p in ALL_TRACES if not p.name.startswith("plain_")],
     ids=lambda p: p.name.split(".json")[0],
 )
 def test_detected_iterations_match_the_marked_steps(path: Path) -> None:
     model = model_of(path)
+    if not len(model.steps):
+        pytest.skip("no ProfilerSteps to compare with")
     marked = find_window(model, None)
     bare = _without_steps(model)
-    t = time.perf_counter()
     w = find_window(bare, None)
-    took = time.perf_counter() - t
-    assert took < MAX_SECONDS
     _check_basic(bare, w)
     true_n = len(model.steps)
     got_n = len(w.steps) + len(w.excluded_steps)
@@ -180,6 +175,7 @@ def test_warmup_step_is_excluded_when_slow_and_cold() -> None:
     assert "cudaDeviceGetStreamPriorityRange" in kinds["cuda_init"].detail
 
 
+@pytest.mark.slow
 def test_steady_slow_first_step_without_cold_start_is_kept() -> None:
     """worker0.1623212756351's first step is 1.44x the median (a DataLoader with
     workers filling up), with no cold start: not a warm-up."""
@@ -187,6 +183,7 @@ def test_steady_slow_first_step_without_cold_start_is_kept() -> None:
     assert not w.excluded_steps and len(w.steps) == 6
 
 
+@pytest.mark.slow
 @needs_real
 def test_alexnet_benchmark_warmup_goes_to_startup() -> None:
     """HTA's AlexNet benchmark: CUDA start-up (29.9 s in cudaDeviceGetStreamPriorityRange),
@@ -238,46 +235,8 @@ def test_user_window_and_steps_override() -> None:
 # --------------------------------------------------------------------------------------
 # synthetic edge cases
 # --------------------------------------------------------------------------------------
-class _Trace:
-    """A minimal Kineto trace: ops that launch one kernel each, optional syncs."""
-
-    def __init__(self) -> None:
-        self.events: list[dict[str, Any]] = []
-        self.t = 1_000.0
-        self.corr = 0
-
-    def op(self, name: str, kernel: str | None = None, dur: float = 10.0, kernel_dur: float = 3.0) -> None:
-        self.corr += 1
-        c = self.corr
-        self.events.append(
-            {"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": self.t, "dur": dur,
-             "args": {"External id": c}}
-        )  # fmt: skip
-        if kernel is not None:
-            self.events.append(
-                {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
-                 "ts": self.t + 1, "dur": 4, "args": {"External id": c, "correlation": c}}
-            )  # fmt: skip
-            self.events.append(
-                {"ph": "X", "cat": "kernel", "name": kernel, "pid": 0, "tid": 7, "ts": self.t + 6,
-                 "dur": kernel_dur, "args": {"External id": c, "correlation": c, "device": 0, "stream": 7}}
-            )  # fmt: skip
-        self.t += dur + 2
-
-    def call(self, name: str, dur: float) -> None:
-        self.events.append(
-            {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": self.t, "dur": dur, "args": {}}
-        )
-        self.t += dur + 2
-
-    def load(self, tmp_path: Path) -> TraceModel:
-        p = tmp_path / "t.json"
-        p.write_text(json.dumps({"traceEvents": self.events}))
-        return load_trace(p)
-
-
 def test_no_kernels_uses_top_level_ops(tmp_path: Path) -> None:
-    tr = _Trace()
+    tr = TraceBuilder()
     tr.op("aten::empty")
     for _ in range(6):
         for name in ("aten::linear", "aten::relu", "aten::linear", "aten::sum"):
@@ -289,7 +248,7 @@ def test_no_kernels_uses_top_level_ops(tmp_path: Path) -> None:
 
 
 def test_one_kernel_is_the_whole_span(tmp_path: Path) -> None:
-    tr = _Trace()
+    tr = TraceBuilder()
     tr.op("aten::randn", "normal_kernel")
     tr.op("aten::add")
     w = find_window(tr.load(tmp_path), None)
@@ -298,14 +257,14 @@ def test_one_kernel_is_the_whole_span(tmp_path: Path) -> None:
 
 
 def test_empty_host_trace_has_a_degenerate_window(tmp_path: Path) -> None:
-    tr = _Trace()
+    tr = TraceBuilder()
     tr.op("aten::randn")
     w = find_window(tr.load(tmp_path), None)
     assert w.source == "whole" and w.startup_us == 0.0
 
 
 def test_two_loops_take_the_longer_one(tmp_path: Path) -> None:
-    tr = _Trace()
+    tr = TraceBuilder()
     tr.call("cudaDeviceGetStreamPriorityRange", 5_000)  # context creation
     tr.op("aten::randn", "normal_kernel", dur=300)
     for _ in range(5):  # a short first loop (evaluation, say)
@@ -331,7 +290,7 @@ def test_two_loops_take_the_longer_one(tmp_path: Path) -> None:
 
 
 def test_first_iteration_with_extra_kernels_leaves_them_to_startup(tmp_path: Path) -> None:
-    tr = _Trace()
+    tr = TraceBuilder()
     for i in range(6):
         if i == 0:  # cuDNN's search: extra kernels in a long first call
             tr.call("cudaMalloc", 2_000)
@@ -351,7 +310,7 @@ def test_first_iteration_with_extra_kernels_leaves_them_to_startup(tmp_path: Pat
 
 
 def test_slow_first_call_inside_the_first_iteration_is_a_detected_warmup(tmp_path: Path) -> None:
-    tr = _Trace()
+    tr = TraceBuilder()
     for i in range(6):
         # the first convolution call runs cuDNN's search before its kernel
         tr.op("aten::cudnn_convolution", "conv", dur=8_000 if i == 0 else 10)
@@ -367,7 +326,7 @@ def test_slow_first_call_inside_the_first_iteration_is_a_detected_warmup(tmp_pat
 
 
 def test_one_off_kernels_inside_iterations_do_not_break_detection(tmp_path: Path) -> None:
-    tr = _Trace()
+    tr = TraceBuilder()
     rng = np.random.default_rng(1)
     body = [f"k{i}" for i in range(30)]
     for it in range(8):
@@ -385,7 +344,7 @@ def test_decode_loop_is_the_token_step_not_the_layer(tmp_path: Path) -> None:
     """A decode loop: embedding, 12 identical layers of 6 kernels, the head and the
     sampling's .item() each token. The layers repeat more often than the tokens do, but
     only the token step repeats across the whole run."""
-    tr = _Trace()
+    tr = TraceBuilder()
     for _ in range(8):
         tr.op("aten::embedding", "embed")
         for _ in range(12):
@@ -403,7 +362,7 @@ def test_decode_loop_is_the_token_step_not_the_layer(tmp_path: Path) -> None:
 def test_idle_delimited_loop_of_identical_kernels(tmp_path: Path) -> None:
     """8 identical GEMMs per step and a 5 ms wait for data between steps, no sync: only
     the idle gaps show the step."""
-    tr = _Trace()
+    tr = TraceBuilder()
     for _ in range(10):
         for _ in range(8):
             tr.op("aten::mm", "gemm", kernel_dur=5)
@@ -411,12 +370,3 @@ def test_idle_delimited_loop_of_identical_kernels(tmp_path: Path) -> None:
     found = detect_iterations(tr.load(tmp_path), 0)
     assert found is not None and "idle gaps" in found.what
     assert len(found.spans) in (9, 10) and found.period_tokens == 8
-
-
-@needs_real
-def test_detection_is_fast_on_the_largest_traces() -> None:
-    for name in ("df_index_resolver.json.gz", "resnet_kineto.json.gz", "control.json.gz"):
-        bare = _without_steps(model_of(real(name)))
-        t = time.perf_counter()
-        detect_iterations(bare, None if not bare.meta.active_devices else bare.meta.active_devices[0])
-        assert time.perf_counter() - t < MAX_SECONDS

@@ -22,6 +22,7 @@ from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
 from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
 from tracelens.analyzers.roofline import for_context
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
+from tracelens.domain import cut_name
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
 from tracelens.model.trace import TraceModel
@@ -46,16 +47,18 @@ from tracelens.report import (
     UncoveredOp,
     WindowInfo,
 )
+from tracelens.report.enums import ActivityKind
 
 MAX_KERNEL_ROWS = 25
 MAX_OP_ROWS = 25
 MAX_SOURCE_ROWS = 20
 MAX_MATMUL_ROWS = 40
-#: Kernel names longer than this are cut in the report (C++ template names reach tens of
-#: kB; the trace keeps the full name).
-MAX_NAME_CHARS = 2000
 MAX_SYNC_MARKS = 400
-_KIND_NAMES = {int(Kind.KERNEL): "kernel", int(Kind.MEMCPY): "memcpy", int(Kind.MEMSET): "memset"}
+_KIND_NAMES: dict[int, ActivityKind] = {
+    int(Kind.KERNEL): "kernel",
+    int(Kind.MEMCPY): "memcpy",
+    int(Kind.MEMSET): "memset",
+}
 
 
 def build_report(
@@ -158,7 +161,7 @@ def _window_info(ctx: AnalysisContext) -> WindowInfo:
         startup_us=w.startup_us,
         reason=w.reason,
         excluded_steps=tuple(s.index for s in w.excluded_steps),
-        startup=tuple(StartupItem(p.what, p.time_us, p.count, _cut(p.detail)) for p in w.startup),
+        startup=tuple(StartupItem(p.what, p.time_us, p.count, cut_name(p.detail)) for p in w.startup),
     )
 
 
@@ -246,7 +249,7 @@ def _memory(ctx: AnalysisContext) -> MemoryTimeline | None:
         start_us=m.start_us, end_us=m.end_us, ts=m.series_ts, allocated=m.series_allocated,
         reserved=m.series_reserved, relative=m.relative, peak_allocated=m.peak_allocated,
         peak_reserved=m.peak_reserved, allocated_per_step=m.allocated_per_step, freed_per_step=m.freed_per_step,
-        fragmentation_at_peak=m.fragmentation_at_peak, top_ops=tuple((_cut(op), b) for op, b, _, _ in m.top_ops),
+        fragmentation_at_peak=m.fragmentation_at_peak, top_ops=tuple((cut_name(op), b) for op, b, _, _ in m.top_ops),
     )  # fmt: skip
 
 
@@ -260,7 +263,7 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
     p = roof.peaks
     points = tuple(
         RooflinePoint(
-            name=_cut(k.name), time_us=k.time_us, intensity=k.intensity, flops_per_s=k.flops_per_s,
+            name=cut_name(k.name), time_us=k.time_us, intensity=k.intensity, flops_per_s=k.flops_per_s,
             bytes_per_s=k.bytes_per_s, roof_share=k.roof_share, bound=k.bound, family=k.family, dtype=k.dtype,
             roof=k.roof_name, roof_value=k.roof_value,
         )
@@ -279,7 +282,7 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
         communication_us=roof.communication_us, model_errors=roof.model_errors, points=points,
         classified=roof.classified, estimated_share=roof.estimated_us / roof.total_us if roof.total_us else 0.0,
         uncovered=tuple(
-            UncoveredOp(_cut(u.op), u.reason, u.time_us, u.time_us / roof.total_us if roof.total_us > 0 else 0.0)
+            UncoveredOp(cut_name(u.op), u.reason, u.time_us, u.time_us / roof.total_us if roof.total_us > 0 else 0.0)
             for u in roof.unmodelled
         ),
     )  # fmt: skip
@@ -305,7 +308,7 @@ def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     own_busy = _OwnBusy(act, ctx)
     return tuple(
         KernelRow(
-            name=_cut(str(name)),
+            name=cut_name(str(name)),
             count=int(row["count"]),
             total_us=float(row["total"]),
             mean_us=float(row["total"]) / max(int(row["count"]), 1),
@@ -348,11 +351,7 @@ class _OwnBusy:
 def replace_name(row: MatmulRow) -> MatmulRow:
     from dataclasses import replace
 
-    return replace(row, kernel=_cut(row.kernel))
-
-
-def _cut(name: str) -> str:
-    return name if len(name) <= MAX_NAME_CHARS else name[: MAX_NAME_CHARS - 1] + "…"
+    return replace(row, kernel=cut_name(row.kernel))
 
 
 class _SourceCache:
@@ -403,7 +402,7 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
             gpu_us=float(gpu),
             host_us=float(host_by_op.get(op, 0.0)),
             kernels=int(kernels),
-            top_kernel=_cut(str(kernel_names[int(top_kernel[op])])) if op in top_kernel.index else "",
+            top_kernel=cut_name(str(kernel_names[int(top_kernel[op])])) if op in top_kernel.index else "",
             source=sources(int(first_row.loc[op])),
         )
         for op, gpu, kernels, calls in zip(*columns, strict=True)

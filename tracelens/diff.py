@@ -22,18 +22,26 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelens import __version__
-from tracelens.analyzers.base import MEDIUM_SHARE
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.launch_overhead import LAUNCH_APIS
 from tracelens.assemble import build_report
-from tracelens.derive.apis import ALLOC_APIS
-from tracelens.derive.ledger import CAUSES, blocking_call_rows
+from tracelens.derive.ledger import blocking_call_rows
+from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
-from tracelens.report import Report, TraceInfo
+from tracelens.report import CAUSES, Report, TraceInfo
+from tracelens.report.diff_report import (
+    DIFF_SCHEMA_VERSION,
+    CauseChange,
+    Change,
+    ChangeKind,
+    ChangeStatus,
+    Counter,
+    DiffReport,
+    Side,
+    Verdict,
+)
 
-DIFF_SCHEMA_VERSION = 1
 #: The noise band of a per-step mean difference: this many standard errors (about 95%).
 NOISE_SIGMAS = 2.0
 #: Changes listed, largest first.
@@ -42,79 +50,6 @@ MAX_CHANGES = 25
 #: before time (and less than MIN_CHANGE_US) is "same".
 SAME_SHARE = 0.05
 MIN_CHANGE_US = 1.0
-#: Names in reports are cut to this length (the traces keep the full name).
-MAX_NAME_CHARS = 300
-
-
-@dataclass(frozen=True)
-class CauseChange:
-    cause: str
-    before_us: float  # per step
-    after_us: float
-    change_us: float  # after minus before
-
-
-@dataclass(frozen=True)
-class Change:
-    kind: str  # kernel, op (GPU time of the kernels a top-level op launched), sync, host (host work waited for)
-    name: str
-    source: str
-    before_us: float  # per step
-    after_us: float
-    before_count: float  # per step
-    after_count: float
-    status: str  # new, removed, faster, slower, same
-
-
-@dataclass(frozen=True)
-class Counter:
-    label: str
-    before: float
-    after: float
-    unit: str  # count, per_s, us
-
-
-@dataclass(frozen=True)
-class Verdict:
-    before_step_us: float
-    after_step_us: float
-    change_us: float  # after minus before, mean per step; negative is faster (the causes add up to it)
-    change_share: float  # of the before step
-    median_change_us: float  # after minus before, median step (robust to one slow step)
-    noise_us: float  # the step-to-step noise band of the difference (0 when unknown)
-    within_noise: bool
-    main_cause: str | None
-    before_primary: str | None
-    after_primary: str | None
-    primary_gone: bool
-    text: str
-
-
-@dataclass(frozen=True)
-class Side:
-    trace: TraceInfo
-    window_source: str
-    window_reason: str
-    steps: int
-    step_us: float
-    step_spread_us: float  # standard deviation of the steps' spans
-    primary: str | None
-    headline: str
-
-
-@dataclass(frozen=True)
-class DiffReport:
-    schema_version: int
-    tool: str
-    tool_version: str
-    generated_at: str
-    before: Side
-    after: Side
-    notes: tuple[str, ...]  # what differs besides the code: GPU, versions, capture options
-    verdict: Verdict
-    causes: tuple[CauseChange, ...]
-    changes: tuple[Change, ...]
-    counters: tuple[Counter, ...]
 
 
 @dataclass(frozen=True)
@@ -237,10 +172,6 @@ def _causes(b: _Analysed, a: _Analysed) -> tuple[CauseChange, ...]:
     return tuple(sorted(out, key=lambda c: -abs(c.change_us)))
 
 
-def _cut(name: str) -> str:
-    return name if len(name) <= MAX_NAME_CHARS else name[: MAX_NAME_CHARS - 1] + "…"
-
-
 def _kernel_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
     """Kernel name -> (time, count) per step inside the window."""
     dev = x.ctx.ledger.primary
@@ -320,7 +251,7 @@ def _host_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
 KIND_OF_CAUSE = {"host_bound": "host", "host_sync": "sync", "launch_overhead": "op"}
 
 
-def _status(before: float, after: float, before_n: float, after_n: float) -> str:
+def _status(before: float, after: float, before_n: float, after_n: float) -> ChangeStatus:
     if before_n == 0 and after_n > 0:
         return "new"
     if after_n == 0 and before_n > 0:
@@ -333,16 +264,17 @@ def _status(before: float, after: float, before_n: float, after_n: float) -> str
 
 def _changes(b: _Analysed, a: _Analysed) -> tuple[Change, ...]:
     out: list[Change] = []
-    for kind, tb, ta in (
+    tables: tuple[tuple[ChangeKind, dict[str, tuple[float, float, str]], dict[str, tuple[float, float, str]]], ...] = (
         ("kernel", _kernel_table(b), _kernel_table(a)),
         ("op", _op_table(b), _op_table(a)),
         ("sync", _sync_table(b), _sync_table(a)),
         ("host", _host_table(b), _host_table(a)),
-    ):
+    )
+    for kind, tb, ta in tables:
         for name in set(tb) | set(ta):
             bt, bn, bsrc = tb.get(name, (0.0, 0.0, ""))
             at, an, asrc = ta.get(name, (0.0, 0.0, ""))
-            out.append(Change(kind, _cut(name), asrc or bsrc, bt, at, bn, an, _status(bt, at, bn, an)))
+            out.append(Change(kind, cut_name(name), asrc or bsrc, bt, at, bn, an, _status(bt, at, bn, an)))
     out = [c for c in out if c.status != "same"]
     out.sort(key=lambda c: -abs(c.after_us - c.before_us))
     return tuple(out[:MAX_CHANGES])
@@ -434,15 +366,6 @@ def _environment_notes(tb: TraceInfo, ta: TraceInfo, b: _Analysed, a: _Analysed)
     return tuple(notes)
 
 
-def _fmt(us: float) -> str:
-    a = abs(us)
-    if a >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if a >= 1e3:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us:.0f} µs"
-
-
 CAUSE_WORDS = {
     "gpu_busy_compute": "compute-bound kernel time",
     "gpu_busy_memory": "memory-bound kernel time",
@@ -474,17 +397,20 @@ def _verdict_text(
 ) -> str:
     if within:
         head = (
-            f"Within noise: {_fmt(b.step_us)} -> {_fmt(a.step_us)} per step ({_fmt(change)}, the step-to-step "
-            f"noise is ±{_fmt(noise)})."
+            f"Within noise: {fmt_us(b.step_us)} -> {fmt_us(a.step_us)} per step ({fmt_us(change)}, the step-to-step "
+            f"noise is ±{fmt_us(noise)})."
         )
     else:
         word = "Faster" if change < 0 else "Slower"
         median = ""
         if b.steps > 2 and a.steps > 2 and abs(median_change - change) > 0.1 * abs(change):
-            median = f"; {_fmt(abs(median_change))} between the median steps"
+            median = f"; {fmt_us(abs(median_change))} between the median steps"
         head = (
-            f"{word} by {_fmt(abs(change))} per step on average ({abs(change) / b.step_us:.0%}): "
-            f"{_fmt(b.step_us)} -> {_fmt(a.step_us)}" + (f", noise ±{_fmt(noise)}" if noise > 0 else "") + median + "."
+            f"{word} by {fmt_us(abs(change))} per step on average ({abs(change) / b.step_us:.0%}): "
+            f"{fmt_us(b.step_us)} -> {fmt_us(a.step_us)}"
+            + (f", noise ±{fmt_us(noise)}" if noise > 0 else "")
+            + median
+            + "."
         )
     parts = [head]
     if main == "launch_overhead" and not within:
@@ -503,7 +429,7 @@ def _verdict_text(
         top = next((c for c in same_way if c.kind == want), same_way[0] if same_way else None)
         detail = (
             f"; the largest change underneath: {top.kind} {top.name[:80]} ({top.status}, "
-            f"{_fmt(top.before_us)} -> {_fmt(top.after_us)} per step)"
+            f"{fmt_us(top.before_us)} -> {fmt_us(top.after_us)} per step)"
             if top
             else ""
         )

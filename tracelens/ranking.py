@@ -13,19 +13,20 @@ import math
 from dataclasses import dataclass, replace
 
 from tracelens.analyzers import BUILT_CATEGORIES
-from tracelens.analyzers.base import MEDIUM_SHARE, Category, Finding, Severity, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.base import Category, Finding, Severity
+from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.ledger import BUSY_CAUSES
+from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
-from tracelens.render.format import pct
 from tracelens.report import Question, Summary
+from tracelens.report.enums import QuestionId, QuestionStatus
 
 
 @dataclass(frozen=True)
 class DiagnosticStep:
     number: int
-    id: str
+    id: QuestionId
     question: str
     categories: tuple[Category, ...]
     not_built: str  # what the report says while no analyzer covers this question
@@ -298,6 +299,7 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
         time_us = sum(f.time_us for f in found if f.parent is None or f.parent not in step.categories)
         built = any(c in BUILT_CATEGORIES for c in step.categories)
         missing = _measurable(ctx, step)
+        status: QuestionStatus
         partly = f" {step.not_built}" if built and step.not_built else ""
         partly += _unmeasured_parts(ctx, step)
         if not built:
@@ -329,7 +331,7 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
                 number=step.number,
                 id=step.id,
                 question=step.question,
-                categories=tuple(c.value for c in step.categories),
+                categories=step.categories,
                 status=status,
                 time_us=time_us,
                 share=ctx.share(time_us),
@@ -417,7 +419,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         else title
     )
     return Summary(
-        primary=top.category.value,
+        primary=top.category,
         headline=headline,
         primary_time_us=top.time_us,
         primary_share=top.share,

@@ -31,19 +31,14 @@ from itertools import pairwise
 import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.derive.apis import ALLOC_APIS
+from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.ledger import overlap
+from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, PINNED_APIS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source
 from tracelens.model.trace import TraceModel, name_matches
 
 MAX_SITES = 8
-#: Calls that free device memory: they wait for the device to finish with it.
-FREE_APIS = ("cudaFree", "hipFree", "cuMemFree_v2")
-#: Pinned host allocations: made once, they are cheap; made per step, each is a
-#: cudaHostAlloc of host time (and the driver pins the pages).
-PINNED_APIS = ("cudaHostAlloc", "cudaMallocHost", "hipHostMalloc")
 #: Ops that concatenate: a growing cat is the KV-cache pattern.
 CAT_OPS = frozenset({"aten::cat", "aten::concat", "aten::concatenate", "aten::stack", "aten::_cat"})
 #: A cat site "grows" when its largest input takes at least this many sizes, never
@@ -58,7 +53,9 @@ FRAGMENTATION_SHARE = 0.25
 MEMORY_BINS = 240
 _CUDA_DEVICE_TYPE = 1  # c10::DeviceType::CUDA (HIP builds report CUDA too)
 _ELEM_RE = re.compile(r"OpaqueType<(\d+)u>")
-_DTYPE_BYTES = (("double", 8), ("c10::BFloat16", 2), ("c10::Half", 2), ("float", 4), ("long", 8), ("int", 4))
+#: Element types a kernel's name may spell, tried in this order (the first found wins:
+#: "double" before "float" and "long" before "int", which they contain).
+_NAME_DTYPES = ("double", "c10::BFloat16", "c10::Half", "float", "long", "int")
 
 
 @dataclass(frozen=True)
@@ -513,7 +510,7 @@ def _elem_bytes(kernel: str) -> int:
     m = _ELEM_RE.search(kernel)
     if m:
         return int(m.group(1))
-    for word, size in _DTYPE_BYTES:
+    for word in _NAME_DTYPES:
         if word in kernel:
-            return size
+            return DTYPE_BYTES[word]
     return 0

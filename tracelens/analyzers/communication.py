@@ -18,18 +18,13 @@ from collections import defaultdict
 import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.derive.ledger import is_comm_kernel, is_comm_op, overlap
+from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.ledger import overlap
+from tracelens.domain import DTYPE_BYTES, fmt_us, is_collective_kernel, is_collective_wait_op
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import name_matches
 
-#: Bytes per element of the dtypes collectives carry, for message sizes from op shapes.
-DTYPE_BYTES = {
-    "float": 4, "float32": 4, "c10::Half": 2, "c10::BFloat16": 2, "half": 2, "bfloat16": 2, "double": 8,
-    "long": 8, "long int": 8, "int": 4, "int64": 8, "int32": 4, "unsigned char": 1, "signed char": 1, "bool": 1,
-    "c10::Float8_e4m3fn": 1, "c10::Float8_e5m2": 1,
-}  # fmt: skip
 MAX_SITES = 8
 #: gloo all-reduce bandwidth over loopback, measured on the 2-core development machine
 #: (1.24 GB/s at 4 MB, 0.88 at 16 MB, 0.54 at 1 MB): a host collective that takes much
@@ -52,7 +47,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
 
     # The collectives in the window: host ops (gloo/c10d/NCCL) and their durations.
     is_op = np.isin(host["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
-    comm_rows = host.index[is_op & name_matches(host["name"], is_comm_op)].to_numpy()
+    comm_rows = host.index[is_op & name_matches(host["name"], is_collective_wait_op)].to_numpy()
     ts = host["ts"].to_numpy()
     end = host["end"].to_numpy()
     in_win = (end[comm_rows] > dev.window_start) & (ts[comm_rows] < dev.window_end) if len(comm_rows) else []
@@ -61,7 +56,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     # counts once.
     op_root = host["op_root"].to_numpy()
     roots = np.unique(np.where(op_root[comm_rows] >= 0, op_root[comm_rows], comm_rows)) if len(comm_rows) else comm_rows
-    roots = np.array([r for r in roots if is_comm_op(model.arrays.name(int(r)))], dtype=np.int64)
+    roots = np.array([r for r in roots if is_collective_wait_op(model.arrays.name(int(r)))], dtype=np.int64)
     if not len(roots):
         roots = comm_rows
 
@@ -111,7 +106,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         & (comm_kernels["end"] > dev.window_start)
         & (comm_kernels["ts"] < dev.window_end)
     ]
-    comm_kernels = comm_kernels[name_matches(comm_kernels["name"], is_comm_kernel)]
+    comm_kernels = comm_kernels[name_matches(comm_kernels["name"], is_collective_kernel)]
     n_collectives = len(roots) if len(roots) else len(comm_kernels)
     busy_s = sum(sum(d) for d in durs_by_kind.values()) * 1e-6
     algbw = nbytes / busy_s if busy_s > 0 and nbytes else 0.0

@@ -64,13 +64,3 @@ def _whole_run_capture(model: TraceModel) -> bool:
     """Whether `tracelens capture` recorded this trace with no step marks from the script."""
     meta = str(model.meta.metadata.get("tracelens", ""))
     return "'steps_marked': 0" in meta or '"steps_marked": 0' in meta
-
-
-def fmt_us(us: float) -> str:
-    """Human duration for titles: 12 µs, 3.4 ms, 1.23 s."""
-    us = float(us)
-    if abs(us) >= 1e6:
-        return f"{us / 1e6:.2f} s"
-    if abs(us) >= 1e3:
-        return f"{us / 1e3:.1f} ms"
-    return f"{us:.0f} µs"

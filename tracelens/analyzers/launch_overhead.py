@@ -16,7 +16,8 @@ import numpy as np
 import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.context import AnalysisContext
+from tracelens.domain import LAUNCH_APIS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import name_matches
@@ -33,22 +34,6 @@ REGION_MIN_LAUNCH_SHARE = 0.3
 #: Replayed from a CUDA graph, kernels start back to back with about this gap (the
 #: device's own kernel-to-kernel latency on recent GPUs), which bounds the gain.
 GRAPH_REPLAY_GAP_US = 1.0
-
-#: Host calls that launch GPU work.
-LAUNCH_APIS = frozenset(
-    {
-        "cudaLaunchKernel",
-        "cudaLaunchKernelExC",
-        "cuLaunchKernel",
-        "cuLaunchKernelEx",
-        "cudaLaunchCooperativeKernel",
-        "cudaGraphLaunch",
-        "hipLaunchKernel",
-        "hipExtModuleLaunchKernel",
-        "hipModuleLaunchKernel",
-        "hipGraphLaunch",
-    }
-)
 
 MAX_SITES = 8
 

@@ -20,9 +20,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracelens.domain import DTYPE_BYTES, DTYPE_SHORT
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, user_source
+from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
+from tracelens.report.trace_report import MatmulRow as MatmulRow  # the contract's row, made here
 
 #: Leaf matmul ops and where A and B sit in their inputs.
 MATMUL_OPS: dict[str, tuple[int, int]] = {
@@ -35,27 +37,6 @@ MATMUL_OPS: dict[str, tuple[int, int]] = {
     "aten::_addmm_activation": (1, 2),
 }
 
-#: Bytes per element by profiler type name.
-DTYPE_BYTES = {
-    "c10::BFloat16": 2,
-    "c10::Half": 2,
-    "float": 4,
-    "double": 8,
-    "c10::Float8_e4m3fn": 1,
-    "c10::Float8_e5m2": 1,
-    "c10::Float8_e4m3fnuz": 1,
-    "c10::Float8_e5m2fnuz": 1,
-}
-DTYPE_SHORT = {
-    "c10::BFloat16": "bf16",
-    "c10::Half": "fp16",
-    "float": "fp32",
-    "double": "fp64",
-    "c10::Float8_e4m3fn": "fp8_e4m3",
-    "c10::Float8_e5m2": "fp8_e5m2",
-    "c10::Float8_e4m3fnuz": "fp8_e4m3fnuz",
-    "c10::Float8_e5m2fnuz": "fp8_e5m2fnuz",
-}
 #: dtypes that run on tensor cores, where operand alignment decides the kernel. Plain
 #: fp32 runs SIMT kernels (sgemm) unless TF32 is on, and has no such cliff.
 TENSOR_CORE_DTYPES = frozenset({"bf16", "fp16", "fp8_e4m3", "fp8_e5m2", "fp8_e4m3fnuz", "fp8_e5m2fnuz"})
@@ -351,36 +332,6 @@ def group_shapes(table: pd.DataFrame) -> pd.DataFrame:
     secs = (g["time_us"] * 1e-6).where(g["time_us"] > 0)
     g["tflops"] = (g["flops"] / secs / 1e12).fillna(0.0)
     return g.sort_values("time_us", ascending=False, kind="stable").reset_index(drop=True)
-
-
-@dataclass(frozen=True)
-class MatmulRow:
-    """One matmul shape of the trace as the report shows it (JSON `matmuls[]`)."""
-
-    op: str
-    m: int
-    n: int
-    k: int
-    batch: int
-    dtype: str
-    layout: str
-    calls: int
-    kernel: str
-    time_us: float
-    tflops: float
-    aligned: bool
-    misaligned: tuple[str, ...]
-    fallback_kernel: bool
-    tile: str  # "256x128" as the kernel names it, "" if unknown
-    tile_source: str  # "name", "grid" or ""
-    tiles: int
-    sms: int
-    ctas_per_sm: int
-    slots: int
-    waves: float
-    last_wave_fill: float
-    wave_efficiency: float
-    source: PySource | None = None
 
 
 def tiles_for(m: int, n: int, batch: int, tile: Tile, grid: int, persistent: bool) -> int:

@@ -13,16 +13,15 @@ from __future__ import annotations
 import re
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.matmul_shapes import (
     ALIGN_BYTES,
-    DTYPE_BYTES,
-    DTYPE_SHORT,
     MatmulRow,
     cached_matmul_rows,
     gemm_from_name,
 )
 from tracelens.analyzers.roofline import KernelRoof, eager_attention_shapes, for_context
+from tracelens.domain import SHORT_DTYPE_BYTES, fmt_us
 
 #: Used when the trace has no aligned peer to compare with: the low end of what the H200
 #: measured (2.6-5x), so the gain is not overstated.
@@ -34,8 +33,6 @@ PEER_K_RATIO = 2.0
 #: 5.8x; a larger ratio means the peer is not comparable.
 MAX_SLOWDOWN = 6.0
 MAX_SITES = 8
-
-_ITEMSIZE = {short: DTYPE_BYTES[long] for long, short in DTYPE_SHORT.items()}
 
 
 def _peer_rate(row: MatmulRow, rows: list[MatmulRow]) -> float | None:
@@ -128,7 +125,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         lost = r.time_us * (1 - 1 / slowdown)
         total_time += r.time_us
         total_lost += lost
-        item = _ITEMSIZE.get(r.dtype, 2)
+        item = SHORT_DTYPE_BYTES.get(r.dtype, 2)
         pads = [
             f"{dim}={_padded(v, item)}"
             for dim, v in (("M", r.m), ("N", r.n), ("K", r.k))

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT, MATMUL_OPS, shape_of
+from tracelens.analyzers.matmul_shapes import MATMUL_OPS, shape_of
+from tracelens.domain import DTYPE_SHORT, FLOAT_DTYPE_BYTES, INTEGER_DTYPE_BYTES
 
 
 @dataclass(frozen=True)
@@ -186,10 +187,6 @@ def _stored(dims: list[int], strides: Any) -> int:
     return math.prod(dims)
 
 
-#: Sizes of the integer and bool element types traces name.
-INTEGER_BYTES = {"long int": 8, "int": 4, "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2}
-
-
 def _tensors(shapes: dict[str, Any], type_hint: str | None = None) -> list[TensorArg]:
     """(numel, itemsize, dtype) of each tensor input (TensorLists flattened).
 
@@ -203,8 +200,8 @@ def _tensors(shapes: dict[str, Any], type_hint: str | None = None) -> list[Tenso
     out = []
     for i, d in enumerate(dims):
         t = str(types[i]) if i < len(types) else ""
-        if d == [] and t in DTYPE_BYTES:  # a 0-dim tensor
-            out.append(TensorArg(1, DTYPE_BYTES[t], DTYPE_SHORT.get(t, t), i, 1))
+        if d == [] and t in FLOAT_DTYPE_BYTES:  # a 0-dim tensor
+            out.append(TensorArg(1, FLOAT_DTYPE_BYTES[t], DTYPE_SHORT.get(t, t), i, 1))
             continue
         if not isinstance(d, list) or not d:
             continue
@@ -213,7 +210,7 @@ def _tensors(shapes: dict[str, Any], type_hint: str | None = None) -> list[Tenso
             for sub in d:
                 n = _numel(sub)
                 if n and elem:
-                    out.append(TensorArg(n, DTYPE_BYTES.get(elem, 4), DTYPE_SHORT.get(elem, elem), i, n))
+                    out.append(TensorArg(n, FLOAT_DTYPE_BYTES.get(elem, 4), DTYPE_SHORT.get(elem, elem), i, n))
                 elif n:
                     out.append(TensorArg(n, 4, "TensorList", i, n))
             continue
@@ -221,10 +218,10 @@ def _tensors(shapes: dict[str, Any], type_hint: str | None = None) -> list[Tenso
             t = type_hint
         n = _numel(d)
         stored = _stored(d, strides[i] if i < len(strides) else None) if n else 0
-        if n and t in DTYPE_BYTES:
-            out.append(TensorArg(n, DTYPE_BYTES[t], DTYPE_SHORT.get(t, t), i, stored))
-        elif n and t in INTEGER_BYTES:
-            out.append(TensorArg(n, INTEGER_BYTES[t], t, i, stored))
+        if n and t in FLOAT_DTYPE_BYTES:
+            out.append(TensorArg(n, FLOAT_DTYPE_BYTES[t], DTYPE_SHORT.get(t, t), i, stored))
+        elif n and t in INTEGER_DTYPE_BYTES:
+            out.append(TensorArg(n, INTEGER_DTYPE_BYTES[t], t, i, stored))
     return out
 
 
@@ -473,9 +470,9 @@ def _op_cost(
         # An expanded source is read once per distinct element.
         if name == "copy_" and len(tensors) >= 2:
             return OpCost(0.0, float(tensors[0].nbytes + tensors[1].read_bytes), dtype, False, "copy")
-        if name in ("_to_copy", "to") and type_hint in DTYPE_BYTES:
+        if name in ("_to_copy", "to") and type_hint in FLOAT_DTYPE_BYTES:
             # A cast writes the kernel's element type (bfloat16_copy_kernel: 2 bytes), not the input's.
-            return OpCost(0.0, float(tensors[0].read_bytes + tensors[0].numel * DTYPE_BYTES[type_hint]), dtype,
+            return OpCost(0.0, float(tensors[0].read_bytes + tensors[0].numel * FLOAT_DTYPE_BYTES[type_hint]), dtype,
                           False, "copy")  # fmt: skip
         return OpCost(0.0, float(tensors[0].read_bytes + in_bytes), dtype, False, "copy")
     if name in REDUCTIONS:

@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.ledger import covered
+from tracelens.domain import fmt_us
 from tracelens.model.schema import NVML_REASON_BITS as REASON_BITS
 from tracelens.model.schema import NVML_TRACK_PREFIX as TRACK_PREFIX
 from tracelens.model.schema import Kind

@@ -26,8 +26,8 @@ import numpy as np
 import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.analyzers.matmul_shapes import DTYPE_BYTES, DTYPE_SHORT, gemm_from_name
+from tracelens.analyzers.context import AnalysisContext
+from tracelens.analyzers.matmul_shapes import gemm_from_name
 from tracelens.analyzers.op_costs import (
     ADAM_FLOPS_PER_ELEMENT,
     BSHD_ATTENTION,
@@ -36,9 +36,19 @@ from tracelens.analyzers.op_costs import (
     dtype_from_kernel,
     op_cost,
 )
+from tracelens.domain import (
+    COLLECTIVE_LAUNCH_OPS,
+    DTYPE_BYTES,
+    DTYPE_SHORT,
+    GRAPH_LAUNCH_APIS,
+    SHORT_DTYPE_BYTES,
+    fmt_us,
+    is_collective_kernel,
+)
 from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
+from tracelens.report.enums import Bound, UncoveredReason
 
 #: Kernels shorter than this on average are latency-bound whatever their intensity: the
 #: launch and ramp-up of a kernel take a few µs on current GPUs.
@@ -56,18 +66,13 @@ NEAR_COMPUTE_ROOF_SHARE = 0.5
 SMALL_GRID_SHARE = 0.5
 #: An achieved rate above the datasheet roof means the model (or the peak) is wrong.
 MODEL_ERROR_SHARE = 1.0
-COMM_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reduce_scatter", "sendrecv", "multimem")
 MAX_SITES = 8
 #: Unmodelled ops listed in the report.
 MAX_UNMODELLED = 12
 #: Families whose FLOPs belong to the op's main kernel only.
 MATH_FAMILIES = frozenset({"matmul", "conv", "attention"})
-#: The runtime call that replays a captured CUDA graph (its kernels carry no op shapes).
-GRAPH_LAUNCH = "cudaGraphLaunch"
 #: Enclosing ops searched for a model, as TraceModel.host_chain bounds its walk.
 HOST_CHAIN_LIMIT = 512
-#: Ops whose kernels are collectives whatever the kernel is called.
-COMM_OPS = ("record_param_comms", "c10d::", "nccl:", "symm_mem::", "_c10d_functional::")
 
 
 @dataclass(frozen=True)
@@ -85,7 +90,7 @@ class KernelRoof:
     intensity: float
     roof_flops_per_s: float
     roof_share: float  # achieved fraction of the nearer roof (max of the two shares below)
-    bound: str  # memory, compute, latency, communication, unknown
+    bound: Bound
     roof_name: str = ""  # the roof it was judged against: "memory bandwidth", "bf16 tensor cores", ...
     roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
     measured_ceiling: float = 0.0  # the sustained ceiling measured for that roof on this GPU, 0 if none
@@ -286,7 +291,7 @@ class Unmodelled:
     """Kernel time no model covers, by launching op and why."""
 
     op: str
-    reason: str  # no_op, no_shapes, no_model
+    reason: UncoveredReason
     time_us: float
 
 
@@ -331,7 +336,7 @@ class _Attribution:
     bytes: np.ndarray
     source: np.ndarray  # 0 none, 1 op model, 2 launch-grid estimate
     meta: dict[int, tuple[str, str, bool]]  # kernel index -> dtype, family, tensor_core
-    unmodelled: dict[tuple[str, str], float]
+    unmodelled: dict[tuple[str, UncoveredReason], float]
     owner: np.ndarray  # host row of the op whose model covers each kernel, or -1
     instructions: np.ndarray | None = None  # estimated thread instructions (0: no count)
     l2_port: np.ndarray | None = None  # L2 port bytes of register spills (0: not modelled)
@@ -680,10 +685,13 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     source[sel] = 1
     kinds = [(c.dtype, c.family, c.tensor_core) for c in costs_of]
     meta.update(zip(sel.tolist(), (kinds[j] for j in slot[ok].tolist()), strict=True))
-    unmodelled: dict[tuple[str, str], float] = defaultdict(float)
+    unmodelled: dict[tuple[str, UncoveredReason], float] = defaultdict(float)
     codes = model.arrays.name_codes
-    graph_code = model.arrays.name_table.index(GRAPH_LAUNCH) if GRAPH_LAUNCH in model.arrays.name_table else -2
-    graph_replay = (launch >= 0) & (codes[np.clip(launch, 0, None)] == graph_code) if len(model.host) else launch < -1
+    graph_codes = [c for c, nm in enumerate(model.arrays.name_table) if nm in GRAPH_LAUNCH_APIS]
+    if len(model.host):
+        graph_replay = (launch >= 0) & np.isin(codes[np.clip(launch, 0, None)], graph_codes)
+    else:
+        graph_replay = launch < -1
     for i in np.flatnonzero((source == 0) & ~comm).tolist():
         r = int(op_rows[i])
         op = model.arrays.name(r) if r >= 0 else ""
@@ -923,10 +931,10 @@ def compute_roofline(
     launch = k["launch"].to_numpy()
     op_rows = np.where(launch >= 0, model.arrays.op[np.clip(launch, 0, None)], -1) if len(model.host) else launch
     # Collectives by kernel name or by launching op, each name tested once.
-    comm = name_matches(k["name"], lambda n: any(m in n.lower() for m in COMM_MARKERS))
+    comm = name_matches(k["name"], is_collective_kernel)
     if len(model.host):
         table = model.arrays.name_table
-        comm_op = np.fromiter((n.startswith(COMM_OPS) for n in table), dtype=bool, count=len(table))
+        comm_op = np.fromiter((n.startswith(COLLECTIVE_LAUNCH_OPS) for n in table), dtype=bool, count=len(table))
         op_codes = model.arrays.name_codes[np.clip(op_rows, 0, None)]
         comm |= (op_rows >= 0) & comm_op[np.clip(op_codes, 0, None)] & (op_codes >= 0)
     att = _attribute(model, k, comm)
@@ -1037,6 +1045,7 @@ def compute_roofline(
         roof_name = (L2_ROOF_NAME if by_l2 else "memory bandwidth") if near_memory else UNIT_NAMES.get(unit, unit)
         roof_value = (peaks.l2_write if by_l2 else peaks.bw) if near_memory else peak
         ceiling = 0.0 if near_memory and by_l2 else peaks.measured.get("bandwidth" if near_memory else unit, 0.0)
+        bound: Bound
         if max(flop_share, compute_share, memory_share) > MODEL_ERROR_SHARE:
             # Above the datasheet roof: the FLOP, instruction or byte model (or the peak) is wrong.
             errors += 1
@@ -1389,7 +1398,6 @@ ATTN_MAX_GAP_OPS = 12
 #: attention 39% of the fp32 roof); the OWLv2 layer of issue 10 ran 0.30 ms in SDPA vs the
 #: 0.28 ms this gives.
 SDPA_ROOF_SHARE = 0.4
-SHORT_DTYPE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4, "fp64": 8}
 
 
 @dataclass(frozen=True)

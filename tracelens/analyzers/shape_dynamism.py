@@ -31,9 +31,9 @@ import msgspec
 import numpy as np
 
 from tracelens.analyzers.base import LOW_SHARE, Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
-from tracelens.derive.apis import ALLOC_APIS
+from tracelens.analyzers.context import AnalysisContext
 from tracelens.derive.ledger import blocking_call_rows, merge_intervals, overlap, total
+from tracelens.domain import ALLOC_APIS, COMPILED_REGION, GRAPH_LAUNCH_APIS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -51,10 +51,9 @@ NEW_SHAPE_MIN_EXCESS_US = 500.0
 MIN_DISTINCT_SHAPES = 2
 
 #: Names of the rows torch.compile adds around compiled code (bookkeeping, not eager ops).
-REGION_PREFIX = "Torch-Compiled Region"
 GRAPH_CALL_MARKERS = ("## Call CompiledFxGraph", "CompiledFunction", "## Call CompiledFunction")
 COMPILE_BOOKKEEPING = (
-    REGION_PREFIX,
+    COMPILED_REGION,
     "TorchDynamo Cache Lookup",
     "Pregraph bytecode",
     "AOTDispatcher",
@@ -80,8 +79,7 @@ DATA_DEPENDENT_OPS = (
     "aten::repeat_interleave",
     "aten::is_nonzero",
 )
-GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
-_REGION_RE = re.compile(r"Torch-Compiled Region: (\d+)/(\d+)")
+_REGION_RE = re.compile(re.escape(COMPILED_REGION) + r": (\d+)/(\d+)")
 
 
 @dataclass
@@ -471,7 +469,7 @@ def _compiled(ctx: AnalysisContext) -> _Compiled | None:
     end = host["end"].to_numpy()
     names = host["name"]
     arrays = model.arrays
-    region = name_matches(names, lambda n: n.startswith(REGION_PREFIX)) & (kind == int(Kind.CPU_OP))
+    region = name_matches(names, lambda n: n.startswith(COMPILED_REGION)) & (kind == int(Kind.CPU_OP))
     graph_call = name_matches(names, lambda n: n.startswith(GRAPH_CALL_MARKERS))
     k = model.kernels()
     in_win_k = (k["ts"] >= w0) & (k["ts"] < w1)

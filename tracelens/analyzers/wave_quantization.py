@@ -17,9 +17,10 @@ from __future__ import annotations
 import math
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext, fmt_us
+from tracelens.analyzers.context import AnalysisContext
 from tracelens.analyzers.matmul_shapes import MatmulRow, Tile, cached_matmul_rows, tiles_for, waves_of
 from tracelens.analyzers.roofline import eager_attention_shapes
+from tracelens.domain import fmt_us
 
 #: Flag shapes whose waves are less than this full on average.
 FLAG_EFFICIENCY = 0.85

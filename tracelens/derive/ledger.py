@@ -44,33 +44,21 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.apis import ALLOC_APIS, ASYNC_COPY_APIS, SYNC_APIS
 from tracelens.derive.window import StepSpan, Window
+from tracelens.domain import (
+    ALLOC_APIS,
+    ASYNC_COPY_APIS,
+    COMPILER_EXCLUDE,
+    COMPILER_MARKERS,
+    PROFILER_FRAMES,
+    SYNC_APIS,
+    is_collective_kernel,
+    is_collective_wait_op,
+)
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
-
-#: Collective kernels, by name fragment (lower case).
-COMM_KERNEL_MARKERS = ("nccl", "rccl", "allreduce", "all_reduce", "allgather", "reducescatter", "alltoall", "sendrecv")
-#: Host ops of collectives: the host inside one is waiting for the other ranks (gloo runs
-#: the collective on the host; NCCL's wait() blocks there too).
-COMM_OP_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms", "ProcessGroup", "c10d_functional::wait")
-
-#: Python frames of torch.profiler itself (prof.step(), start/stop). A gap the host spent
-#: mostly inside them is the profiler's cost, not the program's.
-PROFILER_FRAME_MARKERS = ("torch/profiler/", "torch/autograd/profiler.py")
-#: Python frames and annotations of torch.compile's compiler (not its cache lookup, and
-#: not Inductor's compile-worker pool, whose thread idles beside the whole run).
-COMPILE_MARKERS = (
-    "torch/_dynamo/convert_frame",
-    "torch/_dynamo/output_graph",
-    "torch/_inductor/compile_fx",
-    "torch/_inductor/graph.py",
-    "torch/_inductor/codecache",
-    # torch.compile's own timed ranges (recorded as CPU ops in traces without Python
-    # stacks: "_compile.compile_inner (dynamo_timed)", "compile_fx_inner (dynamo_timed)").
-    "(dynamo_timed)",
-)
-COMPILE_EXCLUDE = ("compile_worker",)
+from tracelens.report.enums import CAUSES as CAUSES  # the contract's causes: re-exported for the ledger's readers
+from tracelens.report.enums import Cause
 
 #: A gap up to this long, with the launch arriving after the GPU drained, is launch
 #: overhead: one eager op costs 5-30 µs of host time (aten dispatch plus
@@ -101,7 +89,7 @@ COVER_SHARE = 0.5
 #: Number of columns in the timeline picture.
 TIMELINE_BINS = 480
 
-BUSY_CAUSES = (
+BUSY_CAUSES: tuple[Cause, ...] = (
     "gpu_busy_compute",
     "gpu_busy_memory",
     "gpu_busy_latency",
@@ -109,7 +97,7 @@ BUSY_CAUSES = (
     "gpu_busy_copy",
     "communication",
 )
-IDLE_CAUSES = (
+IDLE_CAUSES: tuple[Cause, ...] = (
     "host_sync",
     "communication",
     "allocation",
@@ -119,8 +107,6 @@ IDLE_CAUSES = (
     "host_bound",
     "idle_other",
 )
-#: Every cause once, in report order: busy first, then idle in diagnostic order.
-CAUSES: tuple[str, ...] = tuple(dict.fromkeys(BUSY_CAUSES + IDLE_CAUSES))
 #: The kernel classes of busy time, highest precedence first (see the module docstring).
 _BOUND_CLASS = {"compute": "gpu_busy_compute", "memory": "gpu_busy_memory", "latency": "gpu_busy_latency"}
 
@@ -287,15 +273,6 @@ def overlap(intervals: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.n
 # -- what the host rows are --------------------------------------------------------------
 
 
-def is_comm_kernel(name: str) -> bool:
-    low = name.lower()
-    return any(m in low for m in COMM_KERNEL_MARKERS)
-
-
-def is_comm_op(name: str) -> bool:
-    return name.startswith(COMM_OP_PREFIXES)
-
-
 def _calls(model: TraceModel) -> pd.DataFrame:
     host = model.host
     return host[(host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)]
@@ -359,27 +336,27 @@ def compute_ledger(
     # A sync inside a collective op (gloo copies its CUDA tensors to the host) is the
     # collective's wait, not a user sync.
     sync_in_comm = np.array(
-        [any(is_comm_op(names[codes[r]]) for r in model.host_chain(int(op_of[s])) if r >= 0) if op_of[s] >= 0 else False
-         for s in sync_rows],
+        [any(is_collective_wait_op(names[codes[r]]) for r in model.host_chain(int(op_of[s])) if r >= 0)
+         if op_of[s] >= 0 else False for s in sync_rows],
         dtype=bool,
     )  # fmt: skip
 
-    comm_iv = _named_intervals(model, is_comm_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    comm_iv = _named_intervals(model, is_collective_wait_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
     alloc_iv = _named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
-    prof_iv = _named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAME_MARKERS), (Kind.PYTHON,))
+    prof_iv = _named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAMES), (Kind.PYTHON,))
     compile_iv = _named_intervals(
         model,
-        lambda n: any(m in n for m in COMPILE_MARKERS) and not any(x in n for x in COMPILE_EXCLUDE),
+        lambda n: any(m in n for m in COMPILER_MARKERS) and not any(x in n for x in COMPILER_EXCLUDE),
         (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION),
     )
     launch_col = model.gpu["launch"].to_numpy()
     gpu_names = model.gpu["name"]
-    comm_gpu = name_matches(gpu_names, is_comm_kernel)
+    comm_gpu = name_matches(gpu_names, is_collective_kernel)
     # Kernels launched from inside a collective op are collectives too (gloo's copies are
     # not kernels; NCCL's kernels carry their own names).
     if len(host):
         launched_by = np.where(launch_col >= 0, op_of[np.clip(launch_col, 0, None)], -1)
-        op_is_comm = name_matches(host["name"], is_comm_op)
+        op_is_comm = name_matches(host["name"], is_collective_wait_op)
         comm_gpu |= (
             (launched_by >= 0)
             & op_is_comm[np.clip(launched_by, 0, None)]
@@ -432,7 +409,7 @@ def compute_ledger(
         regions = _launch_regions(model, act, starts, ends)
         gaps = _apply_regions(gaps, regions)
         gaps["dur"] = gaps["end"] - gaps["start"]
-        by_cause = {c: 0.0 for c in CAUSES}
+        by_cause: dict[str, float] = {c: 0.0 for c in CAUSES}
         for c in BUSY_CAUSES:
             by_cause[c] += total(busy_classes[c])
         idle_sum = gaps.groupby("cause", observed=True)["dur"].sum()
@@ -447,7 +424,7 @@ def compute_ledger(
             )
         )  # fmt: skip
     # Each cause's intervals on the primary device, once for the steps and the timeline.
-    ivs = {c: cause_intervals(devices[0], c) for c in CAUSES} if devices else {}
+    ivs: dict[str, np.ndarray] = {c: cause_intervals(devices[0], c) for c in CAUSES} if devices else {}
     steps = _step_ledgers(window.steps, devices[0], ivs) if devices and window.steps else ()
     timeline = _timeline(devices[0], ivs) if devices else None
     return Ledger(window=window, devices=tuple(devices), steps=steps, timeline=timeline)

@@ -48,10 +48,12 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.apis import ALLOC_APIS, SYNC_APIS
+from tracelens.domain import ALLOC_APIS, PROFILER_FRAMES, STARTUP_COMPILE_MARKERS, SYNC_APIS
 from tracelens.errors import TracelensError
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
+from tracelens.report.enums import STARTUP_KINDS as _STARTUP_KINDS
+from tracelens.report.enums import StartupKind, WindowSource
 
 # --------------------------------------------------------------------------------------
 # thresholds
@@ -158,16 +160,7 @@ GAP_BREAK_CANDIDATES = 8
 #: Names of the startup detail.
 DETAIL_TOP = 3
 
-STARTUP_KINDS = (
-    "cuda_init",
-    "lazy_loading",
-    "allocation",
-    "compile",
-    "autotune",
-    "data_creation",
-    "model_building",
-    "other",
-)
+STARTUP_KINDS = _STARTUP_KINDS  # the contract's kinds (tracelens.report.enums)
 #: Where kinds overlap, the earlier one in this list takes the time (the more specific:
 #: a cudaMalloc inside a compiled region is allocation, a conv's autotune inside
 #: torch.compile is autotune; weights created in a module's __init__ are model building).
@@ -201,20 +194,6 @@ _CUDA_INIT_CALLS = frozenset(
 )
 _LAZY_PREFIXES = ("cuModuleLoad", "cuModuleGetFunction", "cuLibrary", "cudaGetFuncBySymbol", "hipModuleLoad")
 _LAZY_OVERHEAD = ("Lazy Function Loading",)
-_COMPILE_MARKERS = (
-    "Torch-Compiled Region",
-    "TorchDynamo",
-    "CompiledFunction",
-    "torch/_dynamo/convert_frame",
-    "torch/_dynamo/output_graph",
-    "torch/_dynamo/symbolic_convert",
-    "torch/_inductor/compile_fx",
-    "torch/_inductor/codecache",
-    "torch/_inductor/graph",
-    "torch/_functorch/aot_autograd",
-    "triton/compiler/compiler.py",
-    "torch/jit/_script",
-)
 _AUTOTUNE_MARKERS = ("cudnnFind", "cudnnGet", "autotune", "Autotune", "benchmark_", "select_algorithm")
 _DATA_OPS = frozenset(
     {
@@ -244,8 +223,6 @@ _MODEL_FRAME_RE = re.compile(
 )
 #: Op names whose slow first call is algorithm search (cuDNN benchmark mode, cuBLASLt).
 _AUTOTUNE_FIRST_CALL = ("conv", "cudnn", "miopen", "mm", "linear", "matmul", "gemm", "bmm")
-#: Python frames of torch.profiler itself (prof.step() between iterations).
-_PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py")
 _STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
 #: Blocking host calls: each is a token of the device sequence (placed where it returns),
 #: so a loop that synchronises every step shows its step even when all its kernels have
@@ -275,7 +252,7 @@ class StepSpan:
 
 @dataclass(frozen=True)
 class StartupPart:
-    what: str  # one of STARTUP_KINDS
+    what: StartupKind
     time_us: float  # host wall time of that kind before the window (non-overlapping)
     count: int
     detail: str  # the top few op/call names
@@ -285,7 +262,7 @@ class StartupPart:
 class Window:
     start_us: float
     end_us: float
-    source: str  # "steps" | "detected" | "whole" | "user"
+    source: WindowSource
     steps: tuple[StepSpan, ...]  # steps/iterations inside the window
     excluded_steps: tuple[StepSpan, ...]  # warm-up steps left out (reported apart)
     startup_us: float  # from the trace's first event to start_us
@@ -578,7 +555,7 @@ def _iteration_openings(
     right = np.searchsorted(key_thread, tok_thread, side="right")
     key_end = host["end"].to_numpy(dtype=np.float64)[top_rows]
     cats = host["name"].cat.categories
-    prof_cat = np.fromiter((str(c).startswith(_PROFILER_FRAMES) for c in cats), dtype=bool, count=len(cats))
+    prof_cat = np.fromiter((str(c).startswith(PROFILER_FRAMES) for c in cats), dtype=bool, count=len(cats))
     codes = host["name"].cat.codes.to_numpy()[top_rows]
     key_prof = (codes >= 0) & prof_cat[np.clip(codes, 0, None)] if len(cats) else np.zeros(len(top_rows), bool)
     cand = np.full(len(has), np.inf)
@@ -963,7 +940,7 @@ def _make(
     t0: float,
     start: float,
     end: float,
-    source: str,
+    source: WindowSource,
     steps: tuple[StepSpan, ...],
     excluded: tuple[StepSpan, ...],
     reason: str,
@@ -1158,7 +1135,7 @@ def _kind_of(name: str, kind: int) -> str:
     if kind in (Kind.CPU_OP, Kind.USER_ANNOTATION, Kind.PYTHON):
         if kind == Kind.USER_ANNOTATION and _STEP_NAME.match(name):
             return ""
-        if any(m in name for m in _COMPILE_MARKERS):
+        if any(m in name for m in STARTUP_COMPILE_MARKERS):
             return "compile"
         if any(m in name for m in _AUTOTUNE_MARKERS):
             return "autotune"

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from tracelens.job.analyze import analyze
 from tracelens.job.discover import expand, looks_like_ranks, rank_inputs
-from tracelens.job.model import JobReport, RankFailure, RankInput, RankSummary
+from tracelens.job.model import RankFailure, RankInput, RankSummary
 from tracelens.job.run import map_ranks
+from tracelens.report.job_report import JobReport
 
 __all__ = [
     "JobReport",

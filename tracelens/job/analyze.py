@@ -30,17 +30,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tracelens import __version__
-from tracelens.analyzers.context import fmt_us
-from tracelens.job.model import (
+from tracelens.domain import fmt_us
+from tracelens.job.model import Collective, RankFailure, RankSummary
+from tracelens.report.job_report import (
     JOB_SCHEMA_VERSION,
-    Collective,
     CollectiveRow,
     FailedRank,
     JobReport,
     JobSummary,
-    RankFailure,
     RankRow,
-    RankSummary,
     StepLate,
     Straggler,
 )

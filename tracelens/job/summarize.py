@@ -20,23 +20,15 @@ import numpy as np
 
 from tracelens.analyzers import run_all
 from tracelens.analyzers.base import Category
-from tracelens.analyzers.communication import DTYPE_BYTES
 from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.apis import SYNC_APIS
-from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals, is_comm_kernel, is_comm_op, overlap
+from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals, overlap
+from tracelens.domain import DTYPE_BYTES, SYNC_APIS, is_collective_kernel, is_collective_wait_op
 from tracelens.job.discover import is_url
-from tracelens.job.model import (
-    Collective,
-    FindingBrief,
-    LedgerShare,
-    RankFailure,
-    RankInput,
-    RankSummary,
-    StepTime,
-)
+from tracelens.job.model import Collective, RankFailure, RankInput, RankSummary
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
 from tracelens.ranking import rank, settle
+from tracelens.report.job_report import FindingBrief, LedgerShare, StepTime
 
 #: Findings kept per rank (the job report shows the top ones; the per-rank report has all).
 MAX_FINDINGS = 5
@@ -171,7 +163,7 @@ def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, A
     calls: list[dict[str, Any]] = []
     gpu = model.gpu
     kern = gpu[(gpu["kind"] == Kind.KERNEL) & (gpu["device"] == device)] if device is not None else gpu.iloc[0:0]
-    kern = kern[name_matches(kern["name"], is_comm_kernel)] if len(kern) else kern
+    kern = kern[name_matches(kern["name"], is_collective_kernel)] if len(kern) else kern
     host = model.host
     is_op = np.isin(host["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
     gloo = host[is_op & name_matches(host["name"], lambda n: n.startswith("gloo:"))]
@@ -182,7 +174,7 @@ def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, A
     host_by_ext: dict[int, int] = {}
     if len(kern):
         ext = host["external_id"].to_numpy()
-        comm_host = host.index[is_op & name_matches(host["name"], is_comm_op)].to_numpy()
+        comm_host = host.index[is_op & name_matches(host["name"], is_collective_wait_op)].to_numpy()
         for r in comm_host:
             if ext[r] >= 0:
                 host_by_ext.setdefault(int(ext[r]), int(r))
@@ -378,7 +370,7 @@ def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings:
         if dev is not None else []
     )  # fmt: skip
     briefs = [
-        FindingBrief(category=str(f.category), severity=str(f.severity), title=f.title, time_us=round(f.time_us, 3),
+        FindingBrief(category=f.category, severity=f.severity, title=f.title, time_us=round(f.time_us, 3),
                      share=round(f.share, 5), advice=f.advice[:MAX_ADVICE_CHARS])
         for f in findings if f.parent is None
     ][:MAX_FINDINGS]  # fmt: skip

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 import msgspec
 import numpy as np
 
+from tracelens.domain import MAX_TRACE_NAME_CHARS, cut_middle
 from tracelens.errors import TraceInputError
 from tracelens.model.schema import (
     CATEGORY_KINDS,
@@ -514,20 +515,13 @@ def _may_repeat(frame: pd.DataFrame, identity: list[str]) -> bool:
     return bool(pd.Index(key).has_duplicates)
 
 
-#: Names longer than this are cut (start and end kept). The longest real names are C++
-#: template kernels of about 5,100 characters; a 64 KB name is not a name but it would
-#: widen every fixed-width string array made from a name column to its length.
-MAX_NAME_CHARS = 8192
-
-
 def _capped_names(names: list[str]) -> tuple[list[str], int]:
-    """The names, those over MAX_NAME_CHARS cut (start and end kept), and how many were."""
-    if not names or max(map(len, names)) <= MAX_NAME_CHARS:  # C-speed check: the common case
+    """The names, those over MAX_TRACE_NAME_CHARS cut (start and end kept), and how many were."""
+    if not names or max(map(len, names)) <= MAX_TRACE_NAME_CHARS:  # C-speed check: the common case
         return names, 0
-    half = MAX_NAME_CHARS // 2
-    long = [i for i, n in enumerate(names) if len(n) > MAX_NAME_CHARS]
+    long = [i for i, n in enumerate(names) if len(n) > MAX_TRACE_NAME_CHARS]
     for i in long:
-        names[i] = names[i][:half] + "…" + names[i][-half + 1 :]
+        names[i] = cut_middle(names[i], MAX_TRACE_NAME_CHARS)
     return names, len(long)
 
 
@@ -1479,7 +1473,7 @@ class _Collector:
     def _note_long_names(self, which: int) -> None:
         cut = self.long_names[which]
         if cut:
-            self.notes.append(f"{cut} names longer than {MAX_NAME_CHARS:,} characters were shortened")
+            self.notes.append(f"{cut} names longer than {MAX_TRACE_NAME_CHARS:,} characters were shortened")
 
     def finish(self, top: dict[str, msgspec.Raw], *, file_bytes: int, json_bytes: int) -> TraceModel:
         import pandas as pd

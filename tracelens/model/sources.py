@@ -33,8 +33,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tracelens.domain import PROFILER_FRAMES
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
+from tracelens.report.findings import PySource as PySource  # the contract's type, made here
 
 _PYTHON = int(Kind.PYTHON)
 #: Pointer-doubling passes when finding each frame's user frame: 2**64 frames deep is
@@ -49,49 +51,6 @@ _MACHINERY_PREFIXES = ("torch/", "tracelens/", "<")
 _MACHINERY_FILES = frozenset({"threading.py", "runpy.py", "contextlib.py", "functools.py", "__init__.py<string>"})
 _MACHINERY_DIRS = ("/multiprocessing/", "/concurrent/futures/", "/importlib/")
 _STDLIB_RE = re.compile(r"/lib/python3\.\d+/(?!site-packages|dist-packages)")
-#: Frames inside the profiler itself: a sync issued from here is the profiler's own.
-PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autograd/profiler_util.py")
-
-
-@dataclass(frozen=True)
-class PySource:
-    """One Python frame: where a finding comes from.
-
-    `line_is_def` is True for 2024+ `python_function` frames, whose line is the line of
-    the function's `def` (not of the call inside it); False for 2021-2022 `Call stack`
-    frames, whose line is the calling line."""
-
-    file: str
-    line: int | None
-    function: str
-    line_is_def: bool = False
-    #: The statement inside the function that made the call, inferred from the source
-    #: (None when the file is unreadable, changed since the trace, or nothing matched).
-    call_line: int | None = None
-    #: That line's text, stripped (for the report's source cells).
-    code: str = ""
-    #: True when call_line comes from parsing the source, not from the trace.
-    line_inferred: bool = False
-    #: True when several statements could have made the call; call_line is the first.
-    ambiguous: bool = False
-    #: Every candidate line when ambiguous (call_line is candidates[0]).
-    candidates: tuple[int, ...] = ()
-
-    @property
-    def label(self) -> str:
-        return f"{self.file}:{self.line}" if self.line is not None else self.file
-
-    @property
-    def call_label(self) -> str:
-        """file:call_line when the calling statement is known, else `label`."""
-        return f"{self.file}:{self.call_line}" if self.call_line is not None else self.label
-
-    @property
-    def where(self) -> str:
-        """For titles: "at file:line" for a call line, "in func() (file:line)" for a def line."""
-        if self.line_is_def:
-            return f"in {self.function}() ({self.label})"
-        return f"at {self.label}"
 
 
 def parse_frame(text: str, line_is_def: bool = False) -> PySource | None:

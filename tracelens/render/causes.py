@@ -1,42 +1,14 @@
-"""Names and colours of the ledger's causes, shared by every renderer."""
+"""Names and colours of the ledger's causes, shared by every renderer (the names are
+the domain's: tracelens.domain.CAUSE_LABELS)."""
 
 from __future__ import annotations
 
-#: What each ledger cause is called in reports.
-CAUSE_LABELS = {
-    "gpu_busy_compute": "busy: compute-bound kernels",
-    "gpu_busy_memory": "busy: memory-bound kernels",
-    "gpu_busy_latency": "busy: latency-bound kernels",
-    "gpu_busy_unknown": "busy: kernels without a model",
-    "gpu_busy_copy": "busy: copies and memsets",
-    "communication": "communication (exposed or waiting)",
-    "host_sync": "idle: host sync",
-    "allocation": "idle: allocator calls",
-    "compilation": "idle: compiling",
-    "profiler": "idle: profiler overhead",
-    "launch_overhead": "idle: launch overhead",
-    "host_bound": "idle: host-bound",
-    "idle_other": "idle: other (queued work waits)",
-}
-#: Short names for the terminal's one-line ledger.
-CAUSE_SHORT = {
-    "gpu_busy_compute": "compute",
-    "gpu_busy_memory": "memory",
-    "gpu_busy_latency": "latency",
-    "gpu_busy_unknown": "unmodelled",
-    "gpu_busy_copy": "copy",
-    "communication": "comm",
-    "host_sync": "sync",
-    "allocation": "alloc",
-    "compilation": "compile",
-    "profiler": "profiler",
-    "launch_overhead": "launch",
-    "host_bound": "host",
-    "idle_other": "other",
-}
+from tracelens.domain import CAUSE_LABELS as CAUSE_LABELS
+from tracelens.domain import CAUSE_SHORT as CAUSE_SHORT
+
 #: Colours, shared by the bar, the timeline and the legend: greens and blues for busy,
 #: warm colours for idle the program causes, greys for the rest.
-CAUSE_COLOURS = {
+CAUSE_COLOURS: dict[str, str] = {
     "gpu_busy_compute": "#1f7a45",
     "gpu_busy_memory": "#2e9e5b",
     "gpu_busy_latency": "#7cc495",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import msgspec
 
-from tracelens.diff import DiffReport
 from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_LABELS, CAUSE_SHORT
 from tracelens.render.format import plain
@@ -14,6 +13,7 @@ from tracelens.render.html import environment
 from tracelens.render.json import _enc_hook
 from tracelens.render.markdown import fit_comment, md, md_lines
 from tracelens.render.terminal import DEFAULT_WIDTH, _Out
+from tracelens.report.diff_report import DiffReport
 
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 #: Rows of the terminal's cause and change lists.

@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 import re
 
-from tracelens.analyzers.base import Metric
+from tracelens.domain import cut_middle
+from tracelens.domain import fmt_bytes as fmt_bytes
+from tracelens.domain import pct as pct
+from tracelens.report.findings import Metric
 
 #: Characters a terminal acts on rather than shows: C0 controls (ESC starts OSC 0 title,
 #: OSC 52 clipboard and OSC 8 link sequences, CSI colours and cursor moves; CR and BS
@@ -44,28 +47,6 @@ def us(value: float) -> str:
     return f"{v:.1f} µs"
 
 
-def pct(share: float) -> str:
-    """A share as the analyzers' sentences write it (whole percents, as `{:.0%}`), so a
-    number in a title and the same number in a table agree; one decimal under 1%."""
-    if share is None or (isinstance(share, float) and math.isnan(share)):
-        return "n/a"
-    s = float(share) * 100
-    if s == 0 or abs(s) >= 1:
-        return f"{s:.0f}%"
-    if abs(s) >= 0.1:
-        return f"{s:.1f}%"
-    return "<0.1%" if s > 0 else "-<0.1%"
-
-
-def nbytes(value: float) -> str:
-    v = float(value)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(v) < 1000 or unit == "TB":
-            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
-        v /= 1000
-    return f"{v:.1f} TB"
-
-
 #: Evidence numbers from here up are written with an SI prefix ("989 T"), not as
 #: "989,000,000,000,000", which nobody reads at a glance.
 LARGE_NUMBER = 1e7
@@ -89,7 +70,7 @@ def metric(m: Metric) -> str:
     if m.unit == "share":
         return pct(float(v))
     if m.unit == "bytes":
-        return nbytes(float(v))
+        return fmt_bytes(float(v))
     if m.unit == "per_s":
         f = float(v)
         return f"{si_number(f)}/s" if abs(f) >= LARGE_NUMBER else f"{f:,.0f}/s"
@@ -109,11 +90,7 @@ def metric(m: Metric) -> str:
 
 def short(name: str, width: int = 90) -> str:
     """Shorten a long (C++ template) kernel name, keeping its start and end."""
-    if len(name) <= width:
-        return name
-    keep = max(width - 1, 1)
-    head = keep * 2 // 3
-    return name[:head] + "…" + name[-(keep - head) :]
+    return cut_middle(name, width)
 
 
 #: Why the roofline could not model a launching op's kernels, in the reader's terms.

@@ -72,7 +72,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     )
     env.filters["us"] = fmt.us
     env.filters["pct"] = fmt.pct
-    env.filters["nbytes"] = fmt.nbytes
+    env.filters["nbytes"] = fmt.fmt_bytes
     env.filters["metric"] = fmt.metric
     env.filters["short"] = fmt.short
     env.filters["short_kernel"] = fmt.short_kernel

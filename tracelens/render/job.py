@@ -13,9 +13,9 @@ import msgspec
 import typer
 from markupsafe import Markup, escape
 
-from tracelens.job.model import JobReport, RankRow
 from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT
+from tracelens.report.job_report import JobReport, RankRow
 
 #: Ranks listed in the HTML/Markdown rank table (stragglers and the slowest first); the
 #: JSON has every rank.

@@ -147,7 +147,6 @@ def _plain_text(report: Report) -> Report:
         trace=dataclasses.replace(t, file_name=plain(t.file_name), gpu_name=plain(t.gpu_name)),
         summary=dataclasses.replace(
             s,
-            primary=None if s.primary is None else plain(s.primary),
             headline=plain(s.headline, MAX_PROSE),
             primary_advice="\n".join(plain(line, MAX_PROSE) for line in s.primary_advice.split("\n")),
             notes=tuple(plain(n, MAX_PROSE) for n in s.notes),

@@ -9,9 +9,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tracelens.analyzers.base import Finding
-from tracelens.analyzers.matmul_shapes import MatmulRow
-from tracelens.model.sources import PySource
+from tracelens.report.enums import (
+    ActivityKind,
+    Bound,
+    Category,
+    Cause,
+    QuestionId,
+    QuestionStatus,
+    StartupKind,
+    UncoveredReason,
+    WindowSource,
+)
+from tracelens.report.findings import Finding, PySource
 
 SCHEMA_VERSION = 2
 
@@ -45,7 +54,7 @@ class TraceInfo:
 class LedgerEntry:
     """One cause's part of a window: the entries of a window add up to all of it."""
 
-    cause: str  # a category id (host_sync, communication, ...), gpu_busy_*, profiler, idle_other
+    cause: Cause
     time_us: float
     share: float  # of the window
 
@@ -86,7 +95,7 @@ class GpuTimeSummary:
 
 @dataclass(frozen=True)
 class StartupItem:
-    what: str  # cuda_init, lazy_loading, allocation, compile, autotune, data_creation, model_building, other
+    what: StartupKind
     time_us: float
     count: int
     detail: str
@@ -98,7 +107,7 @@ class WindowInfo:
 
     start_us: float
     end_us: float
-    source: str  # steps, detected, whole, user
+    source: WindowSource
     steps: int
     startup_us: float
     reason: str
@@ -113,7 +122,7 @@ class Timeline:
 
     start_us: float
     end_us: float
-    by_cause: dict[str, tuple[float, ...]]
+    by_cause: dict[str, tuple[float, ...]]  # every Cause
     syncs: tuple[float, ...]
     steps: tuple[tuple[int, float, float], ...]
 
@@ -158,7 +167,7 @@ class RooflinePoint:
     flops_per_s: float
     bytes_per_s: float
     roof_share: float
-    bound: str
+    bound: Bound
     family: str
     dtype: str
     roof: str = ""  # the roof it was judged against
@@ -170,7 +179,7 @@ class UncoveredOp:
     """Kernel time the roofline could not model, by launching op and why."""
 
     op: str
-    reason: str  # no_op (no launching op in the trace), no_shapes (record_shapes off), no_model, graph_replay
+    reason: UncoveredReason  # no_op: no launching op in the trace; no_shapes: record_shapes off
     time_us: float
     share: float  # of non-communication kernel time
 
@@ -201,9 +210,8 @@ class KernelRow:
     total_us: float
     mean_us: float
     share: float  # of the device's busy time
-    kind: str  # kernel, memcpy, memset
-    # memory, compute, latency or unknown; unknown until the roofline analyzer exists.
-    bound: str = "unknown"
+    kind: ActivityKind
+    bound: Bound = "unknown"
     roof: str = ""  # the roof it was judged against: "memory bandwidth", "bf16 tensor cores", ...
     roof_value: float = 0.0  # that roof's datasheet value (FLOP/s or bytes/s)
     roof_share: float = 0.0  # achieved fraction of that roof (never above 1: above is a model error)
@@ -233,14 +241,44 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
+class MatmulRow:
+    """One matmul shape of the trace as the report shows it (JSON `matmuls[]`)."""
+
+    op: str
+    m: int
+    n: int
+    k: int
+    batch: int
+    dtype: str
+    layout: str
+    calls: int
+    kernel: str
+    time_us: float
+    tflops: float
+    aligned: bool
+    misaligned: tuple[str, ...]
+    fallback_kernel: bool
+    tile: str  # "256x128" as the kernel names it, "" if unknown
+    tile_source: str  # "name", "grid" or ""
+    tiles: int
+    sms: int
+    ctas_per_sm: int
+    slots: int
+    waves: float
+    last_wave_fill: float
+    wave_efficiency: float
+    source: PySource | None = None
+
+
+@dataclass(frozen=True)
 class Question:
     """One step of the diagnostic order and its answer for this trace."""
 
     number: int
-    id: str
+    id: QuestionId
     question: str
-    categories: tuple[str, ...]
-    status: str  # yes, minor, no, not_measurable, not_built
+    categories: tuple[Category, ...]
+    status: QuestionStatus
     time_us: float
     share: float
     answer: str
@@ -249,7 +287,7 @@ class Question:
 
 @dataclass(frozen=True)
 class Summary:
-    primary: str | None
+    primary: Category | None
     headline: str
     primary_time_us: float
     primary_share: float

@@ -1,0 +1,309 @@
+"""Facts of the domain, each defined once, for every layer to read: the runtime calls
+tracelens recognises, element types, the name markers of collectives, torch.profiler and
+torch.compile, what the ledger's causes are called, and how names and numbers are
+written. Below everything but the contract's enumerations (tracelens.report.enums);
+standard library only.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tracelens.report.enums import Severity
+
+# --- runtime and driver calls (CUDA, the driver API and their HIP twins) ---------------
+
+#: Blocking host calls. Each makes the calling thread wait for device work to finish.
+#: hipMemcpyWithStream and cudaMemcpy (not Async) are synchronous copies.
+SYNC_APIS = frozenset(
+    {
+        "cudaStreamSynchronize",
+        "cudaDeviceSynchronize",
+        "cudaEventSynchronize",
+        "cudaMemcpy",
+        "cuStreamSynchronize",
+        "cuCtxSynchronize",
+        "cuEventSynchronize",
+        "hipStreamSynchronize",
+        "hipDeviceSynchronize",
+        "hipEventSynchronize",
+        "hipMemcpy",
+        "hipMemcpyWithStream",
+    }
+)
+#: Asynchronous copy calls that block the host anyway when the host side is pageable
+#: memory: the driver stages the data through a bounce buffer (host to device) or waits
+#: for the stream to drain (device to host) before returning.
+ASYNC_COPY_APIS = frozenset({"cudaMemcpyAsync", "cuMemcpyAsync", "cuMemcpyDtoHAsync_v2", "hipMemcpyAsync"})
+#: Allocator calls: cudaFree (and cudaMalloc when the pool must grow) synchronise the
+#: device, and both take host time the caching allocator normally hides.
+ALLOC_APIS = frozenset(
+    {
+        "cudaMalloc",
+        "cudaMallocAsync",
+        "cudaMallocHost",
+        "cudaHostAlloc",
+        "cudaMallocManaged",
+        "cudaFree",
+        "cudaFreeAsync",
+        "cudaFreeHost",
+        "cuMemAlloc",
+        "cuMemAlloc_v2",
+        "cuMemFree_v2",
+        "cuMemCreate",
+        "cuMemMap",
+        "hipMalloc",
+        "hipMallocAsync",
+        "hipHostMalloc",
+        "hipExtMallocWithFlags",
+        "hipFree",
+        "hipFreeAsync",
+        "hipHostFree",
+    }
+)
+#: Calls that free device memory: they wait for the device to finish with it.
+FREE_APIS = ("cudaFree", "hipFree", "cuMemFree_v2")
+#: Pinned host allocations: made once, they are cheap; made per step, each is a
+#: cudaHostAlloc of host time (and the driver pins the pages).
+PINNED_APIS = ("cudaHostAlloc", "cudaMallocHost", "hipHostMalloc")
+#: Calls that replay a captured CUDA (HIP) graph: their kernels carry no op shapes.
+GRAPH_LAUNCH_APIS = frozenset({"cudaGraphLaunch", "cuGraphLaunch", "hipGraphLaunch"})
+#: Host calls that launch GPU work.
+LAUNCH_APIS = frozenset(
+    {
+        "cudaLaunchKernel",
+        "cudaLaunchKernelExC",
+        "cuLaunchKernel",
+        "cuLaunchKernelEx",
+        "cudaLaunchCooperativeKernel",
+        "cudaGraphLaunch",
+        "hipLaunchKernel",
+        "hipExtModuleLaunchKernel",
+        "hipModuleLaunchKernel",
+        "hipGraphLaunch",
+    }
+)
+
+# --- element types, by the profiler's type names (`Input type`) ---------------------------
+
+#: Floating-point element types: bytes per element.
+FLOAT_DTYPE_BYTES = {
+    "c10::BFloat16": 2,
+    "c10::Half": 2,
+    "float": 4,
+    "double": 8,
+    "c10::Float8_e4m3fn": 1,
+    "c10::Float8_e5m2": 1,
+    "c10::Float8_e4m3fnuz": 1,
+    "c10::Float8_e5m2fnuz": 1,
+}
+#: Integer and bool element types: bytes per element.
+INTEGER_DTYPE_BYTES = {"long int": 8, "int": 4, "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2}
+#: Every element type by any name a trace gives it: the profiler's (above) and the
+#: torch.dtype names record_param_comms writes for a collective's message (`float32`).
+DTYPE_BYTES = {
+    **FLOAT_DTYPE_BYTES,
+    **INTEGER_DTYPE_BYTES,
+    "float32": 4,
+    "half": 2,
+    "bfloat16": 2,
+    "long": 8,
+    "int64": 8,
+    "int32": 4,
+}
+#: Short names of the floating-point types (the roofline's and the matmul table's).
+DTYPE_SHORT = {
+    "c10::BFloat16": "bf16",
+    "c10::Half": "fp16",
+    "float": "fp32",
+    "double": "fp64",
+    "c10::Float8_e4m3fn": "fp8_e4m3",
+    "c10::Float8_e5m2": "fp8_e5m2",
+    "c10::Float8_e4m3fnuz": "fp8_e4m3fnuz",
+    "c10::Float8_e5m2fnuz": "fp8_e5m2fnuz",
+}
+#: Bytes per element by short name.
+SHORT_DTYPE_BYTES = {short: FLOAT_DTYPE_BYTES[name] for name, short in DTYPE_SHORT.items()}
+
+# --- name markers ---------------------------------------------------------------------
+
+#: Collective kernels (NCCL, RCCL), by name fragment (lower case).
+COLLECTIVE_KERNEL_MARKERS = (
+    "nccl",
+    "rccl",
+    "allreduce",
+    "all_reduce",
+    "allgather",
+    "reducescatter",
+    "reduce_scatter",
+    "alltoall",
+    "sendrecv",
+    "multimem",
+)
+#: Ops whose kernels are collectives whatever the kernel is called (the roofline leaves
+#: them out).
+COLLECTIVE_LAUNCH_OPS = ("record_param_comms", "c10d::", "nccl:", "symm_mem::", "_c10d_functional::")
+#: Host ops of collectives: the host inside one is waiting for the other ranks (gloo runs
+#: the collective on the host; NCCL's wait() blocks there too).
+COLLECTIVE_WAIT_OPS = ("gloo:", "nccl:", "c10d::", "record_param_comms", "ProcessGroup", "c10d_functional::wait")
+
+
+def is_collective_kernel(name: str) -> bool:
+    low = name.lower()
+    return any(m in low for m in COLLECTIVE_KERNEL_MARKERS)
+
+
+def is_collective_wait_op(name: str) -> bool:
+    return name.startswith(COLLECTIVE_WAIT_OPS)
+
+
+#: Python frames of torch.profiler itself (prof.step(), start/stop, its event export): a
+#: gap the host spent in them is the profiler's cost, not the program's.
+PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autograd/profiler_util.py")
+#: Python frames and annotations of torch.compile's compiler at work, for the ledger's
+#: "the host was compiling": Dynamo's frame conversion, Inductor's compile and code
+#: cache, and torch.compile's own timed ranges (recorded as CPU ops in traces without
+#: Python stacks: "_compile.compile_inner (dynamo_timed)", "compile_fx_inner
+#: (dynamo_timed)"). Not its cache lookup, and not Inductor's compile-worker pool
+#: (COMPILER_EXCLUDE), whose thread idles beside the whole run.
+COMPILER_MARKERS = (
+    "torch/_dynamo/convert_frame",
+    "torch/_dynamo/output_graph",
+    "torch/_inductor/compile_fx",
+    "torch/_inductor/graph.py",
+    "torch/_inductor/codecache",
+    "(dynamo_timed)",
+)
+COMPILER_EXCLUDE = ("compile_worker",)
+#: The row torch.compile opens around each run of compiled code (`Torch-Compiled Region:
+#: 0/1`: frame 0, compile 1).
+COMPILED_REGION = "Torch-Compiled Region"
+#: Start-up that compiling costs, for the window's start-up kinds: running compiled code
+#: the first time (the region, Dynamo's frame evaluation, AOTAutograd's compiled
+#: functions) and every compiler stage, Triton's and TorchScript's included.
+STARTUP_COMPILE_MARKERS = (
+    COMPILED_REGION,
+    "TorchDynamo",
+    "CompiledFunction",
+    "torch/_dynamo/convert_frame",
+    "torch/_dynamo/output_graph",
+    "torch/_dynamo/symbolic_convert",
+    "torch/_inductor/compile_fx",
+    "torch/_inductor/codecache",
+    "torch/_inductor/graph",
+    "torch/_functorch/aot_autograd",
+    "triton/compiler/compiler.py",
+    "torch/jit/_script",
+)
+
+# --- severity ------------------------------------------------------------------------------
+
+#: Severity is the share of the analysed window a finding costs. A tenth of the run is the
+#: first thing to fix; a few percent is worth a change; under half a percent is noise
+#: next to run-to-run variation of a profiled step.
+HIGH_SHARE = 0.10
+MEDIUM_SHARE = 0.03
+LOW_SHARE = 0.005
+
+
+def severity_for(share: float) -> Severity:
+    if share >= HIGH_SHARE:
+        return Severity.HIGH
+    if share >= MEDIUM_SHARE:
+        return Severity.MEDIUM
+    if share >= LOW_SHARE:
+        return Severity.LOW
+    return Severity.INFO
+
+
+# --- the ledger's causes, as reports name them ---------------------------------------------
+
+#: What each ledger cause (tracelens.report.enums.Cause) is called in reports.
+CAUSE_LABELS: dict[str, str] = {
+    "gpu_busy_compute": "busy: compute-bound kernels",
+    "gpu_busy_memory": "busy: memory-bound kernels",
+    "gpu_busy_latency": "busy: latency-bound kernels",
+    "gpu_busy_unknown": "busy: kernels without a model",
+    "gpu_busy_copy": "busy: copies and memsets",
+    "communication": "communication (exposed or waiting)",
+    "host_sync": "idle: host sync",
+    "allocation": "idle: allocator calls",
+    "compilation": "idle: compiling",
+    "profiler": "idle: profiler overhead",
+    "launch_overhead": "idle: launch overhead",
+    "host_bound": "idle: host-bound",
+    "idle_other": "idle: other (queued work waits)",
+}
+#: Short names for the terminal's one-line ledger.
+CAUSE_SHORT: dict[str, str] = {
+    "gpu_busy_compute": "compute",
+    "gpu_busy_memory": "memory",
+    "gpu_busy_latency": "latency",
+    "gpu_busy_unknown": "unmodelled",
+    "gpu_busy_copy": "copy",
+    "communication": "comm",
+    "host_sync": "sync",
+    "allocation": "alloc",
+    "compilation": "compile",
+    "profiler": "profiler",
+    "launch_overhead": "launch",
+    "host_bound": "host",
+    "idle_other": "other",
+}
+
+# --- how names and numbers are written -------------------------------------------------------
+
+#: Names longer than this are cut in reports (C++ template kernel names reach tens of kB;
+#: the trace keeps the full name).
+MAX_NAME_CHARS = 2000
+#: Names longer than this are cut as the trace is read (start and end kept). The longest
+#: real names are C++ template kernels of about 5,100 characters; a 64 KB name is not a
+#: name but it would widen every fixed-width string array made from a name column.
+MAX_TRACE_NAME_CHARS = 8192
+
+
+def cut_name(name: str, limit: int = MAX_NAME_CHARS) -> str:
+    """A name for a report: at most `limit` characters, its end marked `…` when cut."""
+    return name if len(name) <= limit else name[: limit - 1] + "…"
+
+
+def cut_middle(text: str, limit: int) -> str:
+    """At most `limit` characters, the middle cut out (`…`): the start and end of a long
+    name (a kernel's template arguments, a path) tell it apart; two thirds are the start."""
+    if len(text) <= limit:
+        return text
+    keep = max(limit - 1, 1)
+    head = keep * 2 // 3
+    return text[:head] + "…" + text[-(keep - head) :]
+
+
+def fmt_us(us: float) -> str:
+    """A duration in µs as people write it: 12 µs, 3.4 ms, 1.23 s."""
+    us = float(us)
+    if abs(us) >= 1e6:
+        return f"{us / 1e6:.2f} s"
+    if abs(us) >= 1e3:
+        return f"{us / 1e3:.1f} ms"
+    return f"{us:.0f} µs"
+
+
+def pct(share: float) -> str:
+    """A share in whole percents (as `{:.0%}`), one decimal under 1%."""
+    if share is None or (isinstance(share, float) and math.isnan(share)):
+        return "n/a"
+    s = float(share) * 100
+    if s == 0 or abs(s) >= 1:
+        return f"{s:.0f}%"
+    if abs(s) >= 0.1:
+        return f"{s:.1f}%"
+    return "<0.1%" if s > 0 else "-<0.1%"
+
+
+def fmt_bytes(value: float) -> str:
+    """Bytes with a decimal prefix: 512 B, 3.4 MB."""
+    v = float(value)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(v) < 1000 or unit == "TB":
+            return f"{v:.0f} {unit}" if unit == "B" else f"{v:.1f} {unit}"
+        v /= 1000
+    return f"{v:.1f} TB"

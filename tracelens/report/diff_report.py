@@ -1,0 +1,88 @@
+"""The report of `tracelens diff`: the step-time change of two traces split by ledger
+cause, the kernels, ops, syncs and counts that moved, and the verdict (see README.md,
+"Diff"). Made by tracelens.diff; encoded as-is as its JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from tracelens.report.enums import Category, Cause, WindowSource
+from tracelens.report.trace_report import TraceInfo
+
+DIFF_SCHEMA_VERSION = 1
+#: What a change row compares: a kernel, a top-level op (the GPU time of the kernels it
+#: launched), a host sync site, or host work the GPU waited for.
+ChangeKind = Literal["kernel", "op", "sync", "host"]
+ChangeStatus = Literal["new", "removed", "faster", "slower", "same"]
+
+
+@dataclass(frozen=True)
+class CauseChange:
+    cause: Cause
+    before_us: float  # per step
+    after_us: float
+    change_us: float  # after minus before
+
+
+@dataclass(frozen=True)
+class Change:
+    kind: ChangeKind
+    name: str
+    source: str
+    before_us: float  # per step
+    after_us: float
+    before_count: float  # per step
+    after_count: float
+    status: ChangeStatus
+
+
+@dataclass(frozen=True)
+class Counter:
+    label: str
+    before: float
+    after: float
+    unit: Literal["count", "per_s", "us", "share"]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    before_step_us: float
+    after_step_us: float
+    change_us: float  # after minus before, mean per step; negative is faster (the causes add up to it)
+    change_share: float  # of the before step
+    median_change_us: float  # after minus before, median step (robust to one slow step)
+    noise_us: float  # the step-to-step noise band of the difference (0 when unknown)
+    within_noise: bool
+    main_cause: Cause | None
+    before_primary: Category | None
+    after_primary: Category | None
+    primary_gone: bool
+    text: str
+
+
+@dataclass(frozen=True)
+class Side:
+    trace: TraceInfo
+    window_source: WindowSource
+    window_reason: str
+    steps: int
+    step_us: float
+    step_spread_us: float  # standard deviation of the steps' spans
+    primary: Category | None
+    headline: str
+
+
+@dataclass(frozen=True)
+class DiffReport:
+    schema_version: int
+    tool: str
+    tool_version: str
+    generated_at: str
+    before: Side
+    after: Side
+    notes: tuple[str, ...]  # what differs besides the code: GPU, versions, capture options
+    verdict: Verdict
+    causes: tuple[CauseChange, ...]
+    changes: tuple[Change, ...]
+    counters: tuple[Counter, ...]

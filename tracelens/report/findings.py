@@ -1,0 +1,100 @@
+"""What a finding says, as data: its category, cost, gain, evidence, the places in the
+program it comes from and the Python source lines behind them.
+
+Modelled on torch.utils.benchmark's Measurement: plain serializable dataclasses; all
+formatting lives in tracelens.render.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tracelens.report.enums import Category, Severity, Unit
+
+
+@dataclass(frozen=True)
+class PySource:
+    """One Python frame: where a finding comes from.
+
+    `line_is_def` is True for 2024+ `python_function` frames, whose line is the line of
+    the function's `def` (not of the call inside it); False for 2021-2022 `Call stack`
+    frames, whose line is the calling line."""
+
+    file: str
+    line: int | None
+    function: str
+    line_is_def: bool = False
+    #: The statement inside the function that made the call, inferred from the source
+    #: (None when the file is unreadable, changed since the trace, or nothing matched).
+    call_line: int | None = None
+    #: That line's text, stripped (for the report's source cells).
+    code: str = ""
+    #: True when call_line comes from parsing the source, not from the trace.
+    line_inferred: bool = False
+    #: True when several statements could have made the call; call_line is the first.
+    ambiguous: bool = False
+    #: Every candidate line when ambiguous (call_line is candidates[0]).
+    candidates: tuple[int, ...] = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.file}:{self.line}" if self.line is not None else self.file
+
+    @property
+    def call_label(self) -> str:
+        """file:call_line when the calling statement is known, else `label`."""
+        return f"{self.file}:{self.call_line}" if self.call_line is not None else self.label
+
+    @property
+    def where(self) -> str:
+        """For titles: "at file:line" for a call line, "in func() (file:line)" for a def line."""
+        if self.line_is_def:
+            return f"in {self.function}() ({self.label})"
+        return f"at {self.label}"
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One piece of evidence: a labelled number (or text) with its unit."""
+
+    label: str
+    value: float | int | str
+    unit: Unit = "text"
+
+
+@dataclass(frozen=True)
+class Site:
+    """One place in the program a finding comes from, with what it costs there."""
+
+    description: str  # what happens here, e.g. "x[mask] (aten::index > aten::nonzero)"
+    count: int  # occurrences in the trace
+    time_us: float  # the cost attributed to this site (same meaning as Finding.time_us)
+    host_us: float = 0.0  # host time spent (e.g. blocked in the sync call)
+    ops: tuple[str, ...] = ()  # enclosing aten ops, innermost first
+    api: str = ""  # runtime call, e.g. cudaStreamSynchronize
+    source: PySource | None = None
+    stack: tuple[PySource, ...] = ()  # user frames, innermost first
+    kernels: tuple[str, ...] = ()
+    steps: tuple[int, ...] = ()
+    kind: str = ""  # a finding-specific label, e.g. the sync construct
+    advice: str = ""  # what to change here, where it differs by site
+
+
+@dataclass(frozen=True)
+class Finding:
+    category: Category
+    severity: Severity
+    title: str
+    time_us: float  # time this costs (GPU idle it causes, or GPU time at stake)
+    share: float  # time_us over the analysed window
+    advice: str
+    expected_gain_us: float  # what the advice should save, at best
+    gain_note: str  # how the gain was estimated
+    evidence: tuple[Metric, ...] = ()
+    sites: tuple[Site, ...] = ()
+    sources: tuple[PySource, ...] = ()
+    device: int | None = None
+    tags: tuple[str, ...] = field(default=())
+    #: The category of the finding this one refines (its time is part of the parent's),
+    #: or None for a top-level finding; top-level findings never share time.
+    parent: Category | None = None
