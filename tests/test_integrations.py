@@ -53,6 +53,7 @@ def test_parse_steps() -> None:
             parse_steps(bad)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_record_is_lazy() -> None:
     """`import tracelens` and the integrations package import no torch."""
     code = "import sys, tracelens, tracelens.integrations; print('torch' in sys.modules)"
@@ -60,6 +61,7 @@ def test_record_is_lazy() -> None:
     assert out.strip() == "False"
 
 
+@pytest.mark.slow
 @needs_torch
 def test_record_steps_then_report(tmp_path: Path) -> None:
     res, trace = run(tmp_path, "record")
@@ -73,6 +75,7 @@ def test_record_steps_then_report(tmp_path: Path) -> None:
     assert (tmp_path / "reports" / "record.pt.trace.md").exists(), res.stderr
 
 
+@pytest.mark.slow
 @needs_torch
 def test_record_counts_optimizer_steps_without_marks(tmp_path: Path) -> None:
     res, trace = run(tmp_path, "record-optimizer")
@@ -82,6 +85,7 @@ def test_record_counts_optimizer_steps_without_marks(tmp_path: Path) -> None:
     assert not (tmp_path / "reports").exists()  # report=False
 
 
+@pytest.mark.slow
 @needs_torch
 def test_record_says_when_nothing_was_recorded(tmp_path: Path) -> None:
     res, trace = run(tmp_path, "record-short")
@@ -90,6 +94,7 @@ def test_record_says_when_nothing_was_recorded(tmp_path: Path) -> None:
     assert "recorded nothing: 6 steps were marked, steps 10-12 were asked for" in res.stderr
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="lightning not installed")
 def test_lightning_callback_records_batches(tmp_path: Path) -> None:
@@ -100,6 +105,7 @@ def test_lightning_callback_records_batches(tmp_path: Path) -> None:
     assert meta["integration"] == "lightning" and meta["step_source"] == "explicit"
 
 
+@pytest.mark.slow
 @needs_torch
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers not installed")
 def test_trainer_callback_records_optimizer_steps(tmp_path: Path) -> None:
