@@ -5,7 +5,7 @@ DataLoader with the references' `collate_fn`, the summed loss dict, SGD with mom
 the first epoch's linear warm-up, and the reference's per-step `loss.item()` check.
 
     python workloads/programs/detection_train.py [--batch-size 4] [--workers 0]
-        [--amp] [--steps 40] [--model fasterrcnn_resnet50_fpn]
+        [--amp] [--jitter 0] [--steps 40] [--model fasterrcnn_resnet50_fpn]
 """
 
 import argparse
@@ -19,16 +19,16 @@ from torch.utils.data import DataLoader, Dataset
 class SyntheticDetection(Dataset[tuple[torch.Tensor, dict[str, torch.Tensor]]]):
     """COCO-like samples: an image of a few hundred pixels a side and 1-8 boxes."""
 
-    def __init__(self, n: int, size: int) -> None:
-        self.n, self.size = n, size
+    def __init__(self, n: int, size: int, jitter: int) -> None:
+        self.n, self.size, self.jitter = n, size, jitter
 
     def __len__(self) -> int:
         return self.n
 
     def __getitem__(self, i: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         g = torch.Generator().manual_seed(i)
-        h = self.size + int(torch.randint(-64, 65, (1,), generator=g))
-        w = self.size + int(torch.randint(-64, 65, (1,), generator=g))
+        h = self.size + int(torch.randint(-self.jitter, self.jitter + 1, (1,), generator=g))
+        w = self.size + int(torch.randint(-self.jitter, self.jitter + 1, (1,), generator=g))
         img = torch.rand(3, h, w, generator=g)
         k = int(torch.randint(1, 9, (1,), generator=g))
         xy = torch.rand(k, 2, generator=g) * torch.tensor([w * 0.7, h * 0.7])
@@ -48,6 +48,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--workers", type=int, default=0)
     p.add_argument("--size", type=int, default=512)
+    p.add_argument("--jitter", type=int, default=64, help="image sides vary by up to this many pixels")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--amp", action="store_true")
     args = p.parse_args()
@@ -61,7 +62,7 @@ def main() -> None:
     warmup = torch.optim.lr_scheduler.LinearLR(optimizer, start_factor=0.001, total_iters=1000)
     scaler = torch.amp.GradScaler(device.type) if args.amp else None
     loader = DataLoader(
-        SyntheticDetection(args.steps * args.batch_size, args.size),
+        SyntheticDetection(args.steps * args.batch_size, args.size, args.jitter),
         batch_size=args.batch_size, shuffle=True, num_workers=args.workers, collate_fn=collate_fn,
     )  # fmt: skip
     for i, (images, targets) in enumerate(loader):

@@ -28,7 +28,6 @@ then; the process ends without destroying the profile (see tracelens/capture/run
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import runpy
@@ -48,6 +47,7 @@ class Marks:
         self.host: list[float] = []
         self.module = module
         self.first: float | None = None
+        self.t0 = time.perf_counter()
         self.depth = 0
         self.cuda = torch.cuda.is_available()
 
@@ -59,6 +59,7 @@ class Marks:
         self.host.append(time.perf_counter())
         if self.first is None:
             self.first = self.host[-1]
+            print(f"[time_steps] first step end at {self.first - self.t0:.2f} s", flush=True)
 
     def install(self) -> list[Any]:
         handles: list[Any] = []
@@ -104,14 +105,14 @@ def summarize(marks: Marks, warmup: int) -> dict[str, Any]:
     return out
 
 
-def reset_globals(saved: dict[str, Any]) -> None:
+def reset_globals(saved: dict[str, Any], compiled: bool) -> None:
     """Undo what a variant set process-wide (TF32 flags, dynamo caches, accelerate's
     singleton state) so the next variant starts as a fresh process would."""
     torch.backends.cuda.matmul.allow_tf32 = saved["matmul_tf32"]
     torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
     torch.backends.cudnn.benchmark = saved["cudnn_benchmark"]
     torch.set_float32_matmul_precision(saved["matmul_precision"])
-    if "torch._dynamo" in sys.modules:
+    if compiled and "torch._dynamo" in sys.modules:
         torch._dynamo.reset()
     if "accelerate" in sys.modules:
         from accelerate.state import AcceleratorState, GradientState, PartialState
@@ -119,7 +120,6 @@ def reset_globals(saved: dict[str, Any]) -> None:
         AcceleratorState._reset_state(True)
         GradientState._reset_state()
         PartialState._reset_state()
-    gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
 
@@ -133,6 +133,9 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--capture", default="", help="also `tracelens capture` the first variant into this trace")
     p.add_argument("--capture-steps", default="5-9")
+    p.add_argument(
+        "--capture-first", action="store_true", help="capture the first variant instead of timing it, before the others"
+    )
     p.add_argument("script_and_args", nargs=argparse.REMAINDER)
     a = p.parse_args()
     rest = a.script_and_args[1:] if a.script_and_args[:1] == ["--"] else a.script_and_args
@@ -151,7 +154,20 @@ def main() -> None:
     }  # fmt: skip
     script_dir = os.path.dirname(os.path.abspath(script))
     captured = False
-    for spec in a.variant:
+    variants = list(a.variant)
+    if a.capture and a.capture_first:
+        captured = True
+        name, _, argstr = variants.pop(0).partition(":")
+        tokens = shlex.split(argstr)
+        env = dict(t[1:].split("=", 1) for t in tokens if t.startswith("@"))
+        os.environ.update(env)
+        cargs = [*common, *(t for t in tokens if not t.startswith("@"))]
+        results["capture"] = {"variant": name, **capture(script, cargs, a.capture, a.capture_steps)}
+        for k in env:
+            os.environ.pop(k, None)
+        reset_globals(saved, False)
+        write(a.out, results)
+    for spec in variants:
         name, _, argstr = spec.partition(":")
         tokens = shlex.split(argstr)
         env = dict(t[1:].split("=", 1) for t in tokens if t.startswith("@"))
@@ -180,6 +196,7 @@ def main() -> None:
         first_s = round(marks.first - t0, 2) if marks.first is not None else None
         res.update(args=vargs, env=env, wall_s=round(wall, 2), first_mark_s=first_s, error=err)
         results["variants"][name] = res
+        write(a.out, results)  # at once: a run cut short keeps what it timed
         med = res.get("median_ms")
         print(f"[time_steps] {a.name}/{name}: " + (f"median {med:.2f} ms" if med else "no steady steps")
               + f" over {res['steps_timed']} steps, first step end at {first_s} s, wall {wall:.1f} s"
@@ -190,16 +207,15 @@ def main() -> None:
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-        reset_globals(saved)
-        write(a.out, results)  # after every variant: a run cut short keeps what it timed
+        reset_globals(saved, "--compile" in vargs)
         if a.capture and not captured:
             captured = True
             os.environ.update(env)
-            results["capture"] = capture(script, [*common, *vargs], a.capture, a.capture_steps)
+            results["capture"] = {"variant": name, **capture(script, [*common, *vargs], a.capture, a.capture_steps)}
+            write(a.out, results)
             for k in env:
                 os.environ.pop(k, None)
-            reset_globals(saved)
-            write(a.out, results)
+            reset_globals(saved, False)
     if captured:
         from tracelens.capture.runner import exit_process
 
