@@ -114,3 +114,32 @@ def test_trainer_callback_records_optimizer_steps(tmp_path: Path) -> None:
     meta, steps = recorded(trace)
     assert steps == ["ProfilerStep#2", "ProfilerStep#3"]
     assert meta["integration"] == "transformers"
+
+
+@pytest.mark.slow
+@needs_torch
+def test_capture_waits_for_a_frameworks_steps(tmp_path: Path) -> None:
+    """`tracelens capture` of a framework program whose set-up takes longer than the 5 s
+    time-based warm-up records its steps 5-24, not 10 s of its set-up (on the H200 the
+    set-up recording made a Lightning fit reach step 5 at 41 s, 14 s unprofiled)."""
+    out = tmp_path / "f.pt.trace.json.gz"
+    res = subprocess.run(
+        [sys.executable, "-m", "tracelens", "capture", "--no-report", "--no-stack", "-o", str(out),
+         str(DATA / "framework_setup.py"), "7", "30"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    meta, steps = recorded(out)
+    assert meta["window"]["recorded"]["kind"] == "steps", meta["window"]
+    assert steps[0] == "ProfilerStep#5" and len(steps) == 20
+    assert meta["window"]["superseded"] == []  # no time recording of the set-up
+    # The positive control: without the framework the set-up is recorded by time (then
+    # superseded by the steps).
+    res = subprocess.run(
+        [sys.executable, "-m", "tracelens", "capture", "--no-report", "--no-stack", "-o", str(out),
+         str(DATA / "framework_setup.py"), "7", "30", "--no-framework"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=600,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    meta, steps = recorded(out)
+    assert [r["kind"] for r in meta["window"]["superseded"]] == ["time"] and len(steps) == 20

@@ -706,6 +706,9 @@ def _run(
         cap.active = True
         try:
             cap.apply(window.begin())
+            # The window's clock starts with the script, not before the profiler's start
+            # (seconds on a loaded machine: a framework import counted as not yet done).
+            cap.t0 = time.perf_counter()
             timer.start()
             run()
             _join_script_threads()  # python waits for non-daemon threads before exiting too
@@ -829,6 +832,7 @@ def _finish(
                 "window_s": list(lim.window_s) if lim.window_s else None,
             },
             "recorded": asdict(rec) if rec is not None else None,
+            "superseded": [asdict(r) for r in window.superseded],
         },
         "with_stack": opts.with_stack,
         "record_shapes": opts.record_shapes,

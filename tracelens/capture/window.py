@@ -153,6 +153,9 @@ class Window:
         #: An outermost module call has begun: step marks are coming, so no time-based
         #: recording (a first forward that compiles or autotunes can take a minute).
         self.step_begun = False
+        #: Time recordings replaced by a later steps recording (the trace's metadata lists
+        #: them: what the capture spent recording set-up).
+        self.superseded: list[Recording] = []
         #: The first of FRAMEWORKS the script imported (the runner says), or None.
         self.framework: str | None = None
 
@@ -191,6 +194,7 @@ class Window:
                 # Step marks after a time-started recording: the script has steps after
                 # all (e.g. a model that took long to build). Warm up by steps again.
                 self.kept = self._end(now, "superseded by step marks")
+                self.superseded.append(self.kept)
                 self.phase, self.time_mode = Phase.WAITING, False
                 self.steps = 1
                 return Action.STOP
