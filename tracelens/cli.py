@@ -556,6 +556,21 @@ def capture(
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
         "reports"
     ),
+    counters: Annotated[
+        bool,
+        typer.Option(
+            "--counters",
+            help="First run the script for a few steps with per-kernel hardware counters (FLOPs by precision, "
+            "DRAM bytes, instructions; Nsight Compute's kernel replay, or torch's CUPTI range profiler), then the "
+            "timing pass as usual; the counters go into the trace and the roofline uses them.",
+        ),
+    ] = False,
+    counters_steps: Annotated[
+        int, typer.Option("--counters-steps", help="Steps the counters pass measures (from the window's first).")
+    ] = 1,
+    counters_backend: Annotated[
+        str, typer.Option("--counters-backend", help="auto (ncu if on PATH, else kineto), ncu or kineto.")
+    ] = "auto",
 ) -> None:
     """Run a Python script under torch.profiler (CPU + GPU, shapes, stacks) with an NVML
     clock/power sampler beside it, write one trace, then report on it.
@@ -589,6 +604,10 @@ def capture(
         raise typer.BadParameter("--duration must be > 0")
     if max_events is not None and max_events < 1:
         raise typer.BadParameter("--max-events must be >= 1")
+    if counters_steps < 1:
+        raise typer.BadParameter("--counters-steps must be >= 1")
+    if counters_backend not in ("auto", "ncu", "kineto"):
+        raise typer.BadParameter("--counters-backend is auto, ncu or kineto")
     limits = Limits()
     if steps or schedule:
         if steps:
@@ -625,6 +644,27 @@ def capture(
         nvml_interval_s=nvml_interval_ms / 1000.0,
         verbose=verbose,
     )
+    if counters and os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        # Kernel replay re-runs each collective on one rank while the others wait for it.
+        _progress("--counters: not under torchrun (replaying collective kernels would hang the ranks); "
+                  "capture one process with --counters instead")  # fmt: skip
+    elif counters:
+        from tracelens.capture.counters import counters_log_path, run_counters_pass
+
+        assert opts.out is not None
+        measured = run_counters_pass(
+            opts.target,
+            opts.args,
+            opts.module,
+            limits,
+            steps=counters_steps,
+            backend=counters_backend,
+            log=counters_log_path(opts.out),
+            echo=_progress_raw,
+        )
+        for note in measured.notes:
+            _progress(note)
+        opts.counters = measured.data
     result = run_capture(opts, echo=_progress_raw)
     for note in result.notes:
         _progress(note)

@@ -36,6 +36,7 @@ from tracelens.analyzers.op_costs import (
     dtype_from_kernel,
     op_cost,
 )
+from tracelens.derive.counters import MeasuredValues, measured_values, sm_clock_ratio
 from tracelens.domain import (
     COLLECTIVE_LAUNCH_OPS,
     DTYPE_BYTES,
@@ -104,6 +105,10 @@ class KernelRoof:
     #: Time in this name's launches that are latency-bound on their own (launch_is_latency),
     #: whatever the name's bound: an 18-block AdamW launch beside 320-block ones.
     latency_us: float = 0.0
+    #: Launches whose FLOPs, bytes and instructions are hardware counters (measured, or
+    #: taken from a measured launch of the same kernel, grid, block, op and shapes): when
+    #: any, the rates are theirs alone and no model is used for this name.
+    measured_launches: int = 0
 
     @property
     def bound_us(self) -> float:
@@ -296,6 +301,20 @@ class Unmodelled:
 
 
 @dataclass(frozen=True)
+class ModelCheck:
+    """The FLOP/byte model of one kernel name beside its hardware counters, summed over the
+    launches that have both (a ratio of 1 is a model that counts what the GPU did)."""
+
+    name: str
+    op: str  # the op whose model covers it
+    launches: int
+    model_flops: float
+    measured_flops: float  # NaN: not counted (tensor-core FLOPs without their counters)
+    model_bytes: float
+    measured_bytes: float  # DRAM read + written; NaN: not counted
+
+
+@dataclass(frozen=True)
 class Roofline:
     peaks: DevicePeaks | None
     kernels: tuple[KernelRoof, ...]
@@ -311,15 +330,18 @@ class Roofline:
     #: GPU rows (model.gpu index) of launches that are latency-bound on their own although
     #: their name's bound is memory or compute: the ledger counts them as latency.
     latency_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    measured_us: float = 0.0  # kernels with hardware counters (derive/counters.py) instead of a model
+    checks: tuple[ModelCheck, ...] = ()  # model against counters, where both exist
 
     @property
     def total_us(self) -> float:
-        return self.modelled_us + self.estimated_us + self.unmodelled_us
+        return self.modelled_us + self.estimated_us + self.unmodelled_us + self.measured_us
 
     @property
     def coverage(self) -> float:
-        """Share of (non-communication) kernel time whose own calls were modelled."""
-        return (self.modelled_us + self.estimated_us) / self.total_us if self.total_us > 0 else 0.0
+        """Share of (non-communication) kernel time whose own calls were modelled or measured."""
+        covered = self.modelled_us + self.estimated_us + self.measured_us
+        return covered / self.total_us if self.total_us > 0 else 0.0
 
     @property
     def classified(self) -> float:
@@ -483,12 +505,15 @@ def _attention_helper_bytes(
             nbytes[rest] = total * dur[rest] / rest_time
 
 
-def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribution:
+def _attribute(
+    model: TraceModel, k: pd.DataFrame, comm: np.ndarray, measured: np.ndarray | None = None
+) -> _Attribution:
     """FLOPs and bytes of every kernel. Each kernel belongs to the innermost op that has a
     model, or to the nearest enclosing op with one (cudnn_convolution_backward for its
     _input and _weight halves) when none of that op's other kernels has its own. The
     owner's bytes are shared by its kernels in proportion to their time; the FLOPs of
-    math ops go to its main kernels only (not the layout transforms beside them)."""
+    math ops go to its main kernels only (not the layout transforms beside them).
+    `measured` kernels (hardware counters) are not listed as unmodelled."""
     names = k["name"].astype(str).to_numpy()
     dur = k["dur"].to_numpy(dtype=float)
     launch = k["launch"].to_numpy()
@@ -692,7 +717,8 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
         graph_replay = (launch >= 0) & np.isin(codes[np.clip(launch, 0, None)], graph_codes)
     else:
         graph_replay = launch < -1
-    for i in np.flatnonzero((source == 0) & ~comm).tolist():
+    skip = comm if measured is None else comm | measured
+    for i in np.flatnonzero((source == 0) & ~skip).tolist():
         r = int(op_rows[i])
         op = model.arrays.name(r) if r >= 0 else ""
         if "multi_tensor_apply" in names[i]:
@@ -937,19 +963,50 @@ def compute_roofline(
         comm_op = np.fromiter((n.startswith(COLLECTIVE_LAUNCH_OPS) for n in table), dtype=bool, count=len(table))
         op_codes = model.arrays.name_codes[np.clip(op_rows, 0, None)]
         comm |= (op_rows >= 0) & comm_op[np.clip(op_codes, 0, None)] & (op_codes >= 0)
-    att = _attribute(model, k, comm)
+    # Hardware counters first (derive/counters.py), the models where no counter exists.
+    meas = measured_values(model, k.index.to_numpy())
+    counted = meas.has & ~comm if meas is not None else np.zeros(len(k), dtype=bool)
+    att = _attribute(model, k, comm, counted)
     # Per kernel name (first-seen order): launches, time, modelled FLOPs, bytes and time.
     kept = np.flatnonzero(~comm)
     codes, uniq = _factorize_names(k["name"], kept)
-    with_model = att.source[kept] > 0
     width = len(uniq)
+    instr_of = att.instructions if att.instructions is not None else np.zeros(len(k))
+    with_model = att.source[kept] > 0
+    flops_k, bytes_k, instr_k = att.flops[kept], att.bytes[kept], instr_of[kept]
+    m_has = counted[kept]
+    g_measured = np.bincount(codes, weights=m_has.astype(float), minlength=width)
+    sms = (dev.num_sms if dev else None) or 0
+    gx = k["grid_x"].to_numpy()
+    blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
+    small = launch_is_latency(blocks[kept], dur[kept], sms)
+    clock: float | None = None  # the SM clock over the measured kernels / the GPU's maximum
+    unit_of: dict[str, tuple[str, float]] = {}  # measured name -> (its main unit, seconds at the units' peaks)
+    checks: tuple[ModelCheck, ...] = ()
+    if meas is not None and m_has.any():
+        # A name with measured launches takes its rates from them alone.
+        in_meas = (g_measured > 0)[codes]
+        mf, mb, mi = meas.flops[kept], meas.dram_bytes[kept], meas.thread_instructions[kept]
+        checks = _model_checks(model, k, kept, codes, uniq, att, with_model & m_has, mf, mb)
+        flops_k = np.where(in_meas & np.isfinite(mf), mf, flops_k)
+        bytes_k = np.where(in_meas & np.isfinite(mb), mb, bytes_k)
+        instr_k = np.where(in_meas & np.isfinite(mi), mi, instr_k)
+        # Counted launches are judged launch by launch: a name's rates are those of its launches
+        # that are not latency-bound on their own (the ledger counts those as latency), where it
+        # has any (train's AdamW: 18-block launches at 6% of DRAM beside 320-block ones at 69%).
+        big = np.bincount(codes, weights=(m_has & ~small).astype(float), minlength=width) > 0
+        with_model = np.where(in_meas, m_has & (~small | ~big[codes]), with_model)
+        m_has = m_has & with_model
+        clock = sm_clock_ratio(model, dev.index if dev else None, k["ts"].to_numpy()[kept[m_has]],
+                               k["end"].to_numpy()[kept[m_has]])  # fmt: skip
+        if peaks is not None:
+            unit_of = _measured_units(peaks, meas, kept, codes, uniq, m_has, g_measured)
     counts = np.bincount(codes, minlength=width)
     times = np.bincount(codes, weights=dur[kept], minlength=width)
-    g_flops = np.bincount(codes, weights=np.where(with_model, att.flops[kept], 0.0), minlength=width)
-    g_bytes = np.bincount(codes, weights=np.where(with_model, att.bytes[kept], 0.0), minlength=width)
+    g_flops = np.bincount(codes, weights=np.where(with_model, flops_k, 0.0), minlength=width)
+    g_bytes = np.bincount(codes, weights=np.where(with_model, bytes_k, 0.0), minlength=width)
     g_mtime = np.bincount(codes, weights=np.where(with_model, dur[kept], 0.0), minlength=width)
-    instr_of = att.instructions if att.instructions is not None else np.zeros(len(k))
-    g_instr = np.bincount(codes, weights=np.where(with_model, instr_of[kept], 0.0), minlength=width)
+    g_instr = np.bincount(codes, weights=np.where(with_model, instr_k, 0.0), minlength=width)
     groups = {
         str(nm): (int(counts[j]), float(times[j]), float(g_flops[j]), float(g_bytes[j]), float(g_mtime[j]))
         for j, nm in enumerate(uniq)
@@ -962,10 +1019,14 @@ def compute_roofline(
     # The port's share over the launches it was modelled for (head dim 64 only, say).
     l2_port = {str(nm): (float(g_port[j]), float(g_port_time[j])) for j, nm in enumerate(uniq) if g_port[j] > 0}
     meta: dict[str, tuple[str, str, bool]] = {}
-    modelled_idx = kept[with_model]
-    _, first_of = np.unique(codes[with_model], return_index=True)
+    by_model = att.source[kept] > 0
+    modelled_idx = kept[by_model]
+    _, first_of = np.unique(codes[by_model], return_index=True)
     for i in modelled_idx[first_of].tolist():
         meta[names[i]] = att.meta[i]
+    for nm, (unit, _sec) in unit_of.items():
+        family = meta.get(nm, ("", "", False))[1]
+        meta[nm] = (UNIT_DTYPES.get(unit, "fp32"), family, unit not in ("fp32", "issue"))
     transposing: dict[str, float] = defaultdict(float)  # time in copies/elementwise ops of a transposed source
     transposed_op: dict[int, bool] = {}
     transposed_of: dict[int, tuple[bool, Any]] = {}  # by id of the shapes dict, kept alive beside it
@@ -979,19 +1040,17 @@ def compute_roofline(
                 transposed_op[o] = transposed_of[id(shapes)][0]
             if transposed_op[o]:
                 transposing[names[i]] += dur[i]
-    modelled = float(dur[att.source == 1].sum())
-    estimated = float(dur[att.source == 2].sum())
+    modelled = float(dur[(att.source == 1) & ~counted].sum())
+    estimated = float(dur[(att.source == 2) & ~counted].sum())
+    measured_us = float(dur[counted].sum())
     comm_us = float(dur[comm].sum())
-    unmodelled_us = float(dur.sum()) - comm_us - modelled - estimated
+    unmodelled_us = float(dur.sum()) - comm_us - modelled - estimated - measured_us
     rows = []
     errors = 0
-    sms = (dev.num_sms if dev else None) or 0
-    gx = k["grid_x"].to_numpy()
-    blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
     grid_of = _median_grids(codes, uniq, blocks[kept], dur[kept])
-    small = launch_is_latency(blocks[kept], dur[kept], sms)
     small_time = np.bincount(codes, weights=np.where(small, dur[kept], 0.0), minlength=width)
     latency_of = {str(nm): float(small_time[j]) for j, nm in enumerate(uniq)}
+    measured_of = {str(nm): int(g_measured[j]) for j, nm in enumerate(uniq) if g_measured[j] > 0}
     for name, (count, time_us, flops, nbytes, mtime) in groups.items():
         dtype, family, tc = meta.get(name, ("", "", False))
         grid = grid_of.get(name, 0)
@@ -1015,9 +1074,15 @@ def compute_roofline(
             rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, 0, 0,
                                    "unknown", grid=grid))  # fmt: skip
             continue
-        unit, peak = peaks.roof(dtype, tc, name)
+        measured_unit = unit_of.get(name)
+        if measured_unit is not None:
+            # Counted FLOPs by unit: the time each unit's share takes at its own peak.
+            unit, peak = measured_unit[0], peaks.unit_peak(measured_unit[0])
+            flop_share = measured_unit[1] / (mtime * 1e-6)
+        else:
+            unit, peak = peaks.roof(dtype, tc, name)
+            flop_share = fps / peak if peak > 0 else 0.0
         winograd = "winograd" in name.lower()
-        flop_share = fps / peak if peak > 0 else 0.0
         dram_share = bps / peaks.bw if peaks.bw > 0 else 0.0
         # Register spills load the port into L2, not DRAM: the memory roof is the nearer of the two.
         port, port_time = l2_port.get(name, (0.0, 0.0))
@@ -1037,6 +1102,12 @@ def compute_roofline(
         by_issue = issue_share / NEAR_ROOF_SHARE > flop_share / NEAR_COMPUTE_ROOF_SHARE
         compute_share = issue_share if by_issue else flop_share
         near_compute = NEAR_ROOF_SHARE if by_issue else NEAR_COMPUTE_ROOF_SHARE
+        if measured_unit is not None and not by_issue and clock is not None:
+            # Counted FLOPs are what the tensor or FMA pipes executed (tile padding included), so
+            # their share of the boost-clock peak is the pipes' use times the clock the kernels
+            # ran at: Nsight Compute's 60%, at that clock (NVML's SM clock over the measured
+            # kernels, over the GPU's maximum). Without clock samples, the models' 50% stands.
+            near_compute = NEAR_ROOF_SHARE * clock
         if by_issue:
             unit, peak = "issue", peaks.issue
         roof = min(peak, ai * peaks.bw) if ai != float("inf") and not by_issue else peak
@@ -1068,7 +1139,8 @@ def compute_roofline(
             bound = "memory" if memory_share / NEAR_ROOF_SHARE >= compute_share / near_compute else "compute"
         rows.append(KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, roof,
                                share, bound, roof_name, roof_value, ceiling, compute_share, memory_share, grid,
-                               unit, instr, issue_share, l2_share, latency_of.get(name, 0.0)))  # fmt: skip
+                               unit, instr, issue_share, l2_share, latency_of.get(name, 0.0),
+                               measured_of.get(name, 0)))  # fmt: skip
     rows.sort(key=lambda r: -r.time_us)
     classified = sum(r.time_us for r in rows if r.bound != "unknown")
     roofed = {r.name for r in rows if r.bound in ("memory", "compute")}
@@ -1090,9 +1162,83 @@ def compute_roofline(
         _fusion_chains(model, k[~comm], _subset(att, ~comm), iterations),
         window,
         latency_rows,
+        measured_us,
+        checks,
     )
     memo[key] = result
     return result
+
+
+#: The dtype a kernel judged against a unit's roof is shown with.
+UNIT_DTYPES = {"fp32": "fp32", "tf32": "fp32", "tf32x3": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
+               "int8": "int8"}  # fmt: skip
+
+
+def _measured_units(
+    peaks: DevicePeaks,
+    meas: MeasuredValues,
+    kept: np.ndarray,
+    codes: np.ndarray,
+    uniq: list[str],
+    m_has: np.ndarray,
+    g_measured: np.ndarray,
+) -> dict[str, tuple[str, float]]:
+    """Per measured kernel name: the unit doing most of its work at peak (its roof), and the
+    seconds its counted FLOPs take at their units' peaks (fp32 FMA, bf16 tensor cores, ...)."""
+    width = len(uniq)
+    # A name with a launch whose FLOPs were not counted keeps its model's roof.
+    uncounted = np.bincount(codes, weights=(m_has & ~np.isfinite(meas.flops[kept])).astype(float), minlength=width)
+    seconds: dict[str, np.ndarray] = {}
+    for unit, values in meas.unit_flops.items():
+        peak = peaks.unit_peak(unit)
+        if peak > 0:
+            seconds[unit] = np.bincount(codes, weights=np.where(m_has, values[kept], 0.0), minlength=width) / peak
+    out: dict[str, tuple[str, float]] = {}
+    for j, nm in enumerate(uniq):
+        if g_measured[j] <= 0 or uncounted[j] > 0:
+            continue
+        per = {u: float(s[j]) for u, s in seconds.items() if s[j] > 0}
+        out[str(nm)] = (max(per, key=per.__getitem__) if per else "fp32", sum(per.values()))
+    return out
+
+
+def _model_checks(
+    model: TraceModel,
+    k: pd.DataFrame,
+    kept: np.ndarray,
+    codes: np.ndarray,
+    uniq: list[str],
+    att: _Attribution,
+    both: np.ndarray,
+    measured_flops: np.ndarray,
+    measured_bytes: np.ndarray,
+) -> tuple[ModelCheck, ...]:
+    """Model and counters summed per kernel name over the launches that have both."""
+    width = len(uniq)
+    if not both.any():
+        return ()
+    n = np.bincount(codes, weights=both.astype(float), minlength=width)
+    sums = [
+        np.bincount(codes, weights=np.where(both, v, 0.0), minlength=width)
+        for v in (att.flops[kept], att.bytes[kept], np.nan_to_num(measured_flops), np.nan_to_num(measured_bytes))
+    ]
+    counted_f = np.bincount(codes, weights=(both & np.isfinite(measured_flops)).astype(float), minlength=width)
+    counted_b = np.bincount(codes, weights=(both & np.isfinite(measured_bytes)).astype(float), minlength=width)
+    first: dict[int, int] = {}
+    for pos in np.flatnonzero(both).tolist():
+        first.setdefault(int(codes[pos]), int(kept[pos]))
+    out = []
+    for j in np.flatnonzero(n > 0).tolist():
+        owner = int(att.owner[first[j]])
+        op = model.arrays.name(owner) if owner >= 0 else ""
+        out.append(ModelCheck(
+            str(uniq[j]), op, int(n[j]), float(sums[0][j]),
+            float(sums[2][j]) if counted_f[j] == n[j] else float("nan"), float(sums[1][j]),
+            float(sums[3][j]) if counted_b[j] == n[j] else float("nan"),
+        ))  # fmt: skip
+    time_of = np.bincount(codes, weights=np.where(both, k["dur"].to_numpy(dtype=float)[kept], 0.0), minlength=width)
+    rank = {str(uniq[j]): float(time_of[j]) for j in range(width)}
+    return tuple(sorted(out, key=lambda c: -rank.get(c.name, 0.0)))
 
 
 def for_context(ctx: AnalysisContext) -> Roofline:

@@ -33,6 +33,7 @@ import numpy as np
 
 from tracelens.domain import MAX_TRACE_NAME_CHARS, cut_middle
 from tracelens.errors import TraceInputError
+from tracelens.model.counter_metrics import COUNTERS_KEY
 from tracelens.model.schema import (
     CATEGORY_KINDS,
     GPU_KINDS,
@@ -732,12 +733,17 @@ _VERSION_KEYS = (
 )
 
 
+#: The largest `tracelens_counters` value decoded (a few thousand kernels' counters are ~2 MB).
+MAX_COUNTERS_BYTES = 64 * 2**20
+
+
 def _small_metadata(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for key, raw in top.items():
         if key in ("traceEvents", "deviceProperties"):
             continue
-        if len(raw) > 200_000:  # e.g. a harness's full pip list; not worth decoding
+        # e.g. a harness's full pip list is not worth decoding; counters are read whole
+        if len(raw) > (MAX_COUNTERS_BYTES if key == COUNTERS_KEY else 200_000):
             meta[key] = f"<{len(raw)} bytes omitted>"
             continue
         try:
@@ -780,11 +786,13 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
+        from tracelens.model.counters import with_kernel_counters
+
         try:
-            return _load_streaming(path, name, tick)
+            return with_kernel_counters(_load_streaming(path, name, tick), path)
         except Unstreamable:
             pass
-        return _load_whole(path, name, tick)
+        return with_kernel_counters(_load_whole(path, name, tick), path)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -1131,6 +1139,8 @@ def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     a.has_counters = a.has_counters or b.has_counters
     for cat, kind in b.kind_cache.items():
         a.kind_cache.setdefault(cat, kind)
+    for cat, count in b.other_categories.items():
+        a.other_categories[cat] = a.other_categories.get(cat, 0) + count
     a.dropped += b.dropped
     a.py_frames += b.py_frames
     a.any_op = a.any_op or b.any_op
@@ -1260,6 +1270,9 @@ class _Collector:
         self.n_events = 0
         self.has_counters = False
         self.kind_cache: dict[str, Kind] = {}
+        #: Events of categories tracelens does not analyse (Kind.OTHER), counted by category:
+        #: an MTIA trace's `mtia_ccp_events`, a range-profiler trace's `cuda_profiler_range`.
+        self.other_categories: dict[str, int] = {}
         self.dropped = 0
         self.py_frames = 0
         self.py_dropped = 0
@@ -1318,6 +1331,8 @@ class _Collector:
         for cat in set(cats).difference(cache):
             cache[cat] = CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
         kinds = np.fromiter(map(cache.__getitem__, cats), dtype=np.int8, count=n)
+        for i in np.flatnonzero(kinds == Kind.OTHER).tolist():
+            self.other_categories[cats[i]] = self.other_categories.get(cats[i], 0) + 1
         self.any_op = self.any_op or bool((kinds == Kind.CPU_OP).any())
         is_host = np.isin(kinds, _HOST_KIND_CODES)
         is_gpu = np.isin(kinds, _GPU_KIND_CODES)
@@ -1545,6 +1560,7 @@ class _Collector:
             versions=_versions(meta_dict),
             metadata=meta_dict,
             notes=tuple(notes),
+            other_categories=dict(self.other_categories),
         )
         threads: dict[tuple[int, int], str] = {}
         for pid, tid, tname in self.threads:
