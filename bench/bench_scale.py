@@ -197,7 +197,7 @@ def _byte_compiled_env(cache: Path) -> dict[str, str]:
     HTA, installed in site-packages, has its bytecode already."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = str(cache / "pycache")
-    warm = "import tracelens.cli, tracelens.assemble, tracelens.render, tracelens.analyzers.context, tracelens.redact"
+    warm = "import tracelens.cli, tracelens.assemble, tracelens.render, tracelens.derive.context, tracelens.redact"
     subprocess.run([sys.executable, "-c", warm], env=env, check=True)
     return env
 

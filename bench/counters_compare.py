@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from ncu_compare import Pair, agreement, family_verdict, identifier, read_ncu  # noqa: E402
 
-from tracelens.analyzers.context import AnalysisContext  # noqa: E402
-from tracelens.analyzers.roofline import Roofline, for_context  # noqa: E402
+from tracelens.derive.context import AnalysisContext  # noqa: E402
+from tracelens.derive.roofline import Roofline  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
 from tracelens.model.trace import TraceModel  # noqa: E402
 
@@ -50,7 +50,7 @@ def _step_kernels(model: TraceModel, roof: Roofline, step: int) -> tuple[list[st
 
 
 def pairs(case: str, model: TraceModel, ncu_csv: Path, step: int) -> list[Pair]:
-    roof = for_context(AnalysisContext(model))
+    roof = AnalysisContext(model).roofline
     ncu = read_ncu(ncu_csv)
     names, bound, on_own = _step_kernels(model, roof, step)
     a = [identifier(n.name) for n in ncu]
@@ -88,7 +88,7 @@ def main() -> None:
         pm = pairs(case, modelled, csv, step)
         pc = pairs(case, measured, csv, step)
         am, ac = agreement(pm), agreement(pc)
-        roof = for_context(AnalysisContext(measured))
+        roof = AnalysisContext(measured).roofline
         n_meas = sum(r.measured_launches for r in roof.kernels)
         n_ncu = len(read_ncu(csv))
         print(f"| {case} | {len(pc)}/{n_ncu} | {n_meas} | {am.families_agree}/{am.families} | "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tracelens.analyzers.matmul_shapes import MatmulRow, matmul_rows
+from tracelens.derive.matmuls import MatmulRow, matmul_rows
 from tracelens.model import load_trace
 
 REPO = Path(__file__).resolve().parents[1]

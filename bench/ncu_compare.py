@@ -38,8 +38,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from tracelens.analyzers.context import AnalysisContext  # noqa: E402
-from tracelens.analyzers.roofline import for_context  # noqa: E402
+from tracelens.derive.context import AnalysisContext  # noqa: E402
 from tracelens.derive.counters import kernel_identifier  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
 
@@ -163,7 +162,7 @@ def last_step_kernels(path: Path) -> tuple[list[str], dict[str, str], dict[str, 
     kernel name, each name's share of the roof, and whether tracelens counts each launch
     as latency-bound on its own (Roofline.latency_rows)."""
     model = load_trace(path)
-    roof = for_context(AnalysisContext(model))
+    roof = (AnalysisContext(model)).roofline
     bound = {r.name: r.bound for r in roof.kernels}
     share = {r.name: f"C {r.compute_share:4.0%} M {r.memory_share:4.0%} grid {r.grid}" for r in roof.kernels}
     k = model.kernels()

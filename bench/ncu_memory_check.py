@@ -25,8 +25,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 from ncu_compare import family_verdict, identifier, pairs_for, read_ncu, read_raw  # noqa: E402
 
-from tracelens.analyzers.context import AnalysisContext  # noqa: E402
-from tracelens.analyzers.roofline import for_context  # noqa: E402
+from tracelens.derive.context import AnalysisContext  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
 
 DATA = REPO / "tests" / "data" / "ncu"
@@ -50,7 +49,7 @@ def main() -> None:
         if [identifier(k.name) for k in sol] != [identifier(str(m["Kernel Name"])) for m in mem]:
             sys.exit(f"{path}: launches differ from {case}.csv.gz")
         trace = load_trace(DATA / f"ncu_{case}.pt.trace.json.gz")
-        roof = {r.name: r for r in for_context(AnalysisContext(trace)).kernels}
+        roof = {r.name: r for r in (AnalysisContext(trace)).roofline.kernels}
         fams: dict[str, list[tuple[float, dict[str, float | str], object]]] = defaultdict(list)
         for p in pairs_for(case, DATA, DATA):
             fams[p.family].append((p.ncu.duration_us, mem[p.ncu.index - sol[0].index], p))

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call: held-out checks of the L2 spill model of fp32 memory-efficient attention
-# (tracelens/analyzers/roofline.py L2_SPILL_MODELS, fitted on the `onchip` case): the
+# (tracelens/derive/kernel_models.py L2_SPILL_MODELS, fitted on the `onchip` case): the
 # `spill` case of workloads/ncu_cases.py (head dims 32/64/128, cross-attention, partial tiles,
 # 2048 tokens) traced with torch.profiler, then under Nsight Compute with Speed Of Light and
 # the L2 traffic metrics, exported as the details page (its verdict) and the raw page.

@@ -27,8 +27,7 @@ import msgspec
 import pandas as pd
 
 import tracelens
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.roofline import for_context
+from tracelens.derive.context import AnalysisContext
 from tracelens.model import load_trace
 
 REPO = Path(__file__).resolve().parents[1]
@@ -60,7 +59,7 @@ def main() -> None:
         t0 = time.perf_counter()
         model = load_trace(path)
         ctx = AnalysisContext(model)
-        roof = for_context(ctx)
+        roof = ctx.roofline
         dev = model.meta.primary_device
         top = roof.unmodelled[0] if roof.unmodelled else None
         uncovered = f"{top.op[:40]} {top.time_us / roof.total_us:.0%} ({top.reason})" if top and roof.total_us else ""

@@ -209,11 +209,12 @@ def test_relative_output_survives_chdir_and_module_args(tmp_path: Path) -> None:
     assert "ARGS ['a', '--flag']" in res.stdout or "ARGS ['a', '--', '--flag']" in res.stdout
 
 
+@pytest.mark.slow
 def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
     """Counter tracks hold their value until the next sample; a trace that writes only
     changes (as trace_file does) must give the same answer as one with every sample."""
     from tracelens.analyzers import power_throttle
-    from tracelens.analyzers.context import AnalysisContext
+    from tracelens.derive.context import AnalysisContext
 
     src = sample("power_gemm")
     data = json.loads(gzip.decompress(src.read_bytes()))

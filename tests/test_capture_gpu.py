@@ -13,7 +13,8 @@ from support.cli import cli
 from support.corpus import REPO
 
 from tracelens.analyzers import power_throttle
-from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.clocks import clock_tracks
+from tracelens.derive.context import AnalysisContext
 from tracelens.model import load_trace
 
 
@@ -45,7 +46,7 @@ def _capture(tmp_path: Path, out: Path, *args: str) -> None:
 def phase_clock(path: Path, phase: str) -> float:
     """Time-weighted SM clock over the kernels launched inside record_function(phase)."""
     m = load_trace(path)
-    tracks = power_throttle.clock_tracks(m, m.meta.active_devices[0])
+    tracks = clock_tracks(m, m.meta.active_devices[0])
     sm = tracks["SM clock (MHz)"]
     host = m.host
     ann = host[(host["name"] == phase)].index

@@ -433,8 +433,8 @@ def test_the_early_scan_finds_one_report_input_or_none() -> None:
 
 
 _EARLY = (
-    "import sys, tracelens.model.loader as L; L.SPLIT_MIN_JSON_BYTES = 0; L.EARLY_SHARE = L.Share(1, 2, 3); "
-    "take = L._adopt_early; "
+    "import sys, tracelens.model.loader.split as S, tracelens.model.loader.load as L; "
+    "S.SPLIT_MIN_JSON_BYTES = 0; S.EARLY_SHARE = S.Share(1, 2, 3); take = L._adopt_early; "
     "L._adopt_early = lambda p: (lambda c: (print('adopted', c is not None, file=sys.stderr), c)[1])(take(p)); "
     "import gc, tracelens.cli as cli; leave = cli._hard_exit; "
     "cli._hard_exit = lambda code: (print('frozen', gc.get_freeze_count() > 0 and gc.isenabled(), file=sys.stderr), "
@@ -487,14 +487,15 @@ def test_a_report_whose_load_starts_before_the_imports_is_the_same(tmp_path: Pat
 )
 def test_the_fast_report_line_passes_what_typer_passes(args: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     import tracelens.cli as cli
+    from tracelens.cli import report as report_cmd
 
     trace = str(sample("host_sync_mask"))
     line = ["report", *(a.format(t=trace) for a in args)]
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(cli, "_report_one", lambda *a, **k: (calls.append((a, k)), ())[1])
+    monkeypatch.setattr(report_cmd, "_report_one", lambda *a, **k: (calls.append((a, k)), ())[1])
     fast = cli._fast_report(line)
     assert fast is not None
-    cli.report(**fast)
+    report_cmd.report(**fast)
     monkeypatch.setattr(cli, "_fast_report", lambda args: None)
     with pytest.raises(SystemExit) as done:
         cli.main(line)

@@ -19,6 +19,7 @@ from tracelens.report import CAUSES
 from tracelens.report.schema import REPORTS, breaking, schema, schema_path, schema_text
 
 
+@pytest.mark.slow
 def test_the_contract_imports_nothing_of_the_pipeline() -> None:
     """Renderers and other tools can read a report without numpy, pandas or any analysis
     code: importing the contract loads none of them."""
@@ -68,6 +69,7 @@ def test_breaking_changes_are_told_from_additions() -> None:
     assert breaking(old, fewer) == ["Severity: value 'info' gone"]
 
 
+@pytest.mark.slow
 def test_reports_follow_their_schemas() -> None:
     jsonschema = pytest.importorskip("jsonschema")
     diff = build_diff(model_of(sample("diff_align_before")), model_of(sample("diff_align_after")))

@@ -22,8 +22,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.roofline import for_context
 from tracelens.assemble import build_report
 from tracelens.capture.counters import (
     available_metrics,
@@ -33,6 +31,7 @@ from tracelens.capture.counters import (
     profiling_restricted,
 )
 from tracelens.capture.window import Limits, Mode
+from tracelens.derive.context import AnalysisContext
 from tracelens.derive.counters import interpret, kernel_counters, kernel_identifier
 from tracelens.model import load_trace
 from tracelens.model.counter_metrics import COUNTERS_KEY, tensor_flop_metrics, tensor_unit
@@ -185,7 +184,7 @@ def test_dram_counters_pair_and_replace_the_byte_model(case: str) -> None:
     assert direct == len(kernels)
     # The other recorded step's launches take their signature's counts.
     assert (kc.how == 2).sum() >= 0.95 * len(kernels)
-    roof = for_context(AnalysisContext(model))
+    roof = AnalysisContext(model).roofline
     assert roof.measured_us > 0.9 * roof.total_us
     by_name: dict[str, float] = {}
     for i, row in enumerate(kc.record_kernel.tolist()):
@@ -227,8 +226,8 @@ def test_traces_without_counters_are_unchanged() -> None:
 
     plain = dataclasses.replace(measured, kernel_counters=())
     assert kernel_counters(plain) is None
-    a = for_context(AnalysisContext(plain))
-    b = for_context(AnalysisContext(load_trace(NCU / "ncu_attention.pt.trace.json.gz")))
+    a = AnalysisContext(plain).roofline
+    b = AnalysisContext(load_trace(NCU / "ncu_attention.pt.trace.json.gz")).roofline
     assert [(r.name, r.bound) for r in a.kernels] == [(r.name, r.bound) for r in b.kernels]
     assert a.measured_us == 0 and not a.checks
 
@@ -243,7 +242,7 @@ def test_counters_of_another_program_are_not_used() -> None:
     model = load_trace(_write(doc, "mismatch"))
     kc = kernel_counters(model)
     assert kc is not None and (kc.record_kernel < 0).all() and "not used" in kc.notes[-1]
-    assert for_context(AnalysisContext(model)).measured_us == 0
+    assert AnalysisContext(model).roofline.measured_us == 0
 
 
 @pytest.mark.parametrize(
@@ -446,7 +445,7 @@ def test_h200_gemm_flops_are_the_products_flops() -> None:
     assert tf32.flops_by_precision["tensor tf32"] == exact
     big = max((lc for n, lc in by_kernel if n.startswith("nvjet")), key=lambda lc: lc.flops or 0)
     assert big.flops == pytest.approx(2 * 8192**3 * 8320 / 8192, rel=1e-6)
-    roof = for_context(AnalysisContext(model))
+    roof = AnalysisContext(model).roofline
     assert all(r.bound == "compute" for r in roof.kernels if r.measured_launches and r.time_us > 100)
 
 

@@ -82,7 +82,7 @@ def test_idle_breakdown_matches_hta(name: str, tmp_path: Path) -> None:
     origin_raw = meta.origin_us - (meta.base_time_ns / 1000.0 if meta.base_time_ns else 0.0)
     a0, a1 = start_raw - origin_raw, end_raw - origin_raw
     # The ledger over HTA's window (its kernels' span), not our steady-state window.
-    dev = compute_ledger(ctx.model, Window(a0, a1, "user", (), (), 0.0, (), "HTA's"), lambda _: "unknown").primary
+    dev = compute_ledger(ctx.model, Window(a0, a1, "user", (), (), 0.0, (), "HTA's")).primary
     assert dev is not None
     g = dev.gaps
     s = np.clip(g["start"].to_numpy(), a0, a1)

@@ -264,6 +264,7 @@ def test_cli_trace_text_is_escaped(tmp_path: Path) -> None:
     assert "<img" not in (tmp_path / "j.md").read_text()
 
 
+@pytest.mark.slow
 def test_distributed_scheduler(tmp_path: Path) -> None:
     distributed = pytest.importorskip("distributed")
     with distributed.LocalCluster(

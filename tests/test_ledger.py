@@ -55,7 +55,7 @@ def _sources_window(model: TraceModel) -> Window:
 @pytest.mark.parametrize("name", sorted(KNOWN_IDLE))
 def test_idle_share_matches_independent_measurement(name: str) -> None:
     model = model_of(real(name))
-    dev = compute_ledger(model, _sources_window(model), lambda _: "unknown").primary
+    dev = compute_ledger(model, _sources_window(model)).primary
     assert dev is not None
     idle = dev.idle_us / dev.window_us
     assert idle == pytest.approx(KNOWN_IDLE[name], abs=0.025)

@@ -17,7 +17,7 @@ from support.synthetic import tiny_trace
 from tracelens.domain import MAX_TRACE_NAME_CHARS
 from tracelens.errors import TraceInputError
 from tracelens.model import Kind, load_trace
-from tracelens.model import loader as loader_mod
+from tracelens.model.loader import read as loader_read
 
 # ProfilerStep# counts on the CPU side, from shared/real_traces/SOURCES.md.
 EXPECTED_STEPS = {
@@ -232,7 +232,7 @@ def test_absurd_device_properties_are_dropped(tmp_path: Path) -> None:
 
 
 def test_matmul_waves_survive_absurd_slots() -> None:
-    from tracelens.analyzers.matmul_shapes import waves_of
+    from tracelens.derive.matmuls import waves_of
 
     waves, fill, eff = waves_of(10, 10**400)
     assert waves >= 0 and 0 <= fill <= 1 and 0 <= eff <= 1
@@ -288,7 +288,7 @@ def test_gzip_with_bom_padding_and_members(tmp_path: Path) -> None:
 def test_gzip_bomb_is_refused_early(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The real floor is 256 MiB; lowered so the test stays small: 20 MB of spaces is a
     # 1,000x ratio, five times the bound.
-    monkeypatch.setattr(loader_mod, "GZIP_FLOOR_BYTES", 2**20)
+    monkeypatch.setattr(loader_read, "GZIP_FLOOR_BYTES", 2**20)
     bomb = gzip.compress(b" " * 20_000_000 + json.dumps(tiny_trace()).encode(), 9)
     with pytest.raises(TraceInputError, match="decompression bomb"):
         load_trace(_write(tmp_path, bomb, "bomb.json.gz"))

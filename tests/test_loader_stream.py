@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -15,20 +16,25 @@ import pandas as pd
 import pytest
 from support.corpus import real, sample
 
-import tracelens.model.loader as loader_mod
-import tracelens.model.stream as stream_mod
+import tracelens.model.loader.stream as stream_mod
 from tracelens.errors import TraceInputError
 from tracelens.model import Kind, TraceModel, load_trace
-from tracelens.model.loader import _load_whole, _printable, _Progress
+from tracelens.model.loader import collect, load, read
+from tracelens.model.loader import decode as decode_mod
+from tracelens.model.loader import split as split_mod
+from tracelens.model.loader.read import _printable
+
+# Internals are patched in the module that looks them up: `collect` reads the batches,
+# `load` chooses the route, `split` forks and merges.
 
 
 def _whole(path: Path) -> TraceModel:
-    return _load_whole(path, _printable(path), _Progress(None))
+    return load._load_whole(path, _printable(path), load._Progress(None))
 
 
 def _streamed(path: Path) -> TraceModel:
     """Load through the stream, failing if it handed the file to the whole-buffer path."""
-    return loader_mod._load_streaming(path, _printable(path), _Progress(None))
+    return load._load_streaming(path, _printable(path), load._Progress(None))
 
 
 def _same(a: TraceModel, b: TraceModel) -> None:
@@ -93,7 +99,7 @@ def test_event_boundaries_inside_strings_are_not_cuts(
     path = tmp_path / "tricky.json.gz"
     path.write_bytes(gzip.compress(json.dumps(d, indent=1).encode()))
     failed = []
-    decode = loader_mod._decode_batch
+    decode = decode_mod._decode_batch
 
     def counting(data: bytes) -> Any:
         try:
@@ -102,7 +108,7 @@ def test_event_boundaries_inside_strings_are_not_cuts(
             failed.append(data)
             raise
 
-    monkeypatch.setattr(loader_mod, "_decode_batch", counting)
+    monkeypatch.setattr(collect, "_decode_batch", counting)
     m = _streamed(path)
     assert failed, "no cut fell inside a string: the test does not test the retry"
     _same(m, _whole(path))
@@ -144,7 +150,7 @@ def test_python_frames_past_the_cap_are_dropped_with_a_note(monkeypatch: pytest.
     full = load_trace(path)
     n_py = int((full.host["kind"] == Kind.PYTHON).sum())
     assert n_py > 1000
-    monkeypatch.setattr(loader_mod, "MAX_PYTHON_FRAMES", 1000)
+    monkeypatch.setattr(collect, "MAX_PYTHON_FRAMES", 1000)
     capped = load_trace(path)
     assert int((capped.host["kind"] == Kind.PYTHON).sum()) == 1000
     assert len(capped.host) == len(full.host) - (n_py - 1000)
@@ -190,15 +196,16 @@ def split(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Every load in the test is split; the list records whether each split was merged
     (False: it fell back to the one-process read)."""
     merged: list[bool] = []
-    merge = loader_mod._merged
+    merge = split_mod._merged
 
     def spy(mine: Any, theirs: Any) -> Any:
         out = merge(mine, theirs)
         merged.append(out is not None and theirs.collector.n_events > 0)
         return out
 
-    monkeypatch.setattr(loader_mod, "_split_wanted", lambda path: True)
-    monkeypatch.setattr(loader_mod, "_merged", spy)
+    monkeypatch.setattr(load, "_split_wanted", lambda path: True)  # the load's choice
+    monkeypatch.setattr(split_mod, "_split_wanted", lambda path: True)  # start_split_early's
+    monkeypatch.setattr(split_mod, "_merged", spy)
     return merged
 
 
@@ -235,67 +242,70 @@ def test_a_split_load_that_meets_a_cut_inside_a_string_reads_again(
 def test_a_failed_second_process_falls_back(
     small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    read = loader_mod._read_stream
+    read_stream = collect._read_stream
 
     def failing(path: Any, name: str, notes: list[str], share: Any) -> Any:
         if share is not None and share.part == 1:
             raise MemoryError  # in the child: it sends nothing back
-        return read(path, name, notes, share)
+        return read_stream(path, name, notes, share)
 
-    monkeypatch.setattr(loader_mod, "_read_stream", failing)
+    monkeypatch.setattr(split_mod, "_read_stream", failing)  # the child's read, and the parent's share
+    monkeypatch.setattr(load, "_read_stream", failing)  # the one-process read
     p = sample("host_sync_mask")
     _same(_streamed(p), _whole(p))
     assert not split  # nothing to merge: the one-process read ran
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("which", ["train_step", "host_sync_mask"])
 def test_an_early_child_is_taken_by_the_load_of_its_file(
     which: str, small_chunks: None, split: list[bool], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # `report` forks the child before its own imports, with a larger share (3 of 5).
     shares: list[Any] = []
-    merge = loader_mod._merged
-    monkeypatch.setattr(loader_mod, "_merged", lambda a, b: (shares.append(b.share), merge(a, b))[1])
+    merge = split_mod._merged
+    monkeypatch.setattr(split_mod, "_merged", lambda a, b: (shares.append(b.share), merge(a, b))[1])
     p = sample(which)
-    assert loader_mod.start_split_early(p)
-    child = loader_mod._early
-    assert child is not None and child.share == loader_mod.EARLY_SHARE != loader_mod.LATE_SHARE
+    assert split_mod.start_split_early(p)
+    child = split_mod._early
+    assert child is not None and child.share == split_mod.EARLY_SHARE != split_mod.LATE_SHARE
     _same(_streamed(p), _whole(p))
-    assert shares == [loader_mod.EARLY_SHARE] and loader_mod._early is None
+    assert shares == [split_mod.EARLY_SHARE] and split_mod._early is None
     with pytest.raises(ChildProcessError):
         os.waitpid(child.pid, os.WNOHANG)  # reaped
     # The same file by another name (as `report ./t.json` is loaded as `t.json`).
-    assert loader_mod.start_split_early(f"{p.parent}/./{p.name}")
+    assert split_mod.start_split_early(f"{p.parent}/./{p.name}")
     _same(_streamed(p), _whole(p))
-    assert shares == [loader_mod.EARLY_SHARE] * 2 and loader_mod._early is None
+    assert shares == [split_mod.EARLY_SHARE] * 2 and split_mod._early is None
 
 
+@pytest.mark.slow
 def test_an_early_child_of_another_or_changed_file_is_stopped(
     tmp_path: Path, small_chunks: None, split: list[bool]
 ) -> None:
     a, b = sample("train_step"), sample("host_sync_mask")
-    assert loader_mod.start_split_early(a)
-    first = loader_mod._early
+    assert split_mod.start_split_early(a)
+    first = split_mod._early
     assert first is not None
     _same(_streamed(b), _whole(b))  # b's own (late) child, not a's
-    assert loader_mod._early is None and split == [True]
+    assert split_mod._early is None and split == [True]
     with pytest.raises(ChildProcessError):
         os.waitpid(first.pid, os.WNOHANG)
     copy = tmp_path / "t.json.gz"
     copy.write_bytes(a.read_bytes())
-    assert loader_mod.start_split_early(copy)
-    second = loader_mod._early
+    assert split_mod.start_split_early(copy)
+    second = split_mod._early
     assert second is not None
     copy.write_bytes(a.read_bytes() + b"\0")  # the file changed since the child started
-    adopted = loader_mod._adopt_early(copy)
-    assert adopted is None and loader_mod._early is None
+    adopted = split_mod._adopt_early(copy)
+    assert adopted is None and split_mod._early is None
     with pytest.raises(ChildProcessError):
         os.waitpid(second.pid, os.WNOHANG)
-    assert loader_mod.start_split_early(a)
-    third = loader_mod._early
+    assert split_mod.start_split_early(a)
+    third = split_mod._early
     assert third is not None
-    loader_mod.discard_early()  # no load took it (an error before the load)
-    assert loader_mod._early is None
+    split_mod.discard_early()  # no load took it (an error before the load)
+    assert split_mod._early is None
     with pytest.raises(ChildProcessError):
         os.waitpid(third.pid, os.WNOHANG)
 
@@ -310,27 +320,27 @@ def test_shares_cover_every_batch_once() -> None:
 
 def test_split_is_only_wanted_for_large_regular_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("TRACELENS_LOAD_PROCESSES", raising=False)
-    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    monkeypatch.setattr(loader_mod.sys, "platform", "linux")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(sys, "platform", "linux")
     monkeypatch.setattr(threading, "active_count", lambda: 1)  # earlier tests may leave threads
     small = sample("train_step")
-    assert not loader_mod._split_wanted(small)
+    assert not split_mod._split_wanted(small)
     json_bytes = len(gzip.decompress(small.read_bytes()))
     assert json_bytes > 9 * small.stat().st_size  # else the test tests the floor, not the trailer
-    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
-    assert loader_mod._split_wanted(small)  # gzip: its JSON size from the trailer
-    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes + 1)
-    assert not loader_mod._split_wanted(small)
-    monkeypatch.setattr(loader_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
+    monkeypatch.setattr(split_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
+    assert split_mod._split_wanted(small)  # gzip: its JSON size from the trailer
+    monkeypatch.setattr(split_mod, "SPLIT_MIN_JSON_BYTES", json_bytes + 1)
+    assert not split_mod._split_wanted(small)
+    monkeypatch.setattr(split_mod, "SPLIT_MIN_JSON_BYTES", json_bytes)
     monkeypatch.setenv("TRACELENS_LOAD_PROCESSES", "1")
-    assert not loader_mod._split_wanted(small)
+    assert not split_mod._split_wanted(small)
     monkeypatch.delenv("TRACELENS_LOAD_PROCESSES")
-    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0}, raising=False)
-    assert not loader_mod._split_wanted(small)
-    assert not loader_mod._split_wanted(tmp_path)  # a directory: the one-process read words it
-    monkeypatch.setattr(loader_mod.os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    assert not split_mod._split_wanted(small)
+    assert not split_mod._split_wanted(tmp_path)  # a directory: the one-process read words it
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
     monkeypatch.setattr(threading, "active_count", lambda: 2)
-    assert not loader_mod._split_wanted(small)  # another thread: no fork
+    assert not split_mod._split_wanted(small)  # another thread: no fork
 
 
 def test_reads_ask_for_what_the_file_holds_not_the_limit(tmp_path: Path) -> None:
@@ -355,6 +365,6 @@ def test_reads_ask_for_what_the_file_holds_not_the_limit(tmp_path: Path) -> None
 
     with path.open("rb") as fh:
         fh.read(10)
-        data = stream_mod.read_upto(Recording(fh), loader_mod.MAX_JSON_BYTES + 1)  # type: ignore[arg-type]
+        data = stream_mod.read_upto(Recording(fh), read.MAX_JSON_BYTES + 1)  # type: ignore[arg-type]
     assert data == b"x" * 990
     assert asked == [991]  # what is left, and one byte to see the file grow

@@ -11,7 +11,7 @@ import pytest
 from support.corpus import REPO, context_of, model_of, needs_real, real, report_of, sample, whole_context_of
 
 from tracelens.analyzers import misaligned_matmul, wave_quantization
-from tracelens.analyzers.matmul_shapes import Tile, matmul_rows, parse_tile, shape_of, tiles_for, waves_of
+from tracelens.derive.matmuls import Tile, matmul_rows, parse_tile, shape_of, tiles_for, waves_of
 from tracelens.render import render_html, render_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -147,8 +147,6 @@ def test_unshaped_unaligned_gemms_from_kernel_names() -> None:
     fallbacks = [s for s in f.sites if "s1688gemm" in s.description]
     assert len(fallbacks) >= 3 and all("TF32" in s.description and "align1" in s.description for s in fallbacks)
     assert "117.6 ms" in f.title
-    from tracelens.analyzers.roofline import for_context
-
-    rows = [k for k in for_context(ctx).kernels if "s1688gemm" in k.name]
+    rows = [k for k in ctx.roofline.kernels if "s1688gemm" in k.name]
     assert rows and all(k.family == "matmul" and k.unit == "tf32" for k in rows)
     assert any(k.flops == 0 and k.roof_name == "TF32 tensor cores" for k in rows)

@@ -15,8 +15,9 @@ import pytest
 from support.cli import cli
 from support.corpus import REAL_TRACES, model_of, sample
 
-from tracelens.analyzers.context import AnalysisContext
+from tracelens.analyzers import IDLE_CAUSE_OF
 from tracelens.assemble import build_report
+from tracelens.derive.context import AnalysisContext
 from tracelens.output import read_trace_bytes
 from tracelens.render.perfetto import PID, annotation_events, gaps_of, splice
 
@@ -64,6 +65,7 @@ def check_chrome_trace(doc: Any) -> list[dict[str, Any]]:
     return ours
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["power_gemm", "host_sync_mask", "launch_bound"])
 def test_annotated_sample_follows_the_rules(name: str) -> None:
     path = sample(name)
@@ -75,7 +77,7 @@ def test_annotated_sample_follows_the_rules(name: str) -> None:
     meta = model.meta
     shift = meta.origin_us - (meta.base_time_ns / 1000.0 if meta.base_time_ns else 0.0)
     raw = read_trace_bytes(path)
-    doc = json.loads(splice(raw, annotation_events(rep, gaps_of(dev.gaps), shift)))
+    doc = json.loads(splice(raw, annotation_events(rep, gaps_of(dev.gaps), shift, IDLE_CAUSE_OF)))
     original = json.loads(raw)
     assert len(doc["traceEvents"]) > len(original["traceEvents"])
     assert {k: v for k, v in doc.items() if k != "traceEvents"} == {

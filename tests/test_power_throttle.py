@@ -10,13 +10,14 @@ import numpy as np
 from support.corpus import context_of, model_of, report_of, sample
 
 from tracelens.analyzers import power_throttle
+from tracelens.derive.clocks import clock_tracks
 from tracelens.render import render_html
 
 
 def phase_clock(path: Path, phase: str) -> float:
     """Time-weighted SM clock over the kernels launched inside record_function(phase)."""
     m = model_of(path)
-    sm = power_throttle.clock_tracks(m, m.meta.active_devices[0])["SM clock (MHz)"]
+    sm = clock_tracks(m, m.meta.active_devices[0])["SM clock (MHz)"]
     host = m.host
     ann = host.index[host["name"] == phase].to_numpy()
     assert len(ann), phase

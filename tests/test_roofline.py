@@ -10,17 +10,18 @@ from pathlib import Path
 import pytest
 from support.corpus import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
 
-from tracelens.analyzers.op_costs import dtype_from_kernel, op_cost
-from tracelens.analyzers.roofline import (
-    FOREACH_CHUNK_ELEMENTS,
-    L2_ROOF_NAME,
-    L2_SPILL_MODELS,
-    MODEL_ERROR_SHARE,
-    compute_roofline,
-    for_context,
-)
-from tracelens.analyzers.roofline import analyze as roofline_analyze
+from tracelens.analyzers import compute_bound, memory_bound
+from tracelens.analyzers.base import Finding
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.kernel_costs import FOREACH_CHUNK_ELEMENTS
+from tracelens.derive.kernel_models import L2_ROOF_NAME, L2_SPILL_MODELS
+from tracelens.derive.op_costs import dtype_from_kernel, op_cost
+from tracelens.derive.roofline import MODEL_ERROR_SHARE, compute_roofline
 from tracelens.model.peaks import peaks_for
+
+
+def _roofline_findings(ctx: AnalysisContext) -> list[Finding]:
+    return memory_bound.analyze(ctx) + compute_bound.analyze(ctx)
 
 
 def test_peak_table() -> None:
@@ -61,18 +62,18 @@ def test_op_models() -> None:
 
 
 def test_known_cases() -> None:
-    gemm = for_context(context_of(sample("gemm_bf16")))
+    gemm = (context_of(sample("gemm_bf16"))).roofline
     top = gemm.kernels[0]
     # 8192^3 bf16 at ~795 TFLOP/s: 80% of the 989 TFLOP/s datasheet roof.
     assert top.family == "matmul" and top.bound == "compute" and 0.75 < top.roof_share <= 1.0
     assert top.roof_name == "bf16 tensor cores" and top.measured_ceiling == pytest.approx(790e12)
-    ew = for_context(context_of(sample("elementwise_fp32")))
+    ew = (context_of(sample("elementwise_fp32"))).roofline
     assert {k.bound for k in ew.kernels if k.family in ("elementwise", "copy")} == {"memory"}
     fastest = max(k.bytes_per_s for k in ew.kernels)
     assert 3.5e12 < fastest < 4.8e12 * MODEL_ERROR_SHARE  # near the H200's bandwidth
-    tiny = for_context(context_of(sample("launch_bound")))
+    tiny = (context_of(sample("launch_bound"))).roofline
     assert {k.bound for k in tiny.kernels} == {"latency"}
-    train = for_context(context_of(sample("train_step")))
+    train = (context_of(sample("train_step"))).roofline
     # The GEMMs are compute-bound; kernels beside them in the same op (bias, split-K
     # reduction) carry bytes only and come out memory-bound.
     assert {k.bound for k in train.kernels if k.family == "matmul" and k.flops > 0} == {"compute"}
@@ -83,7 +84,7 @@ def test_known_cases() -> None:
     "name", ["gemm_bf16", "elementwise_fp32", "launch_bound", "train_step", "matmul_sweep", "host_sync_static"]
 )
 def test_no_rate_above_the_peak(name: str) -> None:
-    roof = for_context(context_of(sample(name)))
+    roof = (context_of(sample(name))).roofline
     assert roof.peaks is not None
     for k in roof.kernels:
         if k.bound in ("memory", "compute", "latency"):
@@ -96,16 +97,16 @@ def test_no_rate_above_the_peak(name: str) -> None:
 def test_coverage_reported_on_real_traces() -> None:
     """Shares of kernel time the models cover (communication excluded); the full table
     is bench/roofline_coverage.py's."""
-    owl = for_context(context_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz")))
+    owl = (context_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))).roofline
     assert owl.coverage > 0.95
-    mi300x = for_context(context_of(real("resnet_act_checkpoint.json.gz")))
+    mi300x = (context_of(real("resnet_act_checkpoint.json.gz"))).roofline
     # A quarter of its kernels have no launch record: they were launched in the
     # profiler's warm-up steps (whose events it drops) and ran in the first profiled step.
     # The window starts when that queued work is done, so what is left is modelled.
     assert mi300x.coverage > 0.95 and mi300x.classified > 0.95
-    qwen = for_context(context_of(real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")))
+    qwen = (context_of(real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz"))).roofline
     assert qwen.coverage > 0.95 and qwen.classified > 0.95  # the 30% launched before it are left out
-    nccl = for_context(context_of(real("nccl_data.json.gz")))  # no record_shapes, NCCL-heavy
+    nccl = (context_of(real("nccl_data.json.gz"))).roofline  # no record_shapes, NCCL-heavy
     assert nccl.coverage < 0.05 and nccl.communication_us > 0  # only foreach kernels, sized by grid
     assert {u.reason for u in nccl.unmodelled} == {"no_shapes"}
 
@@ -118,7 +119,7 @@ def test_2021_resnet_convolutions(name: str) -> None:
     types at all): forward convolutions take their output shape from their backward,
     the _input/_weight halves take their parent's model, dtypes come from kernel names,
     and Winograd ops are credited with the multiplies they really do."""
-    roof = for_context(context_of(real(name)))
+    roof = (context_of(real(name))).roofline
     assert roof.coverage > 0.9
     conv = [k for k in roof.kernels if k.family == "conv" and k.flops > 0]
     assert sum(k.time_us for k in conv) > 0.4 * roof.total_us
@@ -135,7 +136,7 @@ def test_foreach_kernels_sized_from_their_grid() -> None:
     from the launch grid (65536 elements a block). For train_step's AdamW that gives each
     foreach op 69.3M elements; the model has 67.2M parameters (+3%)."""
     ctx = context_of(sample("train_step"))
-    roof = for_context(ctx)
+    roof = ctx.roofline
     assert roof.estimated_us > 0
     model = ctx.model
     k = model.kernels()
@@ -158,7 +159,7 @@ def test_foreach_kernels_sized_from_their_grid() -> None:
 def test_vllm_custom_ops() -> None:
     """vLLM's norm, rotary and KV-cache write kernels are modelled; its MoE and paged
     attention are not (their work depends on routing and context lengths the trace lacks)."""
-    roof = for_context(context_of(real("eager_trace.json.gz")))
+    roof = (context_of(real("eager_trace.json.gz"))).roofline
     families = {r.family for r in roof.kernels if r.bound != "unknown"}
     assert {"norm", "copy"} <= families
     assert roof.unmodelled[0].op == "vllm::moe_forward" and roof.unmodelled[0].reason == "no_model"
@@ -194,7 +195,7 @@ def test_fusion_and_attention_cases() -> None:
     """workloads/roofline_cases.py on the H200: an eager chain of five elementwise passes
     vs the same function compiled into one Triton kernel, and flash attention forward."""
     path = sample("roofline_cases")
-    roof = for_context(context_of(path))
+    roof = (context_of(path)).roofline
     assert roof.coverage > 0.95
     attention = [k for k in roof.kernels if k.family == "attention"]
     assert attention and all(k.bound == "compute" for k in attention)
@@ -215,7 +216,7 @@ def test_fusion_chain_estimate_against_the_compiled_kernel() -> None:
     """roofline_cases' eager chain is found as one five-pass chain per call; the fused
     time it predicts (all but the longest pass) is within 30% of the Triton kernel that
     torch.compile made of the same function in the same run (measured: 282 vs 385 µs)."""
-    roof = for_context(whole_context_of(sample("roofline_cases")))
+    roof = (whole_context_of(sample("roofline_cases"))).roofline
     chain = roof.chains[0]
     assert [op.split("::")[-1] for op in chain.ops] == ["mul", "add", "gelu", "mul", "add"] and chain.count == 3
     compiled = next(k for k in roof.kernels if k.family == "compiled")
@@ -228,7 +229,7 @@ def test_conv_training_step_on_the_h200() -> None:
     convolution models cover it, convolutions run below the measured bf16 ceiling, and
     batch norm > relu and residual add > relu come out as fusible chains, not the two
     kernels batch norm backward runs for itself."""
-    roof = for_context(context_of(sample("conv_train")))
+    roof = (context_of(sample("conv_train"))).roofline
     assert roof.coverage > 0.95 and roof.model_errors == 0
     conv = [k for k in roof.kernels if k.family == "conv" and k.flops > 0]
     assert conv and max(k.flops_per_s for k in conv) < 790e12
@@ -242,10 +243,10 @@ def test_conv_training_step_on_the_h200() -> None:
 def test_fusion_chains_on_real_traces() -> None:
     """OWLv2's quick_gelu (x * sigmoid(1.702 x)) is three passes, found with its source."""
     ctx = context_of(real("google_owlv2-large-patch14-ensemble__1016001.json.gz"))
-    roof = for_context(ctx)
+    roof = ctx.roofline
     top = roof.chains[0]
     assert [op.split("::")[-1] for op in top.ops] == ["mul", "sigmoid", "mul"] and top.count == 180
-    finding = next(f for f in roofline_analyze(ctx) if f.category.value == "memory_bound")
+    finding = next(f for f in memory_bound.analyze(ctx) if f.category.value == "memory_bound")
     site = finding.sites[0]
     assert site.kind == "fusion_chain" and site.source is not None and site.source.file.endswith("activations.py")
 
@@ -281,11 +282,12 @@ def _all_traces() -> list[Path]:
     return [*SAMPLE_TRACES, *REAL_TRACES, *sorted((REPO / "tests" / "data" / "ncu").glob("*.pt.trace.json.gz"))]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("path", _all_traces(), ids=lambda p: p.name)
 def test_no_kernel_above_its_roof(path: Path) -> None:
     """An achieved rate above the datasheet roof is a model error, reported as unknown:
     no classified kernel in any sample, public or ncu trace is over 100% of either roof."""
-    roof = for_context(context_of(path))
+    roof = (context_of(path)).roofline
     for k in roof.kernels:
         if k.bound in ("memory", "compute", "latency") and roof.peaks is not None and k.flops + k.bytes > 0:
             assert k.compute_share <= 1.0 and k.memory_share <= 1.0 and k.roof_share <= 1.0, k.name
@@ -300,7 +302,7 @@ def test_qwen_flash_attention_rate() -> None:
     """_flash_attention_forward takes (batch, seq, heads, dim): Qwen's 16x559x16x64 causal
     attention is 4*16*16*559^2*64*0.5 FLOP per call; the rate must match the shapes' rate."""
     path = real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")
-    roof = for_context(context_of(path))
+    roof = (context_of(path)).roofline
     att = [k for k in roof.kernels if k.family == "attention" and k.flops > 0]
     assert att
     flops_per_call = 4 * 16 * 16 * 559 * 559 * 64 * 0.5
@@ -351,11 +353,11 @@ def test_owlv2_eager_attention_leads() -> None:
 def test_eager_attention_pattern() -> None:
     """tests/data/ncu/ncu_attention: SDPA (not eager) plus bmm > mul > softmax > dropout > bmm
     on 64x1024x1024 scores, once per profiled step; the SDPA training step has none."""
-    from tracelens.analyzers.roofline import eager_attention
+    from tracelens.derive.eager_attention import eager_attention
 
     path = REPO / "tests" / "data" / "ncu" / "ncu_attention.pt.trace.json.gz"
     ctx = context_of(path)
-    calls = eager_attention(ctx.model, for_context(ctx).peaks)
+    calls = eager_attention(ctx.model, ctx.roofline.peaks)
     assert len(calls) == 2
     c = calls[0]
     assert (c.batch, c.queries, c.keys, c.head_dim, c.dtype) == (64, 1024, 1024, 64, "bf16")
@@ -363,14 +365,14 @@ def test_eager_attention_pattern() -> None:
     assert names[0] == "aten::bmm" and "aten::softmax" in names and "aten::dropout" in names
     assert 0 < c.sdpa_us < c.time_us
     train = context_of(REPO / "tests" / "data" / "ncu" / "ncu_train.pt.trace.json.gz")
-    assert eager_attention(train.model, for_context(train).peaks) == ()
+    assert eager_attention(train.model, train.roofline.peaks) == ()
 
 
 def test_fusion_chains_end_at_step_boundaries() -> None:
     """elementwise_fp32 runs the same 6 passes per ProfilerStep, back to back across steps:
     the chain is one step's 6 passes, 3 times (it was one run of 16 passes across steps,
     claiming 12.1 ms where 10.3 ms is what fusing each step's graph can save)."""
-    roof = for_context(context_of(sample("elementwise_fp32")))
+    roof = (context_of(sample("elementwise_fp32"))).roofline
     assert [(len(c.ops), c.count) for c in roof.chains] == [(6, 3)]
     model = context_of(sample("elementwise_fp32")).model
     k = model.kernels()
@@ -392,7 +394,7 @@ def test_instruction_counts_are_the_measured_ones() -> None:
     case (32768 x 1024 elements a kernel): each count within 1% of warp instructions x 32 /
     elements there, and the count carries to another size (the attention case's 64 x 1024 x
     1024 bf16 softmax_warp_forward)."""
-    from tracelens.analyzers.roofline import INSTRUCTIONS_PER_ELEMENT
+    from tracelens.derive.kernel_models import INSTRUCTIONS_PER_ELEMENT
 
     rows = _ncu_raw("instructions_raw.csv.gz")
     elements = 32768 * 1024
@@ -422,13 +424,13 @@ def test_instruction_bound_kernels() -> None:
     """The train step's bf16 GELU and its backward run out of instruction issue before DRAM
     bandwidth (Nsight Compute: SM 66-72%, DRAM 42-59%): compute-bound against the issue roof,
     below 100% of it; the fp32 GELU beside DRAM's roof in the encoder stays memory-bound."""
-    train = for_context(context_of(REPO / "tests" / "data" / "ncu" / "ncu_train.pt.trace.json.gz"))
+    train = (context_of(REPO / "tests" / "data" / "ncu" / "ncu_train.pt.trace.json.gz")).roofline
     gelu = [k for k in train.kernels if "Gelu" in k.name]
     assert len(gelu) == 2
     for k in gelu:
         assert k.bound == "compute" and k.unit == "issue" and k.roof_name.startswith("instruction issue")
         assert 0.6 <= k.issue_share == k.compute_share <= 1.0 and k.memory_share < k.issue_share
-    enc = for_context(context_of(REPO / "tests" / "data" / "ncu" / "ncu_encoder.pt.trace.json.gz"))
+    enc = (context_of(REPO / "tests" / "data" / "ncu" / "ncu_encoder.pt.trace.json.gz")).roofline
     (fp32_gelu,) = [k for k in enc.kernels if "GeluCUDAKernelImpl" in k.name]
     assert fp32_gelu.bound == "memory" and 0.3 < fp32_gelu.issue_share < 0.6
     rep = report_of(sample("train_step"))
@@ -444,7 +446,7 @@ def test_graph_replays_reported_as_such() -> None:
     CompiledFunction/CompiledFunctionBackward): their kernels, 117 ms of TF32 GEMMs among them,
     have no op shapes in the trace and are reported as graph replays, not as ops without a
     model; the GEMMs still get their roof (TF32) from the kernel name."""
-    roof = for_context(context_of(real("rank0.json.gz")))
+    roof = (context_of(real("rank0.json.gz"))).roofline
     replay = {u.op: u.time_us for u in roof.unmodelled if u.reason == "graph_replay"}
     assert set(replay) >= {"CompiledFunctionBackward", "CompiledFunction"}
     assert sum(replay.values()) > 100e3
@@ -460,7 +462,7 @@ def test_fusion_chains_end_at_detected_iterations() -> None:
     shorter chains claim less (measured: 44 chains saving 3.46 ms, 39 saving 3.76 ms uncut)."""
     ctx = context_of(sample("plain_mask_sum"))
     assert ctx.window.source == "detected" and len(ctx.window.steps) == 19
-    roof = for_context(ctx)
+    roof = ctx.roofline
     assert roof.chains and max(len(c.ops) for c in roof.chains) <= 22
     uncut = compute_roofline(ctx.model, ctx.device, (ctx.window.start_us, ctx.window.end_us))
     assert sum(c.count for c in roof.chains) > sum(c.count for c in uncut.chains)
@@ -482,12 +484,12 @@ def test_fp32_memory_efficient_attention_is_l2_bound() -> None:
             sm = float(r["sm__throughput.avg.pct_of_peak_sustained_elapsed"])
             port = float(r["lts__xbar2lts_cycles_active.avg.pct_of_peak_sustained_elapsed"])
             assert l2 >= 58 and l2 > l1 > sm - 5 and port > l1
-    enc = for_context(context_of(REPO / "tests" / "data" / "ncu" / "ncu_encoder.pt.trace.json.gz"))
+    enc = (context_of(REPO / "tests" / "data" / "ncu" / "ncu_encoder.pt.trace.json.gz")).roofline
     (k,) = [k for k in enc.kernels if "fmha_cutlassF_f32" in k.name]
     assert k.memory_share == k.l2_share and 0.6 <= k.l2_share <= 0.75  # ncu: L2 60-70%
     assert k.bound == "memory" and k.roof_name == L2_ROOF_NAME and k.roof_share < MODEL_ERROR_SHARE
     assert k.bytes_per_s / enc.peaks.bw < 0.1  # what a DRAM roofline makes of it
-    findings = roofline_analyze(context_of(REPO / "tests" / "data" / "ncu" / "ncu_encoder.pt.trace.json.gz"))
+    findings = _roofline_findings(context_of(REPO / "tests" / "data" / "ncu" / "ncu_encoder.pt.trace.json.gz"))
     (mem,) = [f for f in findings if f.category == "memory_bound"]
     assert "spilling registers" in mem.advice and "bf16" in mem.advice
     assert any("register spills through L2" in s.description for s in mem.sites)
@@ -559,7 +561,7 @@ def test_spill_model_on_shapes_it_was_not_fitted_on() -> None:
         assert abs(port_pct - float(r["lts__xbar2lts_cycles_active.avg.pct_of_peak_sustained_elapsed"])) < 4
         checked += 1
     assert checked == 4
-    roof = for_context(context_of(NCU_DATA / "ncu_spill.pt.trace.json.gz"))
+    roof = (context_of(NCU_DATA / "ncu_spill.pt.trace.json.gz")).roofline
     assert [k.l2_share > 0 for k in roof.kernels if "fmha" in k.name] == [True, False]
     # Head dim 128's kernel does not spill: judged on its 3xTF32 FLOPs it is latency (24% of
     # the roof), as ncu says (SM 46%); on the CUDA-core roof it read 60%, compute.
@@ -576,7 +578,7 @@ def test_small_launches_are_latency_on_their_own() -> None:
     keeps the name memory-bound, and counts its small launches as latency in the ledger and
     out of the memory finding."""
     ctx = context_of(NCU_DATA / "ncu_train.pt.trace.json.gz")
-    roof = for_context(ctx)
+    roof = ctx.roofline
     k = ctx.model.gpu
     adam = [r for r in roof.kernels if "multi_tensor_apply" in r.name and r.bound == "memory" and r.latency_us > 0]
     assert adam
@@ -604,7 +606,7 @@ def _ncu_bench() -> object:
 def test_iteration_dims_coalesce_as_tensoriterator() -> None:
     """The dimensions the non-vectorised elementwise path indexes: what TensorIterator leaves
     after merging contiguous neighbours (the shapes and strides of the `legacy` case)."""
-    from tracelens.analyzers.roofline import iteration_dims
+    from tracelens.derive.kernel_models import iteration_dims
 
     def dims(d: list[list[int]], s: list[list[int]], inplace: bool = True) -> tuple[int, int] | None:
         return iteration_dims({"Input Dims": d, "Input Strides": s}, inplace)
@@ -655,7 +657,7 @@ def test_unmodelled_small_grid_is_latency() -> None:
     """A kernel without a model is still latency-bound when its grid cannot fill the SMs
     (train's arange: 64 blocks on 132 SMs; Nsight Compute: latency) or its launches are
     too short to ramp up; other unmodelled kernels stay unknown."""
-    roof = for_context(context_of(NCU_DATA / "ncu_train.pt.trace.json.gz"))
+    roof = (context_of(NCU_DATA / "ncu_train.pt.trace.json.gz")).roofline
     arange = [r for r in roof.kernels if "arange_cuda_out" in r.name]
     assert len(arange) == 1 and arange[0].flops == 0 and arange[0].bytes == 0
     assert arange[0].grid == 64 and arange[0].bound == "latency"
@@ -670,7 +672,7 @@ def test_attention_helper_bytes_against_dram() -> None:
     nc = _ncu_bench()
     l2 = 60 * 2**20
     for case, n in (("attention", 4 * 16 * 2048 * 128), ("train", 8 * 16 * 512 * 64)):
-        roof = {r.name: r for r in for_context(context_of(NCU_DATA / f"ncu_{case}.pt.trace.json.gz")).kernels}
+        roof = {r.name: r for r in (context_of(NCU_DATA / f"ncu_{case}.pt.trace.json.gz")).roofline.kernels}
         sol = nc.read_ncu(NCU_DATA / f"{case}.csv.gz")  # type: ignore[attr-defined]
         mem = nc.read_raw(NCU_DATA / f"{case}_mem.csv.gz")  # type: ignore[attr-defined]
         for marker, reads in (("compute_dot_do_o", 4.0 * n), ("convert_dq_to_16bits", 4.0 * n)):

@@ -11,7 +11,8 @@ from support.cli import cli
 from support.corpus import REPO
 
 from tracelens.model import load_trace
-from tracelens.model.sources import PySource, _infer, user_source
+from tracelens.model.callsite import _infer
+from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel
 
 WORKLOAD = REPO / "workloads" / "capture_mask_sum.py"
@@ -77,7 +78,7 @@ def test_host_sync_sites_carry_the_code(monkeypatch: pytest.MonkeyPatch) -> None
     the sources on TRACELENS_SOURCES the host-sync sites name each statement, and
     `a.mean()` ... `b.mean()` in one function are told apart by their order."""
     from tracelens.analyzers import host_sync
-    from tracelens.analyzers.context import AnalysisContext
+    from tracelens.derive.context import AnalysisContext
 
     monkeypatch.setenv("TRACELENS_SOURCES", str(REPO / "workloads"))
     m = load_trace(REPO / "sample_traces" / "host_sync_mask.pt.trace.json.gz")

@@ -17,14 +17,14 @@ import pandas as pd
 
 from tracelens import __version__
 from tracelens.analyzers import run_all
-from tracelens.analyzers.allocation import memory_profile
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.matmul_shapes import MatmulRow, cached_matmul_rows
-from tracelens.analyzers.power_throttle import clock_tracks, nvml_gpu_meta
-from tracelens.analyzers.roofline import ModelCheck, Roofline, for_context
-from tracelens.derive.counters import KernelCounters, LaunchCounters, kernel_counters
+from tracelens.derive.clocks import nvml_gpu_meta
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.counters import KernelCounters, LaunchCounters
 from tracelens.derive.devices import other_accelerator
-from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, blocking_call_rows, merge_intervals
+from tracelens.derive.intervals import merge_intervals
+from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
+from tracelens.derive.matmuls import MatmulRow
+from tracelens.derive.roofline import ModelCheck, Roofline
 from tracelens.domain import cut_name
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
@@ -99,7 +99,7 @@ def build_report(
         sources=_source_rows(ctx, ranked),
         roofline=_roofline(ctx),
         matmuls=tuple(
-            replace_name(r) for r in sorted(cached_matmul_rows(model), key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]
+            replace_name(r) for r in sorted(ctx.matmuls, key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]
         ),
         load_seconds=round(load_seconds, 3),
         analysis_seconds=0.0,
@@ -213,7 +213,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     if tl is None or dev is None:
         return None
     host = ctx.model.host
-    rows = blocking_call_rows(ctx.model)
+    rows = ctx.blocking_calls
     ts = host["ts"].to_numpy()[rows]
     marks = host["end"].to_numpy()[rows][(ts >= tl.start) & (ts <= tl.end)]
     if len(marks) > MAX_SYNC_MARKS:
@@ -232,7 +232,7 @@ def _clocks(ctx: AnalysisContext) -> ClockTimeline | None:
     dev = ctx.ledger.primary
     if dev is None or ctx.model.counters.empty:
         return None
-    tracks = clock_tracks(ctx.model, dev.device)
+    tracks = ctx.clock_tracks
     sm = tracks.get("SM clock (MHz)")
     if sm is None or not len(sm.ts):
         return None
@@ -260,7 +260,7 @@ def _clocks(ctx: AnalysisContext) -> ClockTimeline | None:
 
 
 def _memory(ctx: AnalysisContext) -> MemoryTimeline | None:
-    m = memory_profile(ctx)
+    m = ctx.memory_profile
     if m is None:
         return None
     return MemoryTimeline(
@@ -287,12 +287,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _counters(ctx: AnalysisContext) -> CountersSummary | None:
-    kc = kernel_counters(ctx.model)
+    kc = ctx.kernel_counters
     if kc is None:
         return None
     model = ctx.model
     if kc.timeline:
-        roof = for_context(ctx)
+        roof = ctx.roofline
         rows, checks = _measured_rows(ctx, kc, roof), roof.checks
         share = roof.measured_us / roof.total_us if roof.total_us > 0 else 0.0
     else:
@@ -424,7 +424,7 @@ def _unplaced_rows(model: TraceModel, kc: KernelCounters) -> tuple[MeasuredKerne
 
 
 def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
-    roof = for_context(ctx)
+    roof = ctx.roofline
     if roof.peaks is None:
         return None
     p = roof.peaks
@@ -455,22 +455,14 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
     )  # fmt: skip
 
 
-def _window_activity(ctx: AnalysisContext) -> pd.DataFrame:
-    dev = ctx.ledger.primary
-    act = ctx.model.gpu_activity()
-    if dev is None:
-        return act.iloc[0:0]
-    return act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
-
-
 def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
-    act = _window_activity(ctx)
+    act = ctx.window_activity
     if act.empty:
         return ()
     busy = ctx.ledger.primary.busy_us if ctx.ledger.primary else 1.0
     g = act.groupby("name", observed=True).agg(count=("dur", "size"), total=("dur", "sum"), kind=("kind", "first"))
     g = g.sort_values("total", ascending=False).head(MAX_KERNEL_ROWS)
-    roofs = {k.name: k for k in for_context(ctx).kernels}
+    roofs = {k.name: k for k in ctx.roofline.kernels}
     bounds = {name: k.bound for name, k in roofs.items()}
     own_busy = _OwnBusy(act, ctx)
     return tuple(
@@ -534,13 +526,13 @@ class _SourceCache:
 
 def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
     model = ctx.model
-    act = _window_activity(ctx)
+    act = ctx.window_activity
     host = model.host
     launch = act["launch"].to_numpy()
     ok = launch >= 0
     if not ok.any():
         return ()
-    root = host["op_root"].to_numpy()[launch[ok]]
+    root = act["op_root"].to_numpy()[ok]
     # Ops and kernels by their name codes, not their strings: both name columns' categories
     # are sorted, so the groups come out in the same order as by name, with the same sums
     # (pandas factorizing 45k strings per groupby was most of this table's time).
@@ -578,12 +570,12 @@ def _op_rows(ctx: AnalysisContext) -> tuple[OpRow, ...]:
 
 def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:  # type: ignore[type-arg]
     model = ctx.model
-    act = _window_activity(ctx)
+    act = ctx.window_activity
     launch = act["launch"].to_numpy()
     ok = launch >= 0
     gpu_by: dict[PySource, list[float]] = defaultdict(lambda: [0.0, 0.0])
     if ok.any():
-        root = model.host["range_root"].to_numpy()[launch[ok]]
+        root = act["range_root"].to_numpy()[ok]
         anchor = np.where(root >= 0, root, launch[ok])
         durs = act["dur"].to_numpy()[ok]
         frame = pd.DataFrame({"anchor": anchor, "dur": durs}).groupby("anchor")["dur"].agg(["sum", "size"])

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelens import __version__
-from tracelens.analyzers.context import AnalysisContext
 from tracelens.assemble import build_report
+from tracelens.derive.context import AnalysisContext
 from tracelens.derive.ledger import blocking_call_rows
 from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fmt_us
 from tracelens.model.schema import Kind
@@ -192,7 +192,7 @@ def _op_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
     act = act[(act["device"] == dev.device) & (act["end"] > dev.window_start) & (act["ts"] < dev.window_end)]
     launch = act["launch"].to_numpy()
     ok = launch >= 0
-    root = x.model.host["op_root"].to_numpy()[launch[ok]]
+    root = act["op_root"].to_numpy()[ok]
     dur = act["dur"].to_numpy()[ok]
     by_root: dict[int, float] = defaultdict(float)
     for r, d in zip(root, dur, strict=True):

@@ -180,6 +180,17 @@ COMPILER_EXCLUDE = ("compile_worker",)
 #: The row torch.compile opens around each run of compiled code (`Torch-Compiled Region:
 #: 0/1`: frame 0, compile 1).
 COMPILED_REGION = "Torch-Compiled Region"
+#: Rows of compiled code that call a compiled graph (AOTAutograd's wrappers).
+GRAPH_CALL_MARKERS = ("## Call CompiledFxGraph", "CompiledFunction", "## Call CompiledFunction")
+#: Rows torch.compile adds around compiled code: bookkeeping, not eager ops.
+COMPILE_BOOKKEEPING = (
+    COMPILED_REGION,
+    "TorchDynamo Cache Lookup",
+    "Pregraph bytecode",
+    "AOTDispatcher",
+    "## ",
+    "CompiledFunction",
+)
 #: Start-up that compiling costs, for the window's start-up kinds: running compiled code
 #: the first time (the region, Dynamo's frame evaluation, AOTAutograd's compiled
 #: functions) and every compiler stage, Triton's and TorchScript's included.

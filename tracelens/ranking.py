@@ -12,10 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from tracelens.analyzers import BUILT_CATEGORIES
+from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_POOL, PARENT_OF, categories_of
 from tracelens.analyzers.base import Category, Finding, Severity
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.counters import kernel_counters
+from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
@@ -34,87 +33,23 @@ class DiagnosticStep:
     not_built: str  # what the report says while no analyzer covers this question
 
 
-DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = (
-    DiagnosticStep(
-        1,
-        "host_waits",
-        "Is the host waiting on the device, or the device on the host?",
-        (Category.HOST_SYNC, Category.HOST_BOUND, Category.COMMUNICATION),
-        "",
-    ),
-    DiagnosticStep(
-        2,
-        "launch",
-        "Is the GPU starved by kernel-launch overhead (many tiny kernels)?",
-        (Category.LAUNCH_OVERHEAD,),
-        "",
-    ),
-    DiagnosticStep(
-        3,
-        "memory",
-        "Is it moving far more data than it reuses (memory-bandwidth bound)?",
-        (Category.EAGER_ATTENTION, Category.MEMORY_BOUND),
-        "",
-    ),
-    DiagnosticStep(
-        4,
-        "shape_dynamism",
-        "Do changing shapes defeat compilation, CUDA graphs or the allocator?",
-        (Category.SHAPE_DYNAMISM, Category.COMPILATION),
-        "",
-    ),
-    DiagnosticStep(
-        5,
-        "allocation",
-        "Is allocation (cudaMalloc, allocator churn) in the way?",
-        (Category.ALLOCATION,),
-        "",
-    ),
-    DiagnosticStep(
-        6,
-        "compute",
-        "Is it really compute-bound, and are matmul shapes and clocks costing throughput?",
-        # Specific causes of lost compute throughput first, the general finding last.
-        (Category.MISALIGNED_MATMUL, Category.WAVE_QUANTIZATION, Category.POWER_THROTTLE, Category.COMPUTE_BOUND),
-        "",
-    ),
+#: The seed documents' questions, in the order an expert asks them; the categories that
+#: answer each come from the analyzers' registry (tracelens.analyzers.ANALYZERS).
+QUESTIONS: tuple[tuple[QuestionId, str], ...] = (
+    ("host_waits", "Is the host waiting on the device, or the device on the host?"),
+    ("launch", "Is the GPU starved by kernel-launch overhead (many tiny kernels)?"),
+    ("memory", "Is it moving far more data than it reuses (memory-bandwidth bound)?"),
+    ("shape_dynamism", "Do changing shapes defeat compilation, CUDA graphs or the allocator?"),
+    ("allocation", "Is allocation (cudaMalloc, allocator churn) in the way?"),
+    ("compute", "Is it really compute-bound, and are matmul shapes and clocks costing throughput?"),
 )
-
-CATEGORY_ORDER: dict[Category, int] = {
-    cat: i for i, cat in enumerate(c for step in DIAGNOSTIC_ORDER for c in step.categories)
-}
+DIAGNOSTIC_ORDER: tuple[DiagnosticStep, ...] = tuple(
+    DiagnosticStep(number, qid, question, categories_of(qid), "")
+    for number, (qid, question) in enumerate(QUESTIONS, start=1)
+)
 
 #: A question is answered "yes" when one of its findings is at least this severe.
 YES_SEVERITY = Severity.MEDIUM
-
-#: Findings that refine another: their time is part of the parent's (a misaligned matmul
-#: is compute-bound time done slowly), so it is never added to the parent's again.
-PARENT_OF: dict[Category, Category] = {
-    Category.WAVE_QUANTIZATION: Category.COMPUTE_BOUND,
-    Category.POWER_THROTTLE: Category.COMPUTE_BOUND,
-    # The host work a new shape costs (cuDNN/cuBLAS planning for it) is host-bound idle.
-    Category.SHAPE_DYNAMISM: Category.HOST_BOUND,
-}
-
-#: The ledger causes each top-level category's time comes from. A category whose pool is
-#: BUSY draws on whatever busy time the other top-level findings have not claimed.
-BUSY = "busy"
-LEDGER_POOL: dict[Category, tuple[str, ...]] = {
-    Category.HOST_SYNC: ("host_sync",),
-    Category.HOST_BOUND: ("host_bound",),
-    Category.COMMUNICATION: ("communication",),
-    Category.LAUNCH_OVERHEAD: ("launch_overhead",),
-    # A tensor regrown by torch.cat costs its copy kernels (latency- or memory-bound).
-    Category.ALLOCATION: ("allocation", "gpu_busy_latency", "gpu_busy_memory"),
-    Category.SHAPE_DYNAMISM: ("host_bound",),
-    Category.COMPILATION: ("compilation",),
-    Category.MEMORY_BOUND: ("gpu_busy_memory",),
-    Category.COMPUTE_BOUND: ("gpu_busy_compute",),
-    Category.MISALIGNED_MATMUL: (BUSY,),
-    Category.EAGER_ATTENTION: (BUSY,),
-    Category.WAVE_QUANTIZATION: (BUSY,),
-    Category.POWER_THROTTLE: (BUSY,),
-}
 
 #: The primary is the largest expected gain; gains within this factor of the largest are
 #: a near tie (within 20%), broken by the diagnostic order.
@@ -240,9 +175,7 @@ def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
         # No GPU work: peaks, clocks and shapes are beside the point.
         return ""
-    from tracelens.analyzers.roofline import for_context
-
-    roof = for_context(ctx)
+    roof = ctx.roofline
     out = ""
     if roof.peaks is None:
         out += " Roofline: this GPU is not in the peak table (set TRACELENS_PEAKS to give its peaks)."
@@ -290,9 +223,7 @@ def _model_coverage(ctx: AnalysisContext, step: DiagnosticStep) -> float | None:
     """The roofline models' share of kernel time, for the questions that rest on it."""
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
         return None
-    from tracelens.analyzers.roofline import for_context
-
-    roof = for_context(ctx)
+    roof = ctx.roofline
     if roof.peaks is None or roof.modelled_us + roof.unmodelled_us + roof.measured_us <= 0:
         return None
     return float(roof.coverage)
@@ -395,7 +326,7 @@ def _no_gpu_headline(ctx: AnalysisContext) -> str:
             f"{acc.runtime_events:,} runtime calls are outside what tracelens analyses (the time ledger, roofline, "
             "launch overhead and host syncs read CUDA/ROCm kernels, copies and runtime calls). Host-side findings only."
         )
-    kc = kernel_counters(ctx.model)
+    kc = ctx.kernel_counters
     if kc is not None and not kc.timeline:
         return (
             f"No kernel timeline: {len(kc.launches)} kernels were measured by hardware counters (CUPTI profiler "

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tracelens.analyzers.context import AnalysisContext
 from tracelens.assemble import build_report
+from tracelens.derive.context import AnalysisContext
 from tracelens.model import TraceModel, load_trace
 from tracelens.report import Report
 
@@ -67,7 +67,7 @@ def whole_context_of(path: Path) -> AnalysisContext:
 
 @cache
 def report_of(path: Path) -> Report:
-    return build_report(model_of(path))
+    return build_report(model_of(path), ctx=context_of(path))
 
 
 @cache

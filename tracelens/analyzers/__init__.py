@@ -1,11 +1,14 @@
-"""Analyzers: each module reads the TraceModel and the derived layer (through an
-AnalysisContext) and returns Findings. `ANALYZERS` is the registry, in the diagnostic
-order of the seed documents: each entry says which question it answers, which categories
-it emits, what capture options it needs and which report sections it fills, so a new
-analyzer plugs in by adding a module and a line here.
+"""Analyzers: one module per finding category, each a leaf. An analyzer reads the
+AnalysisContext (the trace model and the derived data, tracelens.derive) and returns
+its findings; it imports no other analyzer (what two share is derived data).
 
-Categories without an analyzer yet are listed in `tracelens.ranking.DIAGNOSTIC_ORDER`
-and reported as "not built yet".
+`ANALYZERS` is the registry and the single description of each analyzer: the question
+it answers, the ledger causes its time is drawn from, the finding it refines, what it
+needs captured and the report sections it fills. The pipeline reads everything about
+analyzers from here: the diagnostic order (the registry's order: the seed documents'
+questions, and within a question the specific findings before the general one), each
+category's ledger pool, the parents, the perfetto annotation's causes. Adding an
+analyzer is one module, one line here, its words, and its tests (CONTRIBUTING.md).
 """
 
 from __future__ import annotations
@@ -16,54 +19,138 @@ from dataclasses import dataclass
 from tracelens.analyzers import (
     allocation,
     communication,
+    compilation,
+    compute_bound,
+    eager_attention,
     host_bound,
     host_sync,
     launch_overhead,
+    memory_bound,
     misaligned_matmul,
     power_throttle,
-    roofline,
     shape_dynamism,
     wave_quantization,
 )
 from tracelens.analyzers.base import Category, Finding, Severity
-from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.ledger import IDLE_CAUSES
+from tracelens.report.enums import QuestionId
 
 Analyzer = Callable[[AnalysisContext], list[Finding]]
+
+#: A finding whose time is any busy time no finding with causes of its own has claimed
+#: (an inefficiency inside kernels of any bound).
+BUSY = "busy"
 
 
 @dataclass(frozen=True)
 class AnalyzerSpec:
-    question: str  # the DiagnosticStep id it answers
-    categories: tuple[Category, ...]
+    category: Category  # the finding it makes
+    question: QuestionId  # the diagnostic question it answers
     run: Analyzer
+    #: The ledger causes its time is drawn from (BUSY: the busy time left to it). Top-level
+    #: findings draw on disjoint causes, so their shares add up to at most the window.
+    causes: tuple[str, ...]
+    #: The finding it refines: its time is part of the parent's, never added to it again.
+    parent: Category | None = None
     needs: tuple[str, ...] = ()  # capture options: cuda, cpu, record_shapes, nvml
     sections: tuple[str, ...] = ("findings",)  # report sections it fills beyond its findings
 
 
+#: In the diagnostic order: the order findings are ranked in and analyzers run in.
 ANALYZERS: tuple[AnalyzerSpec, ...] = (
-    AnalyzerSpec("host_waits", (Category.HOST_SYNC,), host_sync.analyze, ("cuda", "cpu")),
-    AnalyzerSpec("host_waits", (Category.HOST_BOUND,), host_bound.analyze, ("cuda", "cpu")),
-    AnalyzerSpec("host_waits", (Category.COMMUNICATION,), communication.analyze, ("cuda",)),
-    AnalyzerSpec("launch", (Category.LAUNCH_OVERHEAD,), launch_overhead.analyze, ("cuda", "cpu")),
+    AnalyzerSpec(Category.HOST_SYNC, "host_waits", host_sync.analyze, ("host_sync",), needs=("cuda", "cpu")),
+    AnalyzerSpec(Category.HOST_BOUND, "host_waits", host_bound.analyze, ("host_bound",), needs=("cuda", "cpu")),
+    AnalyzerSpec(Category.COMMUNICATION, "host_waits", communication.analyze, ("communication",), needs=("cuda",)),
     AnalyzerSpec(
+        Category.LAUNCH_OVERHEAD, "launch", launch_overhead.analyze, ("launch_overhead",), needs=("cuda", "cpu")
+    ),
+    AnalyzerSpec(
+        Category.EAGER_ATTENTION, "memory", eager_attention.analyze, (BUSY,), needs=("cuda", "record_shapes")
+    ),
+    AnalyzerSpec(
+        Category.MEMORY_BOUND,
         "memory",
-        (Category.EAGER_ATTENTION, Category.MEMORY_BOUND, Category.COMPUTE_BOUND),
-        roofline.analyze,
-        ("cuda", "record_shapes"),
-        ("kernels", "roofline"),
+        memory_bound.analyze,
+        ("gpu_busy_memory",),
+        needs=("cuda", "record_shapes"),
+        sections=("kernels", "roofline"),
+    ),
+    # The host work a new shape costs (cuDNN/cuBLAS planning for it) is host-bound idle.
+    AnalyzerSpec(
+        Category.SHAPE_DYNAMISM,
+        "shape_dynamism",
+        shape_dynamism.analyze,
+        ("host_bound",),
+        parent=Category.HOST_BOUND,
+        needs=("cuda", "cpu"),
+    ),
+    AnalyzerSpec(Category.COMPILATION, "shape_dynamism", compilation.analyze, ("compilation",), needs=("cuda", "cpu")),
+    # A tensor regrown by torch.cat costs its copy kernels (latency- or memory-bound).
+    AnalyzerSpec(
+        Category.ALLOCATION,
+        "allocation",
+        allocation.analyze,
+        ("allocation", "gpu_busy_latency", "gpu_busy_memory"),
+        needs=("cuda", "cpu"),
+    ),
+    # Specific causes of lost compute throughput first, the general finding last.
+    AnalyzerSpec(
+        Category.MISALIGNED_MATMUL,
+        "compute",
+        misaligned_matmul.analyze,
+        (BUSY,),
+        needs=("cuda", "record_shapes"),
+        sections=("matmuls",),
+    ),
+    # Wave quantization and clocks are compute-bound time done slowly.
+    AnalyzerSpec(
+        Category.WAVE_QUANTIZATION,
+        "compute",
+        wave_quantization.analyze,
+        (BUSY,),
+        parent=Category.COMPUTE_BOUND,
+        needs=("cuda",),
+        sections=("matmuls",),
     ),
     AnalyzerSpec(
-        "shape_dynamism", (Category.SHAPE_DYNAMISM, Category.COMPILATION), shape_dynamism.analyze, ("cuda", "cpu")
+        Category.POWER_THROTTLE,
+        "compute",
+        power_throttle.analyze,
+        (BUSY,),
+        parent=Category.COMPUTE_BOUND,
+        needs=("cuda", "nvml"),
+        sections=("clocks",),
     ),
-    AnalyzerSpec("allocation", (Category.ALLOCATION,), allocation.analyze, ("cuda", "cpu")),
     AnalyzerSpec(
-        "compute", (Category.MISALIGNED_MATMUL,), misaligned_matmul.analyze, ("cuda", "record_shapes"), ("matmuls",)
+        Category.COMPUTE_BOUND,
+        "compute",
+        compute_bound.analyze,
+        ("gpu_busy_compute",),
+        needs=("cuda", "record_shapes"),
+        sections=("kernels", "roofline"),
     ),
-    AnalyzerSpec("compute", (Category.WAVE_QUANTIZATION,), wave_quantization.analyze, ("cuda",), ("matmuls",)),
-    AnalyzerSpec("compute", (Category.POWER_THROTTLE,), power_throttle.analyze, ("cuda", "nvml"), ("clocks",)),
 )
 
-BUILT_CATEGORIES = frozenset(c for spec in ANALYZERS for c in spec.categories)
+BUILT_CATEGORIES = frozenset(spec.category for spec in ANALYZERS)
+#: Each category's rank in the diagnostic order.
+CATEGORY_ORDER: dict[Category, int] = {spec.category: i for i, spec in enumerate(ANALYZERS)}
+#: The ledger causes each category's time comes from.
+LEDGER_POOL: dict[Category, tuple[str, ...]] = {spec.category: spec.causes for spec in ANALYZERS}
+#: The finding each refining category is part of.
+PARENT_OF: dict[Category, Category] = {spec.category: spec.parent for spec in ANALYZERS if spec.parent is not None}
+#: The idle cause a category's finding explains, for the annotated trace's gap slices.
+IDLE_CAUSE_OF: dict[str, str] = {
+    spec.category.value: cause
+    for spec in ANALYZERS
+    for cause in spec.causes[:1]
+    if cause in IDLE_CAUSES
+}
+
+
+def categories_of(question: QuestionId) -> tuple[Category, ...]:
+    """The categories that answer `question`, in the diagnostic order."""
+    return tuple(spec.category for spec in ANALYZERS if spec.question == question)
 
 
 def run_all(ctx: AnalysisContext) -> list[Finding]:
@@ -76,10 +163,16 @@ def run_all(ctx: AnalysisContext) -> list[Finding]:
 __all__ = [
     "ANALYZERS",
     "BUILT_CATEGORIES",
+    "BUSY",
+    "CATEGORY_ORDER",
+    "IDLE_CAUSE_OF",
+    "LEDGER_POOL",
+    "PARENT_OF",
     "AnalysisContext",
     "AnalyzerSpec",
     "Category",
     "Finding",
     "Severity",
+    "categories_of",
     "run_all",
 ]

@@ -18,8 +18,8 @@ from collections import defaultdict
 import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.ledger import overlap
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.intervals import overlap
 from tracelens.domain import DTYPE_BYTES, fmt_us, is_collective_kernel, is_collective_wait_op
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source

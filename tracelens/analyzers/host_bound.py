@@ -17,7 +17,7 @@ from typing import cast
 import numpy as np
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.context import AnalysisContext
 from tracelens.domain import fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, is_machinery, parse_frame, user_source

@@ -20,8 +20,9 @@ import numpy as np
 import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.ledger import blocking_call_rows, overlap
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.intervals import overlap
+from tracelens.derive.ledger import blocking_call_rows
 from tracelens.domain import fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
+from tracelens.derive.context import AnalysisContext
 from tracelens.domain import LAUNCH_APIS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source

@@ -13,14 +13,13 @@ from __future__ import annotations
 import re
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.matmul_shapes import (
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.matmuls import (
     ALIGN_BYTES,
     MatmulRow,
-    cached_matmul_rows,
     gemm_from_name,
 )
-from tracelens.analyzers.roofline import KernelRoof, eager_attention_shapes, for_context
+from tracelens.derive.roofline import KernelRoof
 from tracelens.domain import SHORT_DTYPE_BYTES, fmt_us
 
 #: Used when the trace has no aligned peer to compare with: the low end of what the H200
@@ -74,7 +73,7 @@ def _unshaped_fallbacks(ctx: AnalysisContext) -> list[KernelRoof]:
     autograd functions."""
     return [
         k
-        for k in for_context(ctx).kernels
+        for k in ctx.roofline.kernels
         if k.flops == 0 and k.family == "matmul" and ctx.share(k.time_us) >= MIN_UNSHAPED_SHARE
         for gm in (gemm_from_name(k.name),)
         if gm is not None and gm.misaligned
@@ -82,8 +81,8 @@ def _unshaped_fallbacks(ctx: AnalysisContext) -> list[KernelRoof]:
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    attention = eager_attention_shapes(ctx)  # SDPA replaces these: not a padding problem
-    rows = [r for r in cached_matmul_rows(ctx.model) if (r.batch, r.m, r.n, r.k) not in attention]
+    attention = ctx.eager_attention_shapes  # SDPA replaces these: not a padding problem
+    rows = [r for r in ctx.matmuls if (r.batch, r.m, r.n, r.k) not in attention]
     bad = [r for r in rows if not r.aligned]
     unshaped = _unshaped_fallbacks(ctx)
     if not bad and not unshaped:

@@ -13,77 +13,37 @@ analyzer that would separate them is not built yet, so the finding says so.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.ledger import covered
+from tracelens.derive.clocks import Series, nvml_gpu_meta
+from tracelens.derive.context import AnalysisContext
 from tracelens.domain import fmt_us
 from tracelens.model.schema import NVML_REASON_BITS as REASON_BITS
-from tracelens.model.schema import NVML_TRACK_PREFIX as TRACK_PREFIX
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 
 #: Reasons that mean "slowed to protect power or temperature" (not idle, not a user's
 #: application-clock setting).
 LIMITING_REASONS = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+
+
 #: A clock within this fraction of the maximum counts as full speed (boost steps are
 #: 15 MHz; sensors and sampling jitter by a bin or two).
 FULL_CLOCK_RATIO = 0.97
+
+
 #: Ignore throttling active for less than this share of the busy time.
 MIN_LIMITED_SHARE = 0.05
+
+
 MAX_SITES = 6
+
+
 #: Above this share of busy time under the power cap, the cap is "all the time" and the
 #: mean power is not diluted by uncapped stretches.
 CAPPED_ALL_SHARE = 0.95
-
-
-@dataclass(frozen=True)
-class Series:
-    ts: np.ndarray
-    values: np.ndarray
-
-    def step_weights(self, busy: np.ndarray, end: float) -> np.ndarray:
-        """Busy time inside each sample's hold interval [ts[i], ts[i+1])."""
-        edges = np.append(self.ts, max(end, float(self.ts[-1]) + 1e-3))
-        return covered(busy, edges)
-
-    def at(self, t: np.ndarray) -> np.ndarray:
-        """Sample-and-hold value at times t (the first sample before t; the first sample
-        for times before it)."""
-        idx = np.clip(np.searchsorted(self.ts, t, side="right") - 1, 0, len(self.ts) - 1)
-        return self.values[idx]
-
-
-def clock_tracks(model: TraceModel, device: int) -> dict[str, Series]:
-    """The NVML counter tracks of one GPU, keyed by quantity ("SM clock (MHz)", ...)."""
-    c = model.counters
-    if c.empty:
-        return {}
-    prefix = f"{TRACK_PREFIX}{device} "
-    sel = c[c["name"].astype(str).str.startswith(prefix)]
-    out: dict[str, Series] = {}
-    for name, grp in sel.groupby("name", sort=False):
-        g = grp.sort_values("ts", kind="stable")
-        out[str(name)[len(prefix) :]] = Series(g["ts"].to_numpy(dtype=float), g["value"].to_numpy(dtype=float))
-    return out
-
-
-def nvml_gpu_meta(model: TraceModel, device: int) -> dict[str, Any]:
-    meta = model.meta.metadata.get("tracelens")
-    if not isinstance(meta, dict):
-        return {}
-    nvml = meta.get("nvml")
-    if not isinstance(nvml, dict):
-        return {}
-    for g in nvml.get("gpus", []):
-        if isinstance(g, dict) and g.get("index") == device:
-            return g
-    return {}
 
 
 def _sample_count(model: TraceModel, fallback: int) -> int:
@@ -102,7 +62,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     if dev is None:
         return []
     model = ctx.model
-    tracks = clock_tracks(model, dev.device)
+    tracks = ctx.clock_tracks
     sm = tracks.get("SM clock (MHz)")
     if sm is None or len(sm.ts) < 2:
         return []

@@ -17,9 +17,8 @@ from __future__ import annotations
 import math
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.analyzers.matmul_shapes import MatmulRow, Tile, cached_matmul_rows, tiles_for, waves_of
-from tracelens.analyzers.roofline import eager_attention_shapes
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.matmuls import MatmulRow, Tile, tiles_for, waves_of
 from tracelens.domain import fmt_us
 
 #: Flag shapes whose waves are less than this full on average.
@@ -73,8 +72,8 @@ def nearest_full(row: MatmulRow) -> list[str]:
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:
-    attention = eager_attention_shapes(ctx)  # SDPA replaces these matmuls
-    rows = [r for r in cached_matmul_rows(ctx.model) if (r.batch, r.m, r.n, r.k) not in attention]
+    attention = ctx.eager_attention_shapes  # SDPA replaces these matmuls
+    rows = [r for r in ctx.matmuls if (r.batch, r.m, r.n, r.k) not in attention]
     judged = [r for r in rows if r.waves >= MIN_WAVES_JUDGED and r.slots > 0]
     flagged = []
     for r in judged:

@@ -14,7 +14,8 @@ instructions) and paired with the kernel it measured:
   the kernel of the i-th kernel-launch call (HTA pairs them the same way), which names its op;
   such counters have no timeline: FLOPs and bytes, but no rates.
 
-The result is computed once per model and shared (model.memo).
+The result is computed once per analysis context and shared (AnalysisContext.kernel_counters,
+which the roofline is given).
 """
 
 from __future__ import annotations
@@ -253,16 +254,7 @@ def _nan(v: float | None) -> float:
 
 def kernel_counters(model: TraceModel) -> KernelCounters | None:
     """The trace's counters paired with its kernels; None when it holds none (or none
-    could be paired)."""
-    key = ("kernel_counters",)
-    if key in model.memo:
-        return model.memo[key]  # type: ignore[no-any-return]
-    result = _kernel_counters(model)
-    model.memo[key] = result
-    return result
-
-
-def _kernel_counters(model: TraceModel) -> KernelCounters | None:
+    could be paired). Computed once per report: read it as AnalysisContext.kernel_counters."""
     sets: tuple[CounterSet, ...] = model.kernel_counters
     if not sets:
         return None
@@ -381,10 +373,9 @@ class MeasuredValues:
         return self.how > 0
 
 
-def measured_values(model: TraceModel, gpu_rows: np.ndarray) -> MeasuredValues | None:
-    """The counters of these gpu rows (model.gpu index labels), or None when the trace has
-    no counters paired with its kernels."""
-    kc = kernel_counters(model)
+def measured_values(kc: KernelCounters | None, gpu_rows: np.ndarray) -> MeasuredValues | None:
+    """The counters (`kernel_counters`) of these gpu rows (model.gpu index labels), or None
+    when the trace has no counters paired with its kernels."""
     if kc is None or len(kc.rows) == 0:
         return None
     at = pd.Index(kc.rows).get_indexer(pd.Index(gpu_rows))

@@ -20,8 +20,9 @@ import numpy as np
 
 from tracelens.analyzers import run_all
 from tracelens.analyzers.base import Category
-from tracelens.analyzers.context import AnalysisContext
-from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals, overlap
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.intervals import overlap
+from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals
 from tracelens.domain import DTYPE_BYTES, SYNC_APIS, is_collective_kernel, is_collective_wait_op
 from tracelens.job.discover import is_url
 from tracelens.job.model import Collective, RankFailure, RankInput, RankSummary

@@ -149,7 +149,7 @@ class _RangeFile(msgspec.Struct):
 def read_ranges(path: str | os.PathLike[str]) -> CounterSet | None:
     """The `cuda_profiler_range` events of a trace file, in time order (the order Kineto
     replayed, so launched, them)."""
-    from tracelens.model.loader import MAX_JSON_BYTES, _open_trace
+    from tracelens.model.loader.read import MAX_JSON_BYTES, _open_trace
 
     fh, _shown = _open_trace(path)
     with fh:

@@ -28,6 +28,8 @@ gpu (one row per kernel, memcpy, memset, GPU sync record, GPU annotation), colum
     kind, name, device, stream, ts, dur, end, correlation, external_id,
     launch          int64  host row of the runtime/driver call that launched it
     step            int64  step of the launch (or -1)
+    op, op_root, range_root  int64  the launch's host `op`, `op_root` and `range_root`
+                           (the kernel -> op link, made once: -1 where none launched it)
     grid_x/y/z, block_x/y/z, registers, shared_memory, bytes   (-1 where absent)
     sync_kind       category, for GPU_SYNC rows
 
@@ -41,12 +43,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 import numpy as np
 
 from tracelens.model.schema import Kind
+from tracelens.report.findings import PySource
 
 if TYPE_CHECKING:  # only annotations here: the split load's early child runs without pandas
     import pandas as pd
@@ -134,6 +138,32 @@ class HostArrays:
         return self.name_table[self.name_codes.item(row)]
 
 
+@dataclass
+class SourceCaches:
+    """What tracelens.model.sources works out per trace (user frames, parsed source files,
+    the calling line of each frame), one typed slot per kind of answer. The trace does not
+    change after loading, so nothing here goes stale; a model made from another (with
+    `dataclasses.replace`) starts with empty caches."""
+
+    user_source_row: dict[int, PySource | None] = field(default_factory=dict)
+    user_frame_src: dict[int, PySource | None] = field(default_factory=dict)
+    user_frames: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray] | None] = field(default_factory=dict)
+    user_frame: dict[int, tuple[int, int]] = field(default_factory=dict)
+    frame_of_name: dict[int, PySource | None] = field(default_factory=dict)
+    machinery_file: dict[str, bool] = field(default_factory=dict)
+    has_call_stacks: dict[str, bool] = field(default_factory=dict)
+    user_call_stack: dict[str, PySource | None] = field(default_factory=dict)
+    nearest_call_stack: dict[int, str | None] = field(default_factory=dict)
+    call_line: dict[tuple[str, tuple[str, str], int, int, bool], PySource] = field(default_factory=dict)
+    #: Every host row's start and the first non-Python event's (callsite._running_at_start).
+    frames_at_start: tuple[np.ndarray, float] | None = None
+    child_frames: dict[str, Any] = field(default_factory=dict)  # sources._Children
+    callee_key: dict[int, tuple[str, str] | None] = field(default_factory=dict)
+    ordinal: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = field(default_factory=dict)
+    source_dirs: dict[str, list[Path]] = field(default_factory=dict)
+    parsed_sources: dict[str, Any] = field(default_factory=dict)  # sources._Parsed or None
+
+
 @dataclass(frozen=True)
 class TraceModel:
     meta: TraceMeta
@@ -177,9 +207,9 @@ class TraceModel:
         )
 
     @cached_property
-    def memo(self) -> dict[Any, Any]:
-        """Scratch space for derived per-row results (e.g. resolved Python sources)."""
-        return {}
+    def source_caches(self) -> SourceCaches:
+        """What tracelens.model.sources works out for this trace, kept with it."""
+        return SourceCaches()
 
     @cached_property
     def _decoded_shapes(self) -> dict[Any, dict[str, Any]]:
@@ -214,14 +244,14 @@ class TraceModel:
 
 
 class SharedShapes(dict[str, Any]):
-    """Decoded shape args shared by the op calls that have the same ones, with a `memo`
-    for what analyzers derive from them alone (op_costs.op_cost's cost per op name)."""
+    """Decoded shape args shared by the op calls that have the same ones, with the cost
+    worked out from them alone (derive.op_costs.op_cost's, per (op name, type hint))."""
 
-    __slots__ = ("memo",)
+    __slots__ = ("op_costs",)
 
     def __init__(self) -> None:
         super().__init__()
-        self.memo: dict[Any, Any] = {}
+        self.op_costs: dict[tuple[str, str | None], Any] = {}  # derive.op_costs.OpCost or None
 
 
 def _decode_shapes(args: Any) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,16 +42,6 @@ TID_GAPS, TID_STEPS = 1, 2
 MAX_GAPS = 20_000
 #: Gap slices nested under one finding's span.
 MAX_FINDING_GAPS = 2_000
-#: The ledger causes whose gaps a finding's category explains (ranking.LEDGER_POOL's
-#: idle part).
-FINDING_CAUSES = {
-    "host_sync": "host_sync",
-    "host_bound": "host_bound",
-    "communication": "communication",
-    "launch_overhead": "launch_overhead",
-    "allocation": "allocation",
-    "shape_dynamism": "compilation",
-}
 
 
 #: One nanosecond in the trace's unit (µs).
@@ -80,10 +70,15 @@ def _dur(start: float, end: float) -> float:
     return max(round(end - start, 3) - max(NS, 2 * math.ulp(abs(end))), 0.0)
 
 
-def annotation_events(report: Report, gaps: Sequence[Gap], shift_us: float) -> list[dict[str, Any]]:
+def annotation_events(
+    report: Report, gaps: Sequence[Gap], shift_us: float, finding_causes: Mapping[str, str]
+) -> list[dict[str, Any]]:
     """tracelens' events for the trace; `shift_us` turns the model's clock (µs from the
     first event) back into the trace's own `ts` values. The loader keeps the origin as an
-    absolute epoch time, so the shift is good to about 0.25 µs (a double near 1.7e15)."""
+    absolute epoch time, so the shift is good to about 0.25 µs (a double near 1.7e15).
+    `finding_causes`: the ledger cause whose gaps each finding category explains (the
+    analyzers' registry says: tracelens.analyzers.IDLE_CAUSE_OF); the gaps are nested
+    under the finding's span."""
     ev: list[dict[str, Any]] = [
         {"ph": "M", "pid": PID, "tid": 0, "ts": 0, "name": "process_name", "args": {"name": "tracelens"}},
         {"ph": "M", "pid": PID, "tid": 0, "ts": 0, "name": "process_sort_index", "args": {"sort_index": -1}},
@@ -122,12 +117,14 @@ def annotation_events(report: Report, gaps: Sequence[Gap], shift_us: float) -> l
                                                      for e in s.split.ledger if e.time_us > 0}},
             }
         )  # fmt: skip
-    ev += _finding_events(report, gaps, ts)
+    ev += _finding_events(report, gaps, ts, finding_causes)
     ev += _counter_events(report, ts)
     return ev
 
 
-def _finding_events(report: Report, gaps: Sequence[Gap], ts: Any) -> list[dict[str, Any]]:
+def _finding_events(
+    report: Report, gaps: Sequence[Gap], ts: Any, finding_causes: Mapping[str, str]
+) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     start, end = report.gpu_time.window_start_us, report.gpu_time.window_end_us
     if end <= start:
@@ -142,7 +139,7 @@ def _finding_events(report: Report, gaps: Sequence[Gap], ts: Any) -> list[dict[s
         }
         out.append({"ph": "b", "pid": PID, "tid": 0, "ts": ts(start), "cat": cat, "id": i + 1, "name": name,
                     "args": args})  # fmt: skip
-        cause = FINDING_CAUSES.get(f.category.value)
+        cause = finding_causes.get(f.category.value)
         if cause is not None:
             mine = [g for g in gaps if g.cause == cause and g.end > g.start]
             mine = sorted(sorted(mine, key=lambda g: g.start - g.end)[:MAX_FINDING_GAPS], key=lambda g: g.start)

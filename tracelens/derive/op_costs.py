@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from tracelens.analyzers.matmul_shapes import MATMUL_OPS, shape_of
+from tracelens.derive.matmuls import MATMUL_OPS, shape_of
 from tracelens.domain import DTYPE_SHORT, FLOAT_DTYPE_BYTES, INTEGER_DTYPE_BYTES
 
 
@@ -357,16 +357,16 @@ def op_cost(
     backward), for traces that recorded no stride or padding.
 
     Shapes from `TraceModel.op_shapes` are shared by every op call with the same shape
-    args and carry a `memo`: the cost is worked out once per (op, hint) for them (a
-    decode loop repeats the same few thousand calls).
+    args and keep their `op_costs`: the cost is worked out once per (op, hint) for them
+    (a decode loop repeats the same few thousand calls).
     """
-    memo: dict[tuple[str, str | None], OpCost | None] | None = getattr(shapes, "memo", None)
-    if memo is None or conv_output is not None:
+    known: dict[tuple[str, str | None], OpCost | None] | None = getattr(shapes, "op_costs", None)
+    if known is None or conv_output is not None:
         return _op_cost(op, shapes, type_hint, conv_output)
     key = (op, type_hint)
-    if key not in memo:
-        memo[key] = _op_cost(op, shapes, type_hint)  # an exception is raised again next time
-    return memo[key]
+    if key not in known:
+        known[key] = _op_cost(op, shapes, type_hint)  # an exception is raised again next time
+    return known[key]
 
 
 def _op_cost(

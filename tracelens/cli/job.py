@@ -60,7 +60,7 @@ def report_many(
     perfetto: Path | None = None,
 ) -> list[str]:
     """Write the job report and return [], or return the traces to report one by one."""
-    from tracelens.cli import _emit, _targets
+    from tracelens.cli.common import _emit, _targets
     from tracelens.job.analyze import analyze
     from tracelens.job.run import map_ranks
     from tracelens.render.job import render_job_html, render_job_json, render_job_markdown, render_job_terminal

@@ -407,11 +407,3 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
             )
         )  # fmt: skip
     return out
-
-
-def cached_matmul_rows(model: TraceModel) -> list[MatmulRow]:
-    memo = model.memo
-    if "matmul_rows" not in memo:
-        memo["matmul_rows"] = matmul_rows(model)
-    rows: list[MatmulRow] = memo["matmul_rows"]
-    return rows

@@ -1,0 +1,284 @@
+"""`tracelens capture`: run a script under torch.profiler with the NVML sampler beside it,
+then report on its trace (tracelens.capture does the work; this is its command line).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from tracelens.cli.common import _parse_window, _progress, _progress_raw
+from tracelens.cli.report import _report_one, report
+from tracelens.errors import TracelensError
+
+if TYPE_CHECKING:
+    from tracelens.capture.runner import CaptureOptions
+    from tracelens.capture.window import Limits
+
+
+def _parse_steps(text: str) -> tuple[int, int]:
+    """ "5-9" -> record steps 5..9 (step 0 is the part before the first step mark)."""
+    try:
+        lo_s, hi_s = text.split("-", 1)
+        lo, hi = int(lo_s), int(hi_s)
+    except ValueError as exc:
+        raise typer.BadParameter("expected N-M, e.g. 5-9") from exc
+    if lo < 0 or hi < lo:
+        raise typer.BadParameter("expected 0 <= N <= M")
+    return (lo, hi)
+
+
+def _parse_schedule(text: str) -> tuple[int, int, int, int]:
+    try:
+        parts = [int(x) for x in text.split(",")]
+    except ValueError as exc:
+        raise typer.BadParameter("expected WAIT,WARMUP,ACTIVE[,REPEAT]") from exc
+    if len(parts) not in (3, 4) or any(p < 0 for p in parts) or parts[2] < 1:
+        raise typer.BadParameter("expected WAIT,WARMUP,ACTIVE[,REPEAT] with ACTIVE >= 1")
+    if len(parts) == 4 and parts[3] != 1:
+        # Each cycle would be exported on its own; one trace holds one cycle.
+        raise typer.BadParameter("REPEAT must be 1: tracelens keeps one profiled cycle per trace")
+    return (parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else 1)
+
+
+def _counters_pass(opts: CaptureOptions, limits: Limits, steps: int, backend: str) -> None:
+    """`--counters`: the hardware counters pass before the timing pass, its counters into
+    `opts` (and so into the trace)."""
+    if os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        # Kernel replay re-runs each collective on one rank while the others wait for it.
+        _progress("--counters: not under torchrun (replaying collective kernels would hang the ranks); "
+                  "capture one process with --counters instead")  # fmt: skip
+        return
+    from tracelens.capture.counters import counters_log_path, run_counters_pass
+
+    assert opts.out is not None
+    measured = run_counters_pass(
+        opts.target,
+        opts.args,
+        opts.module,
+        limits,
+        steps=steps,
+        backend=backend,
+        log=counters_log_path(opts.out),
+        echo=_progress_raw,
+    )
+    for note in measured.notes:
+        _progress(note)
+    opts.counters = measured.data
+
+
+def capture(
+    ctx: typer.Context,
+    target: Annotated[
+        str | None,
+        typer.Argument(help="The script to run (its own arguments follow it).", show_default=False),
+    ] = None,
+    module: Annotated[
+        str | None, typer.Option("-m", "--module", help="Run a module as `python -m MODULE` does.", show_default=False)
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", help="Trace path (default reports/<script>-<time>.pt.trace.json.gz).", show_default=False
+        ),
+    ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            "--steps",
+            help="Record steps N-M (default: 5-24 after a warm-up). Steps are tracelens.capture.step() calls, "
+            "else optimizer.step() calls, else the ends of the outermost nn.Module calls; step 0 is the part "
+            "before the first mark.",
+            show_default=False,
+        ),
+    ] = None,
+    schedule: Annotated[
+        str | None,
+        typer.Option(
+            "--schedule",
+            help="torch.profiler-style WAIT,WARMUP,ACTIVE[,1]: as --steps W+U-(W+U+A-1).",
+            show_default=False,
+        ),
+    ] = None,
+    window: Annotated[
+        str | None,
+        typer.Option("--window", help="Record from START to END seconds into the run (START:END).", show_default=False),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(
+            "--duration",
+            help="Longest recording in seconds (default 10; none with --steps, --window).",
+            show_default=False,
+        ),
+    ] = None,
+    max_events: Annotated[
+        int | None,
+        typer.Option(
+            "--max-events",
+            help="Most timed events kept in the trace (default 1,000,000; the rest are cut).",
+            show_default=False,
+        ),
+    ] = None,
+    record_all: Annotated[
+        bool, typer.Option("--all", help="Record the whole run, start-up included, with no limits.")
+    ] = False,
+    stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (with_stack).")] = True,
+    shapes: Annotated[bool, typer.Option("--shapes/--no-shapes", help="Record input shapes (record_shapes).")] = True,
+    memory: Annotated[bool, typer.Option("--memory", help="Record allocator events (profile_memory).")] = False,
+    nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and throttle reasons.")] = True,
+    nvml_interval_ms: Annotated[float, typer.Option("--nvml-interval-ms", help="NVML sampling period.")] = 10.0,
+    report_after: Annotated[bool, typer.Option("--report/--no-report", help="Report on the trace afterwards.")] = True,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", help="Show the profiler's own messages (else they go to a .capture.log).")
+    ] = False,
+    out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
+        "reports"
+    ),
+    counters: Annotated[
+        bool,
+        typer.Option(
+            "--counters",
+            help="First run the script for a few steps with per-kernel hardware counters (FLOPs by precision, "
+            "DRAM bytes, instructions; Nsight Compute's kernel replay, or torch's CUPTI range profiler), then the "
+            "timing pass as usual; the counters go into the trace and the roofline uses them.",
+        ),
+    ] = False,
+    counters_steps: Annotated[
+        int, typer.Option("--counters-steps", help="Steps the counters pass measures (from the window's first).")
+    ] = 1,
+    counters_backend: Annotated[
+        str, typer.Option("--counters-backend", help="auto (ncu if on PATH, else kineto), ncu or kineto.")
+    ] = "auto",
+) -> None:
+    """Run a Python script under torch.profiler (CPU + GPU, shapes, stacks) with an NVML
+    clock/power sampler beside it, write one trace, then report on it.
+
+    By default a warm-up is skipped (5 steps, or 5 s when the script marks no steps) and a
+    bounded steady state is recorded (20 steps, at most 10 s and 1,000,000 events); the
+    limits are printed. Put tracelens options before the script; everything after the
+    script goes to it. The script's exit code passes through; the trace is written even
+    if it fails, you press Ctrl-C or it gets SIGTERM.
+
+    Examples:
+
+      tracelens capture train.py --epochs 1
+
+      tracelens capture --steps 10-14 train.py
+
+      tracelens capture --all -m mypkg.infer --batch 8
+    """
+    from tracelens.capture.runner import CaptureOptions
+    from tracelens.capture.runner import capture as run_capture
+    from tracelens.capture.window import MAX_EVENTS, Limits, Mode
+
+    if target is None and module is None:
+        raise typer.BadParameter("give a script, or -m MODULE")
+    if out is not None and os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        raise typer.BadParameter("under torchrun each rank writes OUT-DIR/<script>-ranks/rank<R>.pt.trace.json.gz: "
+                                 "give --out-dir, not --out")  # fmt: skip
+    if sum(x is not None for x in (steps, schedule, window)) + record_all > 1:
+        raise typer.BadParameter("--steps, --schedule, --window and --all are alternatives")
+    if duration is not None and duration <= 0:
+        raise typer.BadParameter("--duration must be > 0")
+    if max_events is not None and max_events < 1:
+        raise typer.BadParameter("--max-events must be >= 1")
+    if counters_steps < 1:
+        raise typer.BadParameter("--counters-steps must be >= 1")
+    if counters_backend not in ("auto", "ncu", "kineto"):
+        raise typer.BadParameter("--counters-backend is auto, ncu or kineto")
+    limits = Limits()
+    if steps or schedule:
+        if steps:
+            lo, hi = _parse_steps(steps)
+        else:
+            assert schedule is not None
+            wait, warm, active, _repeat = _parse_schedule(schedule)
+            lo, hi = wait + warm, wait + warm + active - 1
+        limits = Limits(mode=Mode.STEPS, warmup_steps=lo, steps=hi - lo + 1, duration_s=None)
+    elif window:
+        limits = Limits(mode=Mode.TIME, window_s=_parse_window(window), duration_s=None, steps=None)
+    elif record_all:
+        limits = Limits(mode=Mode.ALL, steps=None, duration_s=None, max_events=None)
+    if duration is not None:
+        limits.duration_s = duration
+    if max_events is not None:
+        limits.max_events = max_events
+    elif record_all:
+        limits.max_events = None
+    else:
+        limits.max_events = MAX_EVENTS
+    name = module or target
+    assert name is not None
+    opts = CaptureOptions(
+        target=name,
+        args=list(ctx.args) if module is None else ([target, *ctx.args] if target else list(ctx.args)),
+        module=module is not None,
+        out=out or _rank_or_default_path(name, out_dir),
+        record_shapes=shapes,
+        with_stack=stack,
+        profile_memory=memory,
+        limits=limits,
+        nvml=nvml,
+        nvml_interval_s=nvml_interval_ms / 1000.0,
+        verbose=verbose,
+    )
+    if counters:
+        _counters_pass(opts, limits, counters_steps, counters_backend)
+    result = run_capture(opts, echo=_progress_raw)
+    for note in result.notes:
+        _progress(note)
+    if result.trace is None:
+        from tracelens.capture.runner import exit_process
+
+        exit_process(result.exit_code)
+    st = result.stats
+    rec = result.recorded
+    if rec is not None and rec.t_end is not None:
+        whole = rec.last_step is not None and rec.last_step > rec.first_step
+        steps_txt = f"steps {rec.first_step}-{(rec.last_step or 1) - 1}, " if whole else ""
+        _progress(
+            f"recorded {steps_txt}{rec.t_start:.1f}-{rec.t_end:.1f} s of {result.wall_s:.1f} s "
+            f"({rec.kind} recording; end: {rec.reason})"
+        )
+    if st is not None:
+        _progress(
+            f"trace written: {result.trace} ({st.bytes / 1e6:.1f} MB, {st.events:,} events; "
+            f"export {result.export_s:.1f} s, write {st.seconds:.1f} s)"
+        )
+    if result.log is not None:
+        _progress(f"the profiler's messages: {result.log}")
+    if st is not None and st.ops == 0 and st.kernels == 0:
+        _progress("the trace holds no torch ops, so there is nothing to report")
+    elif report_after:
+        try:
+            from tracelens.capture.ranks import ranks_folder, torchrun_env, wait_for_ranks
+
+            env = torchrun_env()
+            if env is None:
+                from tracelens.output import default_stem
+
+                perfetto = out_dir / f"{default_stem(result.trace)}.perfetto.json.gz"
+                _report_one(result.trace, None, None, None, out_dir, False, None, None, perfetto=perfetto)
+            elif env.rank == 0:  # under torchrun: rank 0 reports once on every rank's trace
+                folder = ranks_folder(name, out_dir)
+                ready = wait_for_ranks(folder, env.world_size, _progress)
+                report([str(p) for p in ready] or [str(folder)], None, None, None, out_dir, False)
+        except Exception as exc:  # the trace is the product; a failed report must not hide it
+            msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
+            _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
+    from tracelens.capture.runner import exit_process
+
+    exit_process(result.exit_code)
+
+
+def _rank_or_default_path(name: str, out_dir: Path) -> Path:
+    """Under torchrun each worker writes <script>-ranks/rank<R>.pt.trace.json.gz."""
+    from tracelens.capture.ranks import rank_trace_path, torchrun_env
+    from tracelens.capture.runner import default_trace_path
+
+    env = torchrun_env()
+    return rank_trace_path(name, out_dir, env) if env is not None else default_trace_path(name, out_dir)

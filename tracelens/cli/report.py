@@ -1,0 +1,209 @@
+"""`tracelens report TRACE`: one trace's reports (a folder or several traces of one job go
+to tracelens.cli.job).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from tracelens.cli import common
+from tracelens.cli.common import (
+    _FINISHED,
+    _annotated_trace,
+    _interrupt_as_error,
+    _parse_step_range,
+    _parse_window,
+    _progress,
+    _redactor,
+    _summary,
+    _targets,
+    _write,
+)
+
+
+def report(
+    traces: Annotated[
+        list[str],
+        typer.Argument(
+            help="A torch.profiler (Kineto) Chrome trace: .json or .json.gz, any torch version, NVIDIA or AMD. "
+            "Or the ranks of one job: a folder, a glob, several files, an fsspec URL prefix (s3://, gs://, hf://).",
+            show_default=False,
+        ),
+    ],
+    html: Annotated[
+        Path | None,
+        typer.Option(
+            "--html", help="Write the self-contained HTML report here ('-': standard output).", show_default=False
+        ),
+    ] = None,
+    markdown: Annotated[
+        Path | None,
+        typer.Option(
+            "--markdown",
+            "--md",
+            help="Write the Markdown summary (for a GitHub issue) here ('-': standard output).",
+            show_default=False,
+        ),
+    ] = None,
+    json_out: Annotated[
+        Path | None,
+        typer.Option(
+            "--json", help="Write the JSON report (for machines) here ('-': standard output).", show_default=False
+        ),
+    ] = None,
+    out_dir: Annotated[
+        Path,
+        typer.Option("--out-dir", help="Where the reports go when no --html/--markdown/--json is given."),
+    ] = Path("reports"),
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")
+    ] = False,
+    window: Annotated[
+        str | None,
+        typer.Option(
+            "--window",
+            help="Analyse START:END seconds from the trace's start instead of the steady state tracelens finds.",
+            show_default=False,
+        ),
+    ] = None,
+    steps: Annotated[
+        str | None,
+        typer.Option(
+            "--steps",
+            help="Analyse steps N-M (ProfilerStep numbers, or detected iteration indexes) instead.",
+            show_default=False,
+        ),
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            "--scheduler",
+            help="Many ranks: send the per-rank work to this Dask distributed scheduler (tcp://HOST:8786) "
+            "instead of local processes.",
+            show_default=False,
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers", help="Many ranks: local worker processes (default: one per core).", show_default=False
+        ),
+    ] = None,
+    per_rank: Annotated[
+        bool, typer.Option("--per-rank", help="Many ranks: also write each rank's own report (under OUT-DIR).")
+    ] = False,
+    perfetto: Annotated[
+        Path | None,
+        typer.Option(
+            "--perfetto",
+            help="Also write the trace annotated with tracelens' tracks (the cause of each idle gap, findings, "
+            "steps) for ui.perfetto.dev or chrome://tracing; .gz compresses it.",
+            show_default=False,
+        ),
+    ] = None,
+    redact: Annotated[
+        bool,
+        typer.Option(
+            "--redact",
+            help="Replace user paths (home, working directory, scripts) and host names in "
+            "every output, for attaching to a public issue.",
+        ),
+    ] = False,
+) -> None:
+    """Explain a trace: ranked findings with their cost, source and fix.
+
+    With no output option, writes REPORTS/<trace>.html, .md and .json (REPORTS is
+    --out-dir, default ./reports) and prints a short summary.
+
+    Examples:
+
+      tracelens report run.pt.trace.json.gz
+
+      tracelens report run.json --md issue.md --json run.report.json
+
+      tracelens report traces/ --per-rank        (one job report on the ranks in traces/)
+    """
+    _interrupt_as_error()
+    if len(traces) == 1 and Path(traces[0]).is_file():
+        built = _report_one(
+            Path(traces[0]), html, markdown, json_out, out_dir, quiet, window, steps, perfetto=perfetto, redact=redact
+        )
+        _FINISHED.extend(built)
+        return
+    from tracelens.cli.job import report_many
+
+    # Ranks of one job get one job report; unrelated traces one report each, as one does.
+    windowed = window or steps
+    single = report_many(
+        traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, windowed, redact, perfetto
+    )
+    for path in single:
+        _report_one(Path(path), html if len(single) == 1 else None, markdown if len(single) == 1 else None,
+                    json_out if len(single) == 1 else None, out_dir, quiet, window, steps,
+                    perfetto=perfetto if len(single) == 1 else None, redact=redact)  # fmt: skip
+
+
+def _report_one(
+    trace: Path,
+    html: Path | None,
+    markdown: Path | None,
+    json_out: Path | None,
+    out_dir: Path,
+    quiet: bool,
+    window: str | None,
+    steps: str | None,
+    perfetto: Path | None = None,
+    redact: bool = False,
+) -> tuple[object, ...]:
+    """The report on one trace; returns what it built (the model, its context, the report)."""
+    from tracelens.assemble import build_report
+    from tracelens.derive.context import AnalysisContext
+    from tracelens.model import load_trace
+    from tracelens.output import default_stem
+    from tracelens.render import render_html, render_json, render_markdown, render_terminal
+    from tracelens.render.progress import progress
+
+    if window and steps:
+        raise typer.BadParameter("--window and --steps are alternatives")
+    if window:
+        _parse_window(window)  # a bad range fails before any work
+    if steps:
+        _parse_step_range(steps)
+    # Before any work: a report must never overwrite the trace it is made from.
+    wanted = _targets(html, markdown, json_out, out_dir, default_stem(trace), [trace], perfetto)
+    with progress(quiet, _progress) as bar:
+        t0 = time.perf_counter()
+        model = load_trace(trace, progress=bar.loader)
+        load_s = time.perf_counter() - t0
+        if common.OWN_PROCESS:
+            # The model lives to the end of the process: the cyclic GC need not scan its
+            # objects again in every full collection of the analysis (train50: 64 -> 18 ms
+            # of collections in build_report). Only in the command's own process: a
+            # library caller's objects are not ours to freeze. The GC was off since the
+            # start (see main).
+            gc.freeze()
+            gc.enable()
+        bar.analysing()
+        ctx = AnalysisContext(
+            model,
+            user_window=_parse_window(window) if window else None,
+            user_steps=_parse_step_range(steps) if steps else None,
+        )
+        rep = build_report(model, load_seconds=load_s, ctx=ctx)
+        bar.writing()
+        scrub = _redactor(redact, [trace], [model.meta.metadata], wanted)
+        renderers: dict[str, Callable[[Any], str | bytes]] = {
+            "html": render_html,
+            "md": render_markdown,
+            "json": render_json,
+            "perfetto": lambda r: _annotated_trace(trace, r, ctx, scrub, perfetto),
+        }
+        written = _write(wanted, renderers, rep, scrub)
+    _summary(wanted, written, rep, None if quiet else render_terminal, scrub)
+    return model, ctx, rep

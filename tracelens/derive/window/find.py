@@ -1,0 +1,87 @@
+"""The entry point: the user's window or steps, else the ProfilerSteps, else detected
+iterations, else the whole span (the package docstring gives the rules).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracelens.derive.window.detect import _window_from_iterations, detect_iterations
+from tracelens.derive.window.spans import StepSpan, Window, WindowError, _trace_start
+from tracelens.derive.window.startup import _make
+from tracelens.derive.window.steps import _marked_steps, _window_from_steps
+from tracelens.model.trace import TraceModel
+
+
+def find_window(
+    model: TraceModel,
+    device: int | None,
+    *,
+    user_window: tuple[float, float] | None = None,
+    user_steps: tuple[int, int] | None = None,
+) -> Window:
+    """The window to analyse on `device` (None: the busiest GPU), and the start-up before it."""
+    dev = device if device is not None else (model.meta.active_devices[0] if model.meta.active_devices else None)
+    t0 = _trace_start(model)
+    marked = _marked_steps(model)
+    if user_window is not None:
+        return _user_window(model, dev, t0, user_window, marked)
+    if user_steps is not None:
+        return _user_steps(model, dev, t0, user_steps, marked)
+    if marked:
+        return _window_from_steps(model, t0, marked)
+    found = detect_iterations(model, dev)
+    if found is not None:
+        return _window_from_iterations(model, t0, found)
+    return _whole(model, dev, t0)
+
+
+def _whole(model: TraceModel, dev: int | None, t0: float) -> Window:
+    act = model.gpu_activity()
+    on_dev = act[act["device"] == dev] if dev is not None else act
+    if len(on_dev):
+        start, end = float(on_dev["ts"].min()), float(on_dev["end"].max())
+        reason = "no step marks and no repeating loop found: the GPU's first to last activity."
+    elif len(model.host):
+        start, end = float(model.host["ts"].min()), float(model.host["end"].max())
+        reason = "no step marks, no GPU activity and no repeating loop: the whole host span."
+    else:
+        start = end = t0
+        reason = "the trace has no events to window."
+    return _make(model, t0, start, end, "whole", (), (), reason)
+
+
+def _user_window(
+    model: TraceModel, dev: int | None, t0: float, window: tuple[float, float], marked: tuple[StepSpan, ...]
+) -> Window:
+    a, b = window
+    span = model.span_us
+    start, end = t0 + a * 1e6, t0 + b * 1e6
+    if not (np.isfinite(a) and np.isfinite(b)) or a < 0 or b <= a or start >= span:
+        raise WindowError(f"--window {a:g}:{b:g} is not inside the trace (0 to {(span - t0) / 1e6:.3f} s)")
+    end = min(end, span)
+    spans = marked or _detected_spans(model, dev)
+    inside = tuple(s for s in spans if s.start_us >= start and s.end_us <= end)
+    reason = f"the window asked for: {a:g} s to {b:g} s from the trace's start"
+    reason += f" ({len(inside)} whole step{'' if len(inside) == 1 else 's'} inside)." if spans else "."
+    return _make(model, t0, start, end, "user", inside, (), reason)
+
+
+def _user_steps(
+    model: TraceModel, dev: int | None, t0: float, steps: tuple[int, int], marked: tuple[StepSpan, ...]
+) -> Window:
+    lo, hi = steps
+    spans = marked or _detected_spans(model, dev)
+    chosen = tuple(s for s in spans if lo <= s.index <= hi)
+    if not chosen:
+        have = f"{spans[0].index}-{spans[-1].index}" if spans else "none"
+        what = "steps" if marked else "detected iterations"
+        raise WindowError(f"--steps {lo}-{hi} selects no step (this trace's {what}: {have})")
+    what = "ProfilerSteps" if marked else "detected iterations"
+    reason = f"the {what} asked for: {chosen[0].index}-{chosen[-1].index}."
+    return _make(model, t0, chosen[0].start_us, chosen[-1].end_us, "user", chosen, (), reason)
+
+
+def _detected_spans(model: TraceModel, dev: int | None) -> tuple[StepSpan, ...]:
+    found = detect_iterations(model, dev)
+    return found.spans if found is not None else ()
