@@ -70,8 +70,9 @@ if [[ "$QUICK" == 1 ]]; then  # CPU smoke sizes
     DT=(--batch-size 1 --size 160 --model fasterrcnn_mobilenet_v3_large_320_fpn); ST=(--chunk 64)
     PG=(--hidden 32); AC=(--batch-size 2 --seq-len 64 --layers 2 --hidden 128)
     HT=(--seq_len 64 --layers 2 --hidden 128 --per_device_train_batch_size 2)
+    TP=(--layers 2 --hidden 128 --seq-len 64 --batch-size 2 --calls 5)
 else
-    LF=(); TM=(); DT=(); ST=(); PG=(); AC=(); HT=()
+    LF=(); TM=(); DT=(); ST=(); PG=(); AC=(); HT=(); TP=()
 fi
 
 # Each program: 14-16 steps a variant (4-5 warm-up skipped); captures record steps 5-9
@@ -83,7 +84,7 @@ want trainer && prog trainer 30 --warmup 4 --capture-first --variant "capture:" 
     --variant "bf16:--bf16 True" -- $P/hf_trainer.py "${HT[@]}" --max_steps 16
 want pyg && prog pyg 30 --warmup 3 --capture-steps 5-7 --capture-first --variant "capture:" --variant "baseline:" \
     --variant "workers4:--workers 4" -- $P/pyg_train.py "${PG[@]}" --graphs 1664
-want st && prog st 30 --warmup 5 --mark module:BertModel --capture-steps 5-14 --capture-first --variant "capture:" \
+want st && prog st 30 --warmup 5 --mark module:SentenceTransformer,Transformer,BertModel --capture-steps 5-14 --capture-first --variant "capture:" \
     --variant "baseline:" --variant "batch128:--batch-size 128 --chunks 6" -- $P/st_encode.py "${ST[@]}" --chunks 2
 # detection and timm were captured in programs-main2 (their baselines timed there too);
 # detection's fixed-shape variant is captured (prog_detection_fixed: the after of a diff pair).
@@ -94,6 +95,22 @@ want timm && prog timm 15 --no-capture --warmup 4 --variant "channels_last:--cha
 want accelerate && prog accelerate 25 --warmup 4 --capture-first --variant "capture:@ACCELERATE_MIXED_PRECISION=no" \
     --variant "baseline:@ACCELERATE_MIXED_PRECISION=no" --variant "bf16:@ACCELERATE_MIXED_PRECISION=bf16" \
     -- $P/accelerate_train.py "${AC[@]}" --steps 16
+# programs-main4 (the rows programs-main3 left open): encode timed with a mark that fires
+# (sentence-transformers calls its BertModel's forward() directly), the Trainer's per-step
+# helpers unprofiled vs profiled, timm with torch.compile (eager timed first in the same
+# process; the compiled run captured for a diff against prog_timm; then reduce-overhead).
+want st_time && prog st_time 20 --no-capture --warmup 5 --mark module:SentenceTransformer,Transformer,BertModel \
+    --variant "baseline:" --variant "batch128:--batch-size 128 --chunks 6" -- $P/st_encode.py "${ST[@]}" --chunks 2
+if want trainer_probe; then
+    left=$((BUDGET_S - (SECONDS - start))); lim=$(( 15 * ${LIMIT_SCALE:-1} )); (( lim > left )) && lim=$left
+    echo "=== trainer_probe (t=$((SECONDS - start)) s, limit $lim s) ==="
+    timeout -k 3 "$lim" "$PY" $P/trainer_host_probe.py --out "$W/times/trainer_probe.json" "${TP[@]}" \
+        > "$W/logs/trainer_probe.log" 2>&1; echo "=== trainer_probe: rc=$? ==="
+    grep "^\[probe\]" "$W/logs/trainer_probe.log"; pack
+fi
+want timm_compile && prog timm_compile 80 --warmup 5 --capture-variant compile --capture-steps 8-12 \
+    --variant "eager:" --variant "compile:--compile" --variant "compile_ro:--compile --compile-mode reduce-overhead" \
+    -- $P/timm_train.py "${TM[@]}" --steps 18
 echo "=== done (t=$((SECONDS - start)) s) ==="
 ls -la "$W/traces"
 pack

@@ -2,10 +2,11 @@
 
 Each variant runs the script as `__main__` (runpy, as `python SCRIPT ARGS` would) with
 the common arguments plus its own; a step ends at every `optimizer.step()` (a global
-post hook) or, with `--mark module:NAME`, at the end of every call of a module whose class
-is NAME (a batch of an inference loop). At each step end a CUDA event is recorded on the
-current stream, so a step's time is the device timeline between two step ends: kernels
-and the idle between them, host-bound gaps included. The first `--warmup` steps are
+post hook) or, with `--mark module:NAME[,NAME2...]`, at the end of every outermost call
+of a module whose class is one of the NAMEs (a batch of an inference loop). At each step
+end a CUDA event is recorded on the current stream, so a step's time is the device
+timeline between two step ends: kernels and the idle between them, host-bound gaps
+included. The first `--warmup` steps are
 skipped; the median, quartiles and mean of the rest are written as JSON. No profiler and
 no tracelens import: this is the unprofiled measurement the reports' gains are checked
 against.
@@ -70,14 +71,17 @@ class Marks:
             return handles
         from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 
-        name = self.module
+        # Several names: whichever of them the library calls through nn.Module.__call__ (a
+        # model called by its .forward() directly fires no hook: sentence-transformers 6
+        # calls its BertModel so, and the H200 run saw no BertModel mark).
+        names = set(self.module.split(","))
 
         def pre(m: Any, _a: Any) -> None:
-            if type(m).__name__ == name:
+            if type(m).__name__ in names:
                 self.depth += 1
 
         def post(m: Any, _a: Any, _r: Any) -> None:
-            if type(m).__name__ == name:
+            if type(m).__name__ in names:
                 self.depth -= 1
                 if self.depth == 0:
                     self.mark()
@@ -133,6 +137,7 @@ def main() -> None:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--capture", default="", help="also `tracelens capture` the first variant into this trace")
     p.add_argument("--capture-steps", default="5-9")
+    p.add_argument("--capture-variant", default="", help="capture this variant (after timing it), not the first")
     p.add_argument(
         "--capture-first", action="store_true", help="capture the first variant instead of timing it, before the others"
     )
@@ -208,7 +213,7 @@ def main() -> None:
             else:
                 os.environ[k] = v
         reset_globals(saved, "--compile" in vargs)
-        if a.capture and not captured:
+        if a.capture and not captured and (not a.capture_variant or name == a.capture_variant):
             captured = True
             os.environ.update(env)
             results["capture"] = {"variant": name, **capture(script, [*common, *vargs], a.capture, a.capture_steps)}

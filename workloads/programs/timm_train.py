@@ -4,7 +4,8 @@ PyTorch's documentation: `timm.create_model`, `timm.optim.create_optimizer_v2`,
 ImageNet-shaped batches already on the GPU (as timm's benchmark.py does), random weights.
 
     python workloads/programs/timm_train.py [--model resnet50] [--batch-size 64]
-        [--channels-last] [--amp-dtype bfloat16] [--no-amp] [--compile] [--steps 50]
+        [--channels-last] [--amp-dtype bfloat16] [--no-amp] [--compile [--compile-mode MODE]]
+        [--steps 50]
 """
 
 import argparse
@@ -25,6 +26,7 @@ def main() -> None:
     p.add_argument("--amp-dtype", default="float16", choices=["float16", "bfloat16"])
     p.add_argument("--no-amp", action="store_true")
     p.add_argument("--compile", action="store_true")
+    p.add_argument("--compile-mode", default=None, help="torch.compile's mode (e.g. reduce-overhead: CUDA graphs)")
     args = p.parse_args()
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     model = timm.create_model(args.model, pretrained=False, num_classes=1000).to(device)
@@ -37,7 +39,7 @@ def main() -> None:
     scaler = torch.amp.GradScaler(device.type, enabled=use_amp and amp_dtype == torch.float16)
     step_fn = model
     if args.compile:
-        step_fn = torch.compile(model)
+        step_fn = torch.compile(model, mode=args.compile_mode)
     x = torch.randn(args.batch_size, 3, args.img_size, args.img_size, device=device)
     if args.channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
