@@ -17,17 +17,22 @@ import pandas as pd
 
 from tracelens import __version__
 from tracelens.analyzers import run_all
+from tracelens.assemble_inputs import graph_summary, serving_summary
+from tracelens.assemble_snapshot import snapshot_of_trace
 from tracelens.derive.clocks import nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.counters import KernelCounters, LaunchCounters
 from tracelens.derive.devices import other_accelerator
+from tracelens.derive.host_calls import one_per_call
 from tracelens.derive.intervals import merge_intervals
+from tracelens.derive.kernel_source import kernel_sources
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
 from tracelens.domain import cut_name
+from tracelens.model.peaks import infer_part
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, has_python_stacks, user_source
+from tracelens.model.sources import PySource, has_python_stacks, user_source, user_sources
 from tracelens.model.trace import TraceModel
 from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
@@ -36,6 +41,7 @@ from tracelens.report import (
     CountersSummary,
     GpuTimeSummary,
     KernelRow,
+    KernelSource,
     LedgerEntry,
     MeasuredKernel,
     MemoryTimeline,
@@ -78,6 +84,7 @@ def build_report(
     t0 = time.perf_counter()
     if ctx is None:
         ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
+    model = ctx.model  # with the user's own step marks, where it had no ProfilerStep
     ranked = rank(settle(ctx, run_all(ctx)))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(
@@ -98,9 +105,7 @@ def build_report(
         ops=_op_rows(ctx),
         sources=_source_rows(ctx, ranked),
         roofline=_roofline(ctx),
-        matmuls=tuple(
-            replace_name(r) for r in sorted(ctx.matmuls, key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]
-        ),
+        matmuls=tuple(replace_name(r) for r in sorted(ctx.matmuls, key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]),
         load_seconds=round(load_seconds, 3),
         analysis_seconds=0.0,
         memory=_memory(ctx),
@@ -108,6 +113,29 @@ def build_report(
     )
     from dataclasses import replace
 
+    names = [str(n) for n in _window_kernel_names(ctx)]
+    report = replace(
+        report,
+        kernel_sources=tuple(
+            KernelSource(
+                kernel=cut_name(k.kernel),
+                kind=k.kind,
+                file=k.file,
+                line=k.line,
+                function=k.function,
+                found=k.found,
+                launched_from=k.launched_from,
+                library=k.library,
+            )
+            for k in kernel_sources(model, names)
+        ),
+        graphs=graph_summary(ctx),
+        serving=serving_summary(ctx),
+    )
+    snap, snap_note = snapshot_of_trace(model.meta.path)
+    if snap is not None or snap_note:
+        notes = report.summary.notes + ((snap_note,) if snap_note else ())
+        report = replace(report, snapshot=snap, summary=replace(report.summary, notes=notes))
     return replace(report, analysis_seconds=round(time.perf_counter() - t0, 3))
 
 
@@ -148,9 +176,26 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         has_python_stacks=has_python_stacks(model),
         has_memory_events=len(model.memory) > 0,
         has_clock_samples=len(model.counters) > 0,
-        notes=meta.notes,
+        notes=meta.notes + _device_notes(model),
         accelerator=accelerator,
     )
+
+
+def _device_notes(model: TraceModel) -> tuple[str, ...]:
+    """How the kernels' GPU was identified, when not plainly by its id and name."""
+    meta = model.meta
+    out = [meta.device_note] if meta.device_note else []
+    dev = meta.primary_device
+    if dev is not None and meta.active_devices:
+        dev = meta.device(meta.active_devices[0]) or dev
+        part = infer_part(dev.name, dev.compute_capability, dev.num_sms, dev.total_memory_bytes)
+        if part is not None:
+            cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}" if dev.compute_capability else "?"
+            out.append(
+                f"The trace names its GPU {dev.name!r}; from its architecture ({cc}, {dev.num_sms} SMs/CUs) it is "
+                f"taken to be an {part}, whose peaks are used."
+            )
+    return tuple(out)
 
 
 def _split(window: float, busy: float, by_cause: dict[str, float]) -> TimeSplit:
@@ -213,7 +258,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     if tl is None or dev is None:
         return None
     host = ctx.model.host
-    rows = ctx.blocking_calls
+    rows = one_per_call(ctx.model, ctx.blocking_calls)
     ts = host["ts"].to_numpy()[rows]
     marks = host["end"].to_numpy()[rows][(ts >= tl.start) & (ts <= tl.end)]
     if len(marks) > MAX_SYNC_MARKS:
@@ -455,6 +500,16 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
     )  # fmt: skip
 
 
+def _window_kernel_names(ctx: AnalysisContext) -> list[str]:
+    """The uncut names of the kernels the report lists (its kernel rows' order)."""
+    act = ctx.window_activity
+    if act.empty:
+        return []
+    act = act[act["kind"] == int(Kind.KERNEL)]
+    g = act.groupby("name", observed=True)["dur"].sum().sort_values(ascending=False).head(MAX_KERNEL_ROWS)
+    return [str(n) for n in g.index]
+
+
 def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:
     act = ctx.window_activity
     if act.empty:
@@ -580,13 +635,18 @@ def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:
         durs = act["dur"].to_numpy()[ok]
         frame = pd.DataFrame({"anchor": anchor, "dur": durs}).groupby("anchor")["dur"].agg(["sum", "size"])
         # Plain lists: a numpy row and its scalars per anchor cost more than the lookups.
-        for anchor_row, total, n in zip(
-            frame.index.tolist(), frame["sum"].tolist(), frame["size"].tolist(), strict=True
+        # Each source object's entry is looked up (hashed) once, not once per anchor.
+        entries: dict[int, list[float]] = {}
+        anchors = frame.index.to_numpy()
+        for src, total, n in zip(
+            user_sources(model, anchors), frame["sum"].tolist(), frame["size"].tolist(), strict=True
         ):
-            src = user_source(model, anchor_row)
             if src is not None:
-                gpu_by[src][0] += float(total)
-                gpu_by[src][1] += float(n)
+                entry = entries.get(id(src))
+                if entry is None:
+                    entry = entries[id(src)] = gpu_by[src]
+                entry[0] += float(total)
+                entry[1] += float(n)
     cost_by: dict[PySource, float] = defaultdict(float)
     for f in findings:
         for site in f.sites:

@@ -59,15 +59,16 @@ class AnalyzerSpec:
 
 #: In the diagnostic order: the order findings are ranked in and analyzers run in.
 ANALYZERS: tuple[AnalyzerSpec, ...] = (
-    AnalyzerSpec(Category.HOST_SYNC, "host_waits", host_sync.analyze, ("host_sync",), needs=("cuda", "cpu")),
+    # A blocking pageable copy's own transfer time is the host's wait too (issue 34 §2).
+    AnalyzerSpec(
+        Category.HOST_SYNC, "host_waits", host_sync.analyze, ("host_sync", "gpu_busy_copy"), needs=("cuda", "cpu")
+    ),
     AnalyzerSpec(Category.HOST_BOUND, "host_waits", host_bound.analyze, ("host_bound",), needs=("cuda", "cpu")),
     AnalyzerSpec(Category.COMMUNICATION, "host_waits", communication.analyze, ("communication",), needs=("cuda",)),
     AnalyzerSpec(
         Category.LAUNCH_OVERHEAD, "launch", launch_overhead.analyze, ("launch_overhead",), needs=("cuda", "cpu")
     ),
-    AnalyzerSpec(
-        Category.EAGER_ATTENTION, "memory", eager_attention.analyze, (BUSY,), needs=("cuda", "record_shapes")
-    ),
+    AnalyzerSpec(Category.EAGER_ATTENTION, "memory", eager_attention.analyze, (BUSY,), needs=("cuda", "record_shapes")),
     AnalyzerSpec(
         Category.MEMORY_BOUND,
         "memory",
@@ -126,7 +127,8 @@ ANALYZERS: tuple[AnalyzerSpec, ...] = (
         Category.COMPUTE_BOUND,
         "compute",
         compute_bound.analyze,
-        ("gpu_busy_compute",),
+        # fp32 kernels no shape model covers are unknown busy time (the V100 AMP finding).
+        ("gpu_busy_compute", "gpu_busy_unknown"),
         needs=("cuda", "record_shapes"),
         sections=("kernels", "roofline"),
     ),
@@ -141,10 +143,7 @@ LEDGER_POOL: dict[Category, tuple[str, ...]] = {spec.category: spec.causes for s
 PARENT_OF: dict[Category, Category] = {spec.category: spec.parent for spec in ANALYZERS if spec.parent is not None}
 #: The idle cause a category's finding explains, for the annotated trace's gap slices.
 IDLE_CAUSE_OF: dict[str, str] = {
-    spec.category.value: cause
-    for spec in ANALYZERS
-    for cause in spec.causes[:1]
-    if cause in IDLE_CAUSES
+    spec.category.value: cause for spec in ANALYZERS for cause in spec.causes[:1] if cause in IDLE_CAUSES
 }
 
 

@@ -33,9 +33,8 @@ import numpy as np
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
-from tracelens.derive.memory import FRAGMENTATION_SHARE
 from tracelens.derive.shapes import describe_shapes
-from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, PINNED_APIS, fmt_us
+from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, PINNED_APIS, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -139,7 +138,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         )
         advice.append(
             "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
-            + (f" ({per_step:.1f} per step)." if ctx.n_steps > 1 else ".")
+            + (f" ({per_step:.1f} per {ctx.unit})." if ctx.n_steps > 1 and ctx.unit != "window" else ".")
         )
         if empty_cache:
             advice.append(
@@ -181,7 +180,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         advice.append(
             f"Preallocate the tensor {g.op} keeps regrowing at its final size (a static KV cache) and write each "
             f"step's slice in place (cache[:, :, pos] = new or index_copy_): that stops {_gib(g.recopied_bytes)} of "
-            f"copies in this window ({_gib(g.recopied_bytes / max(ctx.n_steps, 1))} per step, growing with every "
+            f"copies in this window ({_gib(g.recopied_bytes / max(ctx.n_steps, 1))} per {ctx.unit}, growing with every "
             "step)."
         )
     if not title_parts and mem is not None:
@@ -192,7 +191,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 if mem.peak_reserved
                 else " (relative to the recording's start)"
             )
-            + f", churning {_gib(mem.allocated_per_step)} per step"
+            + f", churning {_gib(mem.allocated_per_step)} per {ctx.unit}"
         )
         advice.append("Nothing to change for allocation: the caching allocator serves every request.")
     if not title_parts:

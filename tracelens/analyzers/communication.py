@@ -125,7 +125,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         parts.append(f"{fmt_us(wait_us)} idle inside collectives")
     title = (
         f"Communication costs {fmt_us(comm_time)} ({share:.0%} of the window"
-        + (f", {fmt_us(per_step)} per step" if ctx.n_steps > 1 else "")
+        + (f", {fmt_us(per_step)} per {ctx.unit}" if ctx.n_steps > 1 and ctx.unit != "window" else "")
         + "): "
         + " and ".join(parts or ["collectives overlap other work"])
     )

@@ -221,8 +221,8 @@ def _compilation_finding(ctx: AnalysisContext, graphs: int) -> Finding | None:
             linked = _sync_idle_in(ctx, all_rows)
             names = ", ".join(sorted(breaks, key=lambda n: -len(breaks[n]))[:4])
             title_parts.append(
-                f"graph breaks: {comp.graph_calls_per_step:.0f} compiled graphs per step with eager {names} between "
-                "them" + (f" (data-dependent: {', '.join(dd)})" if dd else "")
+                f"graph breaks: {comp.graph_calls_per_step:.0f} compiled graphs per {ctx.unit} with eager {names} "
+                "between them" + (f" (data-dependent: {', '.join(dd)})" if dd else "")
             )
             evidence.append(Metric("GPU idle at the breaks' host syncs (host_sync finding's time)", linked, "us"))
             advice.append(

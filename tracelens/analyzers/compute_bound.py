@@ -9,11 +9,14 @@ wave and clock findings refine it (they come first in the diagnostic order).
 
 from __future__ import annotations
 
-from tracelens.analyzers.base import Category, Finding, Metric, kernel_sites, severity_for
+from collections import defaultdict
+
+from tracelens.analyzers.base import Category, Finding, Metric, Site, kernel_sites, severity_for
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.kernel_models import legacy_coefficients
 from tracelens.derive.roofline import KernelRoof, Roofline, gain_to_roof
 from tracelens.domain import fmt_us
+from tracelens.model.peaks import FFMA_MARKERS, UNIT_NAMES
 
 MAX_SITES = 8
 
@@ -23,7 +26,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     if roof.peaks is None or not roof.kernels:
         return []
     found = _compute_finding(ctx, roof)
-    return [found] if found is not None else []
+    if found is not None:
+        return [found]
+    fp32 = _fp32_without_model(roof)
+    return [_fp32_finding(ctx, roof, *fp32)] if fp32 is not None else []
 
 
 def _compute_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
@@ -45,11 +51,7 @@ def _compute_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
     in_chains = {name for c in roof.chains for name in c.kernels}
     gain = fp32_gain + sum(gain_to_roof(r) for r in comp if r not in fp32_mm and r.name not in in_chains)
     share = ctx.share(comp_time)
-    advice = (
-        "These kernels are limited by arithmetic: check their efficiency against the peak (the table), "
-        "use bf16/fp16 (or fp8 where accuracy allows) so they run on tensor cores, and keep matmul shapes "
-        "aligned and wave-friendly (the matmul findings)."
-    )
+    unit, advice = _precision_advice(roof, comp)
     issue_bound = [r for r in comp if r.unit == "issue"]
     if issue_bound:
         # The non-vectorised path's count grows by 12-14 instructions an element for
@@ -96,10 +98,114 @@ def _compute_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
             Metric("compute-bound kernel time", comp_time, "us"),
             Metric("time-weighted share of the roof", eff, "share"),
             Metric("fp32 matmul time", fp32_time, "us"),
-            Metric("peak used (bf16 FLOP/s)", roof.peaks.peak("bf16", True), "number"),
+            Metric(f"peak used ({UNIT_NAMES.get(unit, unit)}, FLOP/s)", roof.peaks.unit_peak(unit), "number"),
         ),
         sites=kernel_sites(comp, _compute_site, MAX_SITES),
     )
+
+
+def _precision_advice(roof: Roofline, comp: list[KernelRoof]) -> tuple[str, str]:
+    """The unit most compute-bound time is judged by, and the advice fitted to the kernels'
+    precision (issue 34 §5): lower precision only for time that is not already in it."""
+    assert roof.peaks is not None
+    by_unit: dict[str, float] = defaultdict(float)
+    for r in comp:
+        by_unit[r.unit] += r.bound_us
+    unit = max(by_unit, key=lambda u: by_unit[u])
+    wide = sum(t for u, t in by_unit.items() if u in ("fp32", "tf32", "tf32x3"))
+    low = sum(t for u, t in by_unit.items() if u in ("bf16", "fp16", "fp8", "int8"))
+    no_tf32_bf16 = not roof.peaks.flops.get("tf32") and not roof.peaks.flops.get("bf16")
+    if wide >= low:
+        lower = (
+            "autocast to fp16 (torch.autocast('cuda', dtype=torch.float16) with a GradScaler in training): this "
+            "GPU has fp16 tensor cores but neither TF32 nor bf16"
+            if no_tf32_bf16
+            else "use bf16/fp16 (or fp8 where accuracy allows) so they run on tensor cores"
+        )
+        return unit, (
+            f"These kernels are limited by arithmetic, {fmt_us(wide)} of them in fp32/TF32: check their "
+            f"efficiency against the peak (the table), {lower}, and keep matmul shapes aligned and "
+            "wave-friendly (the matmul findings)."
+        )
+    return unit, (
+        f"These kernels are limited by arithmetic and already run in reduced precision on tensor cores "
+        f"({fmt_us(low)} of them): what is left is their efficiency against the peak (the table), matmul "
+        "shapes aligned and wave-friendly (the matmul findings), and clocks"
+        + (" (fp8 where accuracy allows and this GPU has it)" if roof.peaks.flops.get("fp8") else "")
+        + "."
+    )
+
+
+#: Kernel-name fragments that say a matmul or convolution (cuBLAS, cuDNN, CUTLASS).
+MATMUL_CONV_MARKERS = ("gemm", "scudnn", "dgrad", "wgrad", "fprop", "implicit", "winograd", "conv")
+#: What AMP's fp16 tensor cores save on a V100/T4-class GPU's fp32 matmuls and
+#: convolutions, as a share of their time: a rule-of-thumb estimate (NVIDIA's
+#: mixed-precision training guide reports 2-3x end to end for convolutional networks on
+#: V100; half the kernel time is the low end), until a replay model gives it.
+AMP_MATMUL_SAVING = 0.5
+
+
+def _says_fp32(name: str) -> bool:
+    low = name.lower()
+    return any(m in low for m in FFMA_MARKERS) or "<float" in name or "_f32" in low
+
+
+def _fp32_without_model(roof: Roofline) -> tuple[list[KernelRoof], float, float] | None:
+    """fp32 kernels (by name) that no shape model covers, on a GPU with fp16 tensor cores but
+    neither TF32 nor bf16 (V100, T4): (kernels, their time, matmul/conv time), or None."""
+    peaks = roof.peaks
+    if peaks is None or peaks.flops.get("tf32") or peaks.flops.get("bf16") or not peaks.flops.get("fp16"):
+        return None
+    ks = [k for k in roof.kernels if k.bound == "unknown" and _says_fp32(k.name)]
+    total = sum(k.time_us for k in ks)
+    mm = sum(k.time_us for k in ks if any(m in k.name.lower() for m in MATMUL_CONV_MARKERS))
+    return (ks, total, mm) if mm > 0 else None
+
+
+def _fp32_finding(ctx: AnalysisContext, roof: Roofline, ks: list[KernelRoof], total: float, mm: float) -> Finding:
+    """The V100 lever (issue 24 §7): kernel names say fp32 where shapes are missing."""
+    assert roof.peaks is not None
+    total = ctx.ledger.capped("gpu_busy_unknown", total)
+    share = ctx.share(total)
+    ratio = roof.peaks.flops["fp16"] / roof.peaks.flops.get("fp32", roof.peaks.flops["fp16"])
+    gain = min(AMP_MATMUL_SAVING * mm, total)
+    top = sorted(ks, key=lambda k: -k.time_us)
+    example = next(k for k in top if any(m in k.name.lower() for m in MATMUL_CONV_MARKERS))
+    return Finding(
+        category=Category.COMPUTE_BOUND,
+        severity=severity_for(ctx.share(gain)),
+        title=(
+            f"{fmt_us(total)} ({share:.0%}) of the profiled time is in fp32 kernels ({fmt_us(mm)} of matmuls and "
+            f"convolutions such as {_short(example.name)}) on a {roof.peaks.name}, whose fp16 tensor cores run "
+            f"{ratio:.0f}x its fp32 rate"
+        ),
+        time_us=total,
+        share=share,
+        advice=(
+            "No shape model covers these kernels (record_shapes was off), but their names say fp32 (sgemm, "
+            "scudnn, <float> templates). This GPU has fp16 tensor cores and neither TF32 nor bf16: train with "
+            "automatic mixed precision in fp16 (torch.autocast('cuda', dtype=torch.float16) around the forward "
+            "and loss, a torch.cuda.amp.GradScaler for the backward), with channels_last for convolutions."
+        ),
+        expected_gain_us=gain,
+        gain_note=(
+            f"an estimate: {AMP_MATMUL_SAVING:.0%} of the fp32 matmul/convolution time (mixed-precision training "
+            "on V100 is reported 2-3x faster end to end); no replay model yet"
+        ),
+        evidence=(
+            Metric("fp32 kernel time (by kernel name)", total, "us"),
+            Metric("of it matmuls and convolutions", mm, "us"),
+            Metric("fp16 tensor-core peak / fp32 peak", round(ratio, 1), "number"),
+        ),
+        sites=tuple(
+            Site(description=_short(k.name), count=k.count, time_us=k.time_us, kernels=(k.name,)) for k in top[:8]
+        ),
+        tags=("fp32", "amp_fp16"),
+    )
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 60 else name[:59] + "…"
 
 
 def _compute_site(r: KernelRoof) -> str:

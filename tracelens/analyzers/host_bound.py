@@ -61,6 +61,10 @@ class _RangeTree:
         rparent = np.where(parent >= 0, inner[np.clip(parent, 0, None)], -1)
         self.ts = host["ts"].to_numpy()
         self.end = host["end"].to_numpy()
+        # Annotations are looked inside whenever they hold ops: the gap belongs to the
+        # op that covers it (PARAM's clear_cache's aten::zeros and aten::mul), and the
+        # annotation names the group (see _covering_annotation).
+        self.is_annotation = host["kind"].to_numpy() == Kind.USER_ANNOTATION
         # numpy row sets, not DataFrames of the ranges (a copy of every column each).
         range_rows = np.flatnonzero(is_range)
         self.top: dict[tuple[int, int], _Ranges] = {}
@@ -113,7 +117,7 @@ class _RangeTree:
             ov = e0 - s0
             if ov <= 0:
                 continue
-            if depth < MAX_DESCENT and (t1 - t0) > CONTAINER_FACTOR * ov:
+            if depth < MAX_DESCENT and ((t1 - t0) > CONTAINER_FACTOR * ov or self.is_annotation[row]):
                 kids = self.children(row)
                 inside = self.charge(kids, s0, e0, out, depth + 1) if kids is not None else 0.0
                 if ov - inside > 0:
@@ -161,21 +165,39 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     main_thread = _main_thread(model)
 
     charged: dict[int | None, float] = defaultdict(float)  # range row -> µs of idle
-    for start, end, lrow in zip(hb["start"].to_numpy(), hb["end"].to_numpy(), hb["launch_row"].to_numpy(), strict=True):
+    # Of the idle after a sync, the part the host spent outside any op (Python working on
+    # the value it waited for); time in ops (a CPU aten::randn making the next batch) is
+    # that work, not "the result of a sync".
+    after_sync_untraced = 0.0
+    kind_list = host["kind"].to_numpy()
+    for start, end, lrow, srow in zip(
+        hb["start"].to_numpy(), hb["end"].to_numpy(), hb["launch_row"].to_numpy(), hb["sync_row"].to_numpy(),
+        strict=True,
+    ):  # fmt: skip
         thread = (int(pid[lrow]), int(tid[lrow])) if lrow >= 0 else main_thread
-        covered = tree.charge(tree.top.get(thread), float(start), float(end), charged)
+        here: dict[int | None, float] = defaultdict(float)
+        covered = tree.charge(tree.top.get(thread), float(start), float(end), here)
         rest = (end - start) - covered
         if rest > 0:
             frame = frames.enclosing(thread, float(start), float(end))
-            charged[frame] += rest
+            here[frame] += rest
+        for row, us in here.items():
+            charged[row] += us
+            if srow >= 0 and (row is None or row < 0 or kind_list[row] == Kind.PYTHON):
+                after_sync_untraced += us
 
-    # Group the charged ranges by op name + source.
+    # Group the charged ranges by op name + source, under the annotation that covers them
+    # (not a step mark): "host work in [param|clear_cache]", its ops as the detail.
+    step_starts = set(model.steps["cpu_ts"].to_numpy().tolist()) if len(model.steps) else set()
     grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    parts_of: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
     src_of: dict[tuple[str, str], PySource | None] = {}
     # Plain ints: a numpy int8 compared with an IntEnum member costs ~3 µs (60k rows
     # charged on a 50-step training trace), a list item compared with an int ~0.03 µs.
     kinds = host["kind"].to_numpy().tolist()
     python_kind = int(Kind.PYTHON)
+    annotation_kind = int(Kind.USER_ANNOTATION)
+    host_ts = host["ts"].to_numpy()
     for row, us in charged.items():
         if row is None:
             key = (UNTRACED, "")
@@ -184,12 +206,22 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             inner = ~row
             src = user_source(model, inner)
             key = (f"between ops inside {model.arrays.name(inner)}", src.label if src else "")
+            if kinds[inner] == annotation_kind and float(host_ts[inner]) not in step_starts:
+                # time inside an annotation between its ops is the annotation's too
+                key = (model.arrays.name(inner), "")
+                parts_of[key]["host time between its ops"] += us
+                src = src_of.get(key) or src
         elif kinds[row] == python_kind:
             src = parse_frame(model.arrays.name(row), line_is_def=True)
             key = (f"Python code in {src.function}()" if src else UNTRACED, src.label if src else "")
         else:
             src = user_source(model, row)
             key = (model.arrays.name(row), src.label if src else "")
+            ann = _covering_annotation(model, row, step_starts)
+            if ann is not None:
+                parts_of[(model.arrays.name(ann), "")][model.arrays.name(row)] += us
+                key = (model.arrays.name(ann), "")
+                src = src_of.get(key) or src
         grouped[key][0] += us
         grouped[key][1] += 1
         src_of.setdefault(key, src)
@@ -210,9 +242,20 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     untraced_us = grouped.get((UNTRACED, ""), [0.0, 0.0])[0]
 
     advice_parts = []
-    if loader_us > 0.2 * total:
+    loader_names = [op for (op, _) in grouped if any(m in op for m in _DATALOADER_MARKERS)]
+    training = _is_training(model)
+    thread_words = "the training thread" if training else "the main thread"
+    if loader_us > 0.2 * total and any("_MultiProcessingDataLoaderIter" in n for n in loader_names):
+        # With workers the loop waits for them: the advice is about the workers.
         advice_parts.append(
-            f"Data loading runs on the training thread ({fmt_us(loader_us)} of the idle): use "
+            f"The loop waits {fmt_us(loader_us)} for the DataLoader's worker processes: they do not keep up. "
+            "Make __getitem__ and collate cheaper (decode and augment less on the CPU, or on the GPU), add "
+            "workers if the host has idle cores, and keep them warm (persistent_workers=True, "
+            "prefetch_factor>=2, pin_memory=True)."
+        )
+    elif loader_us > 0.2 * total:
+        advice_parts.append(
+            f"Data loading runs on {thread_words} ({fmt_us(loader_us)} of the idle): use "
             "DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor>=2) so "
             "batches are ready before the GPU needs them."
         )
@@ -222,9 +265,9 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             f"{fmt_us(copy_host_us)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
             "and copy with non_blocking=True so the host can run ahead."
         )
-    if after_sync > 0.2 * total:
+    if after_sync_untraced > 0.2 * total:
         advice_parts.append(
-            f"{fmt_us(after_sync)} of it follows a sync: the host waits for a result, then works on it while "
+            f"{fmt_us(after_sync_untraced)} of it follows a sync: the host waits for a result, then works on it while "
             "the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
             "processing this one's results on the host (or process them on the GPU)."
         )
@@ -244,6 +287,13 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     share = ctx.share(total)
     main_site = sites[0] if sites else None
     what = main_site.description if main_site else "host work"
+    if main_site is not None:
+        parts = sorted(parts_of.get((main_site.description.removeprefix("host work in "), ""), {}).items(),
+                       key=lambda kv: -kv[1])  # fmt: skip
+        if len(parts) > 1 or (parts and parts[0][0] != main_site.description):
+            shown = [(name, t) for name, t in parts[:3] if t >= 0.01 * main_site.time_us]
+            if len(shown) > 1 or (shown and shown[0][0] != "host time between its ops"):
+                what += " (" + ", ".join(f"{name} {fmt_us(t)}" for name, t in shown) + ")"
     where = ""
     if main_site is not None and main_site.source is not None:
         # "Python code in f()" already names the function: add only the file and line.
@@ -255,7 +305,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             severity=severity_for(share),
             title=(
                 f"GPU idles {fmt_us(total)} ({share:.0%} of the profiled time) while the host works; "
-                f"most in {what}{where}"
+                + _where_words(what + where, sites, total)
             ),
             time_us=total,
             share=share,
@@ -283,6 +333,36 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             device=dev.device,
         )
     ]
+
+
+#: "Most in X" only when X holds at least this share of the idle; else the top parts.
+MOST_SHARE = 0.5
+
+
+def _where_words(what: str, sites: tuple[Site, ...], total: float) -> str:
+    """ "most in X" when the first site holds most of the idle, else its top parts with
+    their shares (issue 24 §3)."""
+    if not sites or total <= 0 or sites[0].time_us >= MOST_SHARE * total:
+        return f"most in {what}"
+    parts = [f"{s.description} ({s.time_us / total:.0%})" for s in sites[:3]]
+    return "in " + ", ".join(parts)
+
+
+def _is_training(model: TraceModel) -> bool:
+    """Whether the trace runs backward or an optimizer (a training loop, not inference)."""
+    names = model.arrays.name_table
+    return any(n.startswith(("autograd::engine", "Optimizer.step", "Optimizer#")) for n in names)
+
+
+def _covering_annotation(model: TraceModel, row: int, step_starts: set[float]) -> int | None:
+    """The innermost annotation (record_function range, the DataLoader's __next__, PARAM's
+    ranges) enclosing an op row, other than a step mark, or None."""
+    kind = model.arrays.kind
+    ts = model.host["ts"].to_numpy()
+    for r in model.host_chain(row)[1:]:
+        if r >= 0 and kind[r] == Kind.USER_ANNOTATION and float(ts[r]) not in step_starts:
+            return int(r)
+    return None
 
 
 _FRAME_FILE = re.compile(r"^(.*?)\(\d+\): ")

@@ -21,8 +21,8 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.host_calls import blocking_call_rows, one_per_call
 from tracelens.derive.intervals import overlap
-from tracelens.derive.ledger import blocking_call_rows
 from tracelens.domain import fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
@@ -34,11 +34,19 @@ from tracelens.model.sources import (
     user_source,
     user_stack,
 )
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 #: A sync whose GPU idle is under this share of the host time it blocked is "while the
 #: GPU was busy anyway": the device had queued work to do and barely noticed.
 BUSY_ANYWAY_IDLE_RATIO = 0.05
+
+#: Device-to-host copy rate into pinned memory on the H200 (PCIe Gen5 x16; the pinned
+#: host-to-device copies of host_bound_pinned ran at ~55 GB/s). A blocking pageable copy
+#: that runs slower than this costs its own time beyond what the bytes need.
+PINNED_COPY_BYTES_PER_S = 50e9
+#: A blocking copy's own GPU time counts when it is at least this share of the window: a
+#: copy inside the step is then where the host's wait goes (issue 34 §2).
+SLOW_COPY_MIN_SHARE = 0.05
 
 #: At most this many sites per finding (the rest are summed into the finding's totals).
 MAX_SITES = 8
@@ -211,9 +219,11 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
 
     groups: dict[tuple[str, str, tuple[str, ...], str], _Group] = {}
     profiler_syncs = 0
-    for row in sync_rows:
-        row = int(row)
-        if not (w0 - 1 <= ts[row] <= w1 + 1) and idle_by_sync.get(row, 0.0) == 0.0:
+    # One host wait per logical call: a pageable .tolist() is a copy and a synchronize
+    # inside one op; both calls' host time and idle go to the call, counted once.
+    calls = _calls_of(model, sync_rows)
+    for row, parts in calls.items():
+        if not any(w0 - 1 <= ts[r] <= w1 + 1 or idle_by_sync.get(r, 0.0) > 0.0 for r in parts):
             continue
         if _is_profiler_sync(model, row, last_launch_ts):
             profiler_syncs += 1
@@ -233,10 +243,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         grp.count += 1
         if grp.rows is None:
             grp.rows = []
-        grp.rows.append(row)
-        grp.host_us += float(dur[row])
-        grp.idle_us += idle_by_sync.get(row, 0.0)
-        grp.tail_us += tail_by_sync.get(row, 0.0)
+        grp.rows.extend(parts)
+        grp.host_us += float(sum(dur[r] for r in parts))
+        grp.idle_us += sum(idle_by_sync.get(r, 0.0) for r in parts)
+        grp.tail_us += sum(tail_by_sync.get(r, 0.0) for r in parts)
         if steps[row] >= 0 and grp.steps is not None:
             grp.steps.add(int(steps[row]))
 
@@ -247,7 +257,15 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     host_us = sum(g.host_us for g in ranked)
     idle_us = sum(g.idle_us for g in ranked)
     tail_us = sum(g.tail_us for g in ranked)
-    share = ctx.share(idle_us)
+    # The blocking pageable copies' own transfer time: the host waits for the copy itself
+    # (a 256 MB .cpu() at 0.9 GB/s is most of a step, with the GPU busy copying).
+    copy_us, copy_bytes = _pageable_copies(ctx, [r for g in ranked for r in (g.rows or [])])
+    copy_gain = 0.0
+    if copy_us >= SLOW_COPY_MIN_SHARE * ctx.window_us:
+        copy_gain = max(copy_us - copy_bytes / PINNED_COPY_BYTES_PER_S * 1e6, 0.0)
+    else:
+        copy_us = 0.0
+    share = ctx.share(idle_us + copy_us)
     sites = tuple(
         Site(
             description=_site_description(g),
@@ -273,7 +291,8 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     where = f" {sources[0].where}" if sources else ""
     what = ", ".join(python_calls[:3]) + (", …" if len(python_calls) > 3 else "")
     busy_during = _busy_during(ctx, [g.rows for g in ranked])
-    busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us and busy_during >= 0.5 * host_us
+    # (the GPU is busy during a slow blocking copy because it is copying: that is the cost)
+    busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us and busy_during >= 0.5 * host_us and copy_us == 0
     if busy_anyway:
         title = (
             f"{count} host syncs ({what}){where}: the host waits {fmt_us(host_us)} while the GPU stays busy "
@@ -288,6 +307,17 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             f"{count} host syncs ({what}){where} leave the GPU idle {fmt_us(idle_us)}; the host waits {fmt_us(host_us)}"
         )
         lead = ""
+    if copy_us > 0:
+        rate = copy_bytes / (copy_us / 1e6) if copy_us > 0 else 0.0
+        title += (
+            f"; {fmt_us(copy_us)} of the wait is their device-to-host copies to pageable memory "
+            f"({copy_bytes / 1e6:,.0f} MB at {rate / 1e9:.1f} GB/s)"
+        )
+        lead = (
+            f"The copies themselves take {fmt_us(copy_us)}: copy into a pinned buffer allocated once "
+            "(torch.empty(..., pin_memory=True), then buf.copy_(t, non_blocking=True) and an event wait), which runs "
+            "at the link's rate, and copy only what the host needs (the argmax ids, not the logits). " + lead
+        )
     # One line per construct, most costly first (renderers keep the line breaks).
     advice = lead + "\n".join(
         f"• {c.description[0].upper()}{c.description[1:]}: {c.advice}" for c in constructs.values()
@@ -297,10 +327,10 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             category=Category.HOST_SYNC,
             severity=severity_for(share),
             title=title,
-            time_us=idle_us,
+            time_us=idle_us + copy_us,
             share=share,
             advice=advice,
-            expected_gain_us=idle_us,
+            expected_gain_us=idle_us + copy_gain,
             gain_note=(
                 "up to the GPU idle that follows these syncs; the host time blocked inside them "
                 "overlaps GPU work and is not saved"
@@ -320,6 +350,44 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             tags=tuple(constructs),
         )
     ]
+
+
+def _pageable_copies(ctx: AnalysisContext, rows: list[int]) -> tuple[float, float]:
+    """GPU time (primary device, inside the window) and bytes of the pageable memcpys
+    that these blocking calls launched."""
+    dev = ctx.ledger.primary
+    if dev is None or not rows:
+        return 0.0, 0.0
+    gpu = ctx.model.gpu
+    mc = gpu[(gpu["kind"] == Kind.MEMCPY).to_numpy() & np.isin(gpu["launch"].to_numpy(), rows)]
+    mc = mc[(mc["device"] == dev.device) & (mc["ts"] < dev.window_end) & (mc["end"] > dev.window_start)]
+    mc = mc[name_matches(mc["name"], lambda n: "Pageable" in n)] if len(mc) else mc
+    if not len(mc):
+        return 0.0, 0.0
+    ts = np.clip(mc["ts"].to_numpy(), dev.window_start, dev.window_end)
+    end = np.clip(mc["end"].to_numpy(), dev.window_start, dev.window_end)
+    return float((end - ts).sum()), float(mc["bytes"].clip(lower=0).sum())
+
+
+def _calls_of(model: TraceModel, sync_rows: np.ndarray) -> dict[int, list[int]]:
+    """Blocking rows grouped into logical calls: {the call's row: all its rows}; a
+    blocking copy dropped by one_per_call joins the first synchronize of its op after it."""
+    kept = one_per_call(model, sync_rows)
+    out: dict[int, list[int]] = {int(r): [int(r)] for r in kept}
+    dropped = np.setdiff1d(sync_rows, kept)
+    if not len(dropped):
+        return out
+    op = model.host["op"].to_numpy()
+    ts = model.host["ts"].to_numpy()
+    by_op: dict[int, list[int]] = defaultdict(list)
+    for r in kept:
+        if op[r] >= 0:
+            by_op[int(op[r])].append(int(r))
+    for r in dropped:
+        cands = sorted(by_op.get(int(op[r]), []), key=lambda c: ts[c])
+        later = [c for c in cands if ts[c] >= ts[r]] or cands
+        out[later[0]].append(int(r))
+    return out
 
 
 def _busy_during(ctx: AnalysisContext, row_lists: list[list[int] | None]) -> float:

@@ -19,7 +19,7 @@ from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_f
 from tracelens.derive.context import AnalysisContext
 from tracelens.domain import LAUNCH_APIS, fmt_us
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, user_source
+from tracelens.model.sources import PySource, user_sources
 from tracelens.model.trace import name_matches
 
 #: Kernels shorter than this cannot hide the host's per-launch cost (launch API median
@@ -105,7 +105,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     per_step = launch_idle / ctx.n_steps
     title = (
         f"GPU waits on kernel launches for {fmt_us(launch_idle)}"
-        + (f" ({fmt_us(per_step)} per step)" if ctx.n_steps > 1 else "")
+        + (f" ({fmt_us(per_step)} per {ctx.unit})" if ctx.n_steps > 1 and ctx.unit != "window" else "")
         + f": {len(launch_gaps):,} gaps between kernels (median kernel {median_kernel:.1f} µs, "
         f"{tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs"
         + (f", {host_per_kernel:.1f} µs of host time per kernel" if host_per_kernel else "")
@@ -188,14 +188,18 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
     key_id: dict[tuple[str, str], int] = {}
     keys: list[tuple[str, str]] = []
     anchor_key = np.empty(len(distinct), dtype=np.int64)
-    srcs: list[PySource | None] = []
-    for slot in np.argsort(first, kind="stable").tolist():
-        anchor = int(distinct[slot])
+    slots = np.argsort(first, kind="stable")
+    srcs: list[PySource | None] = user_sources(model, distinct[slots])
+    labels: dict[int, str] = {}  # by the source object's id: one label string per object
+    for slot, src in zip(slots.tolist(), srcs, strict=True):
         root = int(roots[first[slot]])  # as the first gap with this anchor has it
         op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
-        src = user_source(model, anchor)
-        srcs.append(src)
-        key = (op_name, src.label if src else "")
+        label = ""
+        if src is not None:
+            label = labels.get(id(src), "")
+            if not label:
+                label = labels[id(src)] = src.label
+        key = (op_name, label)
         anchor_key[slot] = key_id.setdefault(key, len(key_id))
         if len(keys) < len(key_id):
             keys.append(key)

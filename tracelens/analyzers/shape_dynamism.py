@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import LOW_SHARE, Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.host_calls import one_per_call
 from tracelens.derive.shapes import ShapeSite, describe_shapes
 from tracelens.domain import fmt_us
 
@@ -35,7 +36,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
 
 def _window_syncs(ctx: AnalysisContext) -> int:
     dev = ctx.ledger.primary
-    rows = ctx.blocking_calls
+    rows = one_per_call(ctx.model, ctx.blocking_calls)
     if dev is None or not len(rows):
         return 0
     ts = ctx.model.host["ts"].to_numpy()[rows]

@@ -23,9 +23,9 @@ from typing import Annotated, Any
 import typer
 
 from tracelens import __version__, early
-from tracelens.cli import capture, common, diff, report
+from tracelens.cli import capture, common, diff, mcp, report
 from tracelens.cli.common import _FINISHED, _say
-from tracelens.errors import Interrupted, TracelensError
+from tracelens.errors import Interrupted, TracelensError, exit_codes_text
 
 app = typer.Typer(
     name="tracelens",
@@ -36,6 +36,7 @@ app = typer.Typer(
         "Profile and explain a script:  tracelens capture train.py [args]\n\n"
         "Explain an existing trace:  tracelens report trace.json.gz"
     ),
+    epilog="Exit codes:\n\n\b\n" + exit_codes_text(),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -60,10 +61,12 @@ def _main(
 
 # The commands, one module each (as memray's commands/): registered in the order --help lists them.
 app.command()(report.report)
+app.command()(mcp.mcp)
 app.command()(diff.diff)
 # Everything after the script is the script's: no interspersed options.
 app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog="Exit codes:\n\n\b\n" + exit_codes_text(),
 )(capture.capture)
 
 

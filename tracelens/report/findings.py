@@ -49,7 +49,8 @@ class PySource:
     def where(self) -> str:
         """For titles: "at file:line" for a call line, "in func() (file:line)" for a def line."""
         if self.line_is_def:
-            return f"in {self.function}() ({self.label})"
+            # torch.profiler records the function's def line, not the call's: say so
+            return f"in {self.function}() (def at {self.label})"
         return f"at {self.label}"
 
 
@@ -98,3 +99,8 @@ class Finding:
     #: The category of the finding this one refines (its time is part of the parent's),
     #: or None for a top-level finding; top-level findings never share time.
     parent: Category | None = None
+    #: The finding whose fix must come first, because this one's fix cannot apply until
+    #: it is made (a CUDA graph cannot capture a step that syncs), or None; set by
+    #: ranking.settle, with the reason in words (issue 24 §2).
+    blocked_by: Category | None = None
+    blocked_reason: str = ""
