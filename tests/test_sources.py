@@ -165,6 +165,23 @@ def test_changed_or_missing_source_is_not_guessed(tmp_path: Path, monkeypatch: p
     assert _infer(m, PySource("prog.py", 19, "g", True), ("call", "bit_length")).call_line is None
 
 
+def test_a_frame_running_at_the_recording_start_is_searched_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch names a frame that was already running when the recording began by the line
+    it was at then (`tracelens capture` starts in an optimizer.step() hook: the H200
+    detection capture's loop is "detection_train.py(83): main", line 83 being
+    `optimizer.step()`): for such a frame the line inside f's body still finds f, and its
+    calls are inferred; for any other frame it means the file changed."""
+    monkeypatch.chdir(tmp_path)
+    m = _model_for(tmp_path, PROG)
+    running = _infer(m, PySource("prog.py", 9, "f", True), ("call", "item"), running=True)
+    assert running.call_line == 5 and running.candidates == (5, 7)
+    assert _infer(m, PySource("prog.py", 9, "f", True), ("call", "item")).call_line is None
+    # A line outside every f is no f at all.
+    assert _infer(m, PySource("prog.py", 19, "f", True), ("call", "item"), running=True).call_line is None
+
+
 @pytest.mark.parametrize("name", ["plain_tiny_loop", "capture_mask_sum", "dyn_kv_cat"])
 def test_user_sources_at_once_are_user_source_row_by_row(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """The bulk lookup (issue 30: the analyzers' launch and op rows at once) gives every
