@@ -3,7 +3,18 @@ part of a run `tracelens capture` records by default and with --steps/--window/-
 
 from __future__ import annotations
 
-from tracelens.capture.window import STEPS, WARMUP_S, WARMUP_STEPS, Action, Limits, Mode, Phase, Window
+from tracelens.capture.window import (
+    FRAMEWORK_WARMUP_S,
+    STEPS,
+    WARMUP_S,
+    WARMUP_STEPS,
+    Action,
+    Limits,
+    Mode,
+    Phase,
+    Window,
+    loaded_framework,
+)
 
 
 def _steps(w: Window, n: int, t0: float = 1.0, dt: float = 0.01) -> list[Action]:
@@ -91,3 +102,31 @@ def test_limits_are_described() -> None:
         .describe()
         .startswith("recording steps 10-14")
     )
+
+
+def test_a_framework_script_waits_longer_for_its_first_step() -> None:
+    """A script that imported Lightning/transformers/... is not recorded by time during
+    its set-up (window.FRAMEWORK_WARMUP_S): its steps come later; a plain script is."""
+    assert loaded_framework(["torch", "numpy", "lightning.pytorch", "lightning"]) == "lightning"
+    assert loaded_framework(["torch", "torchvision", "numpy"]) is None
+    w = Window(Limits())
+    w.begin()
+    w.framework = "lightning"
+    assert w.tick(3.0) is Action.SET_ASIDE
+    assert w.next_deadline() == FRAMEWORK_WARMUP_S
+    assert w.tick(WARMUP_S + 1) is Action.NONE and w.phase is Phase.WAITING  # not recorded by time
+    acts = _steps(w, 30, t0=40.0)  # Lightning's first steps at 40 s: recorded by steps as usual
+    assert w.kept is not None and (w.kept.kind, w.kept.first_step, w.kept.last_step) == ("steps", 5, 25)
+    assert Action.START in acts
+    # A set-up longer than that still gets its time recording.
+    w2 = Window(Limits())
+    w2.begin()
+    w2.framework = "transformers"
+    w2.tick(3.0)
+    assert w2.tick(FRAMEWORK_WARMUP_S + 0.1) is Action.START and w2.current is not None
+    assert w2.current.kind == "time"
+    # Without a framework the time start is at WARMUP_S, as before.
+    w3 = Window(Limits())
+    w3.begin()
+    w3.tick(3.0)
+    assert w3.tick(WARMUP_S) is Action.START

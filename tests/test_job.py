@@ -448,3 +448,16 @@ def test_a_straggler_whose_own_work_explains_part_of_its_lateness_is_named_with_
     little = analyze([_summary(0, r0, "host", 5_000.0), _summary(1, r1, "host", 9_000.0)])
     assert little.job.stragglers == [] and [u.rank for u in little.job.late_unexplained] == [1]
     assert "with only 4.0 ms per step more work than the others" in little.job.headline
+
+
+@pytest.mark.slow
+def test_four_plain_profiler_gloo_ranks_on_the_h200_name_the_straggler() -> None:
+    """Four ranks sharing the H200 over gloo (plain_gloo.py --world 4 --stack; comm-h200jobs,
+    16 rank processes on the host's 16 cores at once): rank 1's 25 ms of Python per step
+    is named, with its frame, and every other rank waits for it."""
+    rep = job_of(PLAIN / "prof_python_stack_4rank")
+    assert rep.job.ranks == 4 and rep.job.counted_collectives == 12  # 6 steps x 2 DDP buckets
+    (s,) = rep.job.stragglers
+    assert s.rank == 1 and s.reason == "host_bound" and "plain_gloo.py(54): python_work" in s.reason_label
+    assert 20_000 < s.reason_us < 30_000  # 25 ms planted
+    assert all(r.wait_us > 15_000 for r in rep.ranks if r.rank != 1)

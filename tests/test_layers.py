@@ -32,7 +32,9 @@ LAYERS = {
     "analyzers": ("tracelens.analyzers",),
     "derive": ("tracelens.derive",),
     "model": ("tracelens.model",),
-    "capture": ("tracelens.capture",),
+    # The frameworks' hooks record a trace as capture does, and report on it in a process
+    # of its own (`python -m tracelens report`): capture's side of the trace file.
+    "capture": ("tracelens.capture", "tracelens.integrations"),
     "domain": ("tracelens.domain",),
     "base": ("tracelens.errors", "tracelens.output", "tracelens.redact"),
 }

@@ -12,8 +12,8 @@ from support.cli import cli
 from support.corpus import REPO
 
 from tracelens.model import load_trace
-from tracelens.model.callsite import _infer
-from tracelens.model.sources import PySource, user_source, user_sources
+from tracelens.model.callsite import _callee_ordinals, _infer, _op_key, _op_key_ids
+from tracelens.model.sources import PySource, _distinct_rows, _user_frame, user_source, user_sources
 from tracelens.model.trace import TraceModel
 
 WORKLOAD = REPO / "workloads" / "capture_mask_sum.py"
@@ -165,6 +165,23 @@ def test_changed_or_missing_source_is_not_guessed(tmp_path: Path, monkeypatch: p
     assert _infer(m, PySource("prog.py", 19, "g", True), ("call", "bit_length")).call_line is None
 
 
+def test_a_frame_running_at_the_recording_start_is_searched_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch names a frame that was already running when the recording began by the line
+    it was at then (`tracelens capture` starts in an optimizer.step() hook: the H200
+    detection capture's loop is "detection_train.py(83): main", line 83 being
+    `optimizer.step()`): for such a frame the line inside f's body still finds f, and its
+    calls are inferred; for any other frame it means the file changed."""
+    monkeypatch.chdir(tmp_path)
+    m = _model_for(tmp_path, PROG)
+    running = _infer(m, PySource("prog.py", 9, "f", True), ("call", "item"), running=True)
+    assert running.call_line == 5 and running.candidates == (5, 7)
+    assert _infer(m, PySource("prog.py", 9, "f", True), ("call", "item")).call_line is None
+    # A line outside every f is no f at all.
+    assert _infer(m, PySource("prog.py", 19, "f", True), ("call", "item"), running=True).call_line is None
+
+
 @pytest.mark.parametrize("name", ["plain_tiny_loop", "capture_mask_sum", "dyn_kv_cat"])
 def test_user_sources_at_once_are_user_source_row_by_row(monkeypatch: pytest.MonkeyPatch, name: str) -> None:
     """The bulk lookup (issue 30: the analyzers' launch and op rows at once) gives every
@@ -182,3 +199,31 @@ def test_user_sources_at_once_are_user_source_row_by_row(monkeypatch: pytest.Mon
     assert sum(s is not None and s.line_inferred for s in want) >= 100
     # The same objects, as the memo of the per-row path hands out.
     assert user_sources(at_once, rows[:50]) == [user_source(at_once, int(r)) for r in rows[:50]]
+
+
+def test_op_keys_at_once_are_op_key_row_by_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The syntax key of rows issued directly in their user frame (`x[mask]`, a tensor
+    `if`), found for all rows at once, is `_op_key`'s for each row."""
+    monkeypatch.chdir(REPO)
+    m = load_trace(REPO / "sample_traces" / "capture_mask_sum.pt.trace.json.gz")
+    arr = m.arrays
+    rows = np.flatnonzero(arr.py_frame >= 0)
+    users = np.array([_user_frame(m, int(f))[0] for f in arr.py_frame[rows].tolist()], dtype=np.int64)
+    rows, users = rows[users >= 0], users[users >= 0]
+    ordinals = _callee_ordinals(m)
+    want = [_op_key(m, int(r), int(u)) for r, u in zip(rows.tolist(), users.tolist(), strict=True)]
+    got = [ordinals.keys[k] for k in _op_key_ids(m, rows, users).tolist()]
+    assert got == want
+    assert {k for k in want if k is not None} >= {("subscript", ""), ("truth", "")}  # not vacuous
+
+
+@pytest.mark.parametrize("big", [False, True])
+def test_distinct_rows_are_unique_rows(big: bool) -> None:
+    """Packed into one integer (or, when the columns' ranges do not fit one, not): the
+    first row of each distinct combination, in order, and each row's combination, as the
+    2-D unique has them."""
+    rng = np.random.default_rng(30)
+    cols = tuple(rng.integers(0, 2**60 if big and i == 0 else 6, 5000) for i in range(4))
+    _, want_firsts, want_inverse = np.unique(np.stack(cols, axis=1), axis=0, return_index=True, return_inverse=True)
+    firsts, inverse = _distinct_rows(cols)
+    assert np.array_equal(firsts, want_firsts) and np.array_equal(inverse, want_inverse.reshape(-1))

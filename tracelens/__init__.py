@@ -11,4 +11,20 @@ The pipeline is visible in the sub-packages, in order:
 Capture and report meet only at the trace file.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracelens.integrations.record import StepRecorder
+
 __version__ = "0.1.0"
+
+
+def record(*args: Any, **kwargs: Any) -> StepRecorder:
+    """Record steps N-M of a hand-written loop and report on them when the block ends:
+    `with tracelens.record(steps="5-24") as rec: ... rec.step()` (see
+    tracelens.integrations.record; torch is imported when the recording starts)."""
+    from tracelens.integrations.record import record as _record
+
+    return _record(*args, **kwargs)

@@ -23,6 +23,7 @@ is the cat kernels' GPU time.
 
 from __future__ import annotations
 
+import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ from tracelens.derive.intervals import overlap
 from tracelens.derive.shapes import describe_shapes
 from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, PINNED_APIS, fmt_us
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, op_chain, python_stack, user_source
+from tracelens.model.sources import PySource, op_chain, python_stack, user_source, user_sources
 from tracelens.model.trace import TraceModel, name_matches
 
 MAX_SITES = 8
@@ -312,22 +313,32 @@ def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:
     rows = rows[np.argsort(ts[rows], kind="stable")]
     sites: dict[tuple[str, str], CatGrowth] = {}
     shapes_of: dict[tuple[str, str], list[tuple[int, list[list[int]]]]] = defaultdict(list)
-    for r in rows:
-        dims = model.op_shapes(int(r)).get("Input Dims")
+    shaped: list[tuple[int, list[list[int]]]] = []
+    for r in rows.tolist():
+        dims = model.op_shapes(r).get("Input Dims")
         tensors = dims[0] if isinstance(dims, list) and dims and isinstance(dims[0], list) else None
         if not tensors or not all(isinstance(t, list) and t and all(isinstance(x, int) for x in t) for t in tensors):
             continue
-        src = user_source(model, int(r))
-        key = (model.arrays.name(int(r)), src.label if src else "")
+        shaped.append((r, tensors))
+    labels: dict[int, str] = {}  # by the source object's id: one label string per object
+    for (r, tensors), src in zip(shaped, user_sources(model, [r for r, _ in shaped]), strict=True):
+        label = ""
+        if src is not None:
+            label = labels.get(id(src), "")
+            if not label:
+                label = labels[id(src)] = src.label
+        key = (model.arrays.name(r), label)
         sites.setdefault(key, CatGrowth(key[0], src))
-        shapes_of[key].append((int(r), tensors))
+        shapes_of[key].append((r, tensors))
     launch_gpu = _cat_kernels(model, dev.window_start, dev.window_end)
     spans = sorted(ctx.window.steps, key=lambda s: s.start_us)
     starts = np.array([s.start_us for s in spans]) if spans else np.empty(0)
     out: list[CatGrowth] = []
     for key, calls in shapes_of.items():
         g = sites[key]
-        big = [max(t, key=lambda d: int(np.prod(d))) for _, t in calls]
+        # math.prod: the exact element count of a list of Python ints (np.prod made an
+        # array per tensor, a third of this analyzer's time on large_generate).
+        big = [max(t, key=math.prod) for _, t in calls]
         ranks = {len(d) for d in big}
         if len(ranks) != 1:
             continue
@@ -343,10 +354,10 @@ def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:
         for (row, tensors), largest in zip(calls, big, strict=True):
             elem, gpu = launch_gpu.get(row, (0, 0.0))
             g.elem_bytes = g.elem_bytes or elem
-            numel = sum(int(np.prod(t)) for t in tensors)
+            numel = sum(math.prod(t) for t in tensors)
             e = elem or g.elem_bytes or 4
             g.copied_bytes += numel * e
-            g.recopied_bytes += int(np.prod(largest)) * e
+            g.recopied_bytes += math.prod(largest) * e
             g.gpu_us += gpu
             if len(starts):
                 g.steps.add(spans[max(int(np.searchsorted(starts, ts[row], side="right")) - 1, 0)].index)

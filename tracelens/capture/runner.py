@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 from tracelens import __version__
 from tracelens.capture.nvml import DEFAULT_INTERVAL_S, NvmlSampler, SamplerResult
 from tracelens.capture.trace_file import TraceStats, finish_trace
-from tracelens.capture.window import Action, Limits, Mode, Recording, Window
+from tracelens.capture.window import Action, Limits, Mode, Recording, Window, loaded_framework
 from tracelens.errors import CaptureError
 
 #: Exit codes when a signal ends the script, as a shell reports them (128 + signal).
@@ -480,6 +480,8 @@ class _Capture:
             return
         self.busy = True
         try:
+            if self.window.framework is None:
+                self.window.framework = loaded_framework(list(sys.modules))
             self.apply(self.window.tick(self.now()))
         finally:
             self.busy = False
@@ -499,6 +501,9 @@ def step() -> None:
 def _timer(cap: _Capture, main_ident: int, stop: threading.Event) -> None:
     """Wakes the main thread (TICK_SIGNAL) when the window's next deadline passes."""
     while not stop.is_set():
+        if cap.window.framework is None:
+            # A framework's set-up gets a longer warm-up by time (window.FRAMEWORK_WARMUP_S).
+            cap.window.framework = loaded_framework(list(sys.modules))
         deadline = cap.window.next_deadline()
         if deadline is None:
             cap.changed.wait(1.0)
@@ -817,6 +822,9 @@ class _TraceWriter:
                     "window_s": list(lim.window_s) if lim.window_s else None,
                 },
                 "recorded": asdict(rec) if rec is not None else None,
+                # Time recordings a steps recording replaced (what the capture spent
+                # recording set-up before the script's steps began).
+                "superseded": [asdict(r) for r in window.superseded],
             },
             "with_stack": opts.with_stack,
             "record_shapes": opts.record_shapes,

@@ -11,7 +11,10 @@ first iterations dominate it and make traces of gigabytes (issue 12: 2.2 GB for 
   first mark is step 0), stopping early after DURATION_S seconds;
 - with no step mark after WARMUP_S seconds, record DURATION_S seconds from then; a step
   mark that comes later restarts the warm-up by steps (the time recording is kept only if
-  nothing better comes);
+  nothing better comes). A script that has imported a framework whose work comes in
+  module calls (Lightning, transformers, accelerate, timm ...) waits FRAMEWORK_WARMUP_S
+  for its first one instead: its set-up is long and Python-heavy, and recording it by time
+  with Python stacks is what made those captures slow;
 - until the warm-up is over the start of the run is recorded provisionally (bounded the
   same way), so a script that ends during its warm-up still leaves a trace.
 
@@ -21,6 +24,7 @@ module imports no torch so the policy is testable on its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -36,6 +40,20 @@ DURATION_S = 10.0
 #: Without step marks, warm-up by time: CUDA context creation, library loading and a
 #: small model's building take a few seconds.
 WARMUP_S = 5.0
+#: Without step marks, warm-up by time for a script that imported one of FRAMEWORKS.
+#: Their set-up before the first module call (imports, building or loading the model,
+#: Lightning's fit set-up, tokenising) outlasts WARMUP_S, and a time recording started in
+#: it (with Python stacks) recorded the set-up instead of the steps and slowed it: on the
+#: H200 a sentence-transformers encode run was killed at 70 s (its steps take ~1 s) and a
+#: Lightning fit reached step 5 at 41 s; on the CPU the encode run's set-up recording
+#: was a 44 MB export. Their steps come later from the same module calls and optimizer
+#: steps; the time recording stays the fallback for a set-up longer than this.
+FRAMEWORK_WARMUP_S = 60.0
+#: Top-level packages whose programs do their work in nn.Module calls or optimizer steps.
+FRAMEWORKS = (
+    "lightning", "pytorch_lightning", "transformers", "accelerate", "sentence_transformers", "timm",
+    "torch_geometric", "diffusers", "torchvision.models",
+)  # fmt: skip
 #: Longest provisional recording of the run's start (kept only if the script ends
 #: during its warm-up). Short: the start is model building and compiling, whose Python
 #: under with_stack is millions of events (a CPU torch.compile run reached 6.6 GB RSS
@@ -46,6 +64,12 @@ PROVISIONAL_S = 3.0
 MAX_EVENTS = 1_000_000
 
 STEP_SOURCES = ("forward", "optimizer", "explicit")  # low to high precedence
+
+
+def loaded_framework(modules: Iterable[str]) -> str | None:
+    """The first of FRAMEWORKS among the imported module names (sys.modules), or None."""
+    names = set(modules)
+    return next((f for f in FRAMEWORKS if f in names), None)
 
 
 class Mode(Enum):
@@ -77,6 +101,7 @@ class Limits:
     steps: int | None = STEPS
     duration_s: float | None = DURATION_S
     warmup_s: float = WARMUP_S
+    framework_warmup_s: float = FRAMEWORK_WARMUP_S
     max_events: int | None = MAX_EVENTS
     #: --window START:END, seconds after the script starts
     window_s: tuple[float, float] | None = None
@@ -95,6 +120,7 @@ class Limits:
             return f"recording {span} ({dur}, {ev})"
         return (
             f"recording {span} after a warm-up, or {dur} from {self.warmup_s:g} s if the script marks no steps "
+            f"({self.framework_warmup_s:g} s with a framework such as Lightning or transformers) "
             f"(at most {dur}, {ev}; change with --steps, --window, --duration, --max-events, --all)"
         )
 
@@ -127,6 +153,11 @@ class Window:
         #: An outermost module call has begun: step marks are coming, so no time-based
         #: recording (a first forward that compiles or autotunes can take a minute).
         self.step_begun = False
+        #: Time recordings replaced by a later steps recording (the trace's metadata lists
+        #: them: what the capture spent recording set-up).
+        self.superseded: list[Recording] = []
+        #: The first of FRAMEWORKS the script imported (the runner says), or None.
+        self.framework: str | None = None
 
     # -- events -------------------------------------------------------------------------
     def begin(self) -> Action:
@@ -163,6 +194,7 @@ class Window:
                 # Step marks after a time-started recording: the script has steps after
                 # all (e.g. a model that took long to build). Warm up by steps again.
                 self.kept = self._end(now, "superseded by step marks")
+                self.superseded.append(self.kept)
                 self.phase, self.time_mode = Phase.WAITING, False
                 self.steps = 1
                 return Action.STOP
@@ -188,7 +220,7 @@ class Window:
         """A timer tick: time-based starts and stops."""
         lim = self.limits
         if self.phase is Phase.PROVISIONAL:
-            if self._time_start_allowed() and now >= lim.warmup_s:
+            if self._time_start_allowed() and now >= self._time_start_s():
                 return self._start("time", now)
             if now >= self._provisional_end():
                 self.provisional = self._end(now, f"{self._provisional_end():g} s (start of the run)")
@@ -198,7 +230,7 @@ class Window:
         if self.phase is Phase.WAITING:
             if lim.mode is Mode.TIME and lim.window_s is not None and now >= lim.window_s[0]:
                 return self._start("time", now)
-            if self._time_start_allowed() and self.kept is None and now >= lim.warmup_s:
+            if self._time_start_allowed() and self.kept is None and now >= self._time_start_s():
                 return self._start("time", now)
             return Action.NONE
         if self.phase is Phase.RECORDING and self.current is not None:
@@ -232,13 +264,13 @@ class Window:
         """When the next tick is due (seconds since start), or None."""
         lim = self.limits
         if self.phase is Phase.PROVISIONAL:
-            times = [lim.warmup_s] if self._time_start_allowed() else []
+            times = [self._time_start_s()] if self._time_start_allowed() else []
             return min([*times, self._provisional_end()])
         if self.phase is Phase.WAITING:
             if lim.mode is Mode.TIME and lim.window_s is not None:
                 return lim.window_s[0]
             if self._time_start_allowed() and self.kept is None:
-                return lim.warmup_s
+                return self._time_start_s()
             return None
         if self.phase is Phase.RECORDING and self.current is not None:
             if lim.mode is Mode.TIME and lim.window_s is not None:
@@ -258,6 +290,10 @@ class Window:
     # -- helpers ------------------------------------------------------------------------
     def _time_start_allowed(self) -> bool:
         return self.limits.mode is Mode.DEFAULT and self.steps == 0 and not self.step_begun
+
+    def _time_start_s(self) -> float:
+        lim = self.limits
+        return max(lim.warmup_s, lim.framework_warmup_s) if self.framework is not None else lim.warmup_s
 
     def _provisional_end(self) -> float:
         d = self.limits.duration_s

@@ -70,7 +70,7 @@ def _step_of(window: Window, ts: np.ndarray) -> np.ndarray:
         return np.zeros(len(ts), dtype=np.int64)
     starts = np.array([s.start_us for s in spans])
     k = np.clip(np.searchsorted(starts, ts, side="right") - 1, 0, None)
-    return np.array([spans[int(i)].index for i in k], dtype=np.int64)
+    return np.array([s.index for s in spans], dtype=np.int64)[k]
 
 
 def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> list[ShapeSite]:
@@ -148,7 +148,12 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
     sites: dict[tuple[str, str], ShapeSite] = {}
     labels: dict[int, str] = {}  # by the source object's id: one label string per object
     srcs = user_sources(model, picked_rows)
-    for (r, name, dims, new), step, src in zip(picked, steps.tolist(), srcs, strict=True):
+    # Per call as Python floats (the same values), and the host-bound idle inside each
+    # call in one pass (`overlap` per call was most of this loop on a decode trace).
+    picked_dur = dur[picked_rows].tolist()
+    picked_ts = ts[picked_rows]
+    idle_in = overlap(gap_iv, picked_ts, picked_ts + dur[picked_rows]).tolist() if len(gap_iv) else None
+    for i, ((r, name, dims, new), step, src) in enumerate(zip(picked, steps.tolist(), srcs, strict=True)):
         label = ""
         if src is not None:
             label = labels.get(id(src), "")
@@ -166,12 +171,12 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
         if new:
             site.new_calls += 1
             site.new_steps.add(int(step))
-            excess = float(dur[r]) - baseline[name]
+            excess = picked_dur[i] - baseline[name]
             if excess > 0:
                 site.excess.append((r, excess))  # all of it: one shape makes every call a repeat
             if excess >= NEW_SHAPE_MIN_EXCESS_US:
                 site.excess_us += excess
-                idle = float(overlap(gap_iv, np.array([ts[r]]), np.array([ts[r] + dur[r]]))[0]) if len(gap_iv) else 0.0
+                idle = idle_in[i] if idle_in is not None else 0.0
                 site.idle_us += min(idle, excess)
     # A site whose shapes are new only in the window's first step calls the op with the
     # same few shapes every step (a 2021 ResNet trace: images and labels copied by one

@@ -25,6 +25,7 @@ from tracelens.model.trace import TraceModel
 from tracelens.report.findings import PySource as PySource
 
 _PYTHON = int(Kind.PYTHON)
+_NO_OP = -1
 
 
 _FRAME_RE = re.compile(r"^(?P<file>.*?)\((?P<line>\d+)\): (?P<func>.*)$")
@@ -120,29 +121,68 @@ def _op_key(model: TraceModel, row: int, user: int) -> tuple[str, str] | None:
     return _OP_KEYS.get(arr.name(o))
 
 
-def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) -> PySource:
+def _op_key_ids(model: TraceModel, rows: np.ndarray, users: np.ndarray) -> np.ndarray:
+    """`ordinals.key_id(_op_key(model, row, user))` for many rows at once: each row's op
+    climbs its enclosing ops while they run in the same user frame, all rows a level per
+    numpy step (a decode loop asked this of 1.3 * 10^5 rows one Python walk each)."""
     arr = model.arrays
+    ordinals = _callee_ordinals(model)
+    out = np.full(len(rows), ordinals.key_id(None), dtype=np.int64)
+    o = arr.op[rows]
+    ok = o >= 0
+    ok[ok] = arr.py_frame[o[ok]] == users[ok]
+    at = np.flatnonzero(ok)
+    cur, user = o[at], users[at]
+    outermost = np.empty(len(at), dtype=np.int64)
+    pos = np.arange(len(at))
+    while len(pos):
+        p = arr.parent[cur]
+        up = np.where(p >= 0, arr.op[np.clip(p, 0, None)], _NO_OP)
+        climbs = up >= 0
+        climbs[climbs] = arr.py_frame[up[climbs]] == user[climbs]
+        outermost[pos[~climbs]] = cur[~climbs]
+        pos, cur, user = pos[climbs], up[climbs], user[climbs]
+    codes = arr.name_codes[outermost]
+    used, inverse = np.unique(codes, return_inverse=True)
+    ids = np.array([ordinals.key_id(_OP_KEYS.get(arr.name_table[c])) for c in used.tolist()], dtype=np.int64)
+    out[at] = ids[inverse.reshape(-1)]
+    return out
+
+
+def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) -> PySource:
     key = _row_callee_key(model, callee) if callee >= 0 else _op_key(model, row, user)
     if key is None:
         return src
-    memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.source_caches.call_line
     # Several calls of the same name in one function (`a.mean()` ... `b.mean()`): this
     # call's position among the same-named calls of this frame instance picks the
     # statement, when that instance made exactly as many such calls as there are in the
     # source (straight-line code). (-1, -1) when not applicable.
     ordinal, count = _ordinal(model, user, callee, key) if callee >= 0 else (-1, -1)
-    mkey = (arr.name(user), key, ordinal, count)
-    if mkey not in memo:
-        memo[mkey] = _infer(model, src, key, ordinal, count)
-    return memo[mkey]
+    return _refined(model, src, user, key, ordinal, count)
+
+
+def _running_at_start(model: TraceModel, frame: int) -> bool:
+    """Whether `frame` was running when the recording began: torch names such a frame by
+    the line it was at then, not by its def line. Its tracer opens those frames at its
+    start, one after another (a few µs apart on the H200), before the first op or
+    annotation of the recording (ProfilerStep#N: ~0.4 ms later in the detection capture)."""
+    caches = model.source_caches
+    if caches.frames_at_start is None:
+        ts = model.host["ts"].to_numpy()
+        other = ts[model.arrays.kind != _PYTHON]
+        caches.frames_at_start = (ts, float(other.min()) if len(other) else float("-inf"))
+    ts, first_op = caches.frames_at_start
+    return bool(ts[frame] < first_op)
 
 
 def _refined(model: TraceModel, src: PySource, user: int, key: tuple[str, str], ordinal: int, count: int) -> PySource:
-    """`_refine`'s answer once its key and ordinal are known (the same memo)."""
-    memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.source_caches.call_line
-    mkey = (model.arrays.name(user), key, ordinal, count)
+    """`_refine`'s answer once its key and ordinal are known (the same memo); a frame that
+    was running when the recording began is searched whole (`_running_at_start`)."""
+    memo: dict[tuple[str, tuple[str, str], int, int, bool], PySource] = model.source_caches.call_line
+    running = _running_at_start(model, user)
+    mkey = (model.arrays.name(user), key, ordinal, count, running)
     if mkey not in memo:
-        memo[mkey] = _infer(model, src, key, ordinal, count)
+        memo[mkey] = _infer(model, src, key, ordinal, count, running)
     return memo[mkey]
 
 
@@ -248,11 +288,13 @@ def _strip_comment(line: str) -> str:
     return line
 
 
-def _infer(model: TraceModel, src: PySource, key: tuple[str, str], ordinal: int = -1, count: int = -1) -> PySource:
+def _infer(
+    model: TraceModel, src: PySource, key: tuple[str, str], ordinal: int = -1, count: int = -1, running: bool = False
+) -> PySource:
     parsed = _parse_source(model, src.file)
     if parsed is None or src.line is None:
         return src
-    scope = _scope(parsed.tree, src.function, src.line)
+    scope = _scope(parsed.tree, src.function, src.line, running)
     if scope is None:  # no such def at that line: the file changed since the trace
         return src
     nodes = sorted(_candidates(scope, key), key=lambda n: (_line(n), getattr(n, "col_offset", 0)))
@@ -317,17 +359,25 @@ def _parse_source(model: TraceModel, file: str) -> _Parsed | None:
     return parsed
 
 
-def _scope(tree: ast.Module, function: str, def_line: int) -> ast.AST | None:
+def _scope(tree: ast.Module, function: str, def_line: int, running: bool = False) -> ast.AST | None:
     """The function whose code object starts at `def_line` (the first decorator's line
-    for a decorated one), or the module for `<module>`."""
+    for a decorated one), or the module for `<module>`; for a frame that was `running`
+    when the recording began, else the one of that name whose body holds the line."""
     if function == "<module>":
         return tree
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == function:
-            first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
-            if def_line in (first, node.lineno):
-                return node
-    return None
+    funcs = [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == function]
+    for node in funcs:
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        if def_line in (first, node.lineno):
+            return node
+    # A frame that was already running when the recording started is named by the line it
+    # was at then, not its def line: `tracelens capture` starts recording in an
+    # optimizer.step() hook, so the training loop's function is `main` at the
+    # optimizer.step() line (seen on the H200: "detection_train.py(83): main", line 83
+    # being `optimizer.step()`). The innermost function of that name holding the line.
+    # Only for such frames: for the others a line inside the body means the file changed.
+    inside = [n for n in funcs if running and n.lineno <= def_line <= (n.end_lineno or n.lineno)]
+    return max(inside, key=lambda n: n.lineno) if inside else None
 
 
 def _own_nodes(scope: ast.AST) -> list[ast.AST]:

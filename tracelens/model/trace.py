@@ -188,7 +188,9 @@ class SourceCaches:
     has_call_stacks: dict[str, bool] = field(default_factory=dict)
     user_call_stack: dict[str, PySource | None] = field(default_factory=dict)
     nearest_call_stack: dict[int, str | None] = field(default_factory=dict)
-    call_line: dict[tuple[str, tuple[str, str], int, int], PySource] = field(default_factory=dict)
+    call_line: dict[tuple[str, tuple[str, str], int, int, bool], PySource] = field(default_factory=dict)
+    #: Every host row's start and the first non-Python event's (callsite._running_at_start).
+    frames_at_start: tuple[np.ndarray, float] | None = None
     callee_key: dict[int, tuple[str, str] | None] = field(default_factory=dict)
     callee_ordinals: dict[str, Any] = field(default_factory=dict)  # callsite._Ordinals
     source_dirs: dict[str, list[Path]] = field(default_factory=dict)
