@@ -135,6 +135,11 @@ def _make(
 ) -> Window:
     if source in ("steps", "detected") and steps:
         queued_end = _after_queued_work(model, start, end)
+        if queued_end >= end:
+            # The work queued before the steps runs past their end (a lone step whose own
+            # launches are not linked: fuzz seed 2912 case 1249): starting after it would
+            # leave an empty window, "0.0 µs analysed". The steps are analysed as marked.
+            queued_end = start
         if queued_end - start >= QUEUED_NOTE_MIN_US:
             # The GPU trails the host: when the first step begins on the host, the GPU is
             # still running work queued before it (warm-up steps). That work is not the
