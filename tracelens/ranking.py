@@ -15,10 +15,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_POOL, PARENT_OF, categories_of
-from tracelens.analyzers.base import Category, Finding, Severity
+from tracelens.analyzers.base import Category, Finding, Prediction, Severity
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
+from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.model.schema import Kind
@@ -73,8 +74,18 @@ def _finite(x: float) -> float:
 def _capped(f: Finding, room_us: float, window_us: float, parent: Category | None = None) -> Finding:
     time_us = max(min(_finite(f.time_us), room_us), 0.0)
     share = time_us / window_us if window_us > 0 else 0.0
-    gain = max(min(_finite(f.expected_gain_us), time_us), 0.0)
-    return replace(f, time_us=time_us, share=share, expected_gain_us=gain, severity=severity_for(share), parent=parent)
+    # A replayed gain is what the fix saves of the step, which may exceed the finding's own
+    # ledger time (a CUDA graph also removes the host work between launches that other
+    # causes hold): it is bounded by the window. An estimate stays within its time.
+    replayed = f.prediction is not None and f.prediction.basis == "replay"
+    cap = max(window_us, 0.0) if replayed else time_us
+    gain = max(min(_finite(f.expected_gain_us), cap), 0.0)
+    low = max(min(_finite(f.expected_gain_low_us), gain), 0.0)
+    high = max(min(_finite(f.expected_gain_high_us), cap), gain)
+    return replace(
+        f, time_us=time_us, share=share, expected_gain_us=gain, expected_gain_low_us=low,
+        expected_gain_high_us=high, severity=severity_for(share), parent=parent,
+    )  # fmt: skip
 
 
 def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
@@ -116,9 +127,19 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         kids = [_capped(k, parent.time_us, window, cat) for k in kids]
         # Children may describe the same kernels: together they never gain more than
         # the parent's time.
-        gains = sum(k.expected_gain_us for k in kids)
+        gains = sum(k.expected_gain_us for k in kids if k.prediction is None or k.prediction.basis != "replay")
         scale = parent.time_us / gains if gains > parent.time_us else 1.0
-        out += [replace(k, expected_gain_us=k.expected_gain_us * scale) for k in kids]
+        out += [
+            k
+            if k.prediction is not None and k.prediction.basis == "replay"
+            else replace(
+                k,
+                expected_gain_us=k.expected_gain_us * scale,
+                expected_gain_low_us=k.expected_gain_low_us * scale,
+                expected_gain_high_us=k.expected_gain_high_us * scale,
+            )
+            for k in kids
+        ]
     return blockers(ctx, out)
 
 
@@ -560,6 +581,34 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             if ctx.window_us > 0
             else title
         )
+    pred = top.prediction
+    predicted = low = high = 0.0
+    u_now = u_after = 0.0
+    if pred is not None and ctx.window_us > 0 and per > 0:
+        step = ctx.window_us / per
+        scale = ctx.n_steps / per  # the prediction's per-step values in the report's unit
+        # The step after the fix is after its blockers' fixes too: the verdict's blocker
+        # (its own gain), or the replay's (a graph capture needs the syncs gone first).
+        if blocker is not None:
+            extra, after = blocker.expected_gain_us / per, blocker.category.value
+            u_extra = blocker.prediction.unprofiled_gain_us if blocker.prediction is not None else 0.0
+        elif pred.blocked_by:
+            extra = max(step - pred.predicted_step_us * scale - top.expected_gain_us / per, 0.0)
+            after = pred.blocked_by.replace(",", ", ")
+            u_extra = max(pred.unprofiled_step_us - pred.unprofiled_predicted_step_us - pred.unprofiled_gain_us, 0.0)
+        else:
+            extra, after, u_extra = 0.0, "", 0.0
+        predicted = max(step - extra - top.expected_gain_us / per, 0.0)
+        low = max(step - extra - top.expected_gain_high_us / per, 0.0)
+        high = max(step - extra - top.expected_gain_low_us / per, 0.0)
+        headline += " " + prediction_sentence(unit, step, predicted, low, high, pred, after)
+        if pred.unprofiled_step_us > 0:
+            u_now = pred.unprofiled_step_us * scale
+            u_after = max(u_now - (pred.unprofiled_gain_us + u_extra) * scale, 0.0)
+            if step - u_now >= MATTERS_SHARE * step or predicted - u_after >= MATTERS_SHARE * predicted:
+                headline += " " + unprofiled_sentence(unit, step, u_now, u_after)
+            else:
+                u_now = u_after = 0.0  # the profiler's cost is within the replay's own error
     return Summary(
         primary=top.category,
         headline=headline,
@@ -571,6 +620,43 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         per_step_us=ctx.window_us / per if unit != "window" else 0.0,
         primary_gain_per_step_us=gain / per if unit != "window" else 0.0,
         unit=unit,
+        predicted_step_us=predicted,
+        predicted_step_low_us=low,
+        predicted_step_high_us=high,
+        prediction_basis=pred.basis if pred is not None else "",
+        unprofiled_step_us=u_now,
+        unprofiled_predicted_step_us=u_after,
+    )
+
+
+def unprofiled_sentence(unit: str, step: float, now: float, after: float) -> str:
+    """What the profiler's own host time changes (derive/profiler_cost.py): the step as the
+    user sees it without the profiler, now and after the fix."""
+    what = "the window" if unit == "window" else f"the {unit}"
+    return (
+        f"Without the profiler (its own host time here is about {fmt_us(step - now)} of the {fmt_us(step)}, "
+        f"estimated from the events it recorded) {what} takes about {fmt_us(now)}, and about {fmt_us(after)} "
+        f"after the fix: {fmt_us(now - after)} saved."
+    )
+
+
+#: A predicted step is given as a range when its ends differ by more than this share.
+RANGE_SHARE = 0.02
+
+
+def prediction_sentence(
+    unit: str, step: float, predicted: float, low: float, high: float, pred: Prediction, blockers: str = ""
+) -> str:
+    """The headline's falsifiable end: what the step should take after the first fix, and
+    how to check it (predicted, then measured)."""
+    what = "the window" if unit == "window" else f"the {unit}"
+    rng = f" ({fmt_us(low)} to {fmt_us(high)})" if high - low > RANGE_SHARE * max(predicted, 1e-9) else ""
+    how = "replayed from this trace" if pred.basis == "replay" else "estimated"
+    part = f"; the gain is {pred.part}" if pred.part else ""
+    after = f" and the {blockers} fix" if blockers else ""
+    return (
+        f"After it{after} {what} should take about {fmt_us(predicted)}{rng} instead of {fmt_us(step)} ({how}{part}); "
+        "check with `tracelens diff` on a new capture."
     )
 
 

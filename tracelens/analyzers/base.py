@@ -18,6 +18,7 @@ from tracelens.report.enums import Severity as Severity
 from tracelens.report.enums import Unit as Unit
 from tracelens.report.findings import Finding as Finding
 from tracelens.report.findings import Metric as Metric
+from tracelens.report.findings import Prediction as Prediction
 from tracelens.report.findings import Site as Site
 
 
