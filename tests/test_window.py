@@ -45,6 +45,10 @@ INNER_LOOP = {
     "diff_graph_before.pt.trace.json.gz",
 }
 #: Nothing repeats: detection must fall back to the whole GPU span.
+#: The first marked step holds the capture tool's own 3.54 s gc.collect() and is left out
+#: as warm-up; without the marks the loop's iterations open at launches, so the gc falls
+#: in iteration 1, not 0, and the detected window keeps it: it covers the marked one.
+PROFILER_FIRST_STEP = {"capture_compile.pt.trace.json.gz"}
 NO_REPEAT = {
     # HTA's down-sampled trace keeps a sample of the kernels (its rank-0 twin keeps
     # enough of both steps alike to be found).
@@ -134,6 +138,10 @@ def test_detected_iterations_match_the_marked_steps(path: Path) -> None:
         assert _overlap(w, marked) > MIN_OVERLAP
         return
     assert w.source == "detected"
+    if path.name in PROFILER_FIRST_STEP:
+        assert marked.excluded_steps and w.start_us <= marked.start_us
+        assert w.end_us >= marked.end_us - 0.05 * (marked.end_us - marked.start_us)
+        return
     assert _overlap(w, marked) >= MIN_OVERLAP
     if path.name in INNER_LOOP:
         assert got_n > true_n  # a loop inside the step, found more often

@@ -20,7 +20,7 @@ from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
-from tracelens.derive.queued import QUEUED_GAP_MIN_US, finding_due
+from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
@@ -481,7 +481,7 @@ def _queued_wait_words(ctx: AnalysisContext) -> str:
             f"; their next work had been launched a median {fmt_us(q.lead_median_us)} earlier "
             f"(by {', '.join(q.launch_apis)})"
         )
-    if q.blocked_what:
+    if q.blocked_what and q.blocked_us >= BLOCKED_MIN_SHARE * q.idle_us:
         words += f"; {fmt_us(q.blocked_us)} of the idle coincides with the host in {q.blocked_what[0][0]}"
     return words + "."
 

@@ -15,13 +15,9 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.queued import QUEUED_GAP_MIN_US, QUEUED_STALL_MIN_US, QueuedWaits, finding_due
+from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, QUEUED_STALL_MIN_US, QueuedWaits, finding_due
 from tracelens.domain import fmt_us
 from tracelens.model.sources import PySource, user_source
-
-#: The blocking calls are named as what the idle coincides with when they overlap at
-#: least this share of it (rank0.json: 73%).
-BLOCKED_MIN_SHARE = 0.25
 
 
 def analyze(ctx: AnalysisContext) -> list[Finding]:

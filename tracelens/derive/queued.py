@@ -35,6 +35,9 @@ QUEUED_STALL_MIN_US = 1_000.0
 #: Queued-work stalls get a finding from this share of the window on (issue 24 §8: "a
 #: cause over 20% of the window gets a finding"); below it a note says what they are.
 QUEUED_IDLE_MIN_SHARE = 0.20
+#: The blocking calls are named as what the idle coincides with when they overlap at
+#: least this share of it (rank0.json: 60%; sampled_rank-0: 0.02%, a coincidence).
+BLOCKED_MIN_SHARE = 0.25
 #: Host calls named as what the idle coincides with (most overlap first).
 MAX_CALLS_NAMED = 3
 
@@ -137,4 +140,11 @@ def finding_due(q: QueuedWaits | None, window_us: float) -> bool:
     return q is not None and window_us > 0 and q.stall_us >= QUEUED_IDLE_MIN_SHARE * window_us
 
 
-__all__ = ["QUEUED_GAP_MIN_US", "QUEUED_IDLE_MIN_SHARE", "QueuedWaits", "finding_due", "queued_waits"]
+__all__ = [
+    "BLOCKED_MIN_SHARE",
+    "QUEUED_GAP_MIN_US",
+    "QUEUED_IDLE_MIN_SHARE",
+    "QueuedWaits",
+    "finding_due",
+    "queued_waits",
+]

@@ -192,7 +192,29 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         start = float(first_ts[i])
         end = float(first_ts[i + 1]) if i + 2 < len(bounds) else float(np.max(last_end[a:b]))
         spans.append(StepSpan(i, start, max(end, start)))
-    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what)
+    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what, _inner_body(seq, bounds))
+
+
+#: An iteration "holds a repeating body" when the body's repeats cover this share of it.
+INNER_MIN_COVER = 0.8
+
+
+def _inner_body(seq: _Tokens, bounds: list[int]) -> str:
+    """What the outermost period holds when its own tokens repeat (a generate call of 24
+    decode passes, each ending in a host sync), in words; "" when nothing repeats."""
+    lengths = np.diff(bounds)
+    i = int(np.argsort(lengths)[len(lengths) // 2])
+    body = seq.codes[bounds[i] : bounds[i + 1]]
+    found = _find_repetition(body) if len(body) >= 2 * MIN_ITERATIONS else None
+    if found is None or found[2] - found[1] < INNER_MIN_COVER * len(body):
+        return ""
+    period, lo, hi = found
+    repeats = round((hi - lo) / period)
+    kernels = int((body[lo : lo + period] < seq.sync_from).sum()) if seq.sync_from >= 0 else period
+    ends_in_sync = seq.sync_from >= 0 and bool((body[lo : lo + period] >= seq.sync_from).any())
+    return f"{repeats} repeats of a body of {kernels} kernels" + (
+        ", each with a host sync (in a generation loop: one token each)" if ends_in_sync else ""
+    )
 
 
 def _launched(bounds: list[int], seq: _Tokens) -> list[int]:
@@ -213,6 +235,7 @@ class _Tokens:
     host_gap: np.ndarray  # host time between this token's launch and the previous one's
     first_launched: int  # first token whose launch the trace holds
     what: str
+    sync_from: int = -1  # codes from here on are host syncs (-1: none)
 
 
 def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
@@ -257,7 +280,10 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         # host: 968 of resnet_act_checkpoint's) belong to iterations the trace does not
         # hold: they help find the period, but no iteration starts among them.
         first = int(np.argmax(has)) if has.any() else 0
-        return _Tokens(codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, first, "kernels and syncs")
+        n_names = len(act["name"].cat.categories)
+        return _Tokens(
+            codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, first, "kernels and syncs", n_names
+        )
     ops = _top_level_ops(model)
     if len(ops) < MIN_ITERATIONS:
         return None
@@ -645,6 +671,7 @@ def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> 
     reason = (
         f"no step marks: {_plural(len(found.spans), 'iteration')} of a loop found in the trace's {found.what} "
         f"({found.period_tokens} per iteration, repeating over {found.stretch_tokens} of {found.tokens})"
+        + (f"; one iteration holds {found.inner}" if found.inner else "")
         + (f"; iteration 0 left out as warm-up ({why})" if excluded else "")
         + "."
     )

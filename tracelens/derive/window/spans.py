@@ -64,6 +64,7 @@ class Iterations:
     tokens: int  # length of the coded sequence
     stretch_tokens: int  # tokens inside the repeating stretch
     what: str  # what was coded: "kernels and syncs" (... "between long idle gaps"), "top-level ops"
+    inner: str = ""  # what one iteration holds when its body repeats inside it (issue 24 §1)
 
 
 def _plural(n: int, what: str) -> str:
