@@ -37,7 +37,8 @@ def test_timm_amp_loop_is_launch_bound() -> None:
 def test_detection_with_fixed_shapes_has_no_shape_cost() -> None:
     """Faster R-CNN on fixed-size images (the fix of the varying-shape run's headline:
     254.4 -> 79.5 ms unprofiled): no shape-dynamism finding is left, the step is
-    launch-bound."""
+    launch-bound (its largest time; which finding heads the report is the gains' ranking,
+    issue 25: since predict's replayed gains it is host_bound's DataLoader work)."""
     rep = report_of(sample("prog_detection_fixed"))
-    assert rep.summary.primary == "launch_overhead"
+    assert max(rep.findings, key=lambda f: f.time_us).category == "launch_overhead"
     assert not [f for f in rep.findings if f.category == "shape_dynamism" and f.share >= 0.03]
