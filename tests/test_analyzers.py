@@ -6,7 +6,7 @@ import pytest
 from support.corpus import context_of, needs_real, real, report_of, sample
 
 from tracelens.analyzers import host_bound, host_sync, launch_overhead
-from tracelens.analyzers.base import Category, Severity
+from tracelens.report.enums import Category, Severity
 
 
 def _sync_sites(name_or_path):  # type: ignore[no-untyped-def]

@@ -14,7 +14,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from tracelens import __version__
+from tracelens import __version__, explain
 from tracelens.analyzers import run_all
 from tracelens.derive.clocks import nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
@@ -29,6 +29,7 @@ from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
     SCHEMA_VERSION,
     ClockTimeline,
+    Finding,
     GpuTimeSummary,
     KernelRow,
     LedgerEntry,
@@ -71,7 +72,7 @@ def build_report(
     t0 = time.perf_counter()
     if ctx is None:
         ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
-    ranked = rank(settle(ctx, run_all(ctx)))
+    ranked = rank(settle(ctx, findings_of(ctx)))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(
         schema_version=SCHEMA_VERSION,
@@ -91,9 +92,7 @@ def build_report(
         ops=_op_rows(ctx),
         sources=_source_rows(ctx, ranked),
         roofline=_roofline(ctx),
-        matmuls=tuple(
-            replace_name(r) for r in sorted(ctx.matmuls, key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]
-        ),
+        matmuls=tuple(replace_name(r) for r in sorted(ctx.matmuls, key=lambda r: -r.time_us)[:MAX_MATMUL_ROWS]),
         load_seconds=round(load_seconds, 3),
         analysis_seconds=0.0,
         memory=_memory(ctx),
@@ -101,6 +100,12 @@ def build_report(
     from dataclasses import replace
 
     return replace(report, analysis_seconds=round(time.perf_counter() - t0, 3))
+
+
+def findings_of(ctx: AnalysisContext) -> list[Finding]:
+    """Every analyzer's findings, with their words (tracelens.explain), not yet fitted
+    to the ledger (ranking.settle does that)."""
+    return explain.findings(run_all(ctx), ctx.share)
 
 
 def _trace_info(model: TraceModel) -> TraceInfo:
@@ -342,7 +347,7 @@ class _OwnBusy:
 def replace_name(row: MatmulRow) -> MatmulRow:
     from dataclasses import replace
 
-    return replace(row, kernel=cut_name(row.kernel))
+    return replace(explain.matmuls.worded(row), kernel=cut_name(row.kernel))
 
 
 class _SourceCache:

@@ -13,14 +13,14 @@ import math
 from dataclasses import dataclass, replace
 
 from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_POOL, PARENT_OF, categories_of
-from tracelens.analyzers.base import Category, Finding, Severity
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
-from tracelens.report.enums import QuestionId, QuestionStatus
+from tracelens.report.enums import Category, QuestionId, QuestionStatus, Severity
+from tracelens.report.findings import Finding
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ analyzer is one module, one line here, its words, and its tests (CONTRIBUTING.md
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tracelens.analyzers import (
     allocation,
@@ -31,12 +32,12 @@ from tracelens.analyzers import (
     shape_dynamism,
     wave_quantization,
 )
-from tracelens.analyzers.base import Category, Finding, Severity
+from tracelens.analyzers.base import Category, Found
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.ledger import IDLE_CAUSES
 from tracelens.report.enums import QuestionId
 
-Analyzer = Callable[[AnalysisContext], list[Finding]]
+Analyzer = Callable[[AnalysisContext], Sequence[Found[Any, Any]]]
 
 #: A finding whose time is any busy time no finding with causes of its own has claimed
 #: (an inefficiency inside kernels of any bound).
@@ -65,9 +66,7 @@ ANALYZERS: tuple[AnalyzerSpec, ...] = (
     AnalyzerSpec(
         Category.LAUNCH_OVERHEAD, "launch", launch_overhead.analyze, ("launch_overhead",), needs=("cuda", "cpu")
     ),
-    AnalyzerSpec(
-        Category.EAGER_ATTENTION, "memory", eager_attention.analyze, (BUSY,), needs=("cuda", "record_shapes")
-    ),
+    AnalyzerSpec(Category.EAGER_ATTENTION, "memory", eager_attention.analyze, (BUSY,), needs=("cuda", "record_shapes")),
     AnalyzerSpec(
         Category.MEMORY_BOUND,
         "memory",
@@ -141,10 +140,7 @@ LEDGER_POOL: dict[Category, tuple[str, ...]] = {spec.category: spec.causes for s
 PARENT_OF: dict[Category, Category] = {spec.category: spec.parent for spec in ANALYZERS if spec.parent is not None}
 #: The idle cause a category's finding explains, for the annotated trace's gap slices.
 IDLE_CAUSE_OF: dict[str, str] = {
-    spec.category.value: cause
-    for spec in ANALYZERS
-    for cause in spec.causes[:1]
-    if cause in IDLE_CAUSES
+    spec.category.value: cause for spec in ANALYZERS for cause in spec.causes[:1] if cause in IDLE_CAUSES
 }
 
 
@@ -153,8 +149,8 @@ def categories_of(question: QuestionId) -> tuple[Category, ...]:
     return tuple(spec.category for spec in ANALYZERS if spec.question == question)
 
 
-def run_all(ctx: AnalysisContext) -> list[Finding]:
-    findings: list[Finding] = []
+def run_all(ctx: AnalysisContext) -> list[Found[Any, Any]]:
+    findings: list[Found[Any, Any]] = []
     for spec in ANALYZERS:
         findings.extend(spec.run(ctx))
     return findings
@@ -171,8 +167,7 @@ __all__ = [
     "AnalysisContext",
     "AnalyzerSpec",
     "Category",
-    "Finding",
-    "Severity",
+    "Found",
     "categories_of",
     "run_all",
 ]

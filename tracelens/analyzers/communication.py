@@ -14,13 +14,14 @@ the straggler (or the imbalance) recovers; the exposed transfer itself is what o
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
-from tracelens.domain import DTYPE_BYTES, fmt_us, is_collective_kernel, is_collective_wait_op
+from tracelens.domain import DTYPE_BYTES, is_collective_kernel, is_collective_wait_op
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import name_matches
@@ -32,7 +33,22 @@ MAX_SITES = 8
 GLOO_ALGBW_BYTES_PER_S = 0.5e9
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+@dataclass(frozen=True)
+class CommunicationFacts:
+    per_step_us: float | None  # the communication time per step (None: one step or none)
+    exposed_kernel_us: float  # collective kernels nothing overlaps
+    wait_us: float  # GPU idle inside collectives
+    straggler_wait_us: float  # of it, beyond what the data needs: waiting for another rank
+    overlapped_share: float  # of the collective kernel time
+    gloo: bool  # GPU tensors moved by gloo, through the host
+
+
+@dataclass(frozen=True)
+class Collective:
+    op: str
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, Collective]]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
@@ -116,70 +132,38 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     other_busy = dev.busy_us - exposed_kernels
     gain = min(exposed_kernels, other_busy) + excess
     gain = min(gain, comm_time)
-    share = ctx.share(comm_time)
-    per_step = comm_time / ctx.n_steps
-    parts = []
-    if exposed_kernels > 0:
-        parts.append(f"{fmt_us(exposed_kernels)} of collective kernels nothing overlaps")
-    if wait_us > 0:
-        parts.append(f"{fmt_us(wait_us)} idle inside collectives")
-    title = (
-        f"Communication costs {fmt_us(comm_time)} ({share:.0%} of the window"
-        + (f", {fmt_us(per_step)} per step" if ctx.n_steps > 1 else "")
-        + "): "
-        + " and ".join(parts or ["collectives overlap other work"])
-    )
-    advice_parts = []
-    if excess > 0.2 * max(wait_us, 1.0):
-        advice_parts.append(
-            f"{fmt_us(excess)} of the wait is collectives taking longer than their data needs: this rank waits "
-            "for a slower one. Compare the ranks' traces (tracelens report on each) to find the "
-            "straggler and why it is late (data loading, a host sync, more work, lower clocks)."
-        )
-    if exposed_kernels > 0:
-        advice_parts.append(
-            f"{overlapped_share:.0%} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
-            "(bucket_cap_mb, gradient_as_bucket_view=True) start all-reduces during backward; FSDP's "
-            "forward_prefetch / backward_prefetch overlap all-gathers; issue collectives with async_op=True and "
-            "wait() only where the result is needed."
-        )
-    if any(name.startswith("gloo:") for name in durs_by_kind) and model.gpu_activity().shape[0]:
-        advice_parts.append(
-            "The collectives run on gloo, which moves CUDA tensors through the host: use the NCCL backend for GPU "
-            "tensors."
-        )
     ranked = sorted(by_site.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_SITES]
-    sites = tuple(
-        Site(description=f"inside {op}", count=int(n), time_us=idle, ops=(op,), source=src_of[(op, label)])
+    places = tuple(
+        Place(count=int(n), time_us=idle, facts=Collective(op), ops=(op,), source=src_of[(op, label)])
         for (op, label), (idle, n, _) in ranked
     )
+    facts = CommunicationFacts(
+        per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 else None,
+        exposed_kernel_us=exposed_kernels,
+        wait_us=wait_us,
+        straggler_wait_us=excess,
+        overlapped_share=overlapped_share,
+        gloo=any(name.startswith("gloo:") for name in durs_by_kind) and model.gpu_activity().shape[0] > 0,
+    )
     return [
-        Finding(
+        Found(
             category=Category.COMMUNICATION,
-            severity=severity_for(share),
-            title=title,
             time_us=comm_time,
-            share=share,
-            advice="\n".join(advice_parts) or "Overlap collectives with compute.",
             expected_gain_us=gain,
-            gain_note=(
-                "the exposed collective kernels, at best hidden under the rest of the GPU's work, plus the idle "
-                "inside collectives beyond what their data needs (the fastest call of the kind, or the bytes at "
-                "gloo's loopback rate): waiting for another rank"
-            ),
+            facts=facts,
             evidence=(
-                Metric("communication in the ledger", comm_time, "us"),
-                Metric("collective kernel time", dev.comm_us, "us"),
-                Metric("of it overlapped by other GPU work", overlapped_share, "share"),
-                Metric("exposed collective kernel time", exposed_kernels, "us"),
-                Metric("GPU idle inside collectives", wait_us, "us"),
-                Metric("collectives", n_collectives, "count"),
-                Metric("waiting for other ranks (beyond what the data needs)", excess, "us"),
-                Metric("bytes moved (from op shapes)", nbytes, "bytes"),
-                Metric("algorithm bandwidth", algbw, "bytes_per_s"),
+                Fact("communication_us", comm_time, "us"),
+                Fact("collective_kernel_us", dev.comm_us, "us"),
+                Fact("overlapped_share", overlapped_share, "share"),
+                Fact("exposed_kernel_us", exposed_kernels, "us"),
+                Fact("idle_in_collectives_us", wait_us, "us"),
+                Fact("collectives", n_collectives, "count"),
+                Fact("waiting_for_ranks_us", excess, "us"),
+                Fact("bytes_moved", nbytes, "bytes"),
+                Fact("algorithm_bandwidth", algbw, "bytes_per_s"),
             ),
-            sites=sites,
-            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
+            places=places,
+            sources=tuple(dict.fromkeys(p.source for p in places if p.source is not None)),
             device=dev.device,
         )
     ]

@@ -189,6 +189,5 @@ def peaks_for(device_name: str | None) -> DevicePeaks | None:
             flops = dict(base.flops)
             flops.update({k: float(v) for k, v in values.items() if k != "bandwidth"})
             bw = float(values.get("bandwidth", base.bandwidth))
-            found = DevicePeaks(base.name, flops, bw, base.source + " + TRACELENS_PEAKS", {}, base.issue,
-                                base.l2_write)
+            found = DevicePeaks(base.name, flops, bw, base.source + " + TRACELENS_PEAKS", {}, base.issue, base.l2_write)
     return found

@@ -184,6 +184,7 @@ def _link_launches(host: pd.DataFrame, gpu: pd.DataFrame) -> dict[str, Any]:
     pos = corr_index.get_indexer(gpu["correlation"].to_numpy())
     launch = np.where(pos >= 0, launch_rows[np.clip(pos, 0, None)] if len(launch_rows) else _NO_ROW, _NO_ROW)
     launch = np.where(gpu["correlation"].to_numpy() >= 0, launch, _NO_ROW)
+
     def at_launch(column: str) -> np.ndarray | int:
         """The launching call's `column` for each activity (-1 where none launched it)."""
         if not len(host):
