@@ -30,7 +30,6 @@ import csv
 import difflib
 import gzip
 import io
-import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tracelens.derive.context import AnalysisContext  # noqa: E402
+from tracelens.derive.counters import kernel_identifier  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
 
 CASES = ("train", "encoder", "attention", "compiled", "elementwise", "gemm")
@@ -142,25 +142,9 @@ def read_raw(path: Path) -> list[dict[str, float | str]]:
     return out
 
 
-_ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
 def identifier(name: str) -> str:
     """The function's own name: 'void at::native::(anonymous namespace)::foo<...>(...)' -> 'foo'."""
-    head = name.removeprefix("void ").replace("<unnamed>", "anon").replace("(anonymous namespace)", "anon")
-    depth = 0
-    cut = len(head)
-    for j, ch in enumerate(head):  # drop template arguments and the parameter list
-        if ch == "<":
-            if depth == 0 and j > 0:
-                cut = j
-                break
-            depth += 1
-        elif ch == "(" and depth == 0:
-            cut = j
-            break
-    ids = _ID_RE.findall(head[:cut].split("::")[-1])
-    return ids[-1] if ids else head
+    return kernel_identifier(name)
 
 
 @dataclass(frozen=True)

@@ -96,6 +96,22 @@ NULLABLE = frozenset(
         "main_cause",
         "before_primary",
         "after_primary",
+        # Hardware counters (issue 35): null without counters in the trace; a counted_* value
+        # is null when it was not counted, timeline ones when the trace has no kernel events.
+        "counters",
+        "counted_steps",
+        "counted_flops",
+        "counted_dram_bytes",
+        "counted_instructions",
+        "counted_intensity",
+        "counted_flops_per_s",
+        "counted_bytes_per_s",
+        "timeline_us",
+        "of_compute_roof",
+        "of_dram_roof",
+        "replay_us",
+        "model_to_counted_flops",
+        "model_to_counted_bytes",
     }
 )
 #: Fractions: must lie in [0, 1]. (Lists of them too: the timeline's per-bin shares.)

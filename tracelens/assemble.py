@@ -7,6 +7,7 @@ Report.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import time
 from collections import defaultdict
@@ -18,9 +19,12 @@ from tracelens import __version__, explain
 from tracelens.analyzers import run_all
 from tracelens.derive.clocks import nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.counters import KernelCounters, LaunchCounters
+from tracelens.derive.devices import other_accelerator
 from tracelens.derive.intervals import merge_intervals
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
+from tracelens.derive.roofline import ModelCheck, Roofline
 from tracelens.domain import cut_name
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source
@@ -29,11 +33,14 @@ from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
     SCHEMA_VERSION,
     ClockTimeline,
+    CountersSummary,
     Finding,
     GpuTimeSummary,
     KernelRow,
     LedgerEntry,
+    MeasuredKernel,
     MemoryTimeline,
+    ModelCheckRow,
     OpRow,
     Report,
     RooflinePoint,
@@ -96,6 +103,7 @@ def build_report(
         load_seconds=round(load_seconds, 3),
         analysis_seconds=0.0,
         memory=_memory(ctx),
+        counters=_counters(ctx),
     )
     from dataclasses import replace
 
@@ -112,6 +120,10 @@ def _trace_info(model: TraceModel) -> TraceInfo:
     meta = model.meta
     dev = meta.primary_device
     cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}" if dev and dev.compute_capability else ""
+    acc = other_accelerator(model)
+    accelerator = acc.label if acc is not None and not meta.active_devices else ""
+    if accelerator:
+        dev = None  # its deviceProperties describe the accelerator, not a GPU
     return TraceInfo(
         path=meta.path,
         file_name=os.path.basename(meta.path),
@@ -122,7 +134,13 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         vendor=meta.vendor,
         gpu_name=dev.name
         if dev
-        else ("unknown GPU (no deviceProperties in the trace)" if meta.active_devices else "no GPU (CPU-only trace)"),
+        else (
+            f"no GPU ({acc.kind} trace)"
+            if acc is not None and accelerator
+            else "unknown GPU (no deviceProperties in the trace)"
+            if meta.active_devices
+            else "no GPU (CPU-only trace)"
+        ),
         gpu_count=len(meta.active_devices),
         compute_capability=cc,
         num_sms=dev.num_sms if dev else None,
@@ -136,6 +154,7 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         has_memory_events=len(model.memory) > 0,
         has_clock_samples=len(model.counters) > 0,
         notes=meta.notes,
+        accelerator=accelerator,
     )
 
 
@@ -258,6 +277,155 @@ def _memory(ctx: AnalysisContext) -> MemoryTimeline | None:
 
 
 MAX_ROOFLINE_POINTS = 60
+#: Kernel names listed with their counters, and model checks shown.
+MAX_COUNTER_ROWS = 40
+
+
+def _known(value: float | None) -> float | None:
+    """A count as the contract carries it: None when not counted (NaN or None here)."""
+    return float(value) if value is not None and math.isfinite(value) else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    a, b = _known(a), _known(b)
+    return a / b if a is not None and b is not None and b > 0 else None
+
+
+def _counters(ctx: AnalysisContext) -> CountersSummary | None:
+    kc = ctx.kernel_counters
+    if kc is None:
+        return None
+    model = ctx.model
+    if kc.timeline:
+        roof = ctx.roofline
+        rows, checks = _measured_rows(ctx, kc, roof), roof.checks
+        share = roof.measured_us / roof.total_us if roof.total_us > 0 else 0.0
+    else:
+        rows, checks, share = _unplaced_rows(model, kc), (), 0.0
+    return CountersSummary(
+        source=kc.source,
+        tool=kc.tool,
+        timeline=kc.timeline,
+        counted_steps=kc.steps,
+        records=len(kc.launches),
+        paired=kc.paired,
+        measured_share=share,
+        cache_control=kc.cache_control,
+        kernels=rows[:MAX_COUNTER_ROWS],
+        checks=tuple(_check_row(c) for c in checks[:MAX_COUNTER_ROWS]),
+        notes=kc.notes,
+    )
+
+
+def _check_row(c: ModelCheck) -> ModelCheckRow:
+    return ModelCheckRow(
+        name=cut_name(c.name),
+        op=c.op,
+        launches=c.launches,
+        model_flops=c.model_flops,
+        counted_flops=_known(c.measured_flops),
+        model_bytes=c.model_bytes,
+        counted_dram_bytes=_known(c.measured_bytes),
+        model_to_counted_flops=_ratio(c.model_flops, c.measured_flops),
+        model_to_counted_bytes=_ratio(c.model_bytes, c.measured_bytes),
+    )
+
+
+def _op_name(model: TraceModel, op_row: int) -> str:
+    return model.arrays.name(op_row) if op_row >= 0 else ""
+
+
+def _per_launch_precision(launches: list[LaunchCounters]) -> dict[str, float]:
+    out: dict[str, float] = defaultdict(float)
+    for lc in launches:
+        for prec, v in lc.flops_by_precision.items():
+            if v > 0:
+                out[prec] += v / len(launches)
+    return dict(out)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) / len(known) if known else None
+
+
+def _measured_rows(ctx: AnalysisContext, kc: KernelCounters, roof: Roofline) -> tuple[MeasuredKernel, ...]:
+    """Kernel names with counters on the timeline: totals in the window, rates and bound."""
+    model = ctx.model
+    gpu_names = model.gpu["name"]
+    by_name: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(kc.record_kernel.tolist()):
+        if row >= 0:
+            by_name[str(gpu_names.loc[row])].append(i)
+    out = []
+    for r in roof.kernels:
+        if r.measured_launches <= 0:
+            continue
+        recs = [kc.launches[i] for i in by_name.get(r.name, [])]
+        ops = [int(kc.record_op[i]) for i in by_name.get(r.name, [])]
+        flops_ok = all(lc.flops is not None for lc in recs)
+        bytes_ok = all(lc.dram_bytes is not None for lc in recs)
+        instr_ok = all(lc.thread_instructions is not None for lc in recs)
+        out.append(
+            MeasuredKernel(
+                name=cut_name(r.name),
+                op=_op_name(model, ops[0]) if ops else "",
+                launches=r.measured_launches,
+                measured=len(recs),
+                counted_flops=r.flops if flops_ok else None,
+                flops_by_precision=_per_launch_precision(recs),
+                counted_dram_bytes=r.bytes if bytes_ok else None,
+                counted_instructions=r.instructions if instr_ok else None,
+                counted_intensity=_known(r.intensity) if flops_ok and bytes_ok and r.bytes > 0 else None,
+                timeline_us=r.time_us,
+                counted_flops_per_s=r.flops_per_s if flops_ok else None,
+                counted_bytes_per_s=r.bytes_per_s if bytes_ok else None,
+                of_compute_roof=_known(r.compute_share),
+                of_dram_roof=_known(r.memory_share),
+                bound=r.bound,
+                roof=r.roof_name,
+                replay_us=_mean([lc.replay_us for lc in recs]),
+            )
+        )
+    return tuple(out)
+
+
+def _unplaced_rows(model: TraceModel, kc: KernelCounters) -> tuple[MeasuredKernel, ...]:
+    """Counters without a timeline (CUPTI profiler mode): per kernel name and launching op,
+    totals over its launches; no times, so no rates or bound."""
+    groups: dict[tuple[str, str], list[LaunchCounters]] = defaultdict(list)
+    for i, lc in enumerate(kc.launches):
+        groups[(lc.name, _op_name(model, int(kc.record_op[i])))].append(lc)
+
+    def total(values: list[float | None]) -> float | None:
+        return float(sum(v for v in values if v is not None)) if all(v is not None for v in values) else None
+
+    out = []
+    for (name, op), recs in groups.items():
+        flops = total([lc.flops for lc in recs])
+        nbytes = total([lc.dram_bytes for lc in recs])
+        out.append(
+            MeasuredKernel(
+                name=cut_name(name),
+                op=op,
+                launches=len(recs),
+                measured=len(recs),
+                counted_flops=flops,
+                flops_by_precision=_per_launch_precision(recs),
+                counted_dram_bytes=nbytes,
+                counted_instructions=total([lc.thread_instructions for lc in recs]),
+                counted_intensity=_ratio(flops, nbytes),
+                timeline_us=None,
+                counted_flops_per_s=None,
+                counted_bytes_per_s=None,
+                of_compute_roof=None,
+                of_dram_roof=None,
+                bound="unknown",
+                replay_us=_mean([lc.replay_us for lc in recs]),
+            )
+        )
+    out.sort(key=lambda m: -(m.counted_flops or 0.0))
+    return tuple(out)
 
 
 def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:

@@ -83,6 +83,8 @@ LAUNCH_APIS = frozenset(
         "hipGraphLaunch",
     }
 )
+#: Calls that launch one kernel each (Kineto's range profiler measures kernels in their order).
+KERNEL_LAUNCH_APIS = LAUNCH_APIS - GRAPH_LAUNCH_APIS
 
 # --- element types, by the profiler's type names (`Input type`) ---------------------------
 
@@ -310,8 +312,10 @@ def pct(share: float) -> str:
     return "<0.1%" if s > 0 else "-<0.1%"
 
 
-def fmt_bytes(value: float) -> str:
-    """Bytes with a decimal prefix: 512 B, 3.4 MB."""
+def fmt_bytes(value: float | None) -> str:
+    """Bytes with a decimal prefix: 512 B, 3.4 MB; "n/a" for a count that was not made."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
     v = float(value)
     for unit in ("B", "KB", "MB", "GB", "TB"):
         if abs(v) < 1000 or unit == "TB":

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 
 from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_POOL, PARENT_OF, categories_of
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.model.schema import Kind
@@ -178,6 +179,12 @@ def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
     out = ""
     if roof.peaks is None:
         out += " Roofline: this GPU is not in the peak table (set TRACELENS_PEAKS to give its peaks)."
+    elif roof.measured_us > 0:
+        out += (
+            f" Roofline: hardware counters cover {roof.measured_us / roof.total_us:.0%} of kernel time and models "
+            f"{roof.coverage - roof.measured_us / roof.total_us:.0%} (communication excluded); the rest is reported "
+            "as unknown."
+        )
     elif roof.modelled_us + roof.unmodelled_us > 0:
         out += (
             f" Roofline models cover {roof.coverage:.0%} of kernel time (communication excluded); the rest is "
@@ -217,7 +224,7 @@ def _model_coverage(ctx: AnalysisContext, step: DiagnosticStep) -> float | None:
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
         return None
     roof = ctx.roofline
-    if roof.peaks is None or roof.modelled_us + roof.unmodelled_us <= 0:
+    if roof.peaks is None or roof.modelled_us + roof.unmodelled_us + roof.measured_us <= 0:
         return None
     return float(roof.coverage)
 
@@ -310,13 +317,33 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _no_gpu_headline(ctx: AnalysisContext) -> str:
+    """Why there is nothing on a GPU to analyse: another accelerator, or counters without a timeline."""
+    acc = other_accelerator(ctx.model)
+    if acc is not None and not ctx.model.meta.active_devices:
+        return (
+            f"This trace is from an {acc.label} accelerator, not a GPU: its {acc.device_events:,} device events and "
+            f"{acc.runtime_events:,} runtime calls are outside what tracelens analyses (the time ledger, roofline, "
+            "launch overhead and host syncs read CUDA/ROCm kernels, copies and runtime calls). Host-side findings only."
+        )
+    kc = ctx.kernel_counters
+    if kc is not None and not kc.timeline:
+        return (
+            f"No kernel timeline: {len(kc.launches)} kernels were measured by hardware counters (CUPTI profiler "
+            "mode: torch.profiler's profiler_metrics replays each kernel and records no kernel activity), so there is "
+            "no GPU time to attribute. Their FLOPs and bytes are in the counters section; record the timing without "
+            "profiler_metrics (tracelens capture --counters records both)."
+        )
+    return "No GPU activity to analyse."
+
+
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     top = primary_finding(findings, ctx.window_us)
     dev = ctx.ledger.primary
     notes = _notes(ctx)
     steps = ctx.n_steps
     if top is None:
-        headline = "No GPU activity to analyse."
+        headline = _no_gpu_headline(ctx)
         if dev is not None and dev.window_us > 0:
             biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
             headline = (

@@ -10,6 +10,8 @@ Each case is one step function, run two ways from the repository root:
 ``--mode ncu`` runs the same step untraced for warm-up (handles, Inductor compile,
 allocator growth), then exactly one step between cudaProfilerStart and cudaProfilerStop, so
 ``ncu --profile-from-start off`` profiles that one step's kernels and nothing else.
+``--mode loop`` runs ``--steps`` steps (default 8) and nothing else, marking each with
+``tracelens.capture.step()``, for ``tracelens capture [--counters] --steps 3-5``.
 bench/ncu_compare_capture.sh runs both for every case; bench/ncu_compare.py compares
 Nsight Compute's verdict per kernel with tracelens' ``bound``.
 
@@ -304,7 +306,7 @@ BUILDERS: dict[str, Callable[[torch.device, bool], Callable[[], None]]] = {
 def main() -> None:
     parser = make_parser(__doc__)
     parser.add_argument("case", choices=CASES)
-    parser.add_argument("--mode", choices=("trace", "ncu"), default="trace")
+    parser.add_argument("--mode", choices=("trace", "ncu", "loop"), default="trace")
     args = parser.parse_args()
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -313,6 +315,14 @@ def main() -> None:
     if args.mode == "trace":
         profile_steps(step, name=f"ncu_{args.case}", steps=args.steps or 2, warmup=args.warmup or 1,
                       out_dir=args.out, device=dev, metadata={"case": args.case})  # fmt: skip
+        return
+    if args.mode == "loop":
+        from tracelens.capture import step as mark_step
+
+        for _ in range(args.steps or 8):
+            step()
+            mark_step()
+        sync(dev)
         return
     for _ in range(3):  # warm-up outside the profiled range: compile, handles, allocator
         step()

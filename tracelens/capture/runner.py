@@ -67,6 +67,8 @@ class CaptureOptions:
     nvml_interval_s: float = DEFAULT_INTERVAL_S
     #: Show the profiler's own messages instead of writing them to the log file.
     verbose: bool = False
+    #: What `--counters`' pass measured (capture/counters.py), written into the trace.
+    counters: dict[str, Any] | None = None
 
 
 @dataclass
@@ -832,8 +834,14 @@ def _finish(
         "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
         "notes": notes,
     }
+    extra = None
+    if opts.counters is not None:
+        from tracelens.model.counter_metrics import COUNTERS_KEY
+
+        metadata["counters"] = {k: v for k, v in opts.counters.items() if k != "kernels"}
+        extra = {COUNTERS_KEY: opts.counters}
     try:
-        stats = finish_trace(recorder.kept, out, samples, metadata, max_events=lim.max_events)
+        stats = finish_trace(recorder.kept, out, samples, metadata, max_events=lim.max_events, extra_top=extra)
     except Exception as exc:
         kept = _rescue(recorder.kept, out)
         where = f"; the profiler's own export is kept at {kept}" if kept else ""

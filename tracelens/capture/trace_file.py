@@ -229,10 +229,12 @@ def finish_trace(
     samples: SamplerResult | None,
     metadata: dict[str, Any],
     max_events: int | None = None,
+    extra_top: dict[str, Any] | None = None,
 ) -> TraceStats:
     """Read the profiler's export (None: no recording, a trace of metadata only), check
     it, salvage it if malformed, trim it to `max_events`, add samples and metadata, and
-    write `out_path` (gzipped if it ends in .gz) atomically, streaming the events."""
+    write `out_path` (gzipped if it ends in .gz) atomically, streaming the events.
+    `extra_top`: more top-level keys (`tracelens_counters`)."""
     t0 = time.perf_counter()
     stats = TraceStats(out_path)
     data = raw_json.read_bytes() if raw_json is not None else b'{"traceEvents": []}'
@@ -290,9 +292,12 @@ def finish_trace(
             )
             try:
                 sink.write(b"{")
+                added = extra_top or {}
                 for k, v in top.items():
-                    if k not in ("traceEvents", "tracelens"):
+                    if k not in ("traceEvents", "tracelens") and k not in added:
                         sink.write(msgspec.json.encode(k) + b":" + bytes(v) + b",")
+                for k, value in added.items():
+                    sink.write(msgspec.json.encode(k) + b":" + msgspec.json.encode(value) + b",")
                 sink.write(b'"traceEvents":[')
                 first = True
                 if extra:

@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tracelens.cli.common import _parse_window, _progress, _progress_raw
 from tracelens.cli.report import _report_one, report
 from tracelens.errors import TracelensError
+
+if TYPE_CHECKING:
+    from tracelens.capture.runner import CaptureOptions
+    from tracelens.capture.window import Limits
 
 
 def _parse_steps(text: str) -> tuple[int, int]:
@@ -38,6 +42,32 @@ def _parse_schedule(text: str) -> tuple[int, int, int, int]:
         # Each cycle would be exported on its own; one trace holds one cycle.
         raise typer.BadParameter("REPEAT must be 1: tracelens keeps one profiled cycle per trace")
     return (parts[0], parts[1], parts[2], parts[3] if len(parts) == 4 else 1)
+
+
+def _counters_pass(opts: CaptureOptions, limits: Limits, steps: int, backend: str) -> None:
+    """`--counters`: the hardware counters pass before the timing pass, its counters into
+    `opts` (and so into the trace)."""
+    if os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        # Kernel replay re-runs each collective on one rank while the others wait for it.
+        _progress("--counters: not under torchrun (replaying collective kernels would hang the ranks); "
+                  "capture one process with --counters instead")  # fmt: skip
+        return
+    from tracelens.capture.counters import counters_log_path, run_counters_pass
+
+    assert opts.out is not None
+    measured = run_counters_pass(
+        opts.target,
+        opts.args,
+        opts.module,
+        limits,
+        steps=steps,
+        backend=backend,
+        log=counters_log_path(opts.out),
+        echo=_progress_raw,
+    )
+    for note in measured.notes:
+        _progress(note)
+    opts.counters = measured.data
 
 
 def capture(
@@ -108,6 +138,21 @@ def capture(
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
         "reports"
     ),
+    counters: Annotated[
+        bool,
+        typer.Option(
+            "--counters",
+            help="First run the script for a few steps with per-kernel hardware counters (FLOPs by precision, "
+            "DRAM bytes, instructions; Nsight Compute's kernel replay, or torch's CUPTI range profiler), then the "
+            "timing pass as usual; the counters go into the trace and the roofline uses them.",
+        ),
+    ] = False,
+    counters_steps: Annotated[
+        int, typer.Option("--counters-steps", help="Steps the counters pass measures (from the window's first).")
+    ] = 1,
+    counters_backend: Annotated[
+        str, typer.Option("--counters-backend", help="auto (ncu if on PATH, else kineto), ncu or kineto.")
+    ] = "auto",
 ) -> None:
     """Run a Python script under torch.profiler (CPU + GPU, shapes, stacks) with an NVML
     clock/power sampler beside it, write one trace, then report on it.
@@ -141,6 +186,10 @@ def capture(
         raise typer.BadParameter("--duration must be > 0")
     if max_events is not None and max_events < 1:
         raise typer.BadParameter("--max-events must be >= 1")
+    if counters_steps < 1:
+        raise typer.BadParameter("--counters-steps must be >= 1")
+    if counters_backend not in ("auto", "ncu", "kineto"):
+        raise typer.BadParameter("--counters-backend is auto, ncu or kineto")
     limits = Limits()
     if steps or schedule:
         if steps:
@@ -177,6 +226,8 @@ def capture(
         nvml_interval_s=nvml_interval_ms / 1000.0,
         verbose=verbose,
     )
+    if counters:
+        _counters_pass(opts, limits, counters_steps, counters_backend)
     result = run_capture(opts, echo=_progress_raw)
     for note in result.notes:
         _progress(note)

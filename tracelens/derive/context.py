@@ -7,6 +7,7 @@ matmul table never builds it). Nothing here reads an analyzer; what two analyzer
 is derived here.
 
     window           the steady-state window (derive/window.py)
+    kernel_counters  hardware counters paired with the kernels (derive/counters.py)
     roofline         every kernel's FLOPs, bytes, roof and bound; fusion chains (derive/roofline.py)
     ledger           every µs of the window to one cause (derive/ledger.py)
     eager_attention  attention written as matmul > softmax > matmul (derive/eager_attention.py)
@@ -27,6 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.derive.clocks import Series, clock_tracks
+from tracelens.derive.counters import KernelCounters, kernel_counters
 from tracelens.derive.eager_attention import EagerAttention, eager_attention, eager_attention_shapes
 from tracelens.derive.ledger import Ledger, blocking_call_rows, compute_ledger
 from tracelens.derive.matmuls import matmul_rows
@@ -64,12 +66,18 @@ class AnalysisContext:
         return find_window(model, self.device, user_window=self.user_window, user_steps=self.user_steps)
 
     @cached_property
+    def kernel_counters(self) -> KernelCounters | None:
+        """The trace's hardware counters paired with its kernels (None: it holds none)."""
+        return kernel_counters(self.model)
+
+    @cached_property
     def roofline(self) -> Roofline:
-        """The roofline of the device's kernels in the window. Fusion chains end where
-        steps do: the window's detected iterations where the trace has no ProfilerSteps."""
+        """The roofline of the device's kernels in the window (hardware counters first,
+        the models where none exists). Fusion chains end where steps do: the window's
+        detected iterations where the trace has no ProfilerSteps."""
         w = self.window
         iterations = tuple(st.start_us for st in w.steps) if w.source == "detected" else ()
-        return compute_roofline(self.model, self.device, (w.start_us, w.end_us), iterations)
+        return compute_roofline(self.model, self.device, (w.start_us, w.end_us), iterations, self.kernel_counters)
 
     @cached_property
     def ledger(self) -> Ledger:

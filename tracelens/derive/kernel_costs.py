@@ -227,12 +227,15 @@ class _OpCosts:
         return found if found[0] >= 0 else (-1, 0)
 
 
-def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribution:
+def _attribute(
+    model: TraceModel, k: pd.DataFrame, comm: np.ndarray, measured: np.ndarray | None = None
+) -> _Attribution:
     """FLOPs and bytes of every kernel. Each kernel belongs to the innermost op that has a
     model, or to the nearest enclosing op with one (cudnn_convolution_backward for its
     _input and _weight halves) when none of that op's other kernels has its own. The
     owner's bytes are shared by its kernels in proportion to their time; the FLOPs of
-    math ops go to its main kernels only (not the layout transforms beside them)."""
+    math ops go to its main kernels only (not the layout transforms beside them).
+    `measured` kernels (hardware counters) are not listed as unmodelled."""
     names = k["name"].astype(str).to_numpy()
     dur = k["dur"].to_numpy(dtype=float)
     launch = k["launch"].to_numpy()
@@ -247,8 +250,9 @@ def _attribute(model: TraceModel, k: pd.DataFrame, comm: np.ndarray) -> _Attribu
     flops, nbytes, source, meta, owners, op_time = _shared_costs(
         model, names, dur, owner, owner_cost, kcodes, uniq_names
     )
+    skip = comm if measured is None else comm | measured
     unmodelled = _foreach_or_unmodelled(
-        model, names, dur, grids, launch, op_rows, comm, found, flops, nbytes, source, meta
+        model, names, dur, grids, launch, op_rows, skip, found, flops, nbytes, source, meta
     )
     instr = _instructions(model, names, dur, owner, source, owners, op_time, kcodes, uniq_names)
     l2_port = _l2_spill_traffic(model, names, owner, grids, source)
@@ -395,15 +399,16 @@ def _foreach_or_unmodelled(
     grids: np.ndarray,
     launch: np.ndarray,
     op_rows: np.ndarray,
-    comm: np.ndarray,
+    skip: np.ndarray,
     found: _OpCosts,
     flops: np.ndarray,
     nbytes: np.ndarray,
     source: np.ndarray,
     meta: dict[int, tuple[str, str, bool]],
 ) -> dict[tuple[str, UncoveredReason], float]:
-    """The kernels no op model covers: foreach kernels sized from their grid (into flops,
-    nbytes, source and meta), the rest's time by launching op and why it has no model."""
+    """The kernels no op model covers, except the `skip`ped ones (collectives, kernels with
+    hardware counters): foreach kernels sized from their grid (into flops, nbytes, source
+    and meta), the rest's time by launching op and why it has no model."""
     has_shapes = found.has_shapes
     unmodelled: dict[tuple[str, UncoveredReason], float] = defaultdict(float)
     codes = model.arrays.name_codes
@@ -412,7 +417,7 @@ def _foreach_or_unmodelled(
         graph_replay = (launch >= 0) & np.isin(codes[np.clip(launch, 0, None)], graph_codes)
     else:
         graph_replay = launch < -1
-    for i in np.flatnonzero((source == 0) & ~comm).tolist():
+    for i in np.flatnonzero((source == 0) & ~skip).tolist():
         r = int(op_rows[i])
         op = model.arrays.name(r) if r >= 0 else ""
         if "multi_tensor_apply" in names[i]:

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tracelens.derive.counters import KernelCounters, MeasuredValues, kernel_counters, measured_values, sm_clock_ratio
 from tracelens.derive.fusion import FusionChain, _fusion_chains
 from tracelens.derive.kernel_costs import _attribute, _Attribution, _factorize_names, _subset
 from tracelens.derive.kernel_models import L2_ROOF_NAME
@@ -89,6 +90,10 @@ class KernelRoof:
     #: Time in this name's launches that are latency-bound on their own (launch_is_latency),
     #: whatever the name's bound: an 18-block AdamW launch beside 320-block ones.
     latency_us: float = 0.0
+    #: Launches whose FLOPs, bytes and instructions are hardware counters (measured, or
+    #: taken from a measured launch of the same kernel, grid, block, op and shapes): when
+    #: any, the rates are theirs alone and no model is used for this name.
+    measured_launches: int = 0
 
     @property
     def bound_us(self) -> float:
@@ -103,6 +108,20 @@ class Unmodelled:
     op: str
     reason: UncoveredReason
     time_us: float
+
+
+@dataclass(frozen=True)
+class ModelCheck:
+    """The FLOP/byte model of one kernel name beside its hardware counters, summed over the
+    launches that have both (a ratio of 1 is a model that counts what the GPU did)."""
+
+    name: str
+    op: str  # the op whose model covers it
+    launches: int
+    model_flops: float
+    measured_flops: float  # NaN: not counted (tensor-core FLOPs without their counters)
+    model_bytes: float
+    measured_bytes: float  # DRAM read + written; NaN: not counted
 
 
 @dataclass(frozen=True)
@@ -121,15 +140,18 @@ class Roofline:
     #: GPU rows (model.gpu index) of launches that are latency-bound on their own although
     #: their name's bound is memory or compute: the ledger counts them as latency.
     latency_rows: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    measured_us: float = 0.0  # kernels with hardware counters (derive/counters.py) instead of a model
+    checks: tuple[ModelCheck, ...] = ()  # model against counters, where both exist
 
     @property
     def total_us(self) -> float:
-        return self.modelled_us + self.estimated_us + self.unmodelled_us
+        return self.modelled_us + self.estimated_us + self.unmodelled_us + self.measured_us
 
     @property
     def coverage(self) -> float:
-        """Share of (non-communication) kernel time whose own calls were modelled."""
-        return (self.modelled_us + self.estimated_us) / self.total_us if self.total_us > 0 else 0.0
+        """Share of (non-communication) kernel time whose own calls were modelled or measured."""
+        covered = self.modelled_us + self.estimated_us + self.measured_us
+        return covered / self.total_us if self.total_us > 0 else 0.0
 
     @property
     def classified(self) -> float:
@@ -188,9 +210,9 @@ class _NameGroup:
 
     count: int
     time_us: float
-    flops: float  # modelled kernels only, as bytes, mtime, instructions and port
+    flops: float  # modelled (or counted) kernels only, as bytes, mtime, instructions and port
     bytes: float
-    mtime: float  # time of the modelled kernels
+    mtime: float  # time of the modelled (or counted) kernels
     instructions: float
     port: float  # L2 port bytes of register spills
     port_time: float  # time of the kernels whose port traffic is modelled
@@ -198,6 +220,25 @@ class _NameGroup:
     grid: int  # median blocks per launch (0: not recorded)
     transposing_us: float  # time in copies/elementwise ops of a transposed source
     meta: tuple[str, str, bool]  # dtype, family, tensor core
+    measured_launches: int = 0  # launches with hardware counters
+    #: A measured name's main unit (the one doing most of its work at peak) and the seconds
+    #: its counted FLOPs take at their units' peaks; None: judged on its model's unit.
+    measured_unit: tuple[str, float] | None = None
+
+
+@dataclass(frozen=True)
+class _Values:
+    """The kept (non-collective) kernels' FLOPs, bytes and instructions that enter their
+    name's rates: the models', or the hardware counters' where the name was measured."""
+
+    flops: np.ndarray
+    bytes: np.ndarray
+    instructions: np.ndarray
+    used: np.ndarray  # kept kernels whose values enter the rates (modelled, or counted)
+    measured: np.ndarray  # launches with counters, per name code
+    units: dict[str, tuple[str, float]]  # measured name -> (its main unit, seconds at the units' peaks)
+    clock: float | None  # the SM clock over the measured kernels / the GPU's maximum
+    checks: tuple[ModelCheck, ...]  # model against counters, where both exist
 
 
 def _collective_kernels(model: TraceModel, k: pd.DataFrame, op_rows: np.ndarray) -> np.ndarray:
@@ -212,45 +253,108 @@ def _collective_kernels(model: TraceModel, k: pd.DataFrame, op_rows: np.ndarray)
     return comm
 
 
-def _name_groups(
+def _values(
     model: TraceModel,
     k: pd.DataFrame,
+    kept: np.ndarray,
+    codes: np.ndarray,
+    uniq: list[str],
+    att: _Attribution,
+    meas: MeasuredValues | None,
+    counted: np.ndarray,
+    small: np.ndarray,
+    peaks: DevicePeaks | None,
+    device: int | None,
+) -> _Values:
+    """The kept kernels' values: hardware counters first (derive/counters.py), the models
+    where no counter exists. `small`: the kept kernels latency-bound on their own."""
+    width = len(uniq)
+    instr_of = att.instructions if att.instructions is not None else np.zeros(len(k))
+    with_model = att.source[kept] > 0
+    flops_k, bytes_k, instr_k = att.flops[kept], att.bytes[kept], instr_of[kept]
+    m_has = counted[kept]
+    g_measured = np.bincount(codes, weights=m_has.astype(float), minlength=width)
+    if meas is None or not m_has.any():
+        return _Values(flops_k, bytes_k, instr_k, with_model, g_measured, {}, None, ())
+    # A name with measured launches takes its rates from them alone.
+    in_meas = (g_measured > 0)[codes]
+    mf, mb, mi = meas.flops[kept], meas.dram_bytes[kept], meas.thread_instructions[kept]
+    checks = _model_checks(model, k, kept, codes, uniq, att, with_model & m_has, mf, mb)
+    flops_k = np.where(in_meas & np.isfinite(mf), mf, flops_k)
+    bytes_k = np.where(in_meas & np.isfinite(mb), mb, bytes_k)
+    instr_k = np.where(in_meas & np.isfinite(mi), mi, instr_k)
+    # Counted launches are judged launch by launch: a name's rates are those of its launches
+    # that are not latency-bound on their own (the ledger counts those as latency), where it
+    # has any (train's AdamW: 18-block launches at 6% of DRAM beside 320-block ones at 69%).
+    big = np.bincount(codes, weights=(m_has & ~small).astype(float), minlength=width) > 0
+    with_model = np.where(in_meas, m_has & (~small | ~big[codes]), with_model)
+    m_has = m_has & with_model
+    clock = sm_clock_ratio(model, device, k["ts"].to_numpy()[kept[m_has]], k["end"].to_numpy()[kept[m_has]])
+    units = _measured_units(peaks, meas, kept, codes, uniq, m_has, g_measured) if peaks is not None else {}
+    return _Values(flops_k, bytes_k, instr_k, with_model, g_measured, units, clock, checks)
+
+
+def _name_groups(
+    model: TraceModel,
     names: np.ndarray,
     dur: np.ndarray,
     kept: np.ndarray,
     codes: np.ndarray,
     uniq: list[str],
     att: _Attribution,
-    sms: int,
-) -> tuple[dict[str, _NameGroup], np.ndarray]:
+    values: _Values,
+    blocks: np.ndarray,
+    small: np.ndarray,
+) -> dict[str, _NameGroup]:
     """Per kernel name (first-seen order) of the kept (non-collective) kernels: what its
-    roofline row needs; and which kept kernels are latency-bound launches on their own."""
-    with_model = att.source[kept] > 0
+    roofline row needs. `blocks`: every kernel's blocks per launch; `small`: the kept
+    kernels latency-bound on their own."""
+    with_model = values.used
     width = len(uniq)
     counts = np.bincount(codes, minlength=width)
     times = np.bincount(codes, weights=dur[kept], minlength=width)
-    g_flops = np.bincount(codes, weights=np.where(with_model, att.flops[kept], 0.0), minlength=width)
-    g_bytes = np.bincount(codes, weights=np.where(with_model, att.bytes[kept], 0.0), minlength=width)
+    g_flops = np.bincount(codes, weights=np.where(with_model, values.flops, 0.0), minlength=width)
+    g_bytes = np.bincount(codes, weights=np.where(with_model, values.bytes, 0.0), minlength=width)
     g_mtime = np.bincount(codes, weights=np.where(with_model, dur[kept], 0.0), minlength=width)
-    instr_of = att.instructions if att.instructions is not None else np.zeros(len(k))
-    g_instr = np.bincount(codes, weights=np.where(with_model, instr_of[kept], 0.0), minlength=width)
+    g_instr = np.bincount(codes, weights=np.where(with_model, values.instructions, 0.0), minlength=width)
     groups = {
         str(nm): (int(counts[j]), float(times[j]), float(g_flops[j]), float(g_bytes[j]), float(g_mtime[j]))
         for j, nm in enumerate(uniq)
     }
     instructions = {str(nm): float(g_instr[j]) for j, nm in enumerate(uniq)}
-    port_of = att.l2_port if att.l2_port is not None else np.zeros(len(k))
+    port_of = att.l2_port if att.l2_port is not None else np.zeros(len(names))
     g_port = np.bincount(codes, weights=np.where(with_model, port_of[kept], 0.0), minlength=width)
     port_modelled = with_model & (port_of[kept] > 0)
     g_port_time = np.bincount(codes, weights=np.where(port_modelled, dur[kept], 0.0), minlength=width)
     # The port's share over the launches it was modelled for (head dim 64 only, say).
     l2_port = {str(nm): (float(g_port[j]), float(g_port_time[j])) for j, nm in enumerate(uniq) if g_port[j] > 0}
     meta: dict[str, tuple[str, str, bool]] = {}
-    modelled_idx = kept[with_model]
-    _, first_of = np.unique(codes[with_model], return_index=True)
+    by_model = att.source[kept] > 0
+    modelled_idx = kept[by_model]
+    _, first_of = np.unique(codes[by_model], return_index=True)
     for i in modelled_idx[first_of].tolist():
         meta[names[i]] = att.meta[i]
-    transposing: dict[str, float] = defaultdict(float)  # time in copies/elementwise ops of a transposed source
+    for nm, (unit, _sec) in values.units.items():
+        family = meta.get(nm, ("", "", False))[1]
+        meta[nm] = (UNIT_DTYPES.get(unit, "fp32"), family, unit not in ("fp32", "issue"))
+    transposing = _transposing_time(model, names, dur, att, modelled_idx)
+    grid_of = _median_grids(codes, uniq, blocks[kept], dur[kept])
+    small_time = np.bincount(codes, weights=np.where(small, dur[kept], 0.0), minlength=width)
+    return {
+        name: _NameGroup(
+            count, time_us, flops, nbytes, mtime, instructions.get(name, 0.0), *l2_port.get(name, (0.0, 0.0)),
+            float(small_time[j]), grid_of.get(name, 0), transposing.get(name, 0.0), meta.get(name, ("", "", False)),
+            int(values.measured[j]), values.units.get(name),
+        )
+        for j, (name, (count, time_us, flops, nbytes, mtime)) in enumerate(groups.items())
+    }  # fmt: skip
+
+
+def _transposing_time(
+    model: TraceModel, names: np.ndarray, dur: np.ndarray, att: _Attribution, modelled_idx: np.ndarray
+) -> dict[str, float]:
+    """Per kernel name, the time in copies/elementwise ops of a transposed source."""
+    transposing: dict[str, float] = defaultdict(float)
     transposed_op: dict[int, bool] = {}
     transposed_of: dict[int, tuple[bool, Any]] = {}  # by id of the shapes dict, kept alive beside it
     for i in modelled_idx.tolist():
@@ -263,24 +367,15 @@ def _name_groups(
                 transposed_op[o] = transposed_of[id(shapes)][0]
             if transposed_op[o]:
                 transposing[names[i]] += dur[i]
-    gx = k["grid_x"].to_numpy()
-    blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
-    grid_of = _median_grids(codes, uniq, blocks[kept], dur[kept])
-    small = launch_is_latency(blocks[kept], dur[kept], sms)
-    small_time = np.bincount(codes, weights=np.where(small, dur[kept], 0.0), minlength=width)
-    out = {
-        name: _NameGroup(
-            count, time_us, flops, nbytes, mtime, instructions.get(name, 0.0), *l2_port.get(name, (0.0, 0.0)),
-            float(small_time[j]), grid_of.get(name, 0), transposing.get(name, 0.0), meta.get(name, ("", "", False)),
-        )
-        for j, (name, (count, time_us, flops, nbytes, mtime)) in enumerate(groups.items())
-    }  # fmt: skip
-    return out, small
+    return transposing
 
 
-def _kernel_roof(name: str, g: _NameGroup, peaks: DevicePeaks | None, sms: int) -> tuple[KernelRoof, bool]:
+def _kernel_roof(
+    name: str, g: _NameGroup, peaks: DevicePeaks | None, sms: int, clock: float | None
+) -> tuple[KernelRoof, bool]:
     """One kernel name's roofline row, and whether its model gives more than the peak (a
-    model error: its bound is then unknown)."""
+    model error: its bound is then unknown). `clock`: the SM clock the measured kernels
+    ran at over the GPU's maximum (None: no clock samples, or nothing measured)."""
     dtype, family, tc = g.meta
     count, time_us, flops, nbytes, mtime, grid = g.count, g.time_us, g.flops, g.bytes, g.mtime, g.grid
     if mtime <= 0:
@@ -301,9 +396,15 @@ def _kernel_roof(name: str, g: _NameGroup, peaks: DevicePeaks | None, sms: int) 
     if peaks is None:  # rates without roofs: no bound
         return (KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, 0, 0,
                            "unknown", grid=grid), False)  # fmt: skip
-    unit, peak = peaks.roof(dtype, tc, name)
+    measured_unit = g.measured_unit
+    if measured_unit is not None:
+        # Counted FLOPs by unit: the time each unit's share takes at its own peak.
+        unit, peak = measured_unit[0], peaks.unit_peak(measured_unit[0])
+        flop_share = measured_unit[1] / (mtime * 1e-6)
+    else:
+        unit, peak = peaks.roof(dtype, tc, name)
+        flop_share = fps / peak if peak > 0 else 0.0
     winograd = "winograd" in name.lower()
-    flop_share = fps / peak if peak > 0 else 0.0
     dram_share = bps / peaks.bw if peaks.bw > 0 else 0.0
     # Register spills load the port into L2, not DRAM: the memory roof is the nearer of the two.
     port, port_time = g.port, g.port_time
@@ -323,6 +424,12 @@ def _kernel_roof(name: str, g: _NameGroup, peaks: DevicePeaks | None, sms: int) 
     by_issue = issue_share / NEAR_ROOF_SHARE > flop_share / NEAR_COMPUTE_ROOF_SHARE
     compute_share = issue_share if by_issue else flop_share
     near_compute = NEAR_ROOF_SHARE if by_issue else NEAR_COMPUTE_ROOF_SHARE
+    if measured_unit is not None and not by_issue and clock is not None:
+        # Counted FLOPs are what the tensor or FMA pipes executed (tile padding included), so
+        # their share of the boost-clock peak is the pipes' use times the clock the kernels
+        # ran at: Nsight Compute's 60%, at that clock (NVML's SM clock over the measured
+        # kernels, over the GPU's maximum). Without clock samples, the models' 50% stands.
+        near_compute = NEAR_ROOF_SHARE * clock
     if by_issue:
         unit, peak = "issue", peaks.issue
     roof = min(peak, ai * peaks.bw) if ai != float("inf") and not by_issue else peak
@@ -355,15 +462,22 @@ def _kernel_roof(name: str, g: _NameGroup, peaks: DevicePeaks | None, sms: int) 
         bound = "memory" if memory_share / NEAR_ROOF_SHARE >= compute_share / near_compute else "compute"
     return (KernelRoof(name, int(count), time_us, flops, nbytes, dtype, family, tc, fps, bps, ai, roof,
                            share, bound, roof_name, roof_value, ceiling, compute_share, memory_share, grid,
-                           unit, instr, issue_share, l2_share, g.latency_us), error)  # fmt: skip
+                           unit, instr, issue_share, l2_share, g.latency_us, g.measured_launches),
+            error)  # fmt: skip
 
 
 def compute_roofline(
-    model: TraceModel, device: int | None, window: tuple[float, float], iterations: tuple[float, ...] = ()
+    model: TraceModel,
+    device: int | None,
+    window: tuple[float, float],
+    iterations: tuple[float, ...] = (),
+    counters: KernelCounters | None = None,
 ) -> Roofline:
     """The roofline of `device`'s kernels in `window`. `iterations`: host start times of the
     window's detected loop iterations (where the trace has no ProfilerSteps), at which
-    fusion chains end as they do at ProfilerSteps."""
+    fusion chains end as they do at ProfilerSteps. `counters`: the trace's hardware counters
+    paired with its kernels (AnalysisContext.kernel_counters); None: paired here, from the
+    model (a model without counter sets has none)."""
     dev = model.meta.device(device) if device is not None else model.meta.primary_device
     peaks = peaks_for(dev.name if dev else None)
     k = model.kernels()
@@ -374,19 +488,27 @@ def compute_roofline(
     dur = k["dur"].to_numpy(dtype=float)
     op_rows = k["op"].to_numpy()
     comm = _collective_kernels(model, k, op_rows)
-    att = _attribute(model, k, comm)
+    # Hardware counters first (derive/counters.py), the models where no counter exists.
+    meas = measured_values(counters if counters is not None else kernel_counters(model), k.index.to_numpy())
+    counted = meas.has & ~comm if meas is not None else np.zeros(len(k), dtype=bool)
+    att = _attribute(model, k, comm, counted)
     kept = np.flatnonzero(~comm)
     codes, uniq = _factorize_names(k["name"], kept)
     sms = (dev.num_sms if dev else None) or 0
-    groups, small = _name_groups(model, k, names, dur, kept, codes, uniq, att, sms)
-    modelled = float(dur[att.source == 1].sum())
-    estimated = float(dur[att.source == 2].sum())
+    gx = k["grid_x"].to_numpy()
+    blocks = np.where(gx > 0, gx.clip(min=1) * k["grid_y"].clip(lower=1) * k["grid_z"].clip(lower=1), 0)
+    small = launch_is_latency(blocks[kept], dur[kept], sms)
+    values = _values(model, k, kept, codes, uniq, att, meas, counted, small, peaks, dev.index if dev else None)
+    groups = _name_groups(model, names, dur, kept, codes, uniq, att, values, blocks, small)
+    modelled = float(dur[(att.source == 1) & ~counted].sum())
+    estimated = float(dur[(att.source == 2) & ~counted].sum())
+    measured_us = float(dur[counted].sum())
     comm_us = float(dur[comm].sum())
-    unmodelled_us = float(dur.sum()) - comm_us - modelled - estimated
+    unmodelled_us = float(dur.sum()) - comm_us - modelled - estimated - measured_us
     rows = []
     errors = 0
     for name, g in groups.items():
-        row, error = _kernel_roof(name, g, peaks, sms)
+        row, error = _kernel_roof(name, g, peaks, sms, values.clock)
         rows.append(row)
         errors += error
     rows.sort(key=lambda r: -r.time_us)
@@ -410,7 +532,81 @@ def compute_roofline(
         _fusion_chains(model, k[~comm], _subset(att, ~comm), iterations),
         window,
         latency_rows,
+        measured_us,
+        values.checks,
     )
+
+
+#: The dtype a kernel judged against a unit's roof is shown with.
+UNIT_DTYPES = {"fp32": "fp32", "tf32": "fp32", "tf32x3": "fp32", "bf16": "bf16", "fp16": "fp16", "fp8": "fp8",
+               "int8": "int8"}  # fmt: skip
+
+
+def _measured_units(
+    peaks: DevicePeaks,
+    meas: MeasuredValues,
+    kept: np.ndarray,
+    codes: np.ndarray,
+    uniq: list[str],
+    m_has: np.ndarray,
+    g_measured: np.ndarray,
+) -> dict[str, tuple[str, float]]:
+    """Per measured kernel name: the unit doing most of its work at peak (its roof), and the
+    seconds its counted FLOPs take at their units' peaks (fp32 FMA, bf16 tensor cores, ...)."""
+    width = len(uniq)
+    # A name with a launch whose FLOPs were not counted keeps its model's roof.
+    uncounted = np.bincount(codes, weights=(m_has & ~np.isfinite(meas.flops[kept])).astype(float), minlength=width)
+    seconds: dict[str, np.ndarray] = {}
+    for unit, values in meas.unit_flops.items():
+        peak = peaks.unit_peak(unit)
+        if peak > 0:
+            seconds[unit] = np.bincount(codes, weights=np.where(m_has, values[kept], 0.0), minlength=width) / peak
+    out: dict[str, tuple[str, float]] = {}
+    for j, nm in enumerate(uniq):
+        if g_measured[j] <= 0 or uncounted[j] > 0:
+            continue
+        per = {u: float(s[j]) for u, s in seconds.items() if s[j] > 0}
+        out[str(nm)] = (max(per, key=per.__getitem__) if per else "fp32", sum(per.values()))
+    return out
+
+
+def _model_checks(
+    model: TraceModel,
+    k: pd.DataFrame,
+    kept: np.ndarray,
+    codes: np.ndarray,
+    uniq: list[str],
+    att: _Attribution,
+    both: np.ndarray,
+    measured_flops: np.ndarray,
+    measured_bytes: np.ndarray,
+) -> tuple[ModelCheck, ...]:
+    """Model and counters summed per kernel name over the launches that have both."""
+    width = len(uniq)
+    if not both.any():
+        return ()
+    n = np.bincount(codes, weights=both.astype(float), minlength=width)
+    sums = [
+        np.bincount(codes, weights=np.where(both, v, 0.0), minlength=width)
+        for v in (att.flops[kept], att.bytes[kept], np.nan_to_num(measured_flops), np.nan_to_num(measured_bytes))
+    ]
+    counted_f = np.bincount(codes, weights=(both & np.isfinite(measured_flops)).astype(float), minlength=width)
+    counted_b = np.bincount(codes, weights=(both & np.isfinite(measured_bytes)).astype(float), minlength=width)
+    first: dict[int, int] = {}
+    for pos in np.flatnonzero(both).tolist():
+        first.setdefault(int(codes[pos]), int(kept[pos]))
+    out = []
+    for j in np.flatnonzero(n > 0).tolist():
+        owner = int(att.owner[first[j]])
+        op = model.arrays.name(owner) if owner >= 0 else ""
+        out.append(ModelCheck(
+            str(uniq[j]), op, int(n[j]), float(sums[0][j]),
+            float(sums[2][j]) if counted_f[j] == n[j] else float("nan"), float(sums[1][j]),
+            float(sums[3][j]) if counted_b[j] == n[j] else float("nan"),
+        ))  # fmt: skip
+    time_of = np.bincount(codes, weights=np.where(both, k["dur"].to_numpy(dtype=float)[kept], 0.0), minlength=width)
+    rank = {str(uniq[j]): float(time_of[j]) for j in range(width)}
+    return tuple(sorted(out, key=lambda c: -rank.get(c.name, 0.0)))
 
 
 def gain_to_roof(r: KernelRoof) -> float:

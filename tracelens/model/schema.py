@@ -189,6 +189,8 @@ class TraceFile(msgspec.Struct, gc=False):
     # Metadata our workload scripts add (workloads/): what ran and what was measured.
     tracelens_workload: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
     tracelens_sweep: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
+    # `tracelens capture --counters`' per-kernel counters (model/counter_metrics.COUNTERS_KEY).
+    tracelens_counters: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw)
 
 
 class CounterProbe(msgspec.Struct):

@@ -97,6 +97,9 @@ class TraceMeta:
     versions: dict[str, str]
     metadata: dict[str, Any]
     notes: tuple[str, ...]
+    #: Events of categories tracelens does not analyse, by category (`mtia_ccp_events`,
+    #: `cuda_profiler_range`, ...): what the trace holds beyond CUDA/ROCm activity.
+    other_categories: dict[str, int] = field(default_factory=dict)
 
     def device(self, index: int) -> DeviceInfo | None:
         for dev in self.devices:
@@ -168,6 +171,8 @@ class TraceModel:
     memory: pd.DataFrame
     counters: pd.DataFrame
     thread_names: dict[tuple[int, int], str]
+    #: Per-kernel hardware counter sets the trace holds (model/counters.py), as read.
+    kernel_counters: tuple[Any, ...] = ()
 
     # -- convenience views -------------------------------------------------------------
     @property

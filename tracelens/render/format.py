@@ -61,6 +61,33 @@ def si_number(value: float) -> str:
     return f"{value:g}"
 
 
+def flop_count(value: float) -> str:
+    """A FLOP count: 1.1e12 -> '1.10 TFLOP'; NaN (not counted) -> 'n/a'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    v = float(value)
+    for factor, prefix in ((1e15, "P"), (1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= factor:
+            return f"{v / factor:.3g} {prefix}FLOP"
+    return f"{v:.0f} FLOP"
+
+
+def ratio(value: float) -> str:
+    """A model/measured ratio: 1.06 -> '1.06x'; NaN -> 'n/a'."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"{float(value):.3g}x"
+
+
+def precisions(by: dict[str, float]) -> str:
+    """FLOPs by precision as shares, largest first: 'tensor bf16 99%, fp32 1%'."""
+    total = sum(v for v in by.values() if v > 0)
+    if total <= 0:
+        return "none"
+    parts = sorted(((v / total, k) for k, v in by.items() if v > 0), reverse=True)
+    return ", ".join(f"{k} {pct(sh)}" for sh, k in parts[:3])
+
+
 def metric(m: Metric) -> str:
     v = m.value
     if isinstance(v, str):

@@ -80,6 +80,9 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["plural"] = fmt.plural
     env.filters["kname"] = kernel_name
     env.filters["counted"] = counted
+    env.filters["flops"] = fmt.flop_count
+    env.filters["ratio"] = fmt.ratio
+    env.filters["precisions"] = fmt.precisions
     env.globals["uncovered_reasons"] = fmt.UNCOVERED_REASONS
     env.globals["time_axis"] = lambda span_us: Markup(_time_axis(span_us))
     return env

@@ -49,6 +49,9 @@ class TraceInfo:
     has_memory_events: bool
     has_clock_samples: bool
     notes: tuple[str, ...]
+    #: A device that is not a CUDA/ROCm GPU ("MTIA (ARTEMIS)"): its activity is in the trace
+    #: but the GPU analyses do not apply. Empty for GPU and CPU-only traces.
+    accelerator: str = ""
 
 
 @dataclass(frozen=True)
@@ -311,6 +314,64 @@ class Summary:
 
 
 @dataclass(frozen=True)
+class MeasuredKernel:
+    """One kernel name's hardware counters (issue 35). A `counted_*` field is null when the
+    trace's counters did not count it (no DRAM counters in a range-profiler trace, tensor-core
+    FLOPs without their counters); timeline fields are null when the trace has no kernel events."""
+
+    name: str
+    op: str  # the op that launched it (the first measured launch's)
+    launches: int  # launches with counter values (measured, or of a measured signature)
+    measured: int  # of those, launches the counters pass measured itself
+    counted_flops: float | None
+    flops_by_precision: dict[str, float]  # FLOPs per launch by "tensor bf16", "fp32", "fp16", "fp64", ...
+    counted_dram_bytes: float | None  # DRAM read + written
+    counted_instructions: float | None  # thread instructions (warp instructions x 32)
+    counted_intensity: float | None  # FLOP per DRAM byte
+    timeline_us: float | None  # the name's time on the timeline in the window
+    counted_flops_per_s: float | None
+    counted_bytes_per_s: float | None
+    of_compute_roof: float | None  # achieved fraction of its compute roof (FLOPs at each unit's peak, or issue)
+    of_dram_roof: float | None  # ... of the DRAM bandwidth roof
+    bound: Bound
+    roof: str = ""
+    replay_us: float | None = None  # mean duration in the counters' replay: not its time on the timeline
+
+
+@dataclass(frozen=True)
+class ModelCheckRow:
+    """The roofline's FLOP/byte model beside the counters, per kernel name, summed over the
+    launches that have both."""
+
+    name: str
+    op: str
+    launches: int
+    model_flops: float
+    counted_flops: float | None
+    model_bytes: float
+    counted_dram_bytes: float | None
+    model_to_counted_flops: float | None  # 1: the model counts what the GPU did
+    model_to_counted_bytes: float | None
+
+
+@dataclass(frozen=True)
+class CountersSummary:
+    """Per-kernel hardware counters the trace holds, and how the report used them."""
+
+    source: str  # "ncu" (tracelens capture --counters) or "kineto" (CUPTI range profiler)
+    tool: str
+    timeline: bool  # the trace has kernel events: counters paired with them, rates from their times
+    counted_steps: tuple[int, int] | None  # ProfilerSteps the counters were taken in
+    records: int  # launches measured
+    paired: int  # of those, paired with a kernel (timeline) or a launch call (no timeline)
+    measured_share: float  # share of the window's non-communication kernel time with counter values
+    cache_control: str  # "all": caches flushed before each replayed kernel (DRAM bytes from cold caches)
+    kernels: tuple[MeasuredKernel, ...]
+    checks: tuple[ModelCheckRow, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Report:
     schema_version: int
     tool: str
@@ -334,3 +395,4 @@ class Report:
     analysis_seconds: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
     memory: MemoryTimeline | None = None
+    counters: CountersSummary | None = None

@@ -180,6 +180,9 @@ class _Collector:
         self.n_events = 0
         self.has_counters = False
         self.kind_cache: dict[str, Kind] = {}
+        #: Events of categories tracelens does not analyse (Kind.OTHER), counted by category:
+        #: an MTIA trace's `mtia_ccp_events`, a range-profiler trace's `cuda_profiler_range`.
+        self.other_categories: dict[str, int] = {}
         self.dropped = 0
         self.py_frames = 0
         self.py_dropped = 0
@@ -238,6 +241,8 @@ class _Collector:
         for cat in set(cats).difference(cache):
             cache[cat] = CATEGORY_KINDS.get(cat.lower(), Kind.OTHER)
         kinds = np.fromiter(map(cache.__getitem__, cats), dtype=np.int8, count=n)
+        for i in np.flatnonzero(kinds == Kind.OTHER).tolist():
+            self.other_categories[cats[i]] = self.other_categories.get(cats[i], 0) + 1
         self.any_op = self.any_op or bool((kinds == Kind.CPU_OP).any())
         is_host = np.isin(kinds, _HOST_KIND_CODES)
         is_gpu = np.isin(kinds, _GPU_KIND_CODES)
@@ -465,6 +470,7 @@ class _Collector:
             versions=_versions(meta_dict),
             metadata=meta_dict,
             notes=tuple(notes),
+            other_categories=dict(self.other_categories),
         )
         threads: dict[tuple[int, int], str] = {}
         for pid, tid, tname in self.threads:

@@ -70,11 +70,13 @@ def load_trace(path: str | os.PathLike[str], progress: ProgressFn | None = None)
     gc_was_enabled = gc.isenabled()
     gc.disable()
     try:
+        from tracelens.model.counters import with_kernel_counters
+
         try:
-            return _load_streaming(path, name, tick)
+            return with_kernel_counters(_load_streaming(path, name, tick), path)
         except Unstreamable:
             pass
-        return _load_whole(path, name, tick)
+        return with_kernel_counters(_load_whole(path, name, tick), path)
     finally:
         if gc_was_enabled:
             gc.enable()

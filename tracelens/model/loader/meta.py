@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from tracelens.model.counter_metrics import COUNTERS_KEY
 from tracelens.model.schema import Kind
 from tracelens.model.trace import DeviceInfo, name_matches
 
@@ -80,12 +81,17 @@ _VERSION_KEYS = (
 )
 
 
+#: The largest `tracelens_counters` value decoded (a few thousand kernels' counters are ~2 MB).
+MAX_COUNTERS_BYTES = 64 * 2**20
+
+
 def _small_metadata(top: dict[str, msgspec.Raw]) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for key, raw in top.items():
         if key in ("traceEvents", "deviceProperties"):
             continue
-        if len(raw) > 200_000:  # e.g. a harness's full pip list; not worth decoding
+        # e.g. a harness's full pip list is not worth decoding; counters are read whole
+        if len(raw) > (MAX_COUNTERS_BYTES if key == COUNTERS_KEY else 200_000):
             meta[key] = f"<{len(raw)} bytes omitted>"
             continue
         try:

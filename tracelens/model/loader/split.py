@@ -292,6 +292,8 @@ def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     a.has_counters = a.has_counters or b.has_counters
     for cat, kind in b.kind_cache.items():
         a.kind_cache.setdefault(cat, kind)
+    for cat, count in b.other_categories.items():
+        a.other_categories[cat] = a.other_categories.get(cat, 0) + count
     a.dropped += b.dropped
     a.py_frames += b.py_frames
     a.any_op = a.any_op or b.any_op
