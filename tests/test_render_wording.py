@@ -10,11 +10,11 @@ from support.cli import cli
 from support.corpus import REAL_TRACES, report_of, sample
 from support.synthetic import TraceBuilder, host_event, tiny_trace, write_trace
 
-from tracelens.analyzers.base import Metric
 from tracelens.assemble import build_report
 from tracelens.model import load_trace
 from tracelens.render import render_html, render_markdown, render_terminal
 from tracelens.render.format import metric, pct, short_kernel
+from tracelens.report import Metric
 
 
 def test_no_model_no_green_no() -> None:

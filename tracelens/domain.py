@@ -269,6 +269,8 @@ CAUSE_SHORT: dict[str, str] = {
 #: Names longer than this are cut in reports (C++ template kernel names reach tens of kB;
 #: the trace keeps the full name).
 MAX_NAME_CHARS = 2000
+#: The op name a site carries when no aten op encloses its call (JSON sites[].ops).
+NO_ENCLOSING_OP = "(no enclosing op)"
 #: Names longer than this are cut as the trace is read (start and end kept). The longest
 #: real names are C++ template kernels of about 5,100 characters; a 64 KB name is not a
 #: name but it would widen every fixed-width string array made from a name column.

@@ -35,7 +35,7 @@ from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
 from tracelens.derive.memory import FRAGMENTATION_SHARE, MemoryProfile
 from tracelens.derive.shapes import ShapeVariation, shape_variation
-from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, PINNED_APIS
+from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, NO_ENCLOSING_OP, PINNED_APIS
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -223,7 +223,7 @@ def _alloc_calls(ctx: AnalysisContext) -> AllocCalls | None:
         if api.startswith(PINNED_APIS):
             pinned += 1
         src = user_source(model, int(r))
-        where = ops[0] if ops else ("torch.cuda.empty_cache()" if in_empty_cache else "(no enclosing op)")
+        where = ops[0] if ops else ("torch.cuda.empty_cache()" if in_empty_cache else NO_ENCLOSING_OP)
         key = (api, where, src.label if src else "")
         by_site[key][0] += float(idle)
         by_site[key][1] += 1

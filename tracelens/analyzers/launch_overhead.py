@@ -18,7 +18,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
-from tracelens.domain import LAUNCH_APIS
+from tracelens.domain import LAUNCH_APIS, NO_ENCLOSING_OP
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import name_matches
@@ -170,7 +170,7 @@ def _places(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Place[Laun
     for slot in np.argsort(first, kind="stable").tolist():
         anchor = int(distinct[slot])
         root = int(roots[first[slot]])  # as the first gap with this anchor has it
-        op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
+        op_name = model.arrays.name(root) if root >= 0 else NO_ENCLOSING_OP
         src = user_source(model, anchor)
         srcs.append(src)
         key = (op_name, src.label if src else "")

@@ -21,7 +21,7 @@ from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.clocks import Series, nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
 from tracelens.model.schema import NVML_REASON_BITS as REASON_BITS
-from tracelens.model.schema import Kind
+from tracelens.model.schema import NVML_TRACK_TITLE, Kind
 from tracelens.model.trace import TraceModel
 
 #: Reasons that mean "slowed to protect power or temperature" (not idle, not a user's
@@ -67,6 +67,7 @@ class ThrottleFacts:
     power_peak_w: float
     power_busy_w: float
     temp_max_c: float
+    reasons: tuple[tuple[str, float], ...] = ()  # (NVML reason, share of busy time) but gpu_idle, most first
 
 
 @dataclass(frozen=True)
@@ -81,7 +82,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[ThrottleFacts, KernelClock]]:
         return []
     model = ctx.model
     tracks = ctx.clock_tracks
-    sm = tracks.get("SM clock (MHz)")
+    sm = tracks.get(NVML_TRACK_TITLE["sm_mhz"])
     if sm is None or len(sm.ts) < 2:
         return []
     gpu_meta = nvml_gpu_meta(model, dev.device)
@@ -96,7 +97,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[ThrottleFacts, KernelClock]]:
     slow = sm.values < FULL_CLOCK_RATIO * max_clock
     lost = float((w * np.clip(1.0 - sm.values / max_clock, 0, None)).sum())
 
-    reasons = tracks.get("clocks event reasons")
+    reasons = tracks.get(NVML_TRACK_TITLE["reasons"])
     reason_share: dict[str, float] = {}
     limited_share = 0.0
     if reasons is not None and len(reasons.ts):
@@ -111,15 +112,15 @@ def analyze(ctx: AnalysisContext) -> list[Found[ThrottleFacts, KernelClock]]:
                 reason_share[name] = share
         limited_share = float(rw[(rmask & LIMITING_REASONS) != 0].sum() / rtotal)
 
-    power = tracks.get("power (W)")
-    limit = tracks.get("power limit (W)")
+    power = tracks.get(NVML_TRACK_TITLE["power_w"])
+    limit = tracks.get(NVML_TRACK_TITLE["power_limit_w"])
     power_limit = float(gpu_meta.get("power_limit_w") or (np.nanmax(limit.values) if limit else np.nan))
     power_busy = float("nan")
     if power is not None and len(power.ts):
         pw = power.step_weights(busy, dev.window_end)
         power_busy = float((power.values * pw).sum() / pw.sum()) if pw.sum() > 0 else float("nan")
     power_peak = float(np.nanmax(power.values)) if power is not None and len(power.ts) else float("nan")
-    temp = tracks.get("temperature (C)")
+    temp = tracks.get(NVML_TRACK_TITLE["temp_c"])
     temp_max = float(np.nanmax(temp.values)) if temp is not None else float("nan")
 
     throttled = ratio < FULL_CLOCK_RATIO and (limited_share >= MIN_LIMITED_SHARE or not reason_share)
@@ -137,8 +138,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[ThrottleFacts, KernelClock]]:
         power_peak_w=power_peak,
         power_busy_w=power_busy,
         temp_max_c=temp_max,
+        reasons=tuple((n, s) for n, s in top_reasons if n != "gpu_idle"),
     )
-    why = tuple((n, s) for n, s in top_reasons if n != "gpu_idle")
     return [
         Found(
             category=Category.POWER_THROTTLE,
@@ -151,7 +152,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[ThrottleFacts, KernelClock]]:
                 Fact("clock_ratio", ratio, "share"),
                 Fact("reduced_clock_us", float(w[slow].sum()), "us"),
                 Fact("limited_share", limited_share, "share"),
-                Fact("reasons", ", ".join(f"{n} {s:.0%}" for n, s in why) or "no reason reported"),
+                Fact("reasons", ""),  # text: explain/ writes it from facts.reasons
                 Fact("power_busy_w", power_busy, "number"),
                 Fact("power_limit_w", power_limit, "number"),
                 Fact("temp_max_c", temp_max, "number"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracelens.analyzers.base import Found
@@ -21,6 +21,7 @@ class Words:
     labels: Mapping[str, str]  # evidence id -> its label
     places: Sequence[str] = ()  # each place's description, in the finding's order
     place_advice: Sequence[str] = ()  # each place's own advice where it differs ("" for none)
+    texts: Mapping[str, str] = field(default_factory=dict)  # evidence id -> its value, for text evidence
 
 
 def where(source: PySource) -> str:
@@ -42,7 +43,9 @@ def finding(found: Found[Any, Any], words: Words, share: float) -> Finding:
         advice=words.advice,
         expected_gain_us=found.expected_gain_us,
         gain_note=words.gain_note,
-        evidence=tuple(Metric(words.labels[e.id], e.value, e.unit, e.id) for e in found.evidence),
+        evidence=tuple(
+            Metric(words.labels[e.id], words.texts.get(e.id, e.value), e.unit, e.id) for e in found.evidence
+        ),
         sites=tuple(
             Site(
                 description=text,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.host_sync import HostSyncFacts, SyncConstruct, SyncSite
-from tracelens.domain import fmt_us
+from tracelens.domain import NO_ENCLOSING_OP, fmt_us
 from tracelens.explain.base import Words, where
 
 LABELS = {
@@ -73,7 +73,7 @@ def construct_label(c: SyncConstruct) -> str:
 
 
 def site_text(s: SyncSite) -> str:
-    chain = " > ".join(reversed(s.ops)) if s.ops else "(no enclosing op)"
+    chain = " > ".join(reversed(s.ops)) if s.ops else NO_ENCLOSING_OP
     head = f"{s.call} ({construct_label(s.construct)})" if s.call else construct_label(s.construct)
     return f"{head}: {chain} > {s.api}"
 

@@ -80,4 +80,5 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
         ),
         labels=LABELS,
         places=[kernel_text(p.facts) for p in found.places],
+        texts={"reasons": ", ".join(f"{n} {s:.0%}" for n, s in f.reasons) or "no reason reported"},
     )
