@@ -21,13 +21,15 @@ from tracelens.derive.clocks import nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.counters import KernelCounters, LaunchCounters
 from tracelens.derive.devices import other_accelerator
+from tracelens.derive.host_calls import one_per_call
 from tracelens.derive.intervals import merge_intervals
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
 from tracelens.domain import cut_name
+from tracelens.model.peaks import infer_part
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, has_python_stacks, user_source
+from tracelens.model.sources import PySource, has_python_stacks, user_source, user_sources
 from tracelens.model.trace import TraceModel
 from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
@@ -79,6 +81,7 @@ def build_report(
     t0 = time.perf_counter()
     if ctx is None:
         ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
+    model = ctx.model  # with the user's own step marks, where it had no ProfilerStep
     ranked = rank(settle(ctx, findings_of(ctx)))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(
@@ -153,9 +156,26 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         has_python_stacks=has_python_stacks(model),
         has_memory_events=len(model.memory) > 0,
         has_clock_samples=len(model.counters) > 0,
-        notes=meta.notes,
+        notes=meta.notes + _device_notes(model),
         accelerator=accelerator,
     )
+
+
+def _device_notes(model: TraceModel) -> tuple[str, ...]:
+    """How the kernels' GPU was identified, when not plainly by its id and name."""
+    meta = model.meta
+    out = [meta.device_note] if meta.device_note else []
+    dev = meta.primary_device
+    if dev is not None and meta.active_devices:
+        dev = meta.device(meta.active_devices[0]) or dev
+        part = infer_part(dev.name, dev.compute_capability, dev.num_sms, dev.total_memory_bytes)
+        if part is not None:
+            cc = f"{dev.compute_capability[0]}.{dev.compute_capability[1]}" if dev.compute_capability else "?"
+            out.append(
+                f"The trace names its GPU {dev.name!r}; from its architecture ({cc}, {dev.num_sms} SMs/CUs) it is "
+                f"taken to be an {part}, whose peaks are used."
+            )
+    return tuple(out)
 
 
 def _split(window: float, busy: float, by_cause: dict[str, float]) -> TimeSplit:
@@ -218,7 +238,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     if tl is None or dev is None:
         return None
     host = ctx.model.host
-    rows = ctx.blocking_calls
+    rows = one_per_call(ctx.model, ctx.blocking_calls)
     ts = host["ts"].to_numpy()[rows]
     marks = host["end"].to_numpy()[rows][(ts >= tl.start) & (ts <= tl.end)]
     if len(marks) > MAX_SYNC_MARKS:
@@ -585,13 +605,18 @@ def _source_rows(ctx: AnalysisContext, findings: list) -> tuple[SourceRow, ...]:
         durs = act["dur"].to_numpy()[ok]
         frame = pd.DataFrame({"anchor": anchor, "dur": durs}).groupby("anchor")["dur"].agg(["sum", "size"])
         # Plain lists: a numpy row and its scalars per anchor cost more than the lookups.
-        for anchor_row, total, n in zip(
-            frame.index.tolist(), frame["sum"].tolist(), frame["size"].tolist(), strict=True
+        # Each source object's entry is looked up (hashed) once, not once per anchor.
+        entries: dict[int, list[float]] = {}
+        anchors = frame.index.to_numpy()
+        for src, total, n in zip(
+            user_sources(model, anchors), frame["sum"].tolist(), frame["size"].tolist(), strict=True
         ):
-            src = user_source(model, anchor_row)
             if src is not None:
-                gpu_by[src][0] += float(total)
-                gpu_by[src][1] += float(n)
+                entry = entries.get(id(src))
+                if entry is None:
+                    entry = entries[id(src)] = gpu_by[src]
+                entry[0] += float(total)
+                entry[1] += float(n)
     cost_by: dict[PySource, float] = defaultdict(float)
     for f in findings:
         for site in f.sites:

@@ -24,7 +24,7 @@ import numpy as np
 from tracelens import __version__
 from tracelens.assemble import build_report
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.ledger import blocking_call_rows
+from tracelens.derive.host_calls import blocking_call_rows, one_per_call
 from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
@@ -64,6 +64,7 @@ class _Analysed:
 
 def _analyse(model: TraceModel) -> _Analysed:
     ctx = AnalysisContext(model)
+    model = ctx.model  # with the user's own step marks, where it had no ProfilerStep
     rep = build_report(model, ctx=ctx)
     win = ctx.window_us
     n = max(len(ctx.window.steps), 1)
@@ -309,7 +310,7 @@ def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
         return dev.n_activities / x.steps if dev else 0.0
 
     def syncs(x: _Analysed) -> float:
-        rows = blocking_call_rows(x.model)
+        rows = one_per_call(x.model, blocking_call_rows(x.model))
         ts = x.model.host["ts"].to_numpy()[rows]
         lo, hi = _host_span(x)
         return float(((ts >= lo) & (ts < hi)).sum()) / x.steps
@@ -377,6 +378,7 @@ CAUSE_WORDS = {
     "allocation": "allocator idle",
     "compilation": "compile idle",
     "profiler": "profiler overhead",
+    "startup": "start-up idle (graph capture, first launches)",
     "launch_overhead": "launch-overhead idle",
     "host_bound": "host-bound idle",
     "idle_other": "idle with work queued",

@@ -86,6 +86,19 @@ LAUNCH_APIS = frozenset(
 #: Calls that launch one kernel each (Kineto's range profiler measures kernels in their order).
 KERNEL_LAUNCH_APIS = LAUNCH_APIS - GRAPH_LAUNCH_APIS
 
+#: Stream capture into a CUDA/HIP graph: the launches between a begin and its end are
+#: recorded into the graph, not run (vLLM and SGLang capture their decode graphs so).
+CAPTURE_BEGIN_APIS = frozenset(
+    {"cudaStreamBeginCapture", "cudaStreamBeginCaptureToGraph", "cuStreamBeginCapture", "cuStreamBeginCapture_v2",
+     "hipStreamBeginCapture", "hipStreamBeginCaptureToGraph"}
+)  # fmt: skip
+CAPTURE_END_APIS = frozenset({"cudaStreamEndCapture", "cuStreamEndCapture", "hipStreamEndCapture"})
+#: Building an executable graph from a captured one (one-off work, like the capture).
+GRAPH_INSTANTIATE_APIS = frozenset(
+    {"cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaGraphInstantiateWithParams",
+     "cuGraphInstantiate", "cuGraphInstantiateWithFlags", "hipGraphInstantiate", "hipGraphInstantiateWithFlags"}
+)  # fmt: skip
+
 # --- element types, by the profiler's type names (`Input type`) ---------------------------
 
 #: Floating-point element types: bytes per element.
@@ -243,6 +256,7 @@ CAUSE_LABELS: dict[str, str] = {
     "allocation": "idle: allocator calls",
     "compilation": "idle: compiling",
     "profiler": "idle: profiler overhead",
+    "startup": "idle: start-up (graph capture, first launches)",
     "launch_overhead": "idle: launch overhead",
     "host_bound": "idle: host-bound",
     "idle_other": "idle: other (queued work waits)",
@@ -259,6 +273,7 @@ CAUSE_SHORT: dict[str, str] = {
     "allocation": "alloc",
     "compilation": "compile",
     "profiler": "profiler",
+    "startup": "startup",
     "launch_overhead": "launch",
     "host_bound": "host",
     "idle_other": "other",

@@ -12,11 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_POOL, PARENT_OF, categories_of
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
+from tracelens.explain.base import where as where_in
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
@@ -116,6 +119,65 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         gains = sum(k.expected_gain_us for k in kids)
         scale = parent.time_us / gains if gains > parent.time_us else 1.0
         out += [replace(k, expected_gain_us=k.expected_gain_us * scale) for k in kids]
+    return blockers(ctx, out)
+
+
+#: Construct ids of the host_sync finding that stop a step from being captured in a CUDA
+#: graph or compiled whole (each ends the graph: the program needs the value on the host).
+#: An explicit synchronize is the harness's (TraceLens's synchronize_each_step), outside
+#: the model code a graph or torch.compile would take.
+_SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy"})
+#: Syncs block only when they cut the GPU work into short pieces: at most this many GPU
+#: activities per sync on average (host_sync_mask: ~8; dyn_graph_break's x[mask]: ~26). A
+#: generate loop's one stopping-criteria check per token (~110 kernels of a 4-layer Llama
+#: between them) leaves the forward to capture whole, and so does a harness's end-of-step
+#: check (Qwen: ~1,500 kernels to 1).
+MAX_ACTIVITIES_PER_BLOCKING_SYNC = 64
+
+
+def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
+    """Mark the findings whose fix another finding blocks (issue 24 §2): CUDA graphs and
+    torch.compile (the launch-overhead fix) cannot take a step that syncs every step or
+    changes shape; fusion by torch.compile (the memory-bound fix) stops at a graph break
+    and at every sync. The blocked finding names its blocker; the headline then puts the
+    blocker's fix first."""
+    by_cat = {f.category: f for f in findings if f.parent is None}
+    sync = by_cat.get(Category.HOST_SYNC)
+    steps = max(ctx.n_steps, 1)
+    sync_calls = 0
+    if sync is not None:
+        sync_calls = sum(s.count for s in sync.sites if s.kind in _SYNC_BLOCKERS)
+    activities = ctx.ledger.primary.n_activities if ctx.ledger.primary is not None else 0
+    every_step = (
+        sync is not None and sync_calls >= steps and activities <= MAX_ACTIVITIES_PER_BLOCKING_SYNC * sync_calls
+    )
+    units = f"{steps} {ctx.unit}" + ("" if steps == 1 else "s")
+    breaks = by_cat.get(Category.COMPILATION)
+    graph_breaks = breaks is not None and "graph_breaks" in breaks.tags
+    shapes = by_cat.get(Category.SHAPE_DYNAMISM)
+    out = []
+    for f in findings:
+        reason = ""
+        blocker: Category | None = None
+        if f.category == Category.LAUNCH_OVERHEAD and every_step:
+            blocker = Category.HOST_SYNC
+            reason = (
+                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {units}), "
+                "and torch.compile breaks its graph at each one"
+            )
+        elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and shapes.time_us > 0:
+            blocker = Category.SHAPE_DYNAMISM
+            reason = "a CUDA graph replays fixed shapes: the changing input shapes come first"
+        elif f.category == Category.MEMORY_BOUND and graph_breaks:
+            blocker = Category.COMPILATION
+            reason = "torch.compile fuses only inside one graph: the graph breaks come first"
+        elif f.category == Category.MEMORY_BOUND and every_step:
+            blocker = Category.HOST_SYNC
+            reason = (
+                f"torch.compile fuses only between host syncs and breaks its graph at each one "
+                f"({sync_calls} in {units})"
+            )
+        out.append(replace(f, blocked_by=blocker, blocked_reason=reason) if blocker is not None else f)
     return out
 
 
@@ -134,10 +196,23 @@ def rank(findings: list[Finding]) -> list[Finding]:
     return out
 
 
-def primary_finding(findings: list[Finding], window_us: float) -> Finding | None:
+#: Host-bound idle in fewer gaps than this share of the steps is one-off host work (a
+#: harness's json.dumps in one step of diff_graph_after), not a steady-state bottleneck.
+ONE_OFF_GAPS_PER_STEP = 0.5
+
+
+def _one_off(f: Finding, steps: int) -> bool:
+    if f.category != Category.HOST_BOUND or steps < 3:
+        return False
+    gaps = next((m.value for m in f.evidence if m.label == "gaps"), None)
+    return isinstance(gaps, int | float) and gaps < ONE_OFF_GAPS_PER_STEP * steps
+
+
+def primary_finding(findings: list[Finding], window_us: float, steps: int = 1) -> Finding | None:
     """The top-level finding with the largest expected gain, among those whose gain is at
-    least the medium-severity share of the window; a near tie goes to the earlier question."""
-    top = [f for f in findings if f.parent is None and f.expected_gain_us > 0]
+    least the medium-severity share of the window (and that recur: not one-off host work
+    in a few of `steps`); a near tie goes to the earlier question."""
+    top = [f for f in findings if f.parent is None and f.expected_gain_us > 0 and not _one_off(f, steps)]
     # A gain under the bar is noise next to run-to-run variation: no headline then.
     strong = [f for f in top if f.expected_gain_us >= MEDIUM_SHARE * window_us] if window_us > 0 else top
     if not strong:
@@ -219,6 +294,13 @@ def trace_has_shapes(model: TraceModel) -> bool:
     return False
 
 
+def _peaks_unknown(ctx: AnalysisContext) -> bool:
+    """Whether the primary GPU has kernels but no known peaks (questions 3 and 6 rest on them)."""
+    if ctx.ledger.primary is None:
+        return False
+    return ctx.roofline.peaks is None
+
+
 def _model_coverage(ctx: AnalysisContext, step: DiagnosticStep) -> float | None:
     """The roofline models' share of kernel time, for the questions that rest on it."""
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
@@ -253,6 +335,10 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
             status = "minor"
             share = pct(ctx.share(time_us))
             answer = f"A little: {fmt_us(time_us)} ({share} of the analysed time), below the bar.{partly}"
+        elif step.id in ("compute", "memory") and _peaks_unknown(ctx):
+            # No roof to judge the kernels against: that is no evidence of a no.
+            status = "unknown"
+            answer = f"Unknown: this GPU's peaks are not known, so no kernel could be judged against a roof.{partly}"
         elif (cov := _model_coverage(ctx, step)) is not None and cov < MIN_MODEL_COVERAGE:
             status = "not_measurable"
             answer = (
@@ -307,6 +393,14 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
         out.append(
             f"The GPU also idles {other:.0%} of the window with its next kernel already queued: it waits on "
             "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
+            + _queued_wait_words(ctx)
+        )
+    startup = dev.share("startup")
+    if startup >= STARTUP_NOTE_SHARE:
+        out.append(
+            f"{startup:.0%} of the window is one-off start-up work on the host (CUDA/HIP graph capture, whose "
+            "launches are recorded into the graph and do not run; graph instantiation; cold first launches): "
+            "a serving engine's or a first iteration's set-up, not a bottleneck of the steady state."
         )
     prof = dev.share("profiler")
     if prof >= PROFILER_NOTE_SHARE:
@@ -315,6 +409,62 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
             "overhead that an unprofiled run does not have."
         )
     return tuple(out)
+
+
+#: The largest ledger cause over this share of the window is explained in the headline
+#: (issue 24 §8).
+LARGEST_CAUSE_SHARE = 0.2
+#: A window this much start-up (graph capture, cold first launches) has no steady state
+#: to fix: the headline says so instead of naming a small steady-state finding.
+STARTUP_WINDOW_SHARE = 0.5
+
+
+#: Queued-work idle gaps at least this long are the ones described (rank0.json: 39 gaps
+#: over 5 ms hold 624 ms of its 59% idle_other).
+QUEUED_GAP_MIN_US = 5_000.0
+
+
+def _queued_wait_words(ctx: AnalysisContext) -> str:
+    """What the queued-work idle waits on (issue 24 §8): how long before the gap the next
+    work was launched and by what call, and the longest host call the gaps overlap."""
+    dev = ctx.ledger.primary
+    if dev is None:
+        return ""
+    g = dev.gaps[(dev.gaps["cause"] == "idle_other") & (dev.gaps["dur"] >= QUEUED_GAP_MIN_US)]
+    if g.empty:
+        return ""
+    host = ctx.model.host
+    h_ts, h_end = host["ts"].to_numpy(), host["end"].to_numpy()
+    launch = g["launch_row"].to_numpy()
+    has = launch >= 0
+    words = f" {len(g)} gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more hold {fmt_us(float(g['dur'].sum()))} of it"
+    if has.any():
+        lead = g["end"].to_numpy()[has] - h_ts[launch[has]]
+        apis = {ctx.model.arrays.name(int(r)) for r in launch[has]}
+        words += (
+            f"; their next work had been launched a median {fmt_us(float(np.median(lead)))} earlier "
+            f"(by {', '.join(sorted(apis)[:3])})"
+        )
+    kind = host["kind"].to_numpy()
+    calls = np.flatnonzero((kind == Kind.RUNTIME) | (kind == Kind.DRIVER))
+    if len(calls):
+        starts, ends = g["start"].to_numpy(), g["end"].to_numpy()
+        best, best_us = -1, 0.0
+        long_calls = calls[(h_end[calls] - h_ts[calls]) >= QUEUED_GAP_MIN_US]
+        # the program's own calls (inside an op), not the profiler's closing synchronize
+        in_op = long_calls[ctx.model.arrays.op[long_calls] >= 0]
+        for r in in_op if len(in_op) else long_calls:
+            ov = float(np.clip(np.minimum(ends, h_end[r]) - np.maximum(starts, h_ts[r]), 0, None).sum())
+            if ov > best_us:
+                best, best_us = int(r), ov
+        if best >= 0:
+            words += (
+                f"; meanwhile the host sat {fmt_us(float(h_end[best] - h_ts[best]))} in {ctx.model.arrays.name(best)}"
+            )
+            op = int(ctx.model.arrays.op[best])
+            if op >= 0:
+                words += f" (inside {ctx.model.arrays.name(op)})"
+    return words + "."
 
 
 def _no_gpu_headline(ctx: AnalysisContext) -> str:
@@ -338,19 +488,37 @@ def _no_gpu_headline(ctx: AnalysisContext) -> str:
 
 
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
-    top = primary_finding(findings, ctx.window_us)
+    top = primary_finding(findings, ctx.window_us, ctx.n_steps if ctx.unit == "step" else 1)
     dev = ctx.ledger.primary
     notes = _notes(ctx)
     steps = ctx.n_steps
+    startup = dev.share("startup") if dev is not None else 0.0
+    if startup >= STARTUP_WINDOW_SHARE:
+        top = None
     if top is None:
         headline = _no_gpu_headline(ctx)
-        if dev is not None and dev.window_us > 0:
+        if startup >= STARTUP_WINDOW_SHARE:
+            headline = (
+                f"{startup:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
+                "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
+                "state (later steps, or the engine's serving loop) to see what limits it."
+            )
+        elif dev is not None and dev.window_us > 0:
             biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
             headline = (
                 f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
                 f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
                 f"would gain {MEDIUM_SHARE:.0%} or more of it."
             )
+            replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
+            if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
+                # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
+                # its time is the graph's own latency-bound kernels.
+                headline += (
+                    " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
+                    "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
+                    "shortens the step."
+                )
         return Summary(
             primary=None,
             headline=headline,
@@ -359,8 +527,9 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             primary_advice="",
             primary_gain_us=0.0,
             notes=notes,
+            unit=ctx.unit,
         )
-    unit = ("iteration" if ctx.window.source == "detected" else "step") if ctx.ledger.windowed_by_steps else "window"
+    unit = ctx.unit
     per = max(steps, 1) if unit != "window" else 1
     kids = [
         f
@@ -371,20 +540,51 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     title = top.title + (f"; the largest part: {part.title}" if part is not None else "")
     if top.parent is not None:
         title = f"{top.title} (part of {top.parent.value})"
-    headline = (
-        f"{title}. Fix this first: about {fmt_us(top.expected_gain_us / per)} per {unit} to gain "
-        f"({top.expected_gain_us / ctx.window_us:.0%} of the {unit})."
-        if ctx.window_us > 0
-        else title
-    )
+    gain, advice = top.expected_gain_us, top.advice
+    blocker = next((f for f in findings if f.parent is None and f.category == top.blocked_by), None)
+    if blocker is not None:
+        # The blocker's fix is fix 1 and the gain is the two together (issue 24 §2).
+        gain = min(top.expected_gain_us + blocker.expected_gain_us, ctx.window_us)
+        first = first_fix(blocker)
+        advice = (
+            f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{blocker.advice}\n2. Then: {top.advice}"
+        )
+        headline = (
+            f"{title}. Fix first: {first}, since {top.blocked_reason}. Both fixed, about "
+            f"{fmt_us(gain / per)} per {unit} to gain ({gain / ctx.window_us:.0%} of the {unit})."
+            if ctx.window_us > 0
+            else title
+        )
+    else:
+        headline = (
+            f"{title}. Fix this first: about {fmt_us(gain / per)} per {unit} to gain "
+            f"({gain / ctx.window_us:.0%} of the {unit})."
+            if ctx.window_us > 0
+            else title
+        )
     return Summary(
         primary=top.category,
         headline=headline,
         primary_time_us=top.time_us,
         primary_share=top.share,
-        primary_advice=top.advice,
-        primary_gain_us=top.expected_gain_us,
+        primary_advice=advice,
+        primary_gain_us=gain,
         notes=notes,
         per_step_us=ctx.window_us / per if unit != "window" else 0.0,
-        primary_gain_per_step_us=top.expected_gain_us / per if unit != "window" else 0.0,
+        primary_gain_per_step_us=gain / per if unit != "window" else 0.0,
+        unit=unit,
     )
+
+
+def first_fix(blocker: Finding) -> str:
+    """The blocker's fix in a few words, with what and where (for the headline)."""
+    if blocker.category == Category.HOST_SYNC:
+        calls = list(dict.fromkeys(s.description.split(" (", 1)[0].split(":", 1)[0] for s in blocker.sites))
+        where = f" {where_in(blocker.sources[0])}" if blocker.sources else ""
+        what = ", ".join([c for c in calls if c and c not in ("exec()", "<module>")][:3])
+        return f"remove the host syncs{f' ({what})' if what else ''}{where}"
+    if blocker.category == Category.COMPILATION:
+        return "remove the graph breaks"
+    if blocker.category == Category.SHAPE_DYNAMISM:
+        return "make the input shapes static (pad or bucket them)"
+    return blocker.title

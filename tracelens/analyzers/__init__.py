@@ -60,7 +60,10 @@ class AnalyzerSpec:
 
 #: In the diagnostic order: the order findings are ranked in and analyzers run in.
 ANALYZERS: tuple[AnalyzerSpec, ...] = (
-    AnalyzerSpec(Category.HOST_SYNC, "host_waits", host_sync.analyze, ("host_sync",), needs=("cuda", "cpu")),
+    # A blocking pageable copy's own transfer time is the host's wait too (issue 34 §2).
+    AnalyzerSpec(
+        Category.HOST_SYNC, "host_waits", host_sync.analyze, ("host_sync", "gpu_busy_copy"), needs=("cuda", "cpu")
+    ),
     AnalyzerSpec(Category.HOST_BOUND, "host_waits", host_bound.analyze, ("host_bound",), needs=("cuda", "cpu")),
     AnalyzerSpec(Category.COMMUNICATION, "host_waits", communication.analyze, ("communication",), needs=("cuda",)),
     AnalyzerSpec(
@@ -125,7 +128,8 @@ ANALYZERS: tuple[AnalyzerSpec, ...] = (
         Category.COMPUTE_BOUND,
         "compute",
         compute_bound.analyze,
-        ("gpu_busy_compute",),
+        # fp32 kernels no shape model covers are unknown busy time (the V100 AMP finding).
+        ("gpu_busy_compute", "gpu_busy_unknown"),
         needs=("cuda", "record_shapes"),
         sections=("kernels", "roofline"),
     ),

@@ -111,6 +111,7 @@ class AllocFacts:
     host_us: float
     per_step: float
     steps: int
+    unit: str  # the report's unit (AnalysisContext.unit): step, iteration, call or window
     empty_cache: int
     pinned: int
     frees: int
@@ -150,6 +151,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[AllocFacts, AllocSite]]:
         host_us=calls.host_us,
         per_step=calls.calls / ctx.n_steps,
         steps=ctx.n_steps,
+        unit=ctx.unit,
         empty_cache=calls.empty_cache,
         pinned=calls.pinned,
         frees=calls.frees,

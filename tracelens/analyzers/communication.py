@@ -41,6 +41,7 @@ class CommunicationFacts:
     straggler_wait_us: float  # of it, beyond what the data needs: waiting for another rank
     overlapped_share: float  # of the collective kernel time
     gloo: bool  # GPU tensors moved by gloo, through the host
+    unit: str = "step"  # the report's unit (AnalysisContext.unit) per_step_us is in
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, Collective]]
         for (op, label), (idle, n, _) in ranked
     )
     facts = CommunicationFacts(
-        per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 else None,
+        per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 and ctx.unit != "window" else None,
+        unit=ctx.unit,
         exposed_kernel_us=exposed_kernels,
         wait_us=wait_us,
         straggler_wait_us=excess,

@@ -169,6 +169,7 @@ class CompileFacts:
     compiled: bool  # torch.compile's regions, compiled-graph calls or Triton kernels seen
     frames: int  # compiled frames
     graph_calls_per_step: float
+    unit: str  # the report's unit (AnalysisContext.unit)
     recompiles: tuple[tuple[int, int], ...]  # (frame, compile) first seen inside the window
     recompiled_frames: tuple[int, ...]
     max_compile: int  # the highest compile index N of any frame (its compile #N+1)
@@ -245,6 +246,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[CompileFacts, CompileSite]]:
         compiled=comp is not None,
         frames=len(frames),
         graph_calls_per_step=comp.graph_calls_per_step if comp else 0.0,
+        unit=ctx.unit,
         recompiles=tuple(new),
         recompiled_frames=tuple(sorted({g for g, _ in new})),
         max_compile=max_n,

@@ -51,6 +51,14 @@ class HostBoundFacts:
     pageable_copies: int  # host-to-device copies from pageable memory
     pageable_bytes: int
     pageable_host_us: float
+    #: Of the idle after a sync, the part the host spent outside any op (Python working on
+    #: the value it waited for); time in ops is that work, not "the result of a sync".
+    after_sync_untraced_us: float = 0.0
+    loader_workers: bool = False  # the loop waits for DataLoader worker processes
+    training: bool = False  # the trace runs backward or an optimizer
+    #: What the first place (an annotation) holds: (op name, or "" for the host time
+    #: between its ops; µs), the most first.
+    main_parts: tuple[tuple[str, float], ...] = ()
 
 
 _DATALOADER_MARKERS = ("DataLoader", "dataloader", "_MultiProcessingDataLoaderIter", "__next__")
@@ -80,6 +88,10 @@ class _RangeTree:
         rparent = np.where(parent >= 0, inner[np.clip(parent, 0, None)], -1)
         self.ts = host["ts"].to_numpy()
         self.end = host["end"].to_numpy()
+        # Annotations are looked inside whenever they hold ops: the gap belongs to the
+        # op that covers it (PARAM's clear_cache's aten::zeros and aten::mul), and the
+        # annotation names the group (see _covering_annotation).
+        self.is_annotation = host["kind"].to_numpy() == Kind.USER_ANNOTATION
         # numpy row sets, not DataFrames of the ranges (a copy of every column each).
         range_rows = np.flatnonzero(is_range)
         self.top: dict[tuple[int, int], _Ranges] = {}
@@ -132,7 +144,7 @@ class _RangeTree:
             ov = e0 - s0
             if ov <= 0:
                 continue
-            if depth < MAX_DESCENT and (t1 - t0) > CONTAINER_FACTOR * ov:
+            if depth < MAX_DESCENT and ((t1 - t0) > CONTAINER_FACTOR * ov or self.is_annotation[row]):
                 kids = self.children(row)
                 inside = self.charge(kids, s0, e0, out, depth + 1) if kids is not None else 0.0
                 if ov - inside > 0:
@@ -180,21 +192,39 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
     main_thread = _main_thread(model)
 
     charged: dict[int | None, float] = defaultdict(float)  # range row -> µs of idle
-    for start, end, lrow in zip(hb["start"].to_numpy(), hb["end"].to_numpy(), hb["launch_row"].to_numpy(), strict=True):
+    # Of the idle after a sync, the part the host spent outside any op (Python working on
+    # the value it waited for); time in ops (a CPU aten::randn making the next batch) is
+    # that work, not "the result of a sync".
+    after_sync_untraced = 0.0
+    kind_list = host["kind"].to_numpy()
+    for start, end, lrow, srow in zip(
+        hb["start"].to_numpy(), hb["end"].to_numpy(), hb["launch_row"].to_numpy(), hb["sync_row"].to_numpy(),
+        strict=True,
+    ):  # fmt: skip
         thread = (int(pid[lrow]), int(tid[lrow])) if lrow >= 0 else main_thread
-        covered = tree.charge(tree.top.get(thread), float(start), float(end), charged)
+        here: dict[int | None, float] = defaultdict(float)
+        covered = tree.charge(tree.top.get(thread), float(start), float(end), here)
         rest = (end - start) - covered
         if rest > 0:
             frame = frames.enclosing(thread, float(start), float(end))
-            charged[frame] += rest
+            here[frame] += rest
+        for row, us in here.items():
+            charged[row] += us
+            if srow >= 0 and (row is None or row < 0 or kind_list[row] == Kind.PYTHON):
+                after_sync_untraced += us
 
-    # Group the charged ranges by what the host ran + source.
+    # Group the charged ranges by what the host ran + source, under the annotation that
+    # covers them (not a step mark): "host work in [param|clear_cache]", its ops as parts.
+    step_starts = set(model.steps["cpu_ts"].to_numpy().tolist()) if len(model.steps) else set()
     grouped: dict[tuple[HostWorkKind, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    parts_of: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # "": between its ops
     src_of: dict[tuple[HostWorkKind, str, str], PySource | None] = {}
     # Plain ints: a numpy int8 compared with an IntEnum member costs ~3 µs (60k rows
     # charged on a 50-step training trace), a list item compared with an int ~0.03 µs.
     kinds = host["kind"].to_numpy().tolist()
     python_kind = int(Kind.PYTHON)
+    annotation_kind = int(Kind.USER_ANNOTATION)
+    host_ts = host["ts"].to_numpy()
     for row, us in charged.items():
         key: tuple[HostWorkKind, str, str]
         if row is None:
@@ -204,12 +234,22 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
             inner = ~row
             src = user_source(model, inner)
             key = ("between_ops", model.arrays.name(inner), src.label if src else "")
+            if kinds[inner] == annotation_kind and float(host_ts[inner]) not in step_starts:
+                # time inside an annotation between its ops is the annotation's too
+                key = ("op", model.arrays.name(inner), "")
+                parts_of[model.arrays.name(inner)][""] += us
+                src = src_of.get(key) or src
         elif kinds[row] == python_kind:
             src = parse_frame(model.arrays.name(row), line_is_def=True)
             key = ("python", src.function, src.label) if src else ("untraced", "", "")
         else:
             src = user_source(model, row)
             key = ("op", model.arrays.name(row), src.label if src else "")
+            ann = _covering_annotation(model, row, step_starts)
+            if ann is not None:
+                parts_of[model.arrays.name(ann)][model.arrays.name(row)] += us
+                key = ("op", model.arrays.name(ann), "")
+                src = src_of.get(key) or src
         grouped[key][0] += us
         grouped[key][1] += 1
         src_of.setdefault(key, src)
@@ -233,6 +273,11 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
     )
     untraced_us = grouped.get(("untraced", "", ""), [0.0, 0.0])[0]
     median_gap = float(hb["dur"].median())
+    loader_names = [
+        name for (kind, name, _) in grouped if kind != "untraced" and any(m in name for m in _DATALOADER_MARKERS)
+    ]
+    main = places[0] if places else None
+    main_parts = parts_of.get(main.facts.name, {}) if main is not None and main.facts.kind == "op" else {}
     facts = HostBoundFacts(
         gaps=len(hb),
         median_gap_us=median_gap,
@@ -241,6 +286,10 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
         pageable_copies=n_copies,
         pageable_bytes=copy_bytes,
         pageable_host_us=copy_host_us,
+        after_sync_untraced_us=after_sync_untraced,
+        loader_workers=any("_MultiProcessingDataLoaderIter" in n for n in loader_names),
+        training=_is_training(model),
+        main_parts=tuple(sorted(main_parts.items(), key=lambda kv: -kv[1])),
     )
     return [
         Found(
@@ -266,6 +315,23 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
             device=dev.device,
         )
     ]
+
+
+def _is_training(model: TraceModel) -> bool:
+    """Whether the trace runs backward or an optimizer (a training loop, not inference)."""
+    names = model.arrays.name_table
+    return any(n.startswith(("autograd::engine", "Optimizer.step", "Optimizer#")) for n in names)
+
+
+def _covering_annotation(model: TraceModel, row: int, step_starts: set[float]) -> int | None:
+    """The innermost annotation (record_function range, the DataLoader's __next__, PARAM's
+    ranges) enclosing an op row, other than a step mark, or None."""
+    kind = model.arrays.kind
+    ts = model.host["ts"].to_numpy()
+    for r in model.host_chain(row)[1:]:
+        if r >= 0 and kind[r] == Kind.USER_ANNOTATION and float(ts[r]) not in step_starts:
+            return int(r)
+    return None
 
 
 _FRAME_FILE = re.compile(r"^(.*?)\(\d+\): ")

@@ -22,8 +22,8 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.host_calls import blocking_call_rows, one_per_call
 from tracelens.derive.intervals import overlap
-from tracelens.derive.ledger import blocking_call_rows
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
     PySource,
@@ -34,11 +34,19 @@ from tracelens.model.sources import (
     user_source,
     user_stack,
 )
-from tracelens.model.trace import TraceModel
+from tracelens.model.trace import TraceModel, name_matches
 
 #: A sync whose GPU idle is under this share of the host time it blocked is "while the
 #: GPU was busy anyway": the device had queued work to do and barely noticed.
 BUSY_ANYWAY_IDLE_RATIO = 0.05
+
+#: Device-to-host copy rate into pinned memory on the H200 (PCIe Gen5 x16; the pinned
+#: host-to-device copies of host_bound_pinned ran at ~55 GB/s). A blocking pageable copy
+#: that runs slower than this costs its own time beyond what the bytes need.
+PINNED_COPY_BYTES_PER_S = 50e9
+#: A blocking copy's own GPU time counts when it is at least this share of the window: a
+#: copy inside the step is then where the host's wait goes (issue 34 §2).
+SLOW_COPY_MIN_SHARE = 0.05
 
 #: At most this many sites per finding (the rest are summed into the finding's totals).
 MAX_SITES = 8
@@ -73,6 +81,11 @@ class HostSyncFacts:
     #: Each group's Python call, or its construct where the call is unknown, costliest first.
     calls: tuple[tuple[str, SyncConstruct], ...]
     constructs: tuple[SyncConstruct, ...]  # in order of the idle they cause
+    idle_us: float = 0.0  # GPU idle after them
+    #: Their blocking device-to-host copies to pageable memory, where slow enough to count
+    #: (0: not counted): GPU time and bytes.
+    copy_us: float = 0.0
+    copy_bytes: float = 0.0
 
 
 _DATA_DEPENDENT_OPS = (
@@ -186,9 +199,11 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
 
     groups: dict[tuple[str, str, tuple[str, ...], str], _Group] = {}
     profiler_syncs = 0
-    for row in sync_rows:
-        row = int(row)
-        if not (w0 - 1 <= ts[row] <= w1 + 1) and idle_by_sync.get(row, 0.0) == 0.0:
+    # One host wait per logical call: a pageable .tolist() is a copy and a synchronize
+    # inside one op; both calls' host time and idle go to the call, counted once.
+    calls_of = _calls_of(model, sync_rows)
+    for row, parts in calls_of.items():
+        if not any(w0 - 1 <= ts[r] <= w1 + 1 or idle_by_sync.get(r, 0.0) > 0.0 for r in parts):
             continue
         if _is_profiler_sync(model, row, last_launch_ts):
             profiler_syncs += 1
@@ -208,10 +223,10 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
         grp.count += 1
         if grp.rows is None:
             grp.rows = []
-        grp.rows.append(row)
-        grp.host_us += float(dur[row])
-        grp.idle_us += idle_by_sync.get(row, 0.0)
-        grp.tail_us += tail_by_sync.get(row, 0.0)
+        grp.rows.extend(parts)
+        grp.host_us += float(sum(dur[r] for r in parts))
+        grp.idle_us += sum(idle_by_sync.get(r, 0.0) for r in parts)
+        grp.tail_us += sum(tail_by_sync.get(r, 0.0) for r in parts)
         if steps[row] >= 0 and grp.steps is not None:
             grp.steps.add(int(steps[row]))
 
@@ -222,6 +237,14 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     host_us = sum(g.host_us for g in ranked)
     idle_us = sum(g.idle_us for g in ranked)
     tail_us = sum(g.tail_us for g in ranked)
+    # The blocking pageable copies' own transfer time: the host waits for the copy itself
+    # (a 256 MB .cpu() at 0.9 GB/s is most of a step, with the GPU busy copying).
+    copy_us, copy_bytes = _pageable_copies(ctx, [r for g in ranked for r in (g.rows or [])])
+    copy_gain = 0.0
+    if copy_us >= SLOW_COPY_MIN_SHARE * ctx.window_us:
+        copy_gain = max(copy_us - copy_bytes / PINNED_COPY_BYTES_PER_S * 1e6, 0.0)
+    else:
+        copy_us = 0.0
     places = tuple(
         Place(
             count=g.count,
@@ -246,13 +269,14 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     calls = tuple(named.values())
     sources = tuple(dict.fromkeys(g.source for g in ranked if g.source is not None))[:MAX_SITES]
     busy_during = _busy_during(ctx, [g.rows for g in ranked])
-    busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us and busy_during >= 0.5 * host_us
+    # (the GPU is busy during a slow blocking copy because it is copying: that is the cost)
+    busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us and busy_during >= 0.5 * host_us and copy_us == 0
     return [
         Found(
             category=Category.HOST_SYNC,
-            time_us=idle_us,
-            expected_gain_us=idle_us,
-            facts=HostSyncFacts(count, host_us, busy_anyway, calls, constructs),
+            time_us=idle_us + copy_us,
+            expected_gain_us=idle_us + copy_gain,
+            facts=HostSyncFacts(count, host_us, busy_anyway, calls, constructs, idle_us, copy_us, copy_bytes),
             evidence=(
                 Fact("sync_calls", count, "count"),
                 Fact("host_blocked_us", host_us, "us"),
@@ -268,6 +292,44 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
             tags=constructs,
         )
     ]
+
+
+def _pageable_copies(ctx: AnalysisContext, rows: list[int]) -> tuple[float, float]:
+    """GPU time (primary device, inside the window) and bytes of the pageable memcpys
+    that these blocking calls launched."""
+    dev = ctx.ledger.primary
+    if dev is None or not rows:
+        return 0.0, 0.0
+    gpu = ctx.model.gpu
+    mc = gpu[(gpu["kind"] == Kind.MEMCPY).to_numpy() & np.isin(gpu["launch"].to_numpy(), rows)]
+    mc = mc[(mc["device"] == dev.device) & (mc["ts"] < dev.window_end) & (mc["end"] > dev.window_start)]
+    mc = mc[name_matches(mc["name"], lambda n: "Pageable" in n)] if len(mc) else mc
+    if not len(mc):
+        return 0.0, 0.0
+    ts = np.clip(mc["ts"].to_numpy(), dev.window_start, dev.window_end)
+    end = np.clip(mc["end"].to_numpy(), dev.window_start, dev.window_end)
+    return float((end - ts).sum()), float(mc["bytes"].clip(lower=0).sum())
+
+
+def _calls_of(model: TraceModel, sync_rows: np.ndarray) -> dict[int, list[int]]:
+    """Blocking rows grouped into logical calls: {the call's row: all its rows}; a
+    blocking copy dropped by one_per_call joins the first synchronize of its op after it."""
+    kept = one_per_call(model, sync_rows)
+    out: dict[int, list[int]] = {int(r): [int(r)] for r in kept}
+    dropped = np.setdiff1d(sync_rows, kept)
+    if not len(dropped):
+        return out
+    op = model.host["op"].to_numpy()
+    ts = model.host["ts"].to_numpy()
+    by_op: dict[int, list[int]] = defaultdict(list)
+    for r in kept:
+        if op[r] >= 0:
+            by_op[int(op[r])].append(int(r))
+    for r in dropped:
+        cands = sorted(by_op.get(int(op[r]), []), key=lambda c: ts[c])
+        later = [c for c in cands if ts[c] >= ts[r]] or cands
+        out[later[0]].append(int(r))
+    return out
 
 
 def _busy_during(ctx: AnalysisContext, row_lists: list[list[int] | None]) -> float:

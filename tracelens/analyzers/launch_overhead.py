@@ -20,7 +20,7 @@ from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.domain import LAUNCH_APIS, NO_ENCLOSING_OP
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, user_source
+from tracelens.model.sources import PySource, user_sources
 from tracelens.model.trace import name_matches
 
 #: Kernels shorter than this cannot hide the host's per-launch cost (launch API median
@@ -52,6 +52,7 @@ class LaunchFacts:
     host_per_kernel_us: float  # host time per kernel in the launch-bound regions (0: none)
     graph_launches: int
     known_fixes: tuple[str, ...]  # KNOWN_FIX_OPS met at the costliest sites
+    unit: str = "step"  # the report's unit (AnalysisContext.unit) per_step_us is in
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[LaunchFacts, Launcher]]:
         if any(key in op for place in places[:3] if place.time_us > 0.2 * launch_idle for op in place.ops)
     )
     facts = LaunchFacts(
-        per_step_us=launch_idle / ctx.n_steps if ctx.n_steps > 1 else None,
+        per_step_us=launch_idle / ctx.n_steps if ctx.n_steps > 1 and ctx.unit != "window" else None,
+        unit=ctx.unit,
         gaps=len(launch_gaps),
         median_kernel_us=median_kernel,
         tiny_share=tiny_share,
@@ -166,14 +168,18 @@ def _places(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Place[Laun
     key_id: dict[tuple[str, str], int] = {}
     keys: list[tuple[str, str]] = []
     anchor_key = np.empty(len(distinct), dtype=np.int64)
-    srcs: list[PySource | None] = []
-    for slot in np.argsort(first, kind="stable").tolist():
-        anchor = int(distinct[slot])
+    slots = np.argsort(first, kind="stable")
+    srcs: list[PySource | None] = user_sources(model, distinct[slots])
+    labels: dict[int, str] = {}  # by the source object's id: one label string per object
+    for slot, src in zip(slots.tolist(), srcs, strict=True):
         root = int(roots[first[slot]])  # as the first gap with this anchor has it
         op_name = model.arrays.name(root) if root >= 0 else NO_ENCLOSING_OP
-        src = user_source(model, anchor)
-        srcs.append(src)
-        key = (op_name, src.label if src else "")
+        label = ""
+        if src is not None:
+            label = labels.get(id(src), "")
+            if not label:
+                label = labels[id(src)] = src.label
+        key = (op_name, label)
         anchor_key[slot] = key_id.setdefault(key, len(key_id))
         if len(keys) < len(key_id):
             keys.append(key)

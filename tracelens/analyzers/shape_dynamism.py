@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from tracelens.analyzers.base import LOW_SHARE, Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.host_calls import one_per_call
 from tracelens.derive.shapes import ShapeSite, ShapeVariation, shape_variation
 
 MAX_SITES = 8
@@ -104,7 +105,7 @@ def _place(s: ShapeSite) -> Place[ShapeSiteFacts]:
 
 def _window_syncs(ctx: AnalysisContext) -> int:
     dev = ctx.ledger.primary
-    rows = ctx.blocking_calls
+    rows = one_per_call(ctx.model, ctx.blocking_calls)
     if dev is None or not len(rows):
         return 0
     ts = ctx.model.host["ts"].to_numpy()[rows]

@@ -30,14 +30,17 @@ import pandas as pd
 from tracelens.derive.clocks import Series, clock_tracks
 from tracelens.derive.counters import KernelCounters, kernel_counters
 from tracelens.derive.eager_attention import EagerAttention, eager_attention, eager_attention_shapes
-from tracelens.derive.ledger import Ledger, blocking_call_rows, compute_ledger
+from tracelens.derive.host_calls import blocking_call_rows
+from tracelens.derive.ledger import Ledger, compute_ledger
 from tracelens.derive.matmuls import matmul_rows
 from tracelens.derive.memory import MemoryProfile, memory_profile
 from tracelens.derive.roofline import Roofline, compute_roofline
 from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
+from tracelens.derive.steps import find_step_marks, with_steps
 from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
 from tracelens.report import MatmulRow
+from tracelens.report.enums import ReportUnit
 
 
 @dataclass
@@ -46,6 +49,17 @@ class AnalysisContext:
     #: `--window START:END` (seconds from the trace's start) or `--steps N-M` from the user.
     user_window: tuple[float, float] | None = None
     user_steps: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        # The user's own step marks (record_function ranges, framework steps, optimizer
+        # steps) become the model's steps when torch.profiler marked none, so that the
+        # window, the ledger, the analyzers and the diff all see one set of steps.
+        model = self.model
+        if model.steps.empty or (len(model.steps) == 1 and _whole_run_capture(model)):
+            bare = replace(model, steps=model.steps.iloc[0:0]) if len(model.steps) else model
+            marks = find_step_marks(bare)
+            if marks is not None:
+                self.model = with_steps(bare, marks)
 
     @property
     def device(self) -> int | None:
@@ -56,7 +70,13 @@ class AnalysisContext:
     @cached_property
     def window(self) -> Window:
         model = self.model
-        if len(model.steps) == 1 and _whole_run_capture(model) and self.user_window is None and not self.user_steps:
+        if (
+            len(model.steps) == 1
+            and model.step_marks == "ProfilerStep"
+            and _whole_run_capture(model)
+            and self.user_window is None
+            and not self.user_steps
+        ):
             # tracelens capture of a script without step marks wraps the whole run in one
             # ProfilerStep: that is no loop. Look for the iterations inside it, and keep
             # the step only when none repeat.
@@ -90,6 +110,17 @@ class AnalysisContext:
         if dev is not None and dev.window_us > 0:
             return dev.window_us
         return max(self.window.end_us - self.window.start_us, 1.0)
+
+    @property
+    def unit(self) -> ReportUnit:
+        """The report's one unit: "step" for the user's steps (ProfilerStep or their own
+        marks), "iteration" for a loop tracelens detected, "window" for neither; per-unit
+        numbers everywhere (headline, titles, ledger column) are in it."""
+        if not self.ledger.windowed_by_steps:
+            return "window"
+        if self.window.source == "detected" or (self.window.source == "user" and self.model.steps.empty):
+            return "iteration"
+        return "call" if self.model.step_unit == "call" else "step"
 
     @property
     def n_steps(self) -> int:

@@ -26,7 +26,7 @@ from tracelens.derive.kernel_models import (
 )
 from tracelens.derive.op_costs import ADAM_FLOPS_PER_ELEMENT, CONV, OpCost, dtype_from_kernel, op_cost
 from tracelens.domain import DTYPE_BYTES, DTYPE_SHORT, GRAPH_LAUNCH_APIS
-from tracelens.model.trace import TraceModel, name_matches
+from tracelens.model.trace import SharedShapes, TraceModel, name_matches
 from tracelens.report.enums import UncoveredReason
 
 #: Families whose FLOPs belong to the op's main kernel only.
@@ -468,10 +468,20 @@ def _instructions(
     # The non-vectorised path: per element, linear in the dimensions left after coalescing.
     legacy = {nm: legacy_coefficients(nm) for nm in uniq_names}
     has_legacy = np.array([legacy[nm] is not None for nm in uniq_names], dtype=bool)[kcodes]
+    # iteration_dims per distinct (shape args, in-place) pair: a decode loop's kernels share
+    # a few hundred sets (the model's decoded dicts, shared and alive here, so an id is one set).
+    dims_of: dict[tuple[int, bool], tuple[int, int] | None] = {}
     for i in np.flatnonzero((source == 1) & has_legacy).tolist():
         o = int(owner[i])
         op = model.arrays.name(o).split("::")[-1]
-        found = iteration_dims(model.op_shapes(o), op == "copy_" or op.endswith("_"))
+        shapes, inplace = model.op_shapes(o), op == "copy_" or op.endswith("_")
+        if isinstance(shapes, SharedShapes):
+            dkey = (id(shapes), inplace)
+            if dkey not in dims_of:
+                dims_of[dkey] = iteration_dims(shapes, inplace)
+            found = dims_of[dkey]
+        else:
+            found = iteration_dims(shapes, inplace)
         coef = legacy[names[i]]
         if found is not None and coef is not None:
             j = int(np.searchsorted(owners, o))

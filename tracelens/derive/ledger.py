@@ -26,11 +26,18 @@ the GPU ran dry:
     allocation       the host was inside cudaMalloc/cudaFree (and their hip twins)
     compilation      the host was inside torch.compile (Dynamo/Inductor frames)
     profiler         the host was inside torch.profiler's own Python (prof.step())
+    startup          the host was doing one-off start-up work inside the window: capturing
+                     CUDA/HIP graphs (the launches between BeginCapture and EndCapture
+                     are recorded, not run), instantiating them, or a cold first launch
+                     (a launch call of host_calls.COLD_LAUNCH_MIN_US or more: the module's code
+                     loaded, a graph uploaded)
     launch_overhead  the next launch came after the GPU drained and either the gap is at
                      most one eager op's host cost, or it lies in a launch-bound region
                      (short kernels that start at the launch-latency floor: the queue is
                      empty, and the host spends longer per kernel than the kernel runs),
-                     where gaps are jitter of the same dispatch loop
+                     where gaps are jitter of the same dispatch loop, or it is a short gap
+                     (DISPATCH_GAP_MAX_US) that no long op covers: dispatch between ops,
+                     with no named host work (issue 24 §6: one regime, not two)
     host_bound       the launch came later than that: the host was doing other work
     idle_other       the next kernel was already queued (a cross-stream wait, an event,
                      the device's own latency) or its launch is not in the trace
@@ -38,22 +45,21 @@ the GPU ran dry:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.intervals import covered, merge_intervals, subtract, total, union
+from tracelens.derive.host_calls import blocking_call_rows, named_intervals, startup_intervals
+from tracelens.derive.intervals import covered, merge_intervals, overlap, subtract, total, union
 from tracelens.derive.roofline import Roofline
 from tracelens.derive.window import StepSpan, Window
 from tracelens.domain import (
     ALLOC_APIS,
-    ASYNC_COPY_APIS,
     COMPILER_EXCLUDE,
     COMPILER_MARKERS,
+    GRAPH_LAUNCH_APIS,
     PROFILER_FRAMES,
-    SYNC_APIS,
     is_collective_kernel,
     is_collective_wait_op,
 )
@@ -85,6 +91,13 @@ REGION_MIN_IDLE_SHARE = 0.5
 REGION_OUTLIER_FACTOR = 8.0
 REGION_HOST_WORK_MIN_US = 500.0
 
+#: A host-bound gap this short that no op longer than DISPATCH_OP_MAX_US covers (half of
+#: it) is per-op dispatch (Python, framework and dispatcher overhead between eager ops),
+#: the launch/dispatch regime: HTA's df_index_resolver splits 635 ms of dispatch into
+#: host_bound and launch_overhead otherwise. 300 µs is the host_bound analyzer's per-op gap.
+DISPATCH_GAP_MAX_US = 300.0
+DISPATCH_OP_MAX_US = 300.0
+
 #: A host range "covers" a gap when it overlaps at least this share of it.
 COVER_SHARE = 0.5
 
@@ -105,6 +118,7 @@ IDLE_CAUSES: tuple[Cause, ...] = (
     "allocation",
     "compilation",
     "profiler",
+    "startup",
     "launch_overhead",
     "host_bound",
     "idle_other",
@@ -190,41 +204,6 @@ class Ledger:
         return min(time_us, dev.by_cause.get(cause, 0.0)) if dev is not None else time_us
 
 
-# -- what the host rows are --------------------------------------------------------------
-
-
-def _calls(model: TraceModel) -> pd.DataFrame:
-    host = model.host
-    return host[(host["kind"] == Kind.RUNTIME) | (host["kind"] == Kind.DRIVER)]
-
-
-def blocking_call_rows(model: TraceModel) -> np.ndarray:
-    """Host rows of calls that block until the device catches up: synchronizes, and copy
-    calls whose host side is pageable memory."""
-    calls = _calls(model)
-    rows = calls.index[name_matches(calls["name"], SYNC_APIS.__contains__)].to_numpy()
-    copies = calls.index[name_matches(calls["name"], ASYNC_COPY_APIS.__contains__)].to_numpy()
-    if len(copies):
-        gpu = model.gpu
-        mc = gpu[(gpu["kind"] == Kind.MEMCPY) & (gpu["launch"] >= 0)]
-        pageable = mc[name_matches(mc["name"], lambda n: "Pageable" in n)]["launch"].to_numpy()
-        rows = np.union1d(rows, np.intersect1d(copies, pageable))
-    return np.sort(rows.astype(np.int64))
-
-
-def _rows_intervals(model: TraceModel, mask: np.ndarray) -> np.ndarray:
-    host = model.host
-    return merge_intervals(host["ts"].to_numpy()[mask], host["end"].to_numpy()[mask])
-
-
-def _named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds: Iterable[Kind]) -> np.ndarray:
-    host = model.host
-    kind_mask = np.isin(host["kind"].to_numpy(), [int(k) for k in kinds])
-    if not kind_mask.any():
-        return np.empty((0, 2))
-    return _rows_intervals(model, kind_mask & name_matches(host["name"], predicate))
-
-
 # -- the ledger ----------------------------------------------------------------------------
 
 
@@ -262,14 +241,15 @@ def compute_ledger(
         dtype=bool,
     )  # fmt: skip
 
-    comm_iv = _named_intervals(model, is_collective_wait_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
-    alloc_iv = _named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
-    prof_iv = _named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAMES), (Kind.PYTHON,))
-    compile_iv = _named_intervals(
+    comm_iv = named_intervals(model, is_collective_wait_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
+    alloc_iv = named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
+    prof_iv = named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAMES), (Kind.PYTHON,))
+    compile_iv = named_intervals(
         model,
         lambda n: any(m in n for m in COMPILER_MARKERS) and not any(x in n for x in COMPILER_EXCLUDE),
         (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION),
     )
+    startup_iv = startup_intervals(model)
     launch_col = model.gpu["launch"].to_numpy()
     gpu_names = model.gpu["name"]
     comm_gpu = name_matches(gpu_names, is_collective_kernel)
@@ -325,10 +305,11 @@ def compute_ledger(
         gaps = _classify_gaps(
             model, act, starts, ends, busy, w0, w1,
             sync_rows, sync_ts, sync_end, sync_thread, sync_in_comm, thread_key,
-            comm_iv, alloc_iv, prof_iv, compile_iv, comm_gpu,
+            comm_iv, alloc_iv, prof_iv, compile_iv, startup_iv, comm_gpu,
         )  # fmt: skip
         regions = _launch_regions(model, act, starts, ends)
         gaps = _apply_regions(gaps, regions)
+        gaps = _dispatch_gaps(model, gaps, thread_key)
         gaps["dur"] = gaps["end"] - gaps["start"]
         by_cause: dict[str, float] = {c: 0.0 for c in CAUSES}
         for c in BUSY_CAUSES:
@@ -369,6 +350,7 @@ def _classify_gaps(
     alloc_iv: np.ndarray,
     prof_iv: np.ndarray,
     compile_iv: np.ndarray,
+    startup_iv: np.ndarray,
     comm_gpu: np.ndarray,
 ) -> pd.DataFrame:
     host_ts = model.host["ts"].to_numpy()
@@ -436,11 +418,14 @@ def _classify_gaps(
     # The parts of a gap the host spent inside a collective, the allocator, the compiler
     # or the profiler are those causes, to the microsecond; this runs after the split so
     # that the host work after a sync is looked at too.
-    for iv, name in ((comm_iv, "communication"), (alloc_iv, "allocation"), (compile_iv, "compilation"),
-                     (prof_iv, "profiler")):  # fmt: skip
+    # Start-up first: a cudaMalloc inside a graph capture is the capture's (its private
+    # memory pool), not the steady state's allocator churn.
+    for iv, name in ((startup_iv, "startup"), (comm_iv, "communication"), (alloc_iv, "allocation"),
+                     (compile_iv, "compilation"), (prof_iv, "profiler")):  # fmt: skip
         if len(iv):
             eligible = gaps["host_side"].to_numpy(dtype=bool) & ~np.isin(
-                gaps["cause"].to_numpy(), ["host_sync", "communication", "allocation", "compilation", "profiler"]
+                gaps["cause"].to_numpy(),
+                ["host_sync", "communication", "allocation", "compilation", "profiler", "startup"],
             )
             gaps = _carve(gaps, eligible, iv, name)
     # A sync inside a collective (gloo copies CUDA tensors to the host) is its wait.
@@ -581,6 +566,61 @@ def _apply_regions(gaps: pd.DataFrame, regions: list[tuple[float, float, int]]) 
         limit = max(REGION_OUTLIER_FACTOR * med, REGION_HOST_WORK_MIN_US)
         dispatch = sel[(cause[sel] == "host_bound") & (dur[sel] < limit)]
         cause[dispatch] = "launch_overhead"
+    gaps["cause"] = cause
+    return gaps
+
+
+def _dispatch_gaps(model: TraceModel, gaps: pd.DataFrame, thread_key: np.ndarray) -> pd.DataFrame:
+    """Short host-bound gaps (not after a sync) that no long op covers on the launching
+    thread are dispatch between ops: launch_overhead (see DISPATCH_GAP_MAX_US)."""
+    cause = gaps["cause"].to_numpy().copy()
+    dur = (gaps["end"] - gaps["start"]).to_numpy()
+    launch_row = gaps["launch_row"].to_numpy()
+    cand = np.flatnonzero(
+        (cause == "host_bound") & (dur <= DISPATCH_GAP_MAX_US) & (gaps["sync_row"].to_numpy() < 0) & (launch_row >= 0)
+    )
+    if not len(cand) or model.host.empty:
+        return gaps
+    host = model.host
+    # A gap before a graph replay is the loop's own host time: the dispatch fix (a CUDA
+    # graph) is already made there.
+    graph_launch = name_matches(host["name"], GRAPH_LAUNCH_APIS.__contains__)
+    cand = cand[~graph_launch[launch_row[cand]]]
+    if not len(cand):
+        return gaps
+    h_ts, h_end = host["ts"].to_numpy(), host["end"].to_numpy()
+    kind = host["kind"].to_numpy()
+    # Named host work: a long op with no ops inside it, doing the work itself (a CPU
+    # aten::fill_ under aten::zeros, a blocking pageable copy). A compiled backward whose
+    # gaps lie between its child ops is dispatch, however long it is; step marks and
+    # ProfilerSteps are no work.
+    rng = (kind == Kind.CPU_OP) | (kind == Kind.USER_ANNOTATION)
+    inner = host["range_inner"].to_numpy()
+    parent = host["parent"].to_numpy()
+    rows = np.flatnonzero(rng & (inner == np.arange(len(host))))
+    up = parent[rows]
+    up_range = np.where(up >= 0, inner[np.clip(up, 0, None)], -1)
+    child_sum = np.zeros(len(host))
+    ok = up_range >= 0
+    np.add.at(child_sum, up_range[ok], (h_end - h_ts)[rows[ok]])
+    own = (h_end - h_ts) - child_sum
+    step_starts = model.steps["cpu_ts"].to_numpy() if len(model.steps) else np.empty(0)
+    long_op = np.zeros(len(host), dtype=bool)
+    long_op[rows] = (own[rows] > DISPATCH_OP_MAX_US) & (child_sum[rows] <= 0)
+    long_op &= ~((kind == Kind.USER_ANNOTATION) & np.isin(h_ts, step_starts))
+    long_op &= ~name_matches(host["name"], lambda n: n.startswith("ProfilerStep#"))
+    g_start, g_end = gaps["start"].to_numpy()[cand], gaps["end"].to_numpy()[cand]
+    g_thread = thread_key[launch_row[cand]]
+    covered = np.zeros(len(cand))
+    for key in np.unique(g_thread):
+        sel = np.flatnonzero(g_thread == key)
+        rows = np.flatnonzero(long_op & (thread_key == key))
+        if len(rows):
+            iv = merge_intervals(h_ts[rows], h_end[rows])
+            covered[sel] = overlap(iv, g_start[sel], g_end[sel])
+    dispatch = covered < COVER_SHARE * (g_end - g_start)
+    cause[cand[dispatch]] = "launch_overhead"
+    gaps = gaps.copy()
     gaps["cause"] = cause
     return gaps
 

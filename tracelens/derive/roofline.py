@@ -27,7 +27,7 @@ from tracelens.derive.kernel_costs import _attribute, _Attribution, _factorize_n
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.matmuls import gemm_from_name
 from tracelens.domain import COLLECTIVE_LAUNCH_OPS, is_collective_kernel
-from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, peaks_for
+from tracelens.model.peaks import UNIT_NAMES, DevicePeaks, infer_part, peaks_for
 from tracelens.model.trace import TraceModel, name_matches
 from tracelens.report.enums import Bound, UncoveredReason
 
@@ -479,7 +479,8 @@ def compute_roofline(
     paired with its kernels (AnalysisContext.kernel_counters); None: paired here, from the
     model (a model without counter sets has none)."""
     dev = model.meta.device(device) if device is not None else model.meta.primary_device
-    peaks = peaks_for(dev.name if dev else None)
+    inferred = infer_part(dev.name, dev.compute_capability, dev.num_sms, dev.total_memory_bytes) if dev else None
+    peaks = peaks_for(inferred or (dev.name if dev else None))
     k = model.kernels()
     if device is not None:
         k = k[k["device"] == device]

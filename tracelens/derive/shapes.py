@@ -18,7 +18,7 @@ from tracelens.derive.ledger import DeviceLedger
 from tracelens.derive.window import Window
 from tracelens.domain import ALLOC_APIS, COMPILE_BOOKKEEPING, GRAPH_LAUNCH_APIS
 from tracelens.model.schema import Kind
-from tracelens.model.sources import PySource, user_source
+from tracelens.model.sources import PySource, user_sources
 from tracelens.model.trace import TraceModel, name_matches
 
 if TYPE_CHECKING:  # the context is made of this module: imported for its type only
@@ -142,9 +142,15 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
     picked_rows = np.array([r for r, _, _, _ in picked], dtype=np.int64)
     steps = _step_of(window, ts[picked_rows])
     sites: dict[tuple[str, str], ShapeSite] = {}
-    for (r, name, dims, new), step in zip(picked, steps.tolist(), strict=True):
-        src = user_source(model, r)
-        site_key = (name, src.label if src else "")
+    labels: dict[int, str] = {}  # by the source object's id: one label string per object
+    srcs = user_sources(model, picked_rows)
+    for (r, name, dims, new), step, src in zip(picked, steps.tolist(), srcs, strict=True):
+        label = ""
+        if src is not None:
+            label = labels.get(id(src), "")
+            if not label:
+                label = labels[id(src)] = src.label
+        site_key = (name, label)
         site = sites.get(site_key)
         if site is None:
             site = sites[site_key] = ShapeSite(name, src)

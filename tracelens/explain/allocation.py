@@ -46,7 +46,7 @@ def _calls(f: AllocFacts) -> tuple[str, list[str]]:
     )
     advice = [
         "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
-        + (f" ({f.per_step:.1f} per step)." if f.steps > 1 else ".")
+        + (f" ({f.per_step:.1f} per {f.unit})." if f.steps > 1 and f.unit != "window" else ".")
     ]
     if f.empty_cache:
         advice.append(
@@ -91,7 +91,7 @@ def _growth(g: CatGrowth, f: AllocFacts) -> tuple[str, str]:
     advice = (
         f"Preallocate the tensor {g.op} keeps regrowing at its final size (a static KV cache) and write each "
         f"step's slice in place (cache[:, :, pos] = new or index_copy_): that stops {gib(g.recopied_bytes)} of "
-        f"copies in this window ({gib(g.recopied_bytes / max(f.steps, 1))} per step, growing with every "
+        f"copies in this window ({gib(g.recopied_bytes / max(f.steps, 1))} per {f.unit}, growing with every "
         "step)."
     )
     return title, advice
@@ -124,7 +124,7 @@ def words(found: Found[AllocFacts, AllocSite], share: float) -> Words:
         title_parts.append(
             f"No allocator calls in the window; memory peaks at {gib(mem.peak_allocated)} allocated"
             + (f" ({gib(mem.peak_reserved)} reserved)" if mem.peak_reserved else " (relative to the recording's start)")
-            + f", churning {gib(mem.allocated_per_step)} per step"
+            + f", churning {gib(mem.allocated_per_step)} per {f.unit}"
         )
         advice.append("Nothing to change for allocation: the caching allocator serves every request.")
     gain_note = "the idle spent in allocator calls, gone when the cache serves every allocation"

@@ -27,7 +27,8 @@ class Words:
 def where(source: PySource) -> str:
     """For titles: "at file:line" for a call line, "in func() (file:line)" for a def line."""
     if source.line_is_def:
-        return f"in {source.function}() ({source.label})"
+        # torch.profiler records the function's def line, not the call's: say so
+        return f"in {source.function}() (def at {source.label})"
     return f"at {source.label}"
 
 

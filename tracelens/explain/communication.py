@@ -29,7 +29,7 @@ def words(found: Found[CommunicationFacts, Collective], share: float) -> Words:
         parts.append(f"{fmt_us(f.wait_us)} idle inside collectives")
     title = (
         f"Communication costs {fmt_us(found.time_us)} ({share:.0%} of the window"
-        + (f", {fmt_us(f.per_step_us)} per step" if f.per_step_us is not None else "")
+        + (f", {fmt_us(f.per_step_us)} per {f.unit}" if f.per_step_us is not None else "")
         + "): "
         + " and ".join(parts or ["collectives overlap other work"])
     )

@@ -54,8 +54,8 @@ def _recompiles(f: CompileFacts, idle_us: float, share: float) -> tuple[str, lis
 def _breaks(f: CompileFacts) -> tuple[str, str]:
     dd, linked = f.data_dependent, f.break_sync_idle_us
     title = (
-        f"graph breaks: {f.graph_calls_per_step:.0f} compiled graphs per step with eager {', '.join(f.breaks[:4])} "
-        "between them" + (f" (data-dependent: {', '.join(dd)})" if dd else "")
+        f"graph breaks: {f.graph_calls_per_step:.0f} compiled graphs per {f.unit} with eager "
+        f"{', '.join(f.breaks[:4])} between them" + (f" (data-dependent: {', '.join(dd)})" if dd else "")
     )
     advice = "Eager ops split the compiled graph: " + (
         f"{', '.join(dd)} has a data-dependent output shape (x[mask], nonzero, .item()), which Dynamo "

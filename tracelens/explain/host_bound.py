@@ -42,9 +42,18 @@ def work_text(w: HostWork) -> str:
 
 def _advice(f: HostBoundFacts, total: float) -> str:
     parts = []
-    if f.loader_us > 0.2 * total:
+    if f.loader_us > 0.2 * total and f.loader_workers:
+        # With workers the loop waits for them: the advice is about the workers.
         parts.append(
-            f"Data loading runs on the training thread ({fmt_us(f.loader_us)} of the idle): use "
+            f"The loop waits {fmt_us(f.loader_us)} for the DataLoader's worker processes: they do not keep up. "
+            "Make __getitem__ and collate cheaper (decode and augment less on the CPU, or on the GPU), add "
+            "workers if the host has idle cores, and keep them warm (persistent_workers=True, "
+            "prefetch_factor>=2, pin_memory=True)."
+        )
+    elif f.loader_us > 0.2 * total:
+        thread = "the training thread" if f.training else "the main thread"
+        parts.append(
+            f"Data loading runs on {thread} ({fmt_us(f.loader_us)} of the idle): use "
             "DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor>=2) so "
             "batches are ready before the GPU needs them."
         )
@@ -54,10 +63,10 @@ def _advice(f: HostBoundFacts, total: float) -> str:
             f"{fmt_us(f.pageable_host_us)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
             "and copy with non_blocking=True so the host can run ahead."
         )
-    if f.after_sync_us > 0.2 * total:
+    if f.after_sync_untraced_us > 0.2 * total:
         parts.append(
-            f"{fmt_us(f.after_sync_us)} of it follows a sync: the host waits for a result, then works on it while "
-            "the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
+            f"{fmt_us(f.after_sync_untraced_us)} of it follows a sync: the host waits for a result, then works on it "
+            "while the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
             "processing this one's results on the host (or process them on the GPU)."
         )
     if f.gaps >= PER_OP_MIN_GAPS and f.median_gap_us <= PER_OP_GAP_US:
@@ -82,13 +91,40 @@ def _where(main: Place[HostWork] | None) -> str:
     return f" ({main.source.label})" if main.facts.kind == "python" else f" {where(main.source)}"
 
 
+#: What an annotation holds between its ops (HostBoundFacts.main_parts' "").
+BETWEEN_ITS_OPS = "host time between its ops"
+#: "Most in X" only when X holds at least this share of the idle; else the top parts.
+MOST_SHARE = 0.5
+#: Parts of the main annotation under this share of its time are not named.
+MIN_PART_SHARE = 0.01
+
+
+def _with_parts(what: str, main: Place[HostWork], parts: tuple[tuple[str, float], ...]) -> str:
+    """ "host work in [param|clear_cache] (aten::zeros 1.2 ms, aten::mul 0.8 ms)": the ops
+    of the annotation that holds most of the idle."""
+    shown = [(name or BETWEEN_ITS_OPS, t) for name, t in parts[:3] if t >= MIN_PART_SHARE * main.time_us]
+    if len(shown) > 1 or (shown and shown[0][0] != BETWEEN_ITS_OPS):
+        what += " (" + ", ".join(f"{name} {fmt_us(t)}" for name, t in shown) + ")"
+    return what
+
+
+def _where_words(what: str, places: tuple[Place[HostWork], ...], total: float) -> str:
+    """ "most in X" when the first place holds most of the idle, else its top parts with
+    their shares (issue 24 §3)."""
+    if not places or total <= 0 or places[0].time_us >= MOST_SHARE * total:
+        return f"most in {what}"
+    return "in " + ", ".join(f"{work_text(p.facts)} ({p.time_us / total:.0%})" for p in places[:3])
+
+
 def words(found: Found[HostBoundFacts, HostWork], share: float) -> Words:
     main = found.places[0] if found.places else None
     what = work_text(main.facts) if main else "host work"
+    if main is not None:
+        what = _with_parts(what, main, found.facts.main_parts)
     return Words(
         title=(
             f"GPU idles {fmt_us(found.time_us)} ({share:.0%} of the analysed time) while the host works; "
-            f"most in {what}{_where(main)}"
+            + _where_words(what + _where(main), found.places, found.time_us)
         ),
         advice=_advice(found.facts, found.time_us),
         gain_note=(

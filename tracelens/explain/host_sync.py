@@ -83,7 +83,7 @@ def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
     at = f" {where(found.sources[0])}" if found.sources else ""
     names = [call or construct_label(c) for call, c in f.calls]
     what = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
-    idle_us = found.time_us
+    idle_us = f.idle_us
     if f.busy_anyway:
         title = (
             f"{f.count} host syncs ({what}){at}: the host waits {fmt_us(f.host_us)} while the GPU stays busy "
@@ -99,6 +99,17 @@ def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
             f"{fmt_us(f.host_us)}"
         )
         lead = ""
+    if f.copy_us > 0:
+        rate = f.copy_bytes / (f.copy_us / 1e6)
+        title += (
+            f"; {fmt_us(f.copy_us)} of the wait is their device-to-host copies to pageable memory "
+            f"({f.copy_bytes / 1e6:,.0f} MB at {rate / 1e9:.1f} GB/s)"
+        )
+        lead = (
+            f"The copies themselves take {fmt_us(f.copy_us)}: copy into a pinned buffer allocated once "
+            "(torch.empty(..., pin_memory=True), then buf.copy_(t, non_blocking=True) and an event wait), which runs "
+            "at the link's rate, and copy only what the host needs (the argmax ids, not the logits). " + lead
+        )
     # One line per construct, most costly first (renderers keep the line breaks).
     advice = lead + "\n".join(f"• {DESCRIPTION[c][0].upper()}{DESCRIPTION[c][1:]}: {ADVICE[c]}" for c in f.constructs)
     return Words(

@@ -42,7 +42,7 @@ def words(found: Found[LaunchFacts, Launcher], share: float) -> Words:
     f = found.facts
     title = (
         f"GPU waits on kernel launches for {fmt_us(found.time_us)}"
-        + (f" ({fmt_us(f.per_step_us)} per step)" if f.per_step_us is not None else "")
+        + (f" ({fmt_us(f.per_step_us)} per {f.unit})" if f.per_step_us is not None else "")
         + f": {f.gaps:,} gaps between kernels (median kernel {f.median_kernel_us:.1f} µs, "
         f"{f.tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs"
         + (f", {f.host_per_kernel_us:.1f} µs of host time per kernel" if f.host_per_kernel_us else "")

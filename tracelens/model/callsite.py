@@ -16,6 +16,7 @@ import sys
 import tokenize
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -136,41 +137,13 @@ def _refine(model: TraceModel, src: PySource, user: int, callee: int, row: int) 
     return memo[mkey]
 
 
-class _Children:
-    """Python frame rows by the frame that called them, in row (time) order: two sorted
-    int64 arrays rather than a dict of lists (21 MB for 280k frames)."""
-
-    def __init__(self, callers: np.ndarray, rows: np.ndarray) -> None:
-        order = np.lexsort((rows, callers))
-        self._callers = callers[order]
-        self._rows = rows[order]
-
-    def rows_of(self, caller: int) -> np.ndarray:
-        """The frames `caller` called, in row order (an empty array for none)."""
-        # The array method, not np.searchsorted: its dispatch doubled the cost per call.
-        lo = int(self._callers.searchsorted(caller, side="left"))
-        hi = int(self._callers.searchsorted(caller, side="right"))
-        return self._rows[lo:hi]
-
-    def get(self, caller: int, default: list[int]) -> list[int]:
-        lo = int(self._callers.searchsorted(caller, side="left"))
-        hi = int(self._callers.searchsorted(caller, side="right"))
-        return self._rows[lo:hi].tolist() if hi > lo else default
-
-
-def _child_frames(model: TraceModel) -> _Children:
-    """Python frame rows by the frame that called them, in row (time) order."""
-    memo: dict[str, _Children] = model.source_caches.child_frames
-    if "all" not in memo:
-        arr = model.arrays
-        rows = np.flatnonzero(arr.kind == _PYTHON)
-        parents = arr.parent[rows]
-        has = parents >= 0
-        rows, parents = rows[has], parents[has]
-        callers = arr.py_frame[parents]
-        keep = callers >= 0
-        memo["all"] = _Children(callers[keep], rows[keep])
-    return memo["all"]
+def _refined(model: TraceModel, src: PySource, user: int, key: tuple[str, str], ordinal: int, count: int) -> PySource:
+    """`_refine`'s answer once its key and ordinal are known (the same memo)."""
+    memo: dict[tuple[str, tuple[str, str], int, int], PySource] = model.source_caches.call_line
+    mkey = (model.arrays.name(user), key, ordinal, count)
+    if mkey not in memo:
+        memo[mkey] = _infer(model, src, key, ordinal, count)
+    return memo[mkey]
 
 
 def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
@@ -184,26 +157,85 @@ def _row_callee_key(model: TraceModel, row: int) -> tuple[str, str] | None:
 
 
 def _ordinal(model: TraceModel, user: int, callee: int, key: tuple[str, str]) -> tuple[int, int]:
-    # The same-named calls of one frame instance, listed once per (frame, name) rather
-    # than once per call: a loop body's frame makes thousands.
-    # All of a frame's callees are grouped by key in one pass over its children (a frame
-    # asked about for several keys is not scanned once per key).
-    memo: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = model.source_caches.ordinal
-    by_key = memo.get(user)
-    if by_key is None:
-        by_key = memo[user] = {}
-        children = _child_frames(model).rows_of(user)
-        arr = model.arrays
-        keys: dict[int, tuple[str, str] | None] = model.source_caches.callee_key  # as _row_callee_key
-        for f, code in zip(children.tolist(), arr.name_codes[children].tolist(), strict=True):
-            if code not in keys:
-                keys[code] = _callee_key(arr.name_table[code])
-            same = by_key.setdefault(keys[code], {})
-            same.setdefault(f, len(same))
-    positions = by_key.get(key, {})
-    if callee not in positions:
+    """(position, count) of `callee` among the calls `user` made with the same syntax key
+    (its children frames of that key, in row order); (-1, -1) when callee is not one of
+    user's children with that key."""
+    ordinals = _callee_ordinals(model)
+    slot = ordinals.slot.item(callee)
+    if (
+        slot < 0
+        or ordinals.caller.item(slot) != user
+        or ordinals.keys[ordinals.key_ids.item(model.arrays.name_codes.item(callee))] != key
+    ):
         return (-1, -1)
-    return (positions[callee], len(positions))
+    return (ordinals.ordinal.item(slot), ordinals.count.item(slot))
+
+
+@dataclass(frozen=True)
+class _Ordinals:
+    """For every Python frame row (by `slot`): its caller frame and its position and
+    count among the caller's children frames of the same syntax key (`_callee_key` of the
+    frame's name, one id per distinct key in `keys`), in row order; -1 for frames
+    without a caller frame. A loop body's frame makes thousands of calls: grouping them
+    is one sort, not a pass per frame instance."""
+
+    slot: np.ndarray  # per host row: its index here, -1 for rows that are not frames
+    caller: np.ndarray
+    ordinal: np.ndarray
+    count: np.ndarray
+    key_ids: np.ndarray  # per host name code: its key id
+    keys: list[tuple[str, str] | None]  # by key id; keys[0] is None (no key)
+    key_index: dict[tuple[str, str] | None, int]
+    none_key: int = 0
+
+    def key_id(self, key: tuple[str, str] | None) -> int:
+        """The id of a key (an op's, say), given one if it has none yet."""
+        found = self.key_index.setdefault(key, len(self.keys))
+        if found == len(self.keys):
+            self.keys.append(key)
+        return found
+
+
+def _callee_ordinals(model: TraceModel) -> _Ordinals:
+    memo: dict[str, Any] = model.source_caches.callee_ordinals
+    if "all" in memo:
+        found: _Ordinals = memo["all"]
+        return found
+    arr = model.arrays
+    # Keys per distinct name: as _row_callee_key has them (one memo for both).
+    names: dict[int, tuple[str, str] | None] = model.source_caches.callee_key
+    keys: list[tuple[str, str] | None] = [None]
+    key_index: dict[tuple[str, str] | None, int] = {None: 0}
+    frames = np.flatnonzero(arr.kind == _PYTHON)
+    used = np.unique(arr.name_codes[frames]).tolist()
+    key_ids = np.zeros(len(arr.name_table), dtype=np.int64)
+    for code in used:
+        if code not in names:
+            names[code] = _callee_key(arr.name_table[code])
+        k = names[code]
+        key_ids[code] = key_index.setdefault(k, len(keys))
+        if len(keys) < len(key_index):
+            keys.append(k)
+    n = len(frames)
+    slot = np.full(len(arr.kind), -1, dtype=np.int64)
+    slot[frames] = np.arange(n)
+    parents = arr.parent[frames]
+    caller = np.where(parents >= 0, arr.py_frame[np.clip(parents, 0, None)], -1)
+    fkey = key_ids[arr.name_codes[frames]]
+    ordinal = np.full(n, -1, dtype=np.int64)
+    count = np.full(n, -1, dtype=np.int64)
+    has = np.flatnonzero(caller >= 0)
+    if len(has):
+        order = has[np.lexsort((frames[has], fkey[has], caller[has]))]
+        c, k = caller[order], fkey[order]
+        starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (k[1:] != k[:-1]))))
+        sizes = np.diff(np.append(starts, len(order)))
+        group = np.repeat(np.arange(len(starts)), sizes)
+        ordinal[order] = np.arange(len(order)) - starts[group]
+        count[order] = sizes[group]
+    found = _Ordinals(slot, caller, ordinal, count, key_ids, keys, key_index)
+    memo["all"] = found
+    return found
 
 
 def _strip_comment(line: str) -> str:

@@ -169,6 +169,37 @@ TABLE: tuple[tuple[str, DevicePeaks], ...] = (
 )  # fmt: skip
 
 
+#: Parts known by their architecture fields, for a trace whose device name is empty
+#: (AMD's serving traces write ""): (compute capability, SM/CU count, least memory
+#: GiB, part name as the table spells it). gfx942 with 304 CUs is the MI300X (also its VF),
+#: Hopper with 132 SMs an H100 SXM (80 GiB) or H200 (141 GiB), and so on.
+ARCH_PARTS: tuple[tuple[tuple[int, int], int, float, str], ...] = (
+    ((9, 4), 304, 0.0, "AMD Instinct MI300X"),
+    ((10, 0), 148, 0.0, "NVIDIA B200"),
+    ((9, 0), 132, 120.0, "NVIDIA H200"),
+    ((9, 0), 132, 0.0, "NVIDIA H100 80GB HBM3"),
+    ((8, 0), 108, 60.0, "NVIDIA A100-SXM4-80GB"),
+    ((8, 0), 108, 0.0, "NVIDIA A100-SXM4-40GB"),
+    ((7, 0), 80, 0.0, "Tesla V100-SXM2"),
+)
+#: Names that say nothing of the part.
+GENERIC_NAMES = ("", "(unnamed gpu)", "amd radeon graphics")
+
+
+def infer_part(
+    name: str, compute_capability: tuple[int, int] | None, num_sms: int | None, memory_bytes: int | None
+) -> str | None:
+    """The part a device with an empty (or generic) name is, from its architecture
+    fields, or None when they fit no known part."""
+    if name.strip().lower() not in GENERIC_NAMES or compute_capability is None or num_sms is None:
+        return None
+    gib = (memory_bytes or 0) / 2**30
+    for cc, sms, min_gib, part in ARCH_PARTS:
+        if cc == compute_capability and sms == num_sms and gib >= min_gib:
+            return part
+    return None
+
+
 def peaks_for(device_name: str | None) -> DevicePeaks | None:
     """The table entry whose key appears in the device's name, with any override from
     the TRACELENS_PEAKS environment variable applied."""

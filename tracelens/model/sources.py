@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.domain import PROFILER_FRAMES
-from tracelens.model.callsite import _FRAME_RE, _PYTHON, _refine
+from tracelens.model.callsite import _FRAME_RE, _PYTHON, _callee_ordinals, _op_key, _refine, _refined
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report.findings import PySource as PySource
@@ -148,6 +148,74 @@ def user_source(model: TraceModel, row: int) -> PySource | None:
     if found is _MISSING:
         found = memo_row[row] = _user_source(model, row)
     return found  # type: ignore[return-value]
+
+
+def user_sources(model: TraceModel, rows: np.ndarray | list[int]) -> list[PySource | None]:
+    """`user_source` of each row (the same answers, the same objects), worked out for all
+    rows at once: a decode loop's analyzers ask about 10^5 launch and op rows, and one
+    walk and refinement per row was most of their time on stack-heavy traces.
+
+    A row's answer depends only on its user frame's name, the syntax key of the call
+    (from the callee frame's name, or the op issued directly in the user's frame) and the
+    call's ordinal among the frame's same-key calls: those are found in numpy, and each
+    distinct combination is refined once. Rows without a Python frame (2021-2022 `Call
+    stack` traces) and traces whose frames need the walk go row by row."""
+    rows = np.asarray(rows, dtype=np.int64)
+    out: list[PySource | None] = [None] * len(rows)
+    if not len(rows):
+        return out
+    arr = model.arrays
+    table = _user_frames(model)
+    frames = arr.py_frame[rows]
+    framed = frames >= 0
+    slow = np.flatnonzero(~framed) if table is not None else np.arange(len(rows))
+    for i in slow.tolist():
+        out[i] = user_source(model, rows.item(i))
+    if table is None or not bool(framed.any()):
+        return out
+    users_all, callees_all, index = table
+    at = np.flatnonzero(framed)
+    slot = index[frames[at]]
+    user = users_all[slot]
+    found = user >= 0
+    at, user, callee = at[found], user[found], callees_all[slot[found]]
+    if not len(at):
+        return out
+    ordinals = _callee_ordinals(model)
+    key_ids, keys = ordinals.key_ids, ordinals.keys
+    # The syntax key: the callee frame's (by its name), else the op's issued in the frame.
+    has_callee = callee >= 0
+    key = np.full(len(at), ordinals.none_key, dtype=np.int64)
+    key[has_callee] = key_ids[arr.name_codes[callee[has_callee]]]
+    ordinal = np.full(len(at), -1, dtype=np.int64)
+    count = np.full(len(at), -1, dtype=np.int64)
+    cslot = index[callee[has_callee]]
+    ordinal[has_callee] = ordinals.ordinal[cslot]
+    count[has_callee] = ordinals.count[cslot]
+    direct = np.flatnonzero(~has_callee)
+    if len(direct):
+        key_of = ordinals.key_id
+        op_keys = [
+            key_of(_op_key(model, r, u)) for r, u in zip(rows[at[direct]].tolist(), user[direct].tolist(), strict=True)
+        ]
+        key[direct] = op_keys
+    # One refinement per distinct (user frame name, key, ordinal, count).
+    ucode = arr.name_codes[user].astype(np.int64)
+    combo = np.stack([ucode, key, ordinal, count], axis=1)
+    distinct, firsts, inverse = np.unique(combo, axis=0, return_index=True, return_inverse=True)
+    memo_src: dict[int, PySource | None] = model.source_caches.user_frame_src
+    answers: list[PySource | None] = []
+    for (_code, k, o, c), first in zip(distinct.tolist(), firsts.tolist(), strict=True):
+        u = user.item(first)
+        if u not in memo_src:
+            memo_src[u] = _frame_of(model, u)
+        src = memo_src[u]
+        if src is not None and keys[k] is not None:
+            src = _refined(model, src, u, keys[k], o, c)
+        answers.append(src)
+    for i, j in zip(at.tolist(), inverse.reshape(-1).tolist(), strict=True):
+        out[i] = answers[j]
+    return out
 
 
 def _user_source(model: TraceModel, row: int) -> PySource | None:

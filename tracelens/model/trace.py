@@ -41,7 +41,7 @@ counters: name, series, ts, value (long format: one row per sample per series)
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -78,6 +78,15 @@ class DeviceInfo:
     properties: dict[str, Any] = field(default_factory=dict)
 
 
+def _alike(devices: tuple[DeviceInfo, ...]) -> bool:
+    """One device, or several with the same name, SM count and architecture."""
+    first = devices[0]
+    return all(
+        (d.name, d.num_sms, d.compute_capability) == (first.name, first.num_sms, first.compute_capability)
+        for d in devices
+    )
+
+
 @dataclass(frozen=True)
 class TraceMeta:
     """What the trace says about itself and how it was read."""
@@ -105,7 +114,32 @@ class TraceMeta:
         for dev in self.devices:
             if dev.index == index:
                 return dev
+        # Under HIP/CUDA_VISIBLE_DEVICES the kernels' device ids need not be the ids
+        # deviceProperties lists (one MI300X VF entry, id 0, for kernels on device 2):
+        # one entry, or entries all alike, describe every device of the trace.
+        if self.devices and _alike(self.devices):
+            return replace(self.devices[0], index=index)
         return None
+
+    @property
+    def device_note(self) -> str:
+        """How the kernels' device was matched to deviceProperties, when not by its id
+        (empty when it was)."""
+        listed = {d.index for d in self.devices}
+        missing = [i for i in self.active_devices if i not in listed]
+        if not missing or not self.devices:
+            return ""
+        dev = self.device(missing[0])
+        if dev is None:
+            return (
+                f"The kernels run on device {missing[0]}, which the trace's deviceProperties do not list; "
+                "its peaks are unknown."
+            )
+        ids = ", ".join(str(d.index) for d in self.devices[:4])
+        return (
+            f"The kernels run on device {missing[0]}; the trace's deviceProperties list device {ids} "
+            f"({dev.name}), remapped ids as under HIP/CUDA_VISIBLE_DEVICES: those properties are used."
+        )
 
     @property
     def primary_device(self) -> DeviceInfo | None:
@@ -155,9 +189,8 @@ class SourceCaches:
     user_call_stack: dict[str, PySource | None] = field(default_factory=dict)
     nearest_call_stack: dict[int, str | None] = field(default_factory=dict)
     call_line: dict[tuple[str, tuple[str, str], int, int], PySource] = field(default_factory=dict)
-    child_frames: dict[str, Any] = field(default_factory=dict)  # sources._Children
     callee_key: dict[int, tuple[str, str] | None] = field(default_factory=dict)
-    ordinal: dict[int, dict[tuple[str, str] | None, dict[int, int]]] = field(default_factory=dict)
+    callee_ordinals: dict[str, Any] = field(default_factory=dict)  # callsite._Ordinals
     source_dirs: dict[str, list[Path]] = field(default_factory=dict)
     parsed_sources: dict[str, Any] = field(default_factory=dict)  # sources._Parsed or None
 
@@ -171,6 +204,11 @@ class TraceModel:
     memory: pd.DataFrame
     counters: pd.DataFrame
     thread_names: dict[tuple[int, int], str]
+    #: What the steps are: torch.profiler's ProfilerStep#N, or the user's own marks that
+    #: derive/steps.py found in a trace without them (their label, for the reports).
+    step_marks: str = "ProfilerStep"
+    #: What one step is called in the reports ("step"; "call" for one compiled call).
+    step_unit: str = "step"
     #: Per-kernel hardware counter sets the trace holds (model/counters.py), as read.
     kernel_counters: tuple[Any, ...] = ()
 

@@ -19,6 +19,7 @@ CAUSE_COLOURS: dict[str, str] = {
     "allocation": "#c2185b",
     "compilation": "#795548",
     "profiler": "#b48ead",
+    "startup": "#c8ccd2",
     "launch_overhead": "#f08c2e",
     "host_bound": "#e8c53a",
     "idle_other": "#9aa3ad",

@@ -28,6 +28,7 @@ _STATUS_STYLE = {
     "no": ("no", "green"),
     "not_measurable": ("n/m", "bright_black"),
     "not_built": ("not built", "bright_black"),
+    "unknown": ("unknown", "bright_black"),
 }
 _SEVERITY_COLOUR = {"high": "red", "medium": "yellow", "low": "cyan", "info": "bright_black"}
 _QUESTION_SHORT = {

@@ -52,6 +52,7 @@ Cause = Literal[
     "allocation",
     "compilation",
     "profiler",
+    "startup",
     "launch_overhead",
     "host_bound",
     "idle_other",
@@ -72,7 +73,10 @@ STARTUP_KINDS: tuple[StartupKind, ...] = get_args(StartupKind)
 #: Why the roofline could not model an op's kernels.
 UncoveredReason = Literal["no_op", "no_shapes", "no_model", "graph_replay"]
 #: A diagnostic question's answer.
-QuestionStatus = Literal["yes", "minor", "no", "not_measurable", "not_built"]
+QuestionStatus = Literal["yes", "minor", "no", "unknown", "not_measurable", "not_built"]
+#: The one unit of a report's per-unit numbers: the user's steps, a detected loop's
+#: iterations, one compiled call, or the window when there is neither.
+ReportUnit = Literal["step", "iteration", "call", "window"]
 #: What a kernel-table row is.
 ActivityKind = Literal["kernel", "memcpy", "memset", "other"]
 #: The unit of an evidence value.

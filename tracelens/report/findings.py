@@ -93,3 +93,8 @@ class Finding:
     #: The category of the finding this one refines (its time is part of the parent's),
     #: or None for a top-level finding; top-level findings never share time.
     parent: Category | None = None
+    #: The finding whose fix must come first, because this one's fix cannot apply until
+    #: it is made (a CUDA graph cannot capture a step that syncs), or None; set by
+    #: ranking.settle, with the reason in words (issue 24 §2).
+    blocked_by: Category | None = None
+    blocked_reason: str = ""

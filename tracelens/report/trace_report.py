@@ -17,6 +17,7 @@ from tracelens.report.enums import (
     Cause,
     QuestionId,
     QuestionStatus,
+    ReportUnit,
     StartupKind,
     UncoveredReason,
     WindowSource,
@@ -292,7 +293,7 @@ class Question:
     id: QuestionId
     question: str
     categories: tuple[Category, ...]
-    status: QuestionStatus
+    status: QuestionStatus  # unknown: no peaks to judge the kernels by
     time_us: float
     share: float
     answer: str
@@ -309,6 +310,9 @@ class Summary:
     primary_gain_us: float
     per_step_us: float = 0.0  # the analysed window over its steps (0 without steps)
     primary_gain_per_step_us: float = 0.0
+    #: The one unit every per-unit number of the report is in: "step" (the user's
+    #: steps), "iteration" (a loop tracelens detected) or "window" (neither).
+    unit: ReportUnit = "step"
     # Things worth knowing that are not findings (idle the host did not cause, profiler cost).
     notes: tuple[str, ...] = ()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracelens.derive.steps import drop_empty_steps
 from tracelens.derive.window.spans import StepSpan, Window, _merge, _plural
 from tracelens.derive.window.startup import _PRIORITY_INDEX, _classify_host, _make
 from tracelens.model.trace import TraceModel
@@ -39,7 +40,7 @@ _COLD_KINDS = frozenset({"cuda_init", "lazy_loading", "allocation", "autotune", 
 def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
     """ProfilerSteps as a partition: each runs to the next one's host start, the last to
     the end of its host or GPU work (the per-step ledger splits the window the same way)."""
-    st = model.steps
+    st = drop_empty_steps(model.steps)
     if st.empty:
         return ()
     st = st.sort_values("cpu_ts", kind="stable")
@@ -58,9 +59,12 @@ def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
 def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]) -> Window:
     kept, excluded, why = _split_warmup(model, steps, MIN_STEPS_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
-    marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
+    if model.step_marks == "ProfilerStep":
+        marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
+    else:
+        marks = f"marked by {model.step_marks}"
     reason = (
-        f"the {_plural(len(kept), 'profiled step')} ({marks})"
+        f"the {_plural(len(kept), 'profiled ' + model.step_unit)} ({marks})"
         + (f"; step {excluded[0].index} left out as warm-up ({why})" if excluded else "")
         + "."
     )

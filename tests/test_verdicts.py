@@ -1,0 +1,321 @@
+"""Verdict rules of issues 24 and 34: the user's own steps, one unit, each call once,
+blocked-by, start-up inside the window (graph capture, cold launches), device mapping.
+
+Real traces where the issue names one (public traces in ../shared/real_traces, the H200
+sample traces); small synthetic traces for the edge cases."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import context_of, needs_real, real, report_of, sample
+
+from tracelens.analyzers.base import Category
+from tracelens.assemble import build_report
+from tracelens.model import load_trace
+
+
+# -- a small synthetic Kineto trace ---------------------------------------------------------
+class _Trace:
+    """Events of one process: CPU ops and annotations on the main thread, launches with
+    their kernels on stream 7 of GPU 0 (times in µs)."""
+
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.corr = 1
+
+    def range(self, name: str, ts: float, dur: float, cat: str = "user_annotation") -> None:
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur})
+
+    def call(self, name: str, ts: float, dur: float) -> None:
+        self.events.append(
+            {"ph": "X", "cat": "cuda_runtime", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur,
+             "args": {"correlation": self.corr}}
+        )  # fmt: skip
+        self.corr += 1
+
+    def launch(self, ts: float, kernel_ts: float, kernel_dur: float, name: str = "k_elementwise") -> None:
+        """An aten op that launches one kernel."""
+        self.range("aten::add", ts, 8.0, cat="cpu_op")
+        c = self.corr
+        self.call("cudaLaunchKernel", ts + 1.0, 5.0)
+        self.events.append(
+            {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7, "ts": kernel_ts, "dur": kernel_dur,
+             "args": {"correlation": c, "device": 0, "stream": 7, "grid": [1, 1, 1], "block": [128, 1, 1]}}
+        )  # fmt: skip
+
+    def write(self, path: Path) -> Path:
+        doc = {
+            "schemaVersion": 1,
+            "deviceProperties": [{"id": 0, "name": "NVIDIA H200", "computeMajor": 9, "computeMinor": 0,
+                                  "numSms": 132, "totalGlobalMem": 150_000_000_000}],
+            "traceEvents": self.events,
+        }  # fmt: skip
+        with gzip.open(path, "wt") as f:
+            json.dump(doc, f)
+        return path
+
+
+def _report(path: Path) -> Any:
+    return build_report(load_trace(path))
+
+
+# -- §1: the user's step -----------------------------------------------------------------
+def test_record_function_steps_are_the_steps_not_the_layers(tmp_path: Path) -> None:
+    """Steps marked only by record_function("step_N"), 24 repeating layers inside each: the
+    window is the 5 steps, and per-step numbers are per step, not per layer."""
+    t = _Trace()
+    start = 1000.0
+    for i in range(5):
+        t.range(f"step_{i}", start, 2400.0)
+        for j in range(24):
+            ts = start + 20.0 + j * 95.0
+            t.launch(ts, ts + 30.0, 10.0)
+        start += 2500.0
+    rep = _report(t.write(tmp_path / "rf.json.gz"))
+    assert rep.window.source == "steps" and rep.window.steps == 5
+    assert "'step_0'" in rep.window.reason and "'step_4'" in rep.window.reason
+    assert rep.summary.unit == "step"
+    assert rep.summary.per_step_us == pytest.approx(2500.0, rel=0.05)
+
+
+def test_one_repeat_is_not_a_step_unless_an_engine_step(tmp_path: Path) -> None:
+    t = _Trace()
+    t.range("load_weights", 0.0, 500.0)
+    for j in range(30):
+        t.launch(600.0 + j * 50.0, 630.0 + j * 50.0, 10.0)
+    rep = _report(t.write(tmp_path / "one.json.gz"))
+    assert rep.window.source != "steps"
+    t2 = _Trace()
+    t2.range("execute_model", 0.0, 2000.0)
+    for j in range(30):
+        t2.launch(100.0 + j * 50.0, 130.0 + j * 50.0, 10.0)
+    rep2 = _report(t2.write(tmp_path / "engine.json.gz"))
+    assert rep2.window.source == "steps" and rep2.window.steps == 1
+    assert "execute_model" in rep2.window.reason
+
+
+@pytest.mark.slow
+@needs_real
+def test_optimizer_steps_are_the_steps_of_param_resnet() -> None:
+    """param/resnet_kineto has no ProfilerStep; one Optimizer.step#SGD.step per step."""
+    rep = report_of(real("resnet_kineto.json.gz"))
+    assert rep.window.source == "steps" and rep.window.steps == 29
+    assert "Optimizer.step#SGD.step" in rep.window.reason
+    assert rep.summary.unit == "step"
+
+
+@pytest.mark.slow
+@needs_real
+def test_engine_and_param_steps() -> None:
+    """vLLM's one execute_context_* range and PARAM's one measured iteration are the step."""
+    vllm = report_of(real("eager_trace.json.gz"))
+    assert vllm.window.source == "steps" and vllm.window.steps == 1
+    assert "execute_context_" in vllm.window.reason
+    param = report_of(real("benchmark_result_2869224_1695835535_trace.json.gz"))
+    assert param.window.source == "steps" and param.window.steps == 1
+    assert "measure|forward" in param.window.reason
+
+
+@pytest.mark.slow
+@needs_real
+def test_empty_profiler_step_is_not_a_step() -> None:
+    """mi250_minitoy's ProfilerStep#2 launches nothing (0.05 ms): one step remains, and its
+    first hipLaunchKernel (6.54 ms of code loading) is start-up, not host-bound idle."""
+    ctx = context_of(real("mi250_minitoy_train_ROCm6_2_kineto.json.gz"))
+    assert [s.index for s in ctx.window.steps] == [1]
+    dev = ctx.ledger.primary
+    assert dev is not None
+    assert dev.share("startup") > 0.5
+    assert dev.share("host_bound") < 0.5
+
+
+def test_unit_is_iteration_for_detected_loops() -> None:
+    rep = report_of(sample("plain_tiny_loop"))
+    assert rep.window.source == "detected"
+    assert rep.summary.unit == "iteration"
+    assert "per step" not in rep.summary.headline
+
+
+# -- §5: each call once ---------------------------------------------------------------------
+def test_tolist_is_one_sync_not_two() -> None:
+    """host_sync_mask: 3 syncs a step (x[mask], .item(), .tolist()) in 10 steps; the
+    pageable .tolist() is a cudaMemcpyAsync and a cudaStreamSynchronize, one wait."""
+    rep = report_of(sample("host_sync_mask"))
+    sync = next(f for f in rep.findings if f.category == Category.HOST_SYNC)
+    count = next(m.value for m in sync.evidence if m.label == "sync calls")
+    assert count == 30
+    assert sync.title.startswith("30 host syncs")
+
+
+# -- §2: blocked-by ---------------------------------------------------------------------------
+def test_fusion_blocked_by_the_syncs_in_the_readme_sample() -> None:
+    rep = report_of(sample("host_sync_mask"))
+    mem = next(f for f in rep.findings if f.category == Category.MEMORY_BOUND)
+    assert mem.blocked_by == Category.HOST_SYNC
+    assert rep.summary.primary == "memory_bound"
+    assert "Fix first: remove the host syncs" in rep.summary.headline
+    assert "Tensor.tolist()" in rep.summary.headline and "Tensor.item()" in rep.summary.headline
+    assert rep.summary.primary_advice.startswith("1. Remove the host syncs")
+    # the joint gain: fusion's plus the syncs'
+    sync = next(f for f in rep.findings if f.category == Category.HOST_SYNC)
+    assert rep.summary.primary_gain_us == pytest.approx(mem.expected_gain_us + sync.expected_gain_us, rel=1e-6)
+
+
+def test_no_blocker_without_syncs_in_every_step() -> None:
+    rep = report_of(sample("launch_bound"))
+    lo = next(f for f in rep.findings if f.category == Category.LAUNCH_OVERHEAD)
+    assert lo.blocked_by is None
+    assert "Fix this first" in rep.summary.headline
+
+
+# -- 34 §3: graph capture -------------------------------------------------------------------
+def test_graph_capture_is_startup_not_launch_overhead(tmp_path: Path) -> None:
+    """Launches between cudaStreamBeginCapture and EndCapture run nothing: the idle GPU
+    during capture is start-up, never launch overhead or host-bound idle."""
+    t = _Trace()
+    for j in range(5):  # a warm-up that ran
+        t.launch(j * 40.0, j * 40.0 + 20.0, 10.0)
+    start = 400.0
+    for _ in range(8):  # 8 captures of 100 launches each
+        t.call("cudaStreamBeginCapture", start, 5.0)
+        for j in range(100):
+            t.range("aten::add", start + 10.0 + j * 20.0, 15.0, cat="cpu_op")
+            t.call("cudaLaunchKernel", start + 11.0 + j * 20.0, 6.0)
+        t.call("cudaStreamEndCapture", start + 2020.0, 10.0)
+        t.call("cudaGraphInstantiate", start + 2040.0, 300.0)
+        start += 2400.0
+    t.launch(start, start + 20.0, 10.0)
+    ctx = context_of(t.write(tmp_path / "capture.json.gz"))
+    dev = ctx.ledger.primary
+    assert dev is not None
+    assert dev.share("startup") > 0.9
+    assert dev.share("launch_overhead") + dev.share("host_bound") < 0.05
+    rep = build_report(ctx.model, ctx=ctx)
+    assert rep.summary.primary not in ("launch_overhead", "host_bound")
+    assert any("graph capture" in n for n in rep.summary.notes)
+
+
+# -- 34 §1: the device behind the kernels --------------------------------------------------
+def _rewrite_devices(src: Path, dst: Path, props: list[dict[str, Any]]) -> Path:
+    with gzip.open(src, "rt") as f:
+        doc = json.load(f)
+    doc["deviceProperties"] = props
+    with gzip.open(dst, "wt") as f:
+        json.dump(doc, f)
+    return dst
+
+
+@pytest.mark.slow
+@needs_real
+def test_remapped_mi300x_vf_ids_get_their_properties(tmp_path: Path) -> None:
+    """An MI300X trace edited as under HIP_VISIBLE_DEVICES: one deviceProperties entry (id 0,
+    "AMD Instinct MI300X VF") while every kernel runs on device 2 (the public trace's
+    kernels do). The roofline judges them as on the original trace."""
+    src = real("resnet_act_checkpoint.json.gz")
+    with gzip.open(src, "rt") as f:
+        first = json.load(f)["deviceProperties"][0]
+    base = report_of(src)
+    vf = _report(_rewrite_devices(src, tmp_path / "vf.json.gz", [{**first, "name": "AMD Instinct MI300X VF"}]))
+    assert vf.roofline is not None and base.roofline is not None and "MI300X" in vf.roofline.device
+    assert vf.roofline.coverage == pytest.approx(base.roofline.coverage, abs=0.01)
+    assert any("remapped ids" in n for n in vf.trace.notes)
+    assert vf.summary.primary == base.summary.primary
+    noname = _report(_rewrite_devices(src, tmp_path / "noname.json.gz", [{**first, "name": ""}]))
+    assert noname.roofline is not None and "MI300X" in noname.roofline.device
+    assert any("taken to be an AMD Instinct MI300X" in n for n in noname.trace.notes)
+
+
+@pytest.mark.slow
+@needs_real
+def test_unknown_peaks_answer_unknown_not_no(tmp_path: Path) -> None:
+    src = real("resnet_act_checkpoint.json.gz")
+    odd = {"id": 0, "name": "Some Accelerator 9000", "numSms": 77}
+    rep = _report(_rewrite_devices(src, tmp_path / "odd.json.gz", [odd]))
+    assert rep.roofline is None
+    by_id = {q.id: q for q in rep.questions}
+    assert by_id["memory"].status == "unknown" and by_id["compute"].status == "unknown"
+
+
+# -- H200 captures of the patterns (workloads/verdicts/, sample_traces/verdict_*) ----------
+@pytest.mark.parametrize(
+    ("name", "marks", "steps"),
+    [
+        ("verdict_rf_steps", "'step_0' … 'step_7'", 7),
+        ("verdict_train_step_annot", "'train_step' ranges", 5),
+        ("verdict_optimizer_only", "Optimizer.step#AdamW.step", 5),
+        ("verdict_lightning", "lightning's advance calls", 11),
+        ("verdict_trainer", "transformers Trainer's training_step calls", 11),
+    ],
+)
+def test_h200_user_steps(name: str, marks: str, steps: int) -> None:
+    """Each loop's own marks are its steps (a warm-up step left out where it is one)."""
+    rep = report_of(sample(name))
+    assert rep.window.source == "steps", rep.window.reason
+    assert marks in rep.window.reason
+    assert rep.window.steps == steps
+    assert rep.summary.unit == "step"
+
+
+def test_h200_rf_steps_per_step_is_the_step() -> None:
+    """24 layers of 3 kernels repeat inside each record_function step: the unit is the
+    ~2.5 ms step, not a layer's ~0.1 ms."""
+    rep = report_of(sample("verdict_rf_steps"))
+    assert 1_500 < rep.summary.per_step_us < 4_000
+
+
+def test_h200_graph_capture_is_startup() -> None:
+    """8 torch.cuda.graph captures (each with its sync, gc and empty_cache), no replay."""
+    ctx = context_of(sample("verdict_graph_capture"))
+    dev = ctx.ledger.primary
+    assert dev is not None and dev.share("startup") > 0.5
+    rep = build_report(ctx.model, ctx=ctx)
+    assert rep.summary.primary is None
+    assert "start-up" in rep.summary.headline
+
+
+def test_h200_blocking_copy_in_engine_step() -> None:
+    """execute_model's .cpu() of 256 MB into pageable memory is inside the step: a host
+    sync with its copy time, not start-up data creation."""
+    rep = report_of(sample("verdict_engine_copy"))
+    assert rep.window.steps == 1 and "execute_model" in rep.window.reason
+    assert rep.summary.primary == "host_sync"
+    assert "pageable memory" in rep.summary.headline and "Tensor.cpu()" in rep.summary.headline
+    sync = next(f for f in rep.findings if f.category == Category.HOST_SYNC)
+    assert sync.share > 0.5
+
+
+@pytest.mark.parametrize("name", ["verdict_attn_bmm_fp32", "verdict_attn_baddbmm_half", "verdict_attn_matmul4d"])
+def test_h200_eager_attention_spellings(name: str) -> None:
+    """bmm -> mul (scale) -> softmax -> bmm in fp32, baddbmm in fp16, 4-D matmul with a
+    mask in bf16: each is eager attention (6 layers x 3 steps), and its matmuls are left to
+    that finding rather than called misaligned."""
+    rep = report_of(sample(name))
+    eager = [f for f in rep.findings if f.category == Category.EAGER_ATTENTION]
+    assert eager and "18 calls" in eager[0].title
+    assert not any(f.category == Category.MISALIGNED_MATMUL for f in rep.findings)
+
+
+def test_h200_one_compiled_call_is_one_call() -> None:
+    rep = report_of(sample("verdict_compile_once"))
+    assert rep.window.source == "steps" and rep.window.steps == 1
+    assert rep.summary.unit == "call"
+    assert "per call" in rep.summary.headline
+
+
+# -- §4: a replayed graph whose host runs ahead ---------------------------------------------
+def test_replayed_graph_is_not_a_host_problem() -> None:
+    """diff_graph_after replays 200 tiny ops from a CUDA graph: no host_bound headline
+    (it was 'most in Python code in profile_steps()'); the time is the graph's
+    latency-bound kernels, the first cudaGraphLaunch's upload is start-up, and a gap
+    before a replay is not dispatch overhead."""
+    rep = report_of(sample("diff_graph_after"))
+    assert rep.summary.primary != "host_bound"
+    assert "latency-bound kernels replayed from CUDA graphs" in rep.summary.headline
+    # what host-bound idle is left is one json.dumps of the harness in one step (one-off)
+    assert rep.gpu_time.total.get("host_bound") < 0.05 * rep.gpu_time.total.window_us
+    assert rep.gpu_time.total.get("startup") > 0.05 * rep.gpu_time.total.window_us
