@@ -88,6 +88,18 @@ NULLABLE = frozenset(
         "clocks",
         "roofline",
         "memory",  # the [memory]-event timeline, null without profile_memory
+        # Issue 32's parts, null when the trace has none: a memory snapshot beside it,
+        # CUDA-graph replays, serving step annotations; a kernel source's line where the
+        # file is not readable here, the frame that launched it, a block's allocation time.
+        "snapshot",
+        "graphs",
+        "serving",
+        "line",
+        "launched_from",
+        "library",
+        "allocated_at_us",
+        "peak_at_us",
+        "at_us",
         # findings[].parent: the category a finding refines, null for a top-level one; the
         # diff's main cause and primaries are null when there is none.
         "parent",

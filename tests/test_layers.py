@@ -16,10 +16,10 @@ PACKAGE = REPO / "tracelens"
 
 #: The layers, as path prefixes of module names (the longest prefix wins).
 LAYERS = {
-    "face": ("tracelens.cli", "tracelens.__main__", "tracelens.early"),
+    "face": ("tracelens.cli", "tracelens.__main__", "tracelens.early", "tracelens.mcp_server"),
     "job": ("tracelens.job",),
     "diff": ("tracelens.diff",),
-    "pipeline": ("tracelens.assemble", "tracelens.ranking"),
+    "pipeline": ("tracelens.assemble", "tracelens.assemble_inputs", "tracelens.assemble_snapshot", "tracelens.ranking"),
     "explain": ("tracelens.explain",),
     "render": ("tracelens.render",),
     "contract": ("tracelens.report",),

@@ -72,3 +72,32 @@ def test_job_reports_fit() -> None:
     for dark in (False, True):
         for name, r in overflow_many(pages, PHONE_PX, dark=dark).items():
             assert r["count"] == 0 and r["scroll_width"] == PHONE_PX, (name, dark, r)
+
+
+def test_issue_32_parts_fit() -> None:
+    """The memory snapshot page, and the CUDA-graph, serving and kernel-source parts of a
+    report, on the H200 samples and the vLLM trace: nothing past a phone's viewport."""
+    from pathlib import Path
+
+    from conftest import real, sample
+
+    from tracelens.assemble_snapshot import summarize_snapshot
+    from tracelens.model.snapshot import load_snapshot
+    from tracelens.render.snapshot import render_snapshot_html
+    from tracelens.report import SnapshotReport
+
+    data = Path(__file__).parent / "data" / "inputs"
+    pages = {
+        p.name: render_html(report_of(p))
+        for p in (data / "graph_train" / "graph_train_replay.pt.trace.json.gz",
+                  data / "serve_decode" / "serve_decode.pt.trace.json.gz",
+                  sample("capture_compile"), real("eager_trace.json.gz"))
+    }  # fmt: skip
+    for snap in ("mem_train.pt.trace.snapshot.pickle.gz", "mem_generate.snapshot.pickle.gz"):
+        s = summarize_snapshot(load_snapshot(data / "memory" / snap))
+        page = render_snapshot_html(SnapshotReport(2, "tracelens", "0", "now", s))
+        # The snapshot page runs no script and its policy says so; the layout probe is one.
+        pages[snap] = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", page)
+    for width in (PHONE_PX, DESKTOP_PX):
+        for name, r in overflow_many(pages, width).items():
+            assert r["count"] == 0 and r["scroll_width"] == width, (name, width, r)

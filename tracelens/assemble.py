@@ -17,12 +17,15 @@ import pandas as pd
 
 from tracelens import __version__, explain
 from tracelens.analyzers import run_all
+from tracelens.assemble_inputs import graph_summary, serving_summary
+from tracelens.assemble_snapshot import snapshot_of_trace
 from tracelens.derive.clocks import nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.counters import KernelCounters, LaunchCounters
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.host_calls import one_per_call
 from tracelens.derive.intervals import merge_intervals
+from tracelens.derive.kernel_source import kernel_sources
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
@@ -39,6 +42,7 @@ from tracelens.report import (
     Finding,
     GpuTimeSummary,
     KernelRow,
+    KernelSource,
     LedgerEntry,
     MeasuredKernel,
     MemoryTimeline,
@@ -110,6 +114,29 @@ def build_report(
     )
     from dataclasses import replace
 
+    names = [str(n) for n in _window_kernel_names(ctx)]
+    report = replace(
+        report,
+        kernel_sources=tuple(
+            KernelSource(
+                kernel=cut_name(k.kernel),
+                kind=k.kind,
+                file=k.file,
+                line=k.line,
+                function=k.function,
+                found=k.found,
+                launched_from=k.launched_from,
+                library=k.library,
+            )
+            for k in kernel_sources(model, names)
+        ),
+        graphs=graph_summary(ctx),
+        serving=serving_summary(ctx),
+    )
+    snap, snap_note = snapshot_of_trace(model.meta.path)
+    if snap is not None or snap_note:
+        notes = report.summary.notes + ((snap_note,) if snap_note else ())
+        report = replace(report, snapshot=snap, summary=replace(report.summary, notes=notes))
     return replace(report, analysis_seconds=round(time.perf_counter() - t0, 3))
 
 
@@ -478,6 +505,16 @@ def _roofline(ctx: AnalysisContext) -> RooflineSummary | None:
             for u in roof.unmodelled
         ),
     )  # fmt: skip
+
+
+def _window_kernel_names(ctx: AnalysisContext) -> list[str]:
+    """The uncut names of the kernels the report lists (its kernel rows' order)."""
+    act = ctx.window_activity
+    if act.empty:
+        return []
+    act = act[act["kind"] == int(Kind.KERNEL)]
+    g = act.groupby("name", observed=True)["dur"].sum().sort_values(ascending=False).head(MAX_KERNEL_ROWS)
+    return [str(n) for n in g.index]
 
 
 def _kernel_rows(ctx: AnalysisContext) -> tuple[KernelRow, ...]:

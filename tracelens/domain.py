@@ -63,6 +63,10 @@ ALLOC_APIS = frozenset(
 )
 #: Calls that free device memory: they wait for the device to finish with it.
 FREE_APIS = ("cudaFree", "hipFree", "cuMemFree_v2")
+#: Reserved memory this much above allocated at the peak is fragmentation worth naming
+#: (the caching allocator holds blocks it cannot reuse for the sizes asked): the trace
+#: report's [memory] events and the memory snapshot report alike.
+FRAGMENTATION_SHARE = 0.25
 #: Pinned host allocations: made once, they are cheap; made per step, each is a
 #: cudaHostAlloc of host time (and the driver pins the pages).
 PINNED_APIS = ("cudaHostAlloc", "cudaMallocHost", "hipHostMalloc")

@@ -56,7 +56,7 @@ def scan_report(args: list[str]) -> tuple[str, list[tuple[str, str | None]]] | N
 def start(args: list[str]) -> None:
     """For `report TRACE` on a large file, fork the split load's second process now."""
     scanned = scan_report(args)
-    if scanned is None:
+    if scanned is None or scanned[0].lower().endswith((".pickle", ".pkl", ".pickle.gz", ".pkl.gz")):  # a snapshot
         return
     from tracelens.model.loader import early_started, start_split_early
 

@@ -33,9 +33,9 @@ import numpy as np
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
-from tracelens.derive.memory import FRAGMENTATION_SHARE, MemoryProfile
+from tracelens.derive.memory import MemoryProfile
 from tracelens.derive.shapes import ShapeVariation, shape_variation
-from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FREE_APIS, NO_ENCLOSING_OP, PINNED_APIS
+from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, NO_ENCLOSING_OP, PINNED_APIS
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source
 from tracelens.model.trace import TraceModel, name_matches

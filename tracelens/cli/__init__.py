@@ -23,7 +23,7 @@ from typing import Annotated, Any
 import typer
 
 from tracelens import __version__, early
-from tracelens.cli import capture, common, diff, report
+from tracelens.cli import capture, common, diff, mcp, report
 from tracelens.cli.common import _FINISHED, _say
 from tracelens.errors import Interrupted, TracelensError
 
@@ -60,6 +60,7 @@ def _main(
 
 # The commands, one module each (as memray's commands/): registered in the order --help lists them.
 app.command()(report.report)
+app.command()(mcp.mcp)
 app.command()(diff.diff)
 # Everything after the script is the script's: no interspersed options.
 app.command(

@@ -130,6 +130,13 @@ def report(
       tracelens report traces/ --per-rank        (one job report on the ranks in traces/)
     """
     _interrupt_as_error()
+    from tracelens.model.snapshot import looks_like_snapshot
+
+    if len(traces) == 1 and looks_like_snapshot(traces[0]):
+        if window or steps or perfetto:
+            raise typer.BadParameter("--window, --steps and --perfetto are for traces, not memory snapshots")
+        _report_snapshot(Path(traces[0]), html, markdown, json_out, out_dir, quiet, redact)
+        return
     if len(traces) == 1 and Path(traces[0]).is_file():
         built = _report_one(
             Path(traces[0]), html, markdown, json_out, out_dir, quiet, window, steps, perfetto=perfetto, redact=redact
@@ -147,6 +154,45 @@ def report(
         _report_one(Path(path), html if len(single) == 1 else None, markdown if len(single) == 1 else None,
                     json_out if len(single) == 1 else None, out_dir, quiet, window, steps,
                     perfetto=perfetto if len(single) == 1 else None, redact=redact)  # fmt: skip
+
+
+def _report_snapshot(
+    path: Path,
+    html: Path | None,
+    markdown: Path | None,
+    json_out: Path | None,
+    out_dir: Path,
+    quiet: bool,
+    redact: bool,
+) -> None:
+    """The report on a CUDA memory snapshot (torch.cuda.memory._dump_snapshot's pickle)."""
+    import datetime as _dt
+
+    from tracelens import __version__
+    from tracelens.assemble_snapshot import summarize_snapshot
+    from tracelens.model.snapshot import load_snapshot
+    from tracelens.render.snapshot import render_snapshot_html, render_snapshot_json, render_snapshot_markdown
+    from tracelens.render.terminal import render_snapshot_terminal
+    from tracelens.report import SCHEMA_VERSION, SnapshotReport
+
+    name = path.name[:-3] if path.name.lower().endswith(".gz") else path.name
+    stem = name.rsplit(".", 1)[0] or "snapshot"  # mem.snapshot.pickle(.gz) -> mem.snapshot
+    wanted = _targets(html, markdown, json_out, out_dir, stem, [path])
+    rep = SnapshotReport(
+        schema_version=SCHEMA_VERSION,
+        tool="tracelens",
+        tool_version=__version__,
+        generated_at=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
+        snapshot=summarize_snapshot(load_snapshot(path)),
+    )
+    scrub = _redactor(redact, [path], [], wanted)
+    renderers: dict[str, Callable[[Any], str | bytes]] = {
+        "html": render_snapshot_html,
+        "md": render_snapshot_markdown,
+        "json": render_snapshot_json,
+    }
+    written = _write(wanted, renderers, rep, scrub)
+    _summary(wanted, written, rep, None if quiet else render_snapshot_terminal, scrub)
 
 
 def _report_one(

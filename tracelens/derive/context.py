@@ -30,6 +30,7 @@ import pandas as pd
 from tracelens.derive.clocks import Series, clock_tracks
 from tracelens.derive.counters import KernelCounters, kernel_counters
 from tracelens.derive.eager_attention import EagerAttention, eager_attention, eager_attention_shapes
+from tracelens.derive.graph_nodes import GraphNodes, graph_nodes
 from tracelens.derive.host_calls import blocking_call_rows
 from tracelens.derive.ledger import Ledger, compute_ledger
 from tracelens.derive.matmuls import matmul_rows
@@ -91,13 +92,21 @@ class AnalysisContext:
         return kernel_counters(self.model)
 
     @cached_property
+    def graph_nodes(self) -> GraphNodes:
+        """The capture-time nodes (op, shapes, module, source line) of the kernels replayed
+        from CUDA graphs (annotations, capture traces beside the trace)."""
+        return graph_nodes(self.model)
+
+    @cached_property
     def roofline(self) -> Roofline:
         """The roofline of the device's kernels in the window (hardware counters first,
         the models where none exists). Fusion chains end where steps do: the window's
         detected iterations where the trace has no ProfilerSteps."""
         w = self.window
         iterations = tuple(st.start_us for st in w.steps) if w.source == "detected" else ()
-        return compute_roofline(self.model, self.device, (w.start_us, w.end_us), iterations, self.kernel_counters)
+        return compute_roofline(
+            self.model, self.device, (w.start_us, w.end_us), iterations, self.kernel_counters, self.graph_nodes
+        )
 
     @cached_property
     def ledger(self) -> Ledger:

@@ -17,6 +17,8 @@ import msgspec
 import numpy as np
 import pandas as pd
 
+from tracelens.derive.graph_costs import extra_costs
+from tracelens.derive.graph_nodes import GraphNodes
 from tracelens.derive.kernel_models import (
     _attention_helper_bytes,
     _l2_spill_traffic,
@@ -93,7 +95,7 @@ class _Attribution:
 
     flops: np.ndarray
     bytes: np.ndarray
-    source: np.ndarray  # 0 none, 1 op model, 2 launch-grid estimate
+    source: np.ndarray  # 0 none, 1 op model, 2 launch-grid estimate, 3 capture or serving step (graph_costs)
     meta: dict[int, tuple[str, str, bool]]  # kernel index -> dtype, family, tensor_core
     unmodelled: dict[tuple[str, UncoveredReason], float]
     owner: np.ndarray  # host row of the op whose model covers each kernel, or -1
@@ -228,14 +230,19 @@ class _OpCosts:
 
 
 def _attribute(
-    model: TraceModel, k: pd.DataFrame, comm: np.ndarray, measured: np.ndarray | None = None
+    model: TraceModel,
+    k: pd.DataFrame,
+    comm: np.ndarray,
+    measured: np.ndarray | None = None,
+    graphs: GraphNodes | None = None,
 ) -> _Attribution:
     """FLOPs and bytes of every kernel. Each kernel belongs to the innermost op that has a
     model, or to the nearest enclosing op with one (cudnn_convolution_backward for its
     _input and _weight halves) when none of that op's other kernels has its own. The
     owner's bytes are shared by its kernels in proportion to their time; the FLOPs of
     math ops go to its main kernels only (not the layout transforms beside them).
-    `measured` kernels (hardware counters) are not listed as unmodelled."""
+    `measured` kernels (hardware counters) are not listed as unmodelled; `graphs`: the
+    capture-time nodes of graph-replayed kernels (None: none modelled from captures)."""
     names = k["name"].astype(str).to_numpy()
     dur = k["dur"].to_numpy(dtype=float)
     launch = k["launch"].to_numpy()
@@ -246,10 +253,14 @@ def _attribute(
     # Per distinct kernel name (kcodes index `uniq`): its type hint and the flags below,
     # found once per name and spread to the kernels by their codes.
     kcodes, uniq_names = _factorize_names(k["name"])
-    owner, owner_cost = _owners(model, op_rows, comm, kcodes, uniq_names, found)
+    hint_of = [dtype_from_kernel(nm) for nm in uniq_names]
+    owner, owner_cost = _owners(model, op_rows, comm, kcodes, uniq_names, hint_of, found)
     flops, nbytes, source, meta, owners, op_time = _shared_costs(
         model, names, dur, owner, owner_cost, kcodes, uniq_names
     )
+    # Kernels replayed from a CUDA graph with a known capture, and serving attention
+    # with its step's sizes (graph_costs.py): modelled, as `source` 3.
+    extra_costs(model, graphs, k, comm, [hint_of[c] for c in kcodes.tolist()], source, flops, nbytes, meta)
     skip = comm if measured is None else comm | measured
     unmodelled = _foreach_or_unmodelled(
         model, names, dur, grids, launch, op_rows, skip, found, flops, nbytes, source, meta
@@ -265,12 +276,12 @@ def _owners(
     comm: np.ndarray,
     kcodes: np.ndarray,
     uniq_names: list[str],
+    hint_of: list[str | None],
     found: _OpCosts,
 ) -> tuple[np.ndarray, dict[int, OpCost]]:
     """Each kernel's owner (the host row of the op whose model covers it, -1 for none)
-    and each owner's cost."""
+    and each owner's cost; `hint_of` is each distinct name's dtype hint."""
     n = len(op_rows)
-    hint_of = [dtype_from_kernel(nm) for nm in uniq_names]
     has_shapes = found.has_shapes
     owner = np.full(n, -1, dtype=np.int64)
     via_ancestor = np.zeros(n, dtype=bool)

@@ -25,11 +25,6 @@ MAX_TOP_OPS = 8
 MAX_MEMORY_EVENTS = 500_000
 
 
-#: Reserved memory this much above allocated at the peak is fragmentation worth
-#: naming (the cache holds blocks it cannot reuse for the sizes asked).
-FRAGMENTATION_SHARE = 0.25
-
-
 #: Points in the memory-over-time series of the report.
 MEMORY_BINS = 240
 

@@ -23,6 +23,8 @@ import pandas as pd
 
 from tracelens.derive.counters import KernelCounters, MeasuredValues, kernel_counters, measured_values, sm_clock_ratio
 from tracelens.derive.fusion import FusionChain, _fusion_chains
+from tracelens.derive.graph_costs import SOURCE_CAPTURE
+from tracelens.derive.graph_nodes import GraphNodes, graph_nodes
 from tracelens.derive.kernel_costs import _attribute, _Attribution, _factorize_names, _subset
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.matmuls import gemm_from_name
@@ -472,12 +474,14 @@ def compute_roofline(
     window: tuple[float, float],
     iterations: tuple[float, ...] = (),
     counters: KernelCounters | None = None,
+    graphs: GraphNodes | None = None,
 ) -> Roofline:
     """The roofline of `device`'s kernels in `window`. `iterations`: host start times of the
     window's detected loop iterations (where the trace has no ProfilerSteps), at which
     fusion chains end as they do at ProfilerSteps. `counters`: the trace's hardware counters
     paired with its kernels (AnalysisContext.kernel_counters); None: paired here, from the
-    model (a model without counter sets has none)."""
+    model (a model without counter sets has none). `graphs`: the nodes of graph-replayed
+    kernels (AnalysisContext.graph_nodes); None: found here, from the model."""
     dev = model.meta.device(device) if device is not None else model.meta.primary_device
     inferred = infer_part(dev.name, dev.compute_capability, dev.num_sms, dev.total_memory_bytes) if dev else None
     peaks = peaks_for(inferred or (dev.name if dev else None))
@@ -492,7 +496,7 @@ def compute_roofline(
     # Hardware counters first (derive/counters.py), the models where no counter exists.
     meas = measured_values(counters if counters is not None else kernel_counters(model), k.index.to_numpy())
     counted = meas.has & ~comm if meas is not None else np.zeros(len(k), dtype=bool)
-    att = _attribute(model, k, comm, counted)
+    att = _attribute(model, k, comm, counted, graphs if graphs is not None else graph_nodes(model))
     kept = np.flatnonzero(~comm)
     codes, uniq = _factorize_names(k["name"], kept)
     sms = (dev.num_sms if dev else None) or 0
@@ -501,7 +505,7 @@ def compute_roofline(
     small = launch_is_latency(blocks[kept], dur[kept], sms)
     values = _values(model, k, kept, codes, uniq, att, meas, counted, small, peaks, dev.index if dev else None)
     groups = _name_groups(model, names, dur, kept, codes, uniq, att, values, blocks, small)
-    modelled = float(dur[(att.source == 1) & ~counted].sum())
+    modelled = float(dur[((att.source == 1) | (att.source == SOURCE_CAPTURE)) & ~counted].sum())
     estimated = float(dur[(att.source == 2) & ~counted].sum())
     measured_us = float(dur[counted].sum())
     comm_us = float(dur[comm].sum())

@@ -71,6 +71,10 @@ def _short_path(path: str) -> str:
     return path
 
 
+#: Public name of the path shortening, for readers of other inputs (memory snapshots).
+short_path = _short_path
+
+
 def is_machinery(file: str) -> bool:
     f = file.replace("\\", "/")
     if f.startswith(_MACHINERY_PREFIXES):

@@ -24,3 +24,15 @@ CAUSE_COLOURS: dict[str, str] = {
     "host_bound": "#e8c53a",
     "idle_other": "#9aa3ad",
 }
+
+#: Colours of a memory snapshot's categories (render/snapshot.py, the _snapshot partials).
+SNAPSHOT_COLOURS = {
+    "parameters": "#1f6feb",
+    "gradients": "#8250df",
+    "optimizer_state": "#bf8700",
+    "activations": "#2da44e",
+    "kv_cache": "#0a7ea4",
+    "temporary": "#e16f24",
+    "cuda_graph_pool": "#6e7781",
+    "cached_free": "#d0d7de",
+}

@@ -15,7 +15,7 @@ import jinja2
 from markupsafe import Markup, escape
 
 from tracelens.render import format as fmt
-from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT
+from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT, SNAPSHOT_COLOURS
 from tracelens.report import ClockTimeline, Report, RooflineSummary, Timeline
 
 #: Time-axis ticks per chart: about five labels of "12.5 ms" fit a 390 px phone.
@@ -84,6 +84,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["ratio"] = fmt.ratio
     env.filters["precisions"] = fmt.precisions
     env.globals["uncovered_reasons"] = fmt.UNCOVERED_REASONS
+    env.globals["snapshot_colours"] = SNAPSHOT_COLOURS
     env.globals["time_axis"] = lambda span_us: Markup(_time_axis(span_us))
     return env
 

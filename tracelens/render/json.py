@@ -18,8 +18,8 @@ def _enc_hook(obj: object) -> object:
 _encoder = msgspec.json.Encoder(enc_hook=_enc_hook)
 
 
-def to_builtins(report: Report) -> object:
-    """The report as plain dicts/lists (enums as their values, NaN as null)."""
+def to_builtins(report: object) -> object:
+    """The report (or any part of the contract) as plain dicts/lists (enums as their values, NaN as null)."""
     return msgspec.json.decode(_encoder.encode(report))
 
 

@@ -20,7 +20,7 @@ import typer
 
 from tracelens.render.causes import CAUSE_SHORT
 from tracelens.render.format import pct, plain, plural, us
-from tracelens.report import Report
+from tracelens.report import Report, SnapshotReport
 
 _STATUS_STYLE = {
     "yes": ("YES", "red"),
@@ -218,7 +218,61 @@ def render_terminal(
             )
         if len(report.findings) > MAX_FINDINGS:
             o.para(f"… {len(report.findings) - MAX_FINDINGS} more in the full report", indent=2)
+    if report.graphs is not None:
+        g = report.graphs
+        how = []
+        if g.annotated_share:
+            how.append(f"{pct(g.annotated_share)} annotated")
+        if g.captured_share:
+            how.append(f"{pct(g.captured_share)} matched to capture traces")
+        o.blank()
+        o.para(
+            f"{g.replays} replays, {pct(g.replayed_share)} of busy time"
+            + (f" ({', '.join(how)})" if how else " (no capture information)")
+            + f"; the roofline models {pct(g.modelled_share)} of it",
+            lead="CUDA graphs: ",
+            lead_style={"bold": True},
+            hang=2,
+        )
+    if report.serving is not None:
+        sv = report.serving
+        text = f"{sv.steps} {plain(sv.framework)} steps, {sv.with_sizes} with attention sizes"
+        if sv.attention_us:
+            text += f"; attention {us(sv.attention_us)}, {pct(sv.attention_modelled_share)} with a roofline"
+        if sv.cache_use:
+            text += f"; the requests hold {pct(sv.cache_use)} of the cache attention reads"
+        o.para(text, lead="Serving: ", lead_style={"bold": True}, hang=2)
+    if report.snapshot is not None:
+        from tracelens.render.snapshot import snapshot_lines
+
+        o.blank()
+        for lead, text in snapshot_lines(report.snapshot, o.width)[:3]:
+            o.para(text, lead=lead, lead_style={"bold": True} if lead.strip() else None, hang=len(lead) or 4)
     if outputs:
         o.blank()
         o.para(", ".join(outputs), lead="Reports: ", hang=2)
+    return o.text()
+
+
+def render_snapshot_terminal(
+    rep: SnapshotReport, outputs: list[str] | None = None, *, width: int = 80, colour: bool = False
+) -> str:
+    from tracelens.render.snapshot import snapshot_lines
+
+    s = rep.snapshot
+    o = _Out(width, colour)
+    o.para(plain(s.file_name), lead="tracelens  ", lead_style={"bold": True}, hang=2)
+    hist = f"{s.entries} allocator events" if s.recorded else "no allocation history (state at snapshot time)"
+    o.para(f"memory snapshot · device {s.device} · {hist}" + (f" over {us(s.span_us)}" if s.span_us else ""), hang=2)
+    o.blank()
+    for lead, text in snapshot_lines(s, width):
+        o.para(text, lead=lead, lead_style={"bold": True} if lead.strip() else None, hang=len(lead) or 4)
+    for a in s.advice:
+        o.blank()
+        o.para(plain(a, 600), lead="Advice: ", lead_style={"fg": "cyan"}, hang=2)
+    for n in s.notes:
+        o.para(plain(n, 600), indent=2, lead="Note: ", lead_style={"fg": "cyan"})
+    if outputs:
+        o.blank()
+        o.para(", ".join(plain(x) for x in outputs), lead="Reports: ", hang=2)
     return o.text()

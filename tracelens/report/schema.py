@@ -21,6 +21,7 @@ import msgspec
 
 from tracelens.report.diff_report import DIFF_SCHEMA_VERSION, DiffReport
 from tracelens.report.job_report import JOB_SCHEMA_VERSION, JobReport
+from tracelens.report.snapshot_report import SNAPSHOT_SCHEMA_VERSION, SnapshotReport
 from tracelens.report.trace_report import SCHEMA_VERSION, Report
 
 SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
@@ -29,6 +30,7 @@ REPORTS: dict[str, tuple[type[Any], int, str]] = {
     "report": (Report, SCHEMA_VERSION, "tracelens report: one trace"),
     "diff": (DiffReport, DIFF_SCHEMA_VERSION, "tracelens diff: two traces compared"),
     "job": (JobReport, JOB_SCHEMA_VERSION, "tracelens report of a folder of ranks: one job"),
+    "snapshot": (SnapshotReport, SNAPSHOT_SCHEMA_VERSION, "tracelens report of a CUDA memory snapshot"),
 }
 
 

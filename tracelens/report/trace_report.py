@@ -23,6 +23,7 @@ from tracelens.report.enums import (
     WindowSource,
 )
 from tracelens.report.findings import Finding, PySource
+from tracelens.report.snapshot_report import SnapshotSummary
 
 SCHEMA_VERSION = 2
 
@@ -227,6 +228,21 @@ class KernelRow:
 
 
 @dataclass(frozen=True)
+class KernelSource:
+    """Where a kernel is defined, for the kernels whose source is a file a user can edit
+    (Inductor-generated or hand-written Triton, a compiled extension's CUDA)."""
+
+    kernel: str  # as in kernels[].name
+    kind: Literal["inductor", "triton", "extension"]
+    file: str  # the defining file as the trace names it (the compiled module, the .py, the .cu); "" if unknown
+    line: int | None  # the definition's line, when the file was readable here
+    function: str  # the kernel's function
+    found: bool  # the file was read and the definition found in it
+    launched_from: PySource | None  # the Python frame that launched it
+    library: str = ""  # extension: the custom op that launched it (e.g. _C::rms_norm)
+
+
+@dataclass(frozen=True)
 class OpRow:
     name: str
     count: int
@@ -399,4 +415,75 @@ class Report:
     analysis_seconds: float = 0.0
     extra: dict[str, str] = field(default_factory=dict)
     memory: MemoryTimeline | None = None
+    snapshot: SnapshotSummary | None = None  # a memory snapshot beside the trace
+    kernel_sources: tuple[KernelSource, ...] = ()  # where the listed kernels are defined, when a file
+    graphs: GraphSummary | None = None  # kernels replayed from CUDA graphs, with what their capture says
+    serving: ServingSummary | None = None  # serving steps' batches and attention sizes
     counters: CountersSummary | None = None
+
+
+# -- CUDA-graph replays and serving steps -------------------------------------------------
+@dataclass(frozen=True)
+class GraphModuleRow:
+    """Replayed GPU time of one module (or annotated region) and autograd phase."""
+
+    module: str  # "" when the capture named none
+    phase: Literal["forward", "backward", "optimizer", ""]
+    time_us: float
+    share: float  # of the window's replayed GPU time
+    kernels: int  # replayed events
+    top_kernel: str
+    op: str  # the op launching most of that time at capture ("" when unknown)
+    source: PySource | None
+
+
+@dataclass(frozen=True)
+class GraphCollectiveRow:
+    """A collective captured into a graph, from its annotation (or capture op)."""
+
+    collective: str
+    group: str  # process group description or name
+    group_size: int
+    dtype: str
+    bytes: float  # per call: In msg nelems x the dtype's size
+    calls: int
+    time_us: float  # GPU time of its kernels in the window
+    algbw_gbps: float  # bytes over the median call's time
+
+
+@dataclass(frozen=True)
+class GraphSummary:
+    replays: int  # graph launches in the window
+    replayed_us: float  # GPU time of their kernels, copies and memsets in the window
+    replayed_share: float  # of the window's GPU busy time
+    annotated_share: float  # of replayed time with a baked-in annotation
+    captured_share: float  # of replayed time matched to a capture trace's launch
+    modelled_share: float  # of replayed kernel time the roofline models
+    inline_annotated: bool
+    captures: tuple[str, ...]
+    modules: tuple[GraphModuleRow, ...]
+    collectives: tuple[GraphCollectiveRow, ...]
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ServingPhaseRow:
+    phase: Literal["prefill", "decode", "mixed", "idle"]
+    steps: int
+    mean_us: float  # host span of the step annotation, mean
+    requests: float  # mean per step
+    tokens: float  # mean per step
+    sum_qk: float  # mean Σ N_Q·N_KV per step
+    sum_kv: float  # mean Σ N_KV per step
+
+
+@dataclass(frozen=True)
+class ServingSummary:
+    framework: Literal["sglang", "vllm", "atom"]
+    steps: int
+    with_sizes: int  # steps whose annotation has the attention sums
+    phases: tuple[ServingPhaseRow, ...]
+    attention_us: float  # GPU time of attention kernels in the steps
+    attention_modelled_share: float  # of it with a roofline
+    cache_use: float  # Σ N_KV over the cache positions attention read (static caches; 0 when not known)
+    notes: tuple[str, ...]
