@@ -66,6 +66,12 @@ SEED_FILES = (
 )
 #: A case on a seed above takes 0.3-1 s; far past this it is hung.
 CASE_TIMEOUT_S = 60.0
+#: No case may take more than this many times the CPU time of its unmutated seed (issue
+#: 29: every dur set to 0 made the README sample run past 300 s, 0.5 s unmutated): CPU
+#: time, not wall time, so the machine's load does not decide. SLOW_MIN_CPU_S is the
+#: least any case is allowed (a seed's report takes 0.2-0.6 s of CPU in the forked child).
+SLOW_FACTOR = 10.0
+SLOW_MIN_CPU_S = 2.0
 #: "More than a few GB": peak resident memory of one case (the seeds are < 4 MB of JSON).
 MAX_RSS_BYTES = 3 * 2**30
 #: Address-space cap of a child, so a runaway allocation fails in the child rather than
@@ -445,6 +451,103 @@ def m_top(rng: random.Random, doc: Doc) -> str:
     return f"top {k}"
 
 
+# -- structural families (issue 29): what a trace's structure can lack or get wrong as a
+# whole, where the bugs were (a hang on zero durations, kernels dropped without a usable
+# correlation, verdicts on traces without GPU activity) ------------------------------
+_GPU_CATS = frozenset({"kernel", "gpu_memcpy", "gpu_memset", "gpu_user_annotation"})
+_LAUNCH_CATS = frozenset({"cuda_runtime", "cuda_driver", "cuda runtime", "cuda driver"})
+
+
+def _cat(e: Any) -> str:
+    return str(e.get("cat", "")).lower() if isinstance(e, dict) else ""
+
+
+def f_zero_durations(rng: random.Random, doc: Doc) -> str:
+    """Every duration zero, or those of one side (GPU or host) only."""
+    which = rng.choice(("all", "gpu", "host", "steps"))
+    for e in doc.events():
+        if not isinstance(e, dict) or "dur" not in e:
+            continue
+        gpu = _cat(e) in _GPU_CATS
+        step = str(e.get("name", "")).startswith("ProfilerStep#")
+        if which == "all" or (which == "gpu" and gpu) or (which == "host" and not gpu) or (which == "steps" and step):
+            e["dur"] = 0
+    return f"zero durations {which}"
+
+
+def f_correlation(rng: random.Random, doc: Doc) -> str:
+    """Kernels' launch links broken: correlation removed, beyond 64 bits, args removed,
+    pointing at no launch, or the launches' own ids removed."""
+    how = rng.choice(("remove", "2**63", "2**64", "no args", "dangling", "launches", "duplicate"))
+    evs = [e for e in doc.events() if isinstance(e, dict)]
+    gpu = [e for e in evs if _cat(e) in _GPU_CATS]
+    if how == "launches":
+        for e in evs:
+            if _cat(e) in _LAUNCH_CATS and isinstance(e.get("args"), dict):
+                e["args"].pop("correlation", None)
+        return "correlation: launches' ids removed"
+    for e in gpu:
+        if how == "no args":
+            e.pop("args", None)
+            continue
+        args = e.setdefault("args", {})
+        if not isinstance(args, dict):
+            continue
+        if how == "remove":
+            args.pop("correlation", None)
+        elif how == "2**63":
+            args["correlation"] = 2**63 + rng.randrange(1000)
+        elif how == "2**64":
+            args["correlation"] = doc.raw(str(2**64 + rng.randrange(1000)))
+        elif how == "dangling":
+            args["correlation"] = 10**12 + rng.randrange(10**6)
+        else:
+            args["correlation"] = 1
+    return f"correlation: {how}"
+
+
+def f_gpu_presence(rng: random.Random, doc: Doc) -> str:
+    """GPU activity without its host side, the host side without GPU activity, or the
+    launches alone removed."""
+    how = rng.choice(("no gpu", "gpu only", "no launches", "no host ops"))
+    evs = doc.events()
+
+    def keep(e: Any) -> bool:
+        cat = _cat(e)
+        if not isinstance(e, dict) or e.get("ph") == "M":
+            return True
+        if how == "no gpu":
+            return cat not in _GPU_CATS
+        if how == "gpu only":
+            return cat in _GPU_CATS
+        if how == "no launches":
+            return cat not in _LAUNCH_CATS
+        return cat not in ("cpu_op", "operator", "python_function", "user_annotation")
+
+    evs[:] = [e for e in evs if keep(e)]
+    return f"gpu presence: {how}"
+
+
+FAMILIES: dict[str, Callable[[random.Random, Doc], str]] = {
+    "zero durations": f_zero_durations,
+    "correlation": f_correlation,
+    "gpu presence": f_gpu_presence,
+}
+
+
+def f_combo(rng: random.Random, doc: Doc) -> str:
+    """Two or three of the families together."""
+    picked = rng.sample(sorted(FAMILIES), rng.choice((2, 3)))
+    return " + ".join(FAMILIES[name](rng, doc) for name in picked)
+
+
+FAMILIES["combos"] = f_combo
+#: A long run says how far it got every this many cases.
+PROGRESS_EVERY = 100
+#: The share of cases that are one structural family (the rest: the field-level mutations).
+FAMILY_SHARE = 0.4
+
+
 STRUCTURAL: tuple[Callable[[random.Random, Doc], str], ...] = (
     m_drop,
     m_duplicate,
@@ -502,6 +605,7 @@ class Case:
     how: str
     data: bytes
     suffix: str
+    family: str = "mutations"  # a structural family (FAMILIES), or the field/byte mutations
 
 
 def load_seeds(names: tuple[str, ...] = SEED_FILES) -> dict[str, Any]:
@@ -520,19 +624,24 @@ def make_case(seed: int, index: int, seeds: dict[str, Any]) -> Case:
     rng = random.Random(seed * 1_000_003 + index)
     name = rng.choice(sorted(seeds))
     doc = Doc(copy.deepcopy(seeds[name]))
-    hows = [rng.choice(STRUCTURAL)(rng, doc) for _ in range(rng.choice((1, 1, 2, 3)))]
+    family = "mutations"
+    if rng.random() < FAMILY_SHARE:
+        family = rng.choice(sorted(FAMILIES))
+        hows = [FAMILIES[family](rng, doc)]
+    else:
+        hows = [rng.choice(STRUCTURAL)(rng, doc) for _ in range(rng.choice((1, 1, 2, 3)))]
     data = doc.dumps()
-    if rng.random() < 0.3:
+    if family == "mutations" and rng.random() < 0.3:
         data, how = byte_mutate(rng, data)
         hows.append(how)
     suffix = ".json"
     if rng.random() < 0.5:
         data = gzip.compress(data, compresslevel=1, mtime=0)
         suffix = ".json.gz"
-        if rng.random() < 0.1:
+        if family == "mutations" and rng.random() < 0.1:
             data, how = byte_mutate(rng, data)
             hows.append("gz " + how)
-    return Case(index, name, "; ".join(hows), data, suffix)
+    return Case(index, name, "; ".join(hows), data, suffix, family)
 
 
 # ----------------------------------------------------------------------------------
@@ -546,6 +655,7 @@ class Outcome:
     rss_bytes: int
     stderr: str
     pending: list[str] = field(default_factory=list)  # known violations owned elsewhere
+    cpu_s: float = 0.0  # the child's user + system time
 
 
 def pending_label(problem: str) -> str | None:
@@ -596,7 +706,30 @@ def _child(trace: Path, out: Path) -> None:
     os._exit(code)
 
 
-def run_input(data: bytes, suffix: str, workdir: Path) -> Outcome:
+def gpu_activity_in(data: bytes) -> int:
+    """GPU kernels, copies and memsets with a finite start and a positive duration on a
+    sane device in an input (-1 when it does not parse): what a report must not drop."""
+    try:
+        raw = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+        doc = json.loads(raw)
+    except Exception:  # any input that does not parse (zlib.error, bad UTF-8, depth): not counted
+        return -1
+    evs = doc.get("traceEvents") if isinstance(doc, dict) else doc
+    n = 0
+    for e in evs if isinstance(evs, list) else []:
+        if not isinstance(e, dict) or _cat(e) not in ("kernel", "gpu_memcpy", "gpu_memset") or e.get("ph") != "X":
+            continue
+        ts, dur, args = e.get("ts"), e.get("dur"), e.get("args")
+        dev = args.get("device", 0) if isinstance(args, dict) else 0
+        ok_num = all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) for v in (ts, dur))
+        if ok_num and dur > 0 and isinstance(dev, int) and not isinstance(dev, bool) and 0 <= dev < 1024:
+            n += 1
+    return n
+
+
+def run_input(data: bytes, suffix: str, workdir: Path, base_cpu_s: float | None = None) -> Outcome:
+    """Run one input; `base_cpu_s` (its unmutated seed's CPU time) enables the slowness
+    rule (SLOW_FACTOR)."""
     preload()
     case_dir = Path(tempfile.mkdtemp(dir=workdir))
     trace = case_dir / f"trace{suffix}"
@@ -608,17 +741,20 @@ def run_input(data: bytes, suffix: str, workdir: Path) -> Outcome:
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         _child(trace, out)
-    status, rss = _wait(pid, CASE_TIMEOUT_S)
+    status, rss, cpu = _wait(pid, CASE_TIMEOUT_S)
     seconds = time.monotonic() - t0
     try:
-        outcome = _judge(status, rss, seconds, trace, before, out)
+        outcome = _judge(status, rss, seconds, trace, before, out, gpu_activity_in(data))
     finally:
         shutil.rmtree(case_dir, ignore_errors=True)
+    outcome.cpu_s = cpu
+    if outcome.problem is None and base_cpu_s is not None and cpu > max(SLOW_FACTOR * base_cpu_s, SLOW_MIN_CPU_S):
+        outcome.problem = f"slow: {cpu:.1f} s of CPU, over {SLOW_FACTOR:g}x its seed's {base_cpu_s:.2f} s"
     return outcome
 
 
-def _wait(pid: int, timeout: float) -> tuple[int | None, int]:
-    """(exit status or None on timeout, peak RSS in bytes)."""
+def _wait(pid: int, timeout: float) -> tuple[int | None, int, float]:
+    """(exit status or None on timeout, peak RSS in bytes, CPU seconds)."""
     deadline = time.monotonic() + timeout
     delay = 0.005
     while True:
@@ -626,16 +762,18 @@ def _wait(pid: int, timeout: float) -> tuple[int | None, int]:
         if got == pid:
             # ru_maxrss: KiB on Linux, bytes on macOS.
             rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
-            return status, rss
+            return status, rss, usage.ru_utime + usage.ru_stime
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             _, status, usage = os.wait4(pid, 0)
-            return None, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+            return None, usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024), usage.ru_utime + usage.ru_stime
         time.sleep(delay)
         delay = min(delay * 2, 0.05)
 
 
-def _judge(status: int | None, rss: int, seconds: float, trace: Path, before: str, out: Path) -> Outcome:
+def _judge(
+    status: int | None, rss: int, seconds: float, trace: Path, before: str, out: Path, gpu_events: int = -1
+) -> Outcome:
     stderr = (out / "stderr").read_text(errors="replace") if (out / "stderr").exists() else ""
     stdout = (out / "stdout").read_text(errors="replace") if (out / "stdout").exists() else ""
     code = None if status is None else (os.waitstatus_to_exitcode(status))
@@ -663,7 +801,7 @@ def _judge(status: int | None, rss: int, seconds: float, trace: Path, before: st
         return Outcome(None, code, seconds, rss, stderr)
     if code != 0:
         return bad(f"exit {code}: {_last_line(stderr)}")
-    problems = _check_reports(out, stdout)
+    problems = _check_reports(out, stdout, gpu_events)
     known = [label for p in problems if (label := pending_label(p)) is not None]
     new = [p for p in problems if pending_label(p) is None]
     return Outcome(new[0] if new else None, code, seconds, rss, stderr, pending=known)
@@ -678,14 +816,19 @@ def _reject_constant(name: str) -> float:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _check_reports(out: Path, stdout: str) -> list[str]:
+#: Notes that say the loader dropped events (so that a report without them is not silent).
+_DROP_NOTES = ("ignored", "dropped", "skipped", "coerced", "not readable")
+
+
+def _check_reports(out: Path, stdout: str, gpu_events: int = -1) -> list[str]:
     """Every broken invariant in the reports of an exit-0 run."""
     try:
         report = json.loads((out / "r.json").read_text(), parse_constant=_reject_constant)
     except (OSError, ValueError) as exc:
         return [f"JSON report unreadable or not strict JSON: {exc}"]
-    problems = check_numbers(report)
     md = (out / "r.md").read_text()
+    problems = check_numbers(report)
+    problems += check_verdict(report, gpu_events, md)
     if len(md) > MARKDOWN_LIMIT:
         problems.append(f"Markdown is {len(md):,} characters, over GitHub's {MARKDOWN_LIMIT:,}")
     if _CONTROL.search(md):
@@ -696,6 +839,25 @@ def _check_reports(out: Path, stdout: str) -> list[str]:
     if "Content-Security-Policy" not in html:
         problems.append("HTML lost its Content-Security-Policy")
     return problems
+
+
+def check_verdict(report: Any, gpu_events: int, md: str = "") -> list[str]:
+    """Silent drops and misleading headers (issue 29): GPU activity in the input but none
+    analysed, with no note saying events were dropped; "0.0 µs analysed" over a window
+    of real length."""
+    out: list[str] = []
+    if not isinstance(report, dict):
+        return out
+    gt = (report.get("gpu_time") or {}).get("total") or {}
+    window = report.get("window") or {}
+    notes = " ".join(str(n) for n in (report.get("trace") or {}).get("notes", []))
+    if gpu_events > 0 and not gt.get("window_us") and not any(w in notes for w in _DROP_NOTES):
+        out.append(f"silent drop: the input has {gpu_events} GPU activities, the report analysed none")
+    span = float(window.get("end_us", 0) or 0) - float(window.get("start_us", 0) or 0)
+    header = next((line for line in md.splitlines() if " analysed" in line), "")
+    if span >= 1.0 and " 0.0 µs analysed" in header:
+        out.append(f"misleading: the header says 0.0 µs analysed over a {span:.0f} µs window")
+    return out
 
 
 def check_numbers(obj: Any, path: str = "$") -> list[str]:
@@ -742,6 +904,9 @@ class Summary:
     max_rss: int = 0
     failures: list[tuple[Case, Outcome]] = field(default_factory=list)
     pending: dict[str, int] = field(default_factory=dict)
+    #: family -> [cases, exit 0, exit 2, failing, the largest CPU time over its seed's]
+    families: dict[str, list[float]] = field(default_factory=dict)
+    base_cpu: dict[str, float] = field(default_factory=dict)  # seed -> CPU s of its unmutated report
 
 
 def preload() -> None:
@@ -768,14 +933,26 @@ def fuzz(
     t0 = time.monotonic()
     workdir = Path(tempfile.mkdtemp(prefix="tracelens-fuzz-"))
     try:
+        # Each seed's own report, unmutated: the CPU time the slowness rule compares to
+        # (the least of two runs: the first may pay for a cold page cache).
+        for name, doc in sorted(seeds.items()):
+            data = json.dumps(doc).encode("utf-8", "surrogatepass")
+            summary.base_cpu[name] = min(run_input(data, ".json", workdir).cpu_s for _ in range(2))
         index = 0
         while (cases is None or index < cases) and (seconds is None or time.monotonic() - t0 < seconds):
             batch = [make_case(seed, index + j, seeds) for j in range(jobs)]
             if cases is not None:
                 batch = batch[: cases - index]
             index += len(batch)
-            for case, outcome in zip(batch, _run_parallel(batch, workdir), strict=True):
+            for case, outcome in zip(batch, _run_parallel(batch, workdir, summary.base_cpu), strict=True):
                 summary.cases += 1
+                fam = summary.families.setdefault(case.family, [0, 0, 0, 0, 0.0])
+                fam[0] += 1
+                fam[1] += outcome.code == 0
+                fam[2] += outcome.code == 2
+                fam[3] += bool(outcome.problem)
+                base = summary.base_cpu.get(case.seed_name, 0.0)
+                fam[4] = max(fam[4], outcome.cpu_s / base if base > 0 else 0.0)
                 summary.max_rss = max(summary.max_rss, outcome.rss_bytes)
                 summary.exit0 += outcome.code == 0
                 summary.exit2 += outcome.code == 2
@@ -784,20 +961,27 @@ def fuzz(
                 if outcome.problem:
                     summary.failures.append((case, outcome))
                     log(f"case {case.index} ({case.seed_name}: {case.how}): {outcome.problem}")
+                if summary.cases % PROGRESS_EVERY == 0:
+                    log(f"... {summary.cases} cases, {len(summary.failures)} failing, {time.monotonic() - t0:.0f} s")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     summary.seconds = time.monotonic() - t0
     return summary
 
 
-def _run_parallel(batch: list[Case], workdir: Path) -> list[Outcome]:
+def _run_parallel(batch: list[Case], workdir: Path, base_cpu: dict[str, float] | None = None) -> list[Outcome]:
     """Run a batch of cases at once (one fork each), in order of the batch."""
+    base = base_cpu or {}
+
+    def one(c: Case) -> Outcome:
+        return run_input(c.data, c.suffix, workdir, base.get(c.seed_name))
+
     if len(batch) == 1:
-        return [run_input(batch[0].data, batch[0].suffix, workdir)]
+        return [one(batch[0])]
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(len(batch)) as pool:
-        return list(pool.map(lambda c: run_input(c.data, c.suffix, workdir), batch))
+        return list(pool.map(one, batch))
 
 
 #: Corpus inputs named so must be refused (exit 2); every other one must be reported on.
@@ -866,6 +1050,18 @@ def minimise(case: Case, problem: str, workdir: Path, budget: int = 60) -> bytes
     return json.dumps(data).encode("utf-8", "surrogatepass")
 
 
+def family_table(summary: Summary) -> str:
+    """Cases per family: how many, their exits, failures, and the slowest against its seed."""
+    rows = [
+        "| family | cases | exit 0 | exit 2 | failing | slowest (CPU, x its seed) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name, (n, e0, e2, bad, worst) in sorted(summary.families.items()):
+        rows.append(f"| {name} | {n:.0f} | {e0:.0f} | {e2:.0f} | {bad:.0f} | {worst:.1f}x |")
+    seeds = ", ".join(f"{k} {v:.2f} s" for k, v in sorted(summary.base_cpu.items()))
+    return "\n".join(rows) + f"\nseeds' own CPU time: {seeds}"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--seed", type=int, default=0)
@@ -893,6 +1089,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for label, n in sorted(summary.pending.items()):
         print(f"  pending (not failed on), {n} cases: {label}")
+    print(family_table(summary))
     if args.save is not None and summary.failures:
         args.save.mkdir(parents=True, exist_ok=True)
         workdir = Path(tempfile.mkdtemp(prefix="tracelens-min-"))

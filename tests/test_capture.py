@@ -152,6 +152,7 @@ def test_ctrl_c_writes_the_trace(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        preexec_fn=_sigint_as_python_has_it,
     )
     assert proc.stdout is not None
     deadline = time.time() + 120
@@ -190,7 +191,7 @@ def test_time_window(tmp_path: Path) -> None:
 def test_script_with_its_own_profiler_does_not_crash(tmp_path: Path) -> None:
     res = capture(tmp_path, "--no-report", "-o", str(tmp_path / "p.json.gz"), str(DATA / "uses_profiler.py"))
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "inner profiler done" in res.stdout and "ran torch.profiler itself" in res.stderr
+    assert "inner profiler done" in res.stdout and "torch.profiler itself" in res.stderr
     assert "Traceback" not in res.stderr
 
 
@@ -244,6 +245,15 @@ def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
 # -- issue 12: bounded by default, never lost, exit codes -----------------------------
 
 
+def _sigint_as_python_has_it() -> None:
+    """A test run started in the background by a shell (`pytest &`) ignores SIGINT, and so
+    would the capture and its script (as `python script.py` would): give them the
+    default, so that the SIGINT the test sends is Ctrl-C."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _meta(path: Path) -> dict[str, Any]:
     meta: dict[str, Any] = json.loads(gzip.decompress(path.read_bytes()))["tracelens"]
     return meta
@@ -271,10 +281,12 @@ def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr[-2000:]
     assert "recording steps 5-24 after a warm-up" in res.stderr  # the limits, printed
     assert "USDT" not in res.stderr + res.stdout and "profiler_start" in (tmp_path / "d.capture.log").read_text()
-    assert _steps_in(out)[0] == 5 and _steps_in(out)[-1] in (24, 25), _steps_in(out)
     meta = _meta(out)
     rec = meta["window"]["recorded"]
-    assert (rec["kind"], rec["first_step"], rec["last_step"], rec["reason"]) == ("steps", 5, 25, "20 steps")
+    # 20 steps, or fewer when the loaded machine made 20 profiled steps last over 10 s.
+    assert (rec["kind"], rec["first_step"]) == ("steps", 5) and rec["reason"] in ("20 steps", "10 s"), rec
+    assert rec["reason"] == "10 s" or rec["last_step"] == 25
+    assert _steps_in(out)[0] == 5 and _steps_in(out)[-1] in (rec["last_step"] - 1, rec["last_step"]), _steps_in(out)
     assert meta["steps_marked"] == 40 and meta["step_source"] == "optimizer"
     assert set(Path(tempfile.gettempdir()).glob("tracelens-capture-*")) <= before
 
@@ -297,13 +309,14 @@ def test_forward_marks_bound_an_inference_loop_and_max_events_cuts(tmp_path: Pat
 
 @pytest.mark.slow
 @needs_torch
-def test_steps_past_the_end_still_leave_a_trace(tmp_path: Path) -> None:
+def test_steps_past_the_end_leave_no_empty_trace(tmp_path: Path) -> None:
+    """Nothing recorded: no trace of nothing (issue 29), and the message says why."""
     out = tmp_path / "late.json.gz"
     res = capture(tmp_path, "--steps", "50-60", "-o", str(out), str(DATA / "cpu_train.py"), "8")
     assert res.returncode == 0, res.stderr[-2000:]
     assert "marked 8 steps, so --steps 50-60 recorded nothing" in res.stderr
-    assert "nothing to report" in res.stderr and "Traceback" not in res.stderr
-    assert _meta(out)["steps_marked"] == 8 and _meta(out)["window"]["recorded"] is None
+    assert "no trace written, so there is nothing to report" in res.stderr and "Traceback" not in res.stderr
+    assert not out.exists()
 
 
 @pytest.mark.slow
@@ -329,7 +342,7 @@ def test_python_exit_codes_when_the_script_never_ran_torch(
     res = capture(tmp_path, "-o", str(tmp_path / "x.json.gz"), str(path), *args)
     assert res.returncode == code, res.stderr[-2000:]
     assert "internal error" not in res.stderr and "nothing to report" in res.stderr
-    assert (tmp_path / "x.json.gz").exists()
+    assert not (tmp_path / "x.json.gz").exists()  # nothing was recorded: no empty trace
 
 
 @pytest.mark.slow
@@ -348,6 +361,7 @@ def test_signals_keep_the_trace(tmp_path: Path, sig: str) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
+        preexec_fn=_sigint_as_python_has_it,
     )
     assert proc.stdout is not None
     deadline = time.time() + 120

@@ -18,7 +18,7 @@ PACKAGE = REPO / "tracelens"
 LAYERS = {
     "face": ("tracelens.cli", "tracelens.__main__", "tracelens.early", "tracelens.mcp_server"),
     "job": ("tracelens.job",),
-    "diff": ("tracelens.diff",),
+    "diff": ("tracelens.diff", "tracelens.gate"),
     "pipeline": ("tracelens.assemble", "tracelens.assemble_inputs", "tracelens.assemble_snapshot", "tracelens.ranking"),
     "explain": ("tracelens.explain",),
     "render": ("tracelens.render",),

@@ -23,6 +23,7 @@ import numpy as np
 
 from tracelens import __version__
 from tracelens.assemble import build_report
+from tracelens.derive.compare import Comparability, comparability
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.host_calls import blocking_call_rows, one_per_call
 from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fmt_us
@@ -90,8 +91,11 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
     main = max(moved, key=lambda c: abs(c.change_us)).cause if moved else None
     before_primary = b.report.summary.primary
     after_primary = a.report.summary.primary
-    gone = before_primary is not None and not any(
-        f.category.value == before_primary and f.share >= MEDIUM_SHARE for f in a.report.findings
+    like = _like_for_like(b, a)
+    gone = (
+        like.comparable
+        and before_primary is not None
+        and not any(f.category.value == before_primary and f.share >= MEDIUM_SHARE for f in a.report.findings)
     )
     changes = _changes(b, a)
     verdict = Verdict(
@@ -106,7 +110,9 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
         before_primary=before_primary,
         after_primary=after_primary,
         primary_gone=gone,
-        text=_verdict_text(
+        text=_not_comparable_text(like.blocking, b, a)
+        if not like.comparable
+        else _verdict_text(
             b,
             a,
             change,
@@ -126,11 +132,41 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
         generated_at=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         before=_side(b),
         after=_side(a),
-        notes=_environment_notes(b.report.trace, a.report.trace, b, a),
+        notes=_environment_notes(b.report.trace, a.report.trace, b, a) + tuple(like.caveats),
         verdict=verdict,
         causes=causes,
         changes=changes,
         counters=_counters(b, a),
+        comparable=like.comparable,
+        not_comparable=tuple(like.blocking),
+    )
+
+
+def _like_for_like(b: _Analysed, a: _Analysed) -> Comparability:
+    """Whether the two traces compare like for like (tracelens/derive/compare.py)."""
+
+    def steps(x: _Analysed) -> tuple[int, float, float]:
+        host = x.model.host
+        if not len(host):
+            return (x.steps, x.step_us, 0.0)
+        lo, hi = _host_span(x)
+        kind = host["kind"].to_numpy()
+        top = (kind == int(Kind.CPU_OP)) & (host["op_root"].to_numpy() == np.arange(len(host)))
+        ts = host["ts"].to_numpy()
+        return (x.steps, x.step_us, float((top & (ts >= lo) & (ts < hi)).sum()) / x.steps)
+
+    return comparability(
+        b.model, a.model, steps(b), steps(a), b.ctx.window.source == "steps", a.ctx.window.source == "steps"
+    )
+
+
+def _not_comparable_text(reasons: list[str], b: _Analysed, a: _Analysed) -> str:
+    """The verdict when the traces do not compare: what is wrong, and the step times only
+    as numbers (no faster, slower or "bottleneck gone")."""
+    why = "; ".join(reasons)
+    return (
+        f"Not like for like: {why[0].upper() + why[1:]}. The per-step numbers below ({fmt_us(b.step_us)} before, "
+        f"{fmt_us(a.step_us)} after) do not measure the change."
     )
 
 
@@ -166,11 +202,20 @@ def _causes(b: _Analysed, a: _Analysed) -> tuple[CauseChange, ...]:
 
     pb, pa = per_step(b), per_step(a)
     out = [
-        CauseChange(c, pb.get(c, 0.0), pa.get(c, 0.0), pa.get(c, 0.0) - pb.get(c, 0.0))
+        CauseChange(c, pb.get(c, 0.0), pa.get(c, 0.0), pa.get(c, 0.0) - pb.get(c, 0.0), _cause_noise(b, a, c))
         for c in CAUSES
         if pb.get(c, 0.0) > 0 or pa.get(c, 0.0) > 0
     ]
     return tuple(sorted(out, key=lambda c: -abs(c.change_us)))
+
+
+def _cause_noise(b: _Analysed, a: _Analysed, cause: str) -> float:
+    """The noise band of one cause's per-step change, from the steps' own ledgers."""
+
+    def samples(x: _Analysed) -> np.ndarray:
+        return np.array([s.by_cause.get(cause, 0.0) for s in x.ctx.ledger.steps])
+
+    return _noise(samples(b), samples(a))
 
 
 def _kernel_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:

@@ -147,6 +147,82 @@ def _sigint_held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+#: Every temp file tracelens writes is named `.<name>~tl<host><pid>.<random>.tmp`, so a
+#: later run can tell its own leftovers (a kill -9 during a write) from anyone else's.
+TEMP_MARK = "~tl"
+TEMP_SUFFIX = ".tmp"
+#: Longest file name on ext4, XFS, btrfs, APFS and NTFS (bytes, 255 UTF-16 units on NTFS).
+NAME_MAX_BYTES = 255
+#: A temp file of another machine (a shared folder) is stale once untouched this long: a
+#: write in progress touches its file every few milliseconds.
+FOREIGN_STALE_S = 3600.0
+_TEMP_RE = re.compile(r"^\..*~tl([0-9a-f]{4})(\d+)\.[^.]+\.tmp$")
+
+
+def _host_tag() -> str:
+    import socket
+    import zlib
+
+    return f"{zlib.crc32(socket.gethostname().encode()) & 0xFFFF:04x}"
+
+
+def temp_prefix(name: str) -> str:
+    """The mkstemp prefix of a temp file for `name` (mkstemp adds 8 random characters and
+    the suffix): the name is cut so that the whole temp name fits NAME_MAX_BYTES (a
+    250-character report name is legal; its temp name must be too)."""
+    tag = f"{TEMP_MARK}{_host_tag()}{os.getpid()}."
+    room = NAME_MAX_BYTES - len(b".") - len(tag.encode()) - 8 - len(TEMP_SUFFIX)
+    stem = name.encode("utf-8", "surrogateescape")[:room].decode("utf-8", "ignore")
+    return f".{stem}{tag}"
+
+
+def make_temp(target: Path) -> tuple[int, str]:
+    """A new temp file beside `target` (fd, path), named by temp_prefix."""
+    return tempfile.mkstemp(prefix=temp_prefix(target.name), suffix=TEMP_SUFFIX, dir=str(target.parent))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # another user's process: alive
+        return True
+    return True
+
+
+def clean_stale_temps(folder: str | os.PathLike[str]) -> list[str]:
+    """Remove tracelens's own temp files in `folder` left by a run that was killed
+    mid-write (its process is gone; on another machine: untouched for an hour). Returns
+    the names removed. Never fails: a folder that cannot be listed is left alone."""
+    import time
+
+    removed: list[str] = []
+    here = _host_tag()
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        m = _TEMP_RE.match(entry.name)
+        if m is None:
+            continue
+        host, pid = m.group(1), int(m.group(2))
+        try:
+            if not entry.is_file(follow_symlinks=False):
+                continue
+            if host == here:
+                if pid == os.getpid() or _pid_alive(pid):
+                    continue
+            elif time.time() - entry.stat(follow_symlinks=False).st_mtime < FOREIGN_STALE_S:
+                continue
+            os.unlink(entry.path)
+            removed.append(entry.name)
+        except OSError:
+            continue
+    return removed
+
+
 def write_atomic(path: str | os.PathLike[str], text: str | bytes, mode: int | None = None) -> Path:
     """Temp file beside `path`, then rename over it. `mode` defaults to what a plain
     open() would give a new file; an existing file keeps its own."""
@@ -162,7 +238,7 @@ def write_atomic(path: str | os.PathLike[str], text: str | bytes, mode: int | No
     data = text if isinstance(text, bytes) else text.encode("utf-8", "replace")
     with _sigint_held():
         try:
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=str(target.parent))
+            fd, tmp = make_temp(target)
         except OSError as exc:
             raise OutputError(f"{display_path(target.parent)}: cannot write ({exc.strerror or exc})") from exc
         try:

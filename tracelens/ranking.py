@@ -402,6 +402,14 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
             "launches are recorded into the graph and do not run; graph instantiation; cold first launches): "
             "a serving engine's or a first iteration's set-up, not a bottleneck of the steady state."
         )
+    unlinked_us, unlinked_n = _unlinked_gpu(ctx)
+    if unlinked_n:
+        out.append(
+            f"{unlinked_n:,} GPU kernels and copies in the window ({fmt_us(unlinked_us)}, "
+            f"{unlinked_us / dev.window_us:.0%} of it) have no usable correlation id: their GPU time is in the "
+            "ledger, but the launches, ops and source lines behind them are unknown, so host syncs, launch "
+            "overhead and the roofline are judged without them."
+        )
     prof = dev.share("profiler")
     if prof >= PROFILER_NOTE_SHARE:
         out.append(
@@ -409,6 +417,26 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
             "overhead that an unprofiled run does not have."
         )
     return tuple(out)
+
+
+def _unlinked_gpu(ctx: AnalysisContext) -> tuple[float, int]:
+    """GPU time (clipped to the window) and count of the primary GPU's activities that
+    have no usable correlation id (the loader stores it as -1)."""
+    dev = ctx.ledger.primary
+    act = ctx.model.gpu_activity()
+    if dev is None or act.empty:
+        return 0.0, 0
+    ts, end = act["ts"].to_numpy(), act["end"].to_numpy()
+    sel = (
+        (act["device"].to_numpy() == dev.device)
+        & (act["correlation"].to_numpy() < 0)
+        & (end > dev.window_start)
+        & (ts < dev.window_end)
+    )
+    if not sel.any():
+        return 0.0, 0
+    clipped = np.minimum(end[sel], dev.window_end) - np.maximum(ts[sel], dev.window_start)
+    return float(np.clip(clipped, 0, None).sum()), int(sel.sum())
 
 
 #: The largest ledger cause over this share of the window is explained in the headline

@@ -197,6 +197,19 @@ class NvmlSampler:
                 delay = 0.0
             self._stop.wait(delay)
 
+    def snapshot(self) -> SamplerResult:
+        """The samples so far, while the sampler keeps running (for a trace written the
+        moment a recording ends). Each GPU's series are cut to the samples the thread has
+        finished (it appends the time first, then each value)."""
+        gpus = []
+        for g, _ in self._handles:
+            n = min([len(g.t_ns), *(len(v) for v in g.values.values())])
+            copy = GpuSamples(g.index, g.name, g.uuid, g.max_sm_mhz, g.max_mem_mhz, g.power_limit_w)
+            copy.t_ns = g.t_ns[:n]
+            copy.values = {k: v[:n] for k, v in g.values.items()}
+            gpus.append(copy)
+        return SamplerResult(gpus, self.interval_s, self._driver, self._version, self._samples, self._busy_s, self.note)
+
     def stop(self) -> SamplerResult:
         if self._thread is not None:
             self._stop.set()

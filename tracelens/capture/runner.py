@@ -53,6 +53,16 @@ class Terminated(BaseException):
     `except Exception` does not swallow it)."""
 
 
+class RecordingDone(BaseException):
+    """Raised in the script's main thread once the recording is written, with
+    --stop-after-recording: the script has nothing more to give the trace."""
+
+
+#: What the capture tells its supervisor (supervise.py) as it goes: a JSON-able dict
+#: each time a trace is written, and the result at the end.
+StateSink = Callable[[dict[str, Any]], None]
+
+
 @dataclass
 class CaptureOptions:
     target: str
@@ -67,6 +77,8 @@ class CaptureOptions:
     nvml_interval_s: float = DEFAULT_INTERVAL_S
     #: Show the profiler's own messages instead of writing them to the log file.
     verbose: bool = False
+    #: End the script once the recording is written (--stop-after-recording).
+    stop_after_recording: bool = False
     #: What `--counters`' pass measured (capture/counters.py), written into the trace.
     counters: dict[str, Any] | None = None
 
@@ -388,6 +400,12 @@ class _Capture:
         self.active = False
         self.changed = threading.Event()
         self.on_source: Callable[[str], None] = lambda _s: None
+        #: Called when a recording has ended while the script runs (True: the start of the
+        #: run, set aside): the trace is written at once (export-at-once).
+        self.on_recorded: Callable[[bool], None] = lambda _fallback: None
+        #: Called when a recording starts (None: it stopped), for the supervisor.
+        self.on_started: Callable[[Recording | None], None] = lambda _rec: None
+        self.stop_after = False
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -396,15 +414,35 @@ class _Capture:
         if action is Action.START:
             cur = self.window.current
             provisional = cur is not None and cur.kind == "start"
+            if self.recorder.prof is not None and not provisional:
+                # The start of the run, set aside, goes to disk before the new recording
+                # begins (written after, its Python would be recorded too): a crash
+                # during the steps then still leaves the start of the run.
+                self.recorder.set_aside()
+                self.on_started(None)
+                if self.active:
+                    self.on_recorded(True)
             if not self.recorder.start(cur.first_step if cur else self.window.steps, provisional):
                 self.window.start_failed()
+            else:
+                self.on_started(cur)
         elif action is Action.STOP:
             self.recorder.stop()
+            self.on_started(None)
+            if self.active:
+                self.on_recorded(False)
         elif action is Action.STEP:
             self.recorder.step()
         elif action is Action.SET_ASIDE:
             self.recorder.set_aside()
+            if self.active:
+                self.on_recorded(True)
         self.changed.set()
+        if action is Action.STOP and self.active and self.stop_after and self.recorder.kept is not None:
+            from tracelens.capture.window import Phase
+
+            if self.window.phase is not Phase.RECORDING:
+                raise RecordingDone()
 
     def mark(self, source: str) -> None:
         if not self.active or self.busy or os.getpid() != self.pid:
@@ -427,6 +465,7 @@ class _Capture:
         try:
             if self.window.drop_provisional():
                 self.recorder.drop()
+                self.on_started(None)
                 self.recorder.notes.append(
                     "torch.compile started during the warm-up: the recording of the run's start was dropped"
                 )
@@ -574,14 +613,21 @@ class _Hooks:
 @contextlib.contextmanager
 def _signals(cap: _Capture) -> Iterator[None]:
     """SIGTERM ends the script like Ctrl-C does (the trace is written); TICK_SIGNAL runs
-    the window's timer in the main thread."""
+    the window's timer in the main thread. A second SIGTERM while the first one unwinds
+    the script is ignored: Slurm signals every process of the job and the supervisor
+    forwards its own, so the script often gets two at once."""
     pid = os.getpid()
+    terminating = False
 
     def on_term(signum: int, _frame: Any) -> None:
+        nonlocal terminating
         if os.getpid() != pid:  # a forked child inherited this: behave as the default
             signal.signal(signum, signal.SIG_DFL)
             os.kill(os.getpid(), signum)
             return
+        if terminating:
+            return
+        terminating = True
         raise Terminated()
 
     def on_tick(_signum: int, _frame: Any) -> None:
@@ -608,7 +654,43 @@ def _no_interrupts() -> Iterator[None]:
             signal.signal(s, h)
 
 
-def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> CaptureResult:
+class _ScriptExports:
+    """Where the script's own torch.profiler wrote its traces (export_chrome_trace, which
+    tensorboard_trace_handler calls too): a script that profiles itself ends tracelens's
+    recording (one profiler session per process), and its own trace is the one to read."""
+
+    def __init__(self, torch: Any) -> None:
+        self.paths: list[str] = []
+        self._cls: Any = getattr(getattr(torch.profiler, "profiler", None), "_KinetoProfile", None)
+        self._orig: Any = getattr(self._cls, "export_chrome_trace", None)
+        if self._cls is None or self._orig is None:
+            return
+        orig, paths = self._orig, self.paths
+
+        def export_chrome_trace(prof: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+            got = orig(prof, path, *args, **kwargs)
+            if not any(prof is p for p in _KEEP):  # not one of tracelens's own recordings
+                with contextlib.suppress(Exception):
+                    paths.append(os.path.abspath(path))
+            return got
+
+        self._cls.export_chrome_trace = export_chrome_trace
+
+    def remove(self) -> None:
+        if self._cls is not None and self._orig is not None:
+            self._cls.export_chrome_trace = self._orig
+
+
+def capture(
+    opts: CaptureOptions,
+    echo: Callable[[str], None] = print,
+    state: StateSink | None = None,
+    workdir: Path | None = None,
+) -> CaptureResult:
+    """Run the script under the profiler in this process. `state` (the supervisor's
+    channel, supervise.py) hears of every recording started and trace written; the
+    profiler's raw exports go to `workdir` (the supervisor's folder, which it reads
+    after a crash), else to a temporary folder removed at the end."""
     global _CURRENT
     torch = _import_torch()
     from torch.profiler import ProfilerActivity, profile
@@ -627,7 +709,8 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
     # torch's all-threads mode drops the allocator's [memory] events (torch 2.13 CPU: 12
     # with the default config, 0 with profile_all_threads on the same loop), so --memory,
     # which asks for exactly those events, records the profiling thread only.
-    config = None if opts.profile_memory else all_threads_config(torch)
+    main_only = opts.profile_memory or os.environ.get("TRACELENS_CAPTURE_THREADS") == "main"
+    config = None if main_only else all_threads_config(torch)
     if opts.profile_memory:
         notes.append(
             "--memory: only the main thread's ops are recorded (torch drops allocator events in all-threads mode)"
@@ -658,12 +741,143 @@ def capture(opts: CaptureOptions, echo: Callable[[str], None] = print) -> Captur
     elif has_gpu and opts.nvml:
         notes.append("ROCm GPU: NVML sampling is NVIDIA-only; no clock/power samples")
 
-    tmp = Path(tempfile.mkdtemp(prefix="tracelens-capture-"))
+    tmp = workdir if workdir is not None else Path(tempfile.mkdtemp(prefix="tracelens-capture-"))
+    exports = _ScriptExports(torch)
     try:
-        return _run(opts, torch, run, make, out, notes, sampler, tmp, echo, config is not None)
+        return _run(opts, torch, run, make, out, notes, sampler, tmp, echo, config is not None, state, exports)
     finally:
         _CURRENT = None
-        shutil.rmtree(tmp, ignore_errors=True)
+        exports.remove()
+        if workdir is None:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+class _TraceWriter:
+    """Writes the trace: the moment a recording ends while the script runs (so that a
+    crash, SIGKILL or the OOM killer later loses nothing already recorded), and once
+    more at the end with the script's exit."""
+
+    def __init__(
+        self,
+        opts: CaptureOptions,
+        torch: Any,
+        out: Path,
+        notes: list[str],
+        window: Window,
+        recorder: _Recorder,
+        sampler: NvmlSampler | None,
+        all_threads: bool,
+        state: StateSink | None,
+    ) -> None:
+        self.opts = opts
+        self.torch = torch
+        self.out = out
+        self.notes = notes
+        self.window = window
+        self.recorder = recorder
+        self.sampler = sampler
+        self.all_threads = all_threads
+        self.state = state
+        self.now: Callable[[], float] = lambda: 0.0
+        #: The recording now on disk at `out` (written while the script ran), if any.
+        self.on_disk: Recording | None = None
+
+    def metadata(self, rec: Recording | None, exit_code: int | None, wall: float) -> dict[str, Any]:
+        torch, opts, lim, window = self.torch, self.opts, self.opts.limits, self.window
+        has_gpu = bool(torch.cuda.is_available())
+        return {
+            "tracelens_version": __version__,
+            "torch_version": str(torch.__version__),
+            "cuda_version": str(torch.version.cuda or ""),
+            "hip_version": str(getattr(torch.version, "hip", "") or ""),
+            "command": [opts.target, *opts.args] if not opts.module else ["-m", opts.target, *opts.args],
+            "cwd": os.getcwd(),
+            # None while the script still runs (a trace written the moment its recording
+            # ended); the supervisor fills it in if the script dies before its end.
+            "exit_code": exit_code,
+            "running": exit_code is None,
+            "wall_s": round(wall, 3),
+            "steps_marked": window.steps,
+            "step_source": window.source,
+            "window": {
+                "mode": lim.mode.value,
+                "limits": {
+                    "warmup_steps": lim.warmup_steps,
+                    "steps": lim.steps,
+                    "duration_s": lim.duration_s,
+                    "warmup_s": lim.warmup_s,
+                    "max_events": lim.max_events,
+                    "window_s": list(lim.window_s) if lim.window_s else None,
+                },
+                "recorded": asdict(rec) if rec is not None else None,
+            },
+            "with_stack": opts.with_stack,
+            "record_shapes": opts.record_shapes,
+            "all_threads": self.all_threads,
+            "export_s": round(self.recorder.export_s, 3),
+            "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
+            "notes": list(self.notes),
+            **({"counters": self.counters_summary()} if opts.counters is not None else {}),
+        }
+
+    def counters_summary(self) -> dict[str, Any]:
+        """`--counters`' pass without its per-kernel rows (those go top-level)."""
+        return {k: v for k, v in (self.opts.counters or {}).items() if k != "kernels"}
+
+    def extra_top(self) -> dict[str, Any] | None:
+        """The top-level keys beside the events: `--counters`' full measurements."""
+        if self.opts.counters is None:
+            return None
+        from tracelens.model.counter_metrics import COUNTERS_KEY
+
+        return {COUNTERS_KEY: self.opts.counters}
+
+    def started(self, rec: Recording | None) -> None:
+        """Tell the supervisor a recording runs (what a crash now would lose)."""
+        if self.state is not None:
+            self.state({"event": "recording", "recording": asdict(rec) if rec is not None else None})
+
+    def write_running(self, fallback: bool) -> None:
+        """A recording ended while the script runs: write the trace now. The set-aside
+        start of the run (`fallback`) is written only while nothing better is on disk."""
+        rec = self.window.provisional if fallback else self.window.kept
+        raw = self.recorder.fallback if fallback else self.recorder.kept
+        if raw is None or rec is None or (fallback and self.on_disk is not None and self.on_disk.kind != "start"):
+            return
+        now = self.now()
+        samples = self.sampler.snapshot() if self.sampler is not None else None
+        try:
+            meta = self.metadata(rec, None, now)
+            stats = finish_trace(
+                raw,
+                self.out,
+                samples,
+                meta,
+                self.opts.limits.max_events,
+                require_events=True,
+                extra_top=self.extra_top(),
+            )
+        except Exception as exc:  # the script goes on; the end writes it again
+            self.notes.append(f"writing the trace when the recording ended failed ({type(exc).__name__}: {exc})")
+            return
+        if not stats.written:
+            return
+        self.on_disk = rec
+        if self.state is not None:
+            self.state(
+                {
+                    "event": "written",
+                    "trace": str(self.out),
+                    "recorded": asdict(rec),
+                    "at_s": round(now, 3),
+                    "events": stats.events,
+                    "ops": stats.ops,
+                    "kernels": stats.kernels,
+                    "bytes": stats.bytes,
+                    "steps_marked": self.window.steps,
+                    "notes": list(self.notes),
+                }
+            )
 
 
 def _run(
@@ -677,6 +891,8 @@ def _run(
     tmp: Path,
     echo: Callable[[str], None],
     all_threads: bool,
+    state: StateSink | None = None,
+    exports: _ScriptExports | None = None,
 ) -> CaptureResult:
     global _CURRENT
     has_gpu = bool(torch.cuda.is_available())
@@ -684,6 +900,11 @@ def _run(
     window = Window(opts.limits)
     recorder = _Recorder(torch, make, tmp, quiet, notes)
     cap = _Capture(window, recorder)
+    writer = _TraceWriter(opts, torch, out, notes, window, recorder, sampler, all_threads, state)
+    writer.now = cap.now
+    cap.on_recorded = writer.write_running
+    cap.on_started = writer.started
+    cap.stop_after = opts.stop_after_recording
     hooks = _Hooks(torch, cap)
     stop_timer = threading.Event()
     timer = threading.Thread(
@@ -703,6 +924,13 @@ def _run(
         cap.active = True
         try:
             cap.apply(window.begin())
+            # The window's clock starts once the profiler runs: its first start took 7-52 s
+            # of wall time on the loaded 2-core machine (3 s of CPU: Kineto's set-up), which
+            # used up the 5 s warm-up by time before the script began, so that the start of
+            # the run set aside held 22 ms.
+            cap.t0 = t0 = time.perf_counter()
+            if state is not None:  # the supervisor times the script's end from the same start
+                state({"event": "started", "epoch_s": time.time()})
             timer.start()
             run()
             _join_script_threads()  # python waits for non-daemon threads before exiting too
@@ -717,6 +945,12 @@ def _run(
         except Terminated:
             exit_code, ended = TERMINATED_EXIT, "terminated (SIGTERM)"
             notes.append("terminated (SIGTERM): the trace holds what ran until then")
+        except RecordingDone:
+            # (the script's own threads are not waited for: the process ends now)
+            exit_code, ended = 0, "--stop-after-recording"
+            notes.append(
+                f"--stop-after-recording: the script was ended at {cap.now():.1f} s, once its recording was written"
+            )
         except BaseException as exc:
             # Show the user's exception as Python would (without our frames), then still
             # write the trace.
@@ -760,12 +994,11 @@ def _run(
                 recorder.free_fallback()
                 samples = sampler.stop() if sampler is not None else None
     with _no_interrupts():
-        return _finish(opts, torch, out, notes, window, recorder, quiet, samples, exit_code, wall, all_threads)
+        return _finish(opts, out, notes, window, recorder, quiet, samples, exit_code, wall, writer, exports)
 
 
 def _finish(
     opts: CaptureOptions,
-    torch: Any,
     out: Path,
     notes: list[str],
     window: Window,
@@ -774,25 +1007,28 @@ def _finish(
     samples: SamplerResult | None,
     exit_code: int,
     wall: float,
-    all_threads: bool,
+    writer: _TraceWriter,
+    exports: _ScriptExports | None,
 ) -> CaptureResult:
-    has_gpu = bool(torch.cuda.is_available())
     lim = opts.limits
     rec = window.kept if recorder.kept is not None else None
+    own = list(dict.fromkeys(exports.paths)) if exports is not None else []
+    if own:
+        shown = ", ".join(own[:3]) + (f" and {len(own) - 3} more" if len(own) > 3 else "")
+        notes.append(f"the script wrote its own profiler trace ({shown}): `tracelens report {own[-1]}` explains it")
     if rec is None:
         if lim.mode is Mode.STEPS:
             last = lim.warmup_steps + (lim.steps or 1) - 1
             notes.append(
-                f"the script marked {window.steps} steps, so --steps {lim.warmup_steps}-{last} recorded nothing: "
-                f"the trace holds metadata only (try --steps 1-{max(window.steps, 1)})"
+                f"the script marked {window.steps} steps, so --steps {lim.warmup_steps}-{last} recorded nothing "
+                f"(try --steps 1-{max(window.steps, 1)})"
             )
         elif lim.mode is Mode.TIME and lim.window_s is not None:
             notes.append(
-                f"the script ended after {wall:.1f} s, before --window {lim.window_s[0]:g}:{lim.window_s[1]:g} "
-                "began: the trace holds metadata only"
+                f"the script ended after {wall:.1f} s, before --window {lim.window_s[0]:g}:{lim.window_s[1]:g} began"
             )
-        elif not notes or "torch.profiler itself" not in notes[-1]:
-            notes.append("the profiler recorded nothing: the trace holds metadata only")
+        elif not any("torch.profiler itself" in n for n in notes):
+            notes.append("the profiler recorded nothing")
     elif rec.kind == "start":
         notes.append(
             f"the script ended during its warm-up ({window.steps} steps marked, {wall:.1f} s): "
@@ -804,58 +1040,60 @@ def _finish(
             f"the script marked no steps: recorded {rec.t_start:.1f}-{(rec.t_end or wall):.1f} s of the run "
             "(mark iterations with tracelens.capture.step() to record whole steps)"
         )
-    metadata: dict[str, Any] = {
-        "tracelens_version": __version__,
-        "torch_version": str(torch.__version__),
-        "cuda_version": str(torch.version.cuda or ""),
-        "hip_version": str(getattr(torch.version, "hip", "") or ""),
-        "command": [opts.target, *opts.args] if not opts.module else ["-m", opts.target, *opts.args],
-        "cwd": os.getcwd(),
-        "exit_code": exit_code,
-        "wall_s": round(wall, 3),
-        "steps_marked": window.steps,
-        "step_source": window.source,
-        "window": {
-            "mode": lim.mode.value,
-            "limits": {
-                "warmup_steps": lim.warmup_steps,
-                "steps": lim.steps,
-                "duration_s": lim.duration_s,
-                "warmup_s": lim.warmup_s,
-                "max_events": lim.max_events,
-                "window_s": list(lim.window_s) if lim.window_s else None,
-            },
-            "recorded": asdict(rec) if rec is not None else None,
-        },
-        "with_stack": opts.with_stack,
-        "record_shapes": opts.record_shapes,
-        "all_threads": all_threads,
-        "export_s": round(recorder.export_s, 3),
-        "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
-        "notes": notes,
-    }
-    extra = None
-    if opts.counters is not None:
-        from tracelens.model.counter_metrics import COUNTERS_KEY
-
-        metadata["counters"] = {k: v for k, v in opts.counters.items() if k != "kernels"}
-        extra = {COUNTERS_KEY: opts.counters}
-    try:
-        stats = finish_trace(recorder.kept, out, samples, metadata, max_events=lim.max_events, extra_top=extra)
-    except Exception as exc:
-        kept = _rescue(recorder.kept, out)
-        where = f"; the profiler's own export is kept at {kept}" if kept else ""
-        raise CaptureError(f"{out}: cannot write the trace ({type(exc).__name__}: {exc}){where}") from exc
-    if stats.salvage_note:
-        notes.append(stats.salvage_note)
-    if stats.dropped_events:
-        notes.append(f"--max-events {lim.max_events:,}: dropped the last {stats.dropped_events:,} events")
     log = None
     if quiet.log.exists() and quiet.log.stat().st_size:
         log = log_path(out)
         with contextlib.suppress(OSError):
             shutil.copyfile(quiet.log, log)
+    if rec is None:
+        # No trace of nothing: an empty file next to a note would only be reported on.
+        # (A trace written while the script ran stays: it is what was recorded.)
+        trace: Path | None = None
+        if writer.on_disk is not None and out.exists():
+            trace, rec = out, writer.on_disk
+            notes.append(f"kept the trace written at {rec.t_end or 0:.1f} s ({rec.kind} recording)")
+            _restamp_quietly(out, {"exit_code": exit_code, "running": False, "wall_s": round(wall, 3),
+                                   "steps_marked": window.steps, "notes": list(notes)})  # fmt: skip
+            stats = None
+        else:
+            stats = None
+        return CaptureResult(trace, exit_code, notes, window.steps, wall, samples, stats, rec, recorder.export_s, log)
+    try:
+        meta = writer.metadata(rec, exit_code, wall)
+        stats = finish_trace(
+            recorder.kept,
+            out,
+            samples,
+            meta,
+            max_events=lim.max_events,
+            require_events=True,
+            extra_top=writer.extra_top(),
+        )
+    except Exception as exc:
+        kept = _rescue(recorder.kept, out)
+        where = f"; the profiler's own export is kept at {kept}" if kept else ""
+        if writer.on_disk is not None and out.exists():
+            where += f"; the trace written at {writer.on_disk.t_end or 0:.1f} s is at {out}"
+        raise CaptureError(f"{out}: cannot write the trace ({type(exc).__name__}: {exc}){where}") from exc
+    if not stats.written:
+        # The recording held no torch op (the script never ran one): no trace of nothing.
+        notes.append("the recording held no torch op")
+        if writer.on_disk is not None and out.exists():
+            return CaptureResult(out, exit_code, notes, window.steps, wall, samples, None, writer.on_disk,
+                                 recorder.export_s, log)  # fmt: skip
+        return CaptureResult(None, exit_code, notes, window.steps, wall, samples, None, rec, recorder.export_s, log)
+    if stats.salvage_note:
+        notes.append(stats.salvage_note)
+    if stats.dropped_events:
+        notes.append(f"--max-events {lim.max_events:,}: dropped the last {stats.dropped_events:,} events")
     return CaptureResult(out, exit_code, notes, window.steps, wall, samples, stats, rec, recorder.export_s, log)
+
+
+def _restamp_quietly(path: Path, updates: dict[str, Any]) -> None:
+    from tracelens.capture.trace_file import restamp
+
+    with contextlib.suppress(Exception):  # the trace as written stays valid
+        restamp(path, updates)
 
 
 def _rescue(raw: Path | None, out: Path) -> Path | None:

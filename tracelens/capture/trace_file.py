@@ -16,7 +16,6 @@ import gzip
 import math
 import os
 import re
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ import msgspec
 
 from tracelens.capture.nvml import SamplerResult
 from tracelens.model.schema import NVML_TRACK_PREFIX, NVML_TRACKS
-from tracelens.output import public_mode
+from tracelens.output import make_temp, public_mode
 
 TRACKS = NVML_TRACKS
 TRACK_PREFIX = NVML_TRACK_PREFIX
@@ -128,6 +127,9 @@ class TraceStats:
     dropped_events: int = 0
     salvage_note: str = ""
     seconds: float = 0.0
+    #: False when finish_trace wrote nothing: the recording held no torch op, kernel or
+    #: Python frame and an empty trace was not wanted (require_events).
+    written: bool = True
 
 
 def _decode_events(raw: msgspec.Raw) -> tuple[list[msgspec.Raw], list[_Ev]]:
@@ -229,10 +231,12 @@ def finish_trace(
     samples: SamplerResult | None,
     metadata: dict[str, Any],
     max_events: int | None = None,
+    require_events: bool = False,
     extra_top: dict[str, Any] | None = None,
 ) -> TraceStats:
     """Read the profiler's export (None: no recording, a trace of metadata only), check
     it, salvage it if malformed, trim it to `max_events`, add samples and metadata, and
+    (unless `require_events` and it holds no op, kernel or Python frame: no empty traces)
     write `out_path` (gzipped if it ends in .gz) atomically, streaming the events.
     `extra_top`: more top-level keys (`tracelens_counters`)."""
     t0 = time.perf_counter()
@@ -264,6 +268,10 @@ def finish_trace(
     stats.steps = sorted(
         {int(e.name[13:]) for e in evs if e.name.startswith("ProfilerStep#") and e.name[13:].isdigit()}
     )
+    if require_events and not (stats.ops or stats.kernels or stats.python_frames):
+        stats.written = False
+        stats.seconds = time.perf_counter() - t0
+        return stats
     base = None
     if "baseTimeNanoseconds" in top:
         try:
@@ -283,7 +291,7 @@ def finish_trace(
     }
     tail = msgspec.json.encode(capture_metadata(samples, meta))
     out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out_path.name}.", suffix=".tmp", dir=str(out_path.parent))
+    fd, tmp = make_temp(out_path)
     try:
         os.chmod(tmp, public_mode())
         with os.fdopen(fd, "wb") as fh:
@@ -319,3 +327,37 @@ def finish_trace(
     stats.bytes = out_path.stat().st_size
     stats.seconds = time.perf_counter() - t0
     return stats
+
+
+def restamp(path: Path, updates: dict[str, Any]) -> int:
+    """Rewrite a written trace's `tracelens` metadata with `updates` (the script's exit,
+    learnt after the trace was written), atomically; the events are kept byte for byte.
+    Returns the new size in bytes."""
+    raw = path.read_bytes()
+    gz = raw[:2] == b"\x1f\x8b"
+    data = gzip.decompress(raw) if gz else raw
+    del raw
+    top = msgspec.json.decode(data, type=dict[str, msgspec.Raw])
+    meta = msgspec.json.decode(top["tracelens"]) if "tracelens" in top else {}
+    if not isinstance(meta, dict):
+        meta = {}
+    meta.update(updates)
+    fd, tmp = make_temp(path)
+    try:
+        os.chmod(tmp, public_mode())
+        with os.fdopen(fd, "wb") as fh:
+            sink: Any = gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=GZIP_LEVEL) if gz else fh
+            try:
+                sink.write(b"{")
+                for k, v in top.items():
+                    if k != "tracelens":
+                        sink.write(msgspec.json.encode(k) + b":" + bytes(v) + b",")
+                sink.write(b'"tracelens":' + msgspec.json.encode(meta) + b"}")
+            finally:
+                if sink is not fh:
+                    sink.close()
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path.stat().st_size

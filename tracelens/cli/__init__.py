@@ -25,7 +25,7 @@ import typer
 from tracelens import __version__, early
 from tracelens.cli import capture, common, diff, mcp, report
 from tracelens.cli.common import _FINISHED, _say
-from tracelens.errors import Interrupted, TracelensError
+from tracelens.errors import Interrupted, TracelensError, exit_codes_text
 
 app = typer.Typer(
     name="tracelens",
@@ -36,6 +36,7 @@ app = typer.Typer(
         "Profile and explain a script:  tracelens capture train.py [args]\n\n"
         "Explain an existing trace:  tracelens report trace.json.gz"
     ),
+    epilog="Exit codes:\n\n\b\n" + exit_codes_text(),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -64,7 +65,8 @@ app.command()(mcp.mcp)
 app.command()(diff.diff)
 # Everything after the script is the script's: no interspersed options.
 app.command(
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False}
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "allow_interspersed_args": False},
+    epilog="Exit codes:\n\n\b\n" + exit_codes_text(),
 )(capture.capture)
 
 

@@ -135,6 +135,13 @@ def capture(
     verbose: Annotated[
         bool, typer.Option("--verbose", help="Show the profiler's own messages (else they go to a .capture.log).")
     ] = False,
+    stop_after_recording: Annotated[
+        bool,
+        typer.Option(
+            "--stop-after-recording",
+            help="End the script once its recording is written (for a loop that never ends by itself).",
+        ),
+    ] = False,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
         "reports"
     ),
@@ -225,30 +232,37 @@ def capture(
         nvml=nvml,
         nvml_interval_s=nvml_interval_ms / 1000.0,
         verbose=verbose,
+        stop_after_recording=stop_after_recording,
     )
     if counters:
         _counters_pass(opts, limits, counters_steps, counters_backend)
-    result = run_capture(opts, echo=_progress_raw)
+    if os.environ.get("TRACELENS_CAPTURE_IN_PROCESS") == "1":
+        # For debugging tracelens itself: no supervising parent (a crash of the script
+        # then loses what was not yet written).
+        result = run_capture(opts, echo=_progress_raw)
+    else:
+        from tracelens.capture.supervise import supervise
+
+        result = supervise(opts, echo=_progress_raw)
     for note in result.notes:
         _progress(note)
     if result.trace is None:
         from tracelens.capture.runner import exit_process
 
+        _progress("no trace written, so there is nothing to report")
         exit_process(result.exit_code)
     st = result.stats
     rec = result.recorded
     if rec is not None and rec.t_end is not None:
-        whole = rec.last_step is not None and rec.last_step > rec.first_step
+        whole = rec.kind == "steps" and rec.last_step is not None and rec.last_step > rec.first_step
         steps_txt = f"steps {rec.first_step}-{(rec.last_step or 1) - 1}, " if whole else ""
         _progress(
             f"recorded {steps_txt}{rec.t_start:.1f}-{rec.t_end:.1f} s of {result.wall_s:.1f} s "
             f"({rec.kind} recording; end: {rec.reason})"
         )
     if st is not None:
-        _progress(
-            f"trace written: {result.trace} ({st.bytes / 1e6:.1f} MB, {st.events:,} events; "
-            f"export {result.export_s:.1f} s, write {st.seconds:.1f} s)"
-        )
+        timing = f"; export {result.export_s:.1f} s, write {st.seconds:.1f} s" if st.seconds else ""
+        _progress(f"trace written: {result.trace} ({st.bytes / 1e6:.1f} MB, {st.events:,} events{timing})")
     if result.log is not None:
         _progress(f"the profiler's messages: {result.log}")
     if st is not None and st.ops == 0 and st.kernels == 0:

@@ -36,7 +36,7 @@ def _targets(
     """The outputs asked for (all three under out_dir when none is), checked before any
     work: none may be an input, and each must be writable (a report that cannot be
     written fails now, not after a minute of analysis)."""
-    from tracelens.output import check_outputs, check_writable
+    from tracelens.output import check_outputs, check_writable, clean_stale_temps, is_stdout
 
     if html is None and markdown is None and json_out is None:
         html, markdown, json_out = (out_dir / f"{stem}.html", out_dir / f"{stem}.md", out_dir / f"{stem}.json")
@@ -48,6 +48,9 @@ def _targets(
     for source in inputs:
         check_outputs(source, [p for p, _ in wanted])
     check_writable([p for p, _ in wanted])
+    # A run killed mid-write (kill -9) left its hidden temp file: ours, so ours to remove.
+    for folder in {p.parent for p, _ in wanted if not is_stdout(p)}:
+        clean_stale_temps(folder)
     return wanted
 
 

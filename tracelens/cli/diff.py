@@ -8,7 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
-from tracelens.cli.common import _interrupt_as_error, _progress, _redactor, _summary, _targets, _write
+from tracelens.cli.common import _interrupt_as_error, _progress, _redactor, _say, _summary, _targets, _write
 
 
 def diff(
@@ -38,16 +38,44 @@ def diff(
     quiet: Annotated[
         bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")
     ] = False,
+    fail_if_slower: Annotated[
+        str | None,
+        typer.Option(
+            "--fail-if-slower",
+            help="CI gate: exit 1 when the step got slower by more than this (5%, 0.05, 2ms) and beyond the "
+            "step-to-step noise.",
+            show_default=False,
+        ),
+    ] = None,
+    fail_if: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--fail-if",
+            help="CI gate: exit 1 when this ledger cause (host_sync, host_bound, launch_overhead, ...) grew per "
+            "step beyond its noise (and beyond --fail-if-slower when given, else 1% of the step). Repeatable.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Did a change help, and why: the change in step time split by cause, and what
     changed underneath (kernels, ops, syncs, host work).
+
+    With --fail-if-slower or --fail-if it is a CI gate: exit 1 with a one-line reason
+    when the change made the step (or the cause) slower beyond the threshold and the
+    noise, 0 otherwise; 2 when the traces do not compare like for like.
 
     Examples:
 
       tracelens diff before.pt.trace.json.gz after.pt.trace.json.gz
 
       tracelens diff before.json after.json --md pr-comment.md
+
+      tracelens diff main.json.gz pr.json.gz --fail-if-slower 5% --fail-if host_sync
     """
+    from tracelens.gate import parse_causes, parse_threshold
+
+    threshold = parse_threshold(fail_if_slower) if fail_if_slower is not None else None
+    gate_causes = parse_causes(fail_if or [])
     from tracelens.diff import build_diff
     from tracelens.model import load_trace
     from tracelens.output import default_stem
@@ -63,6 +91,11 @@ def diff(
         second = load_trace(after, progress=bar.loader)
         bar.analysing()
         d = build_diff(first, second)
+        gate = None
+        if threshold is not None or gate_causes:
+            from tracelens.gate import evaluate
+
+            gate = evaluate(d, threshold, gate_causes)  # refuses traces that do not compare, before any write
         bar.writing()
         scrub = _redactor(redact, [before, after], [first.meta.metadata, second.meta.metadata], wanted)
         renderers: dict[str, Callable[[Any], str | bytes]] = {
@@ -72,3 +105,8 @@ def diff(
         }
         written = _write(wanted, renderers, d, scrub)
     _summary(wanted, written, d, None if quiet else render_diff_terminal, scrub)
+    if gate is not None:
+        if gate.failed or not quiet:
+            _say(gate.reason)
+        if gate.failed:
+            raise typer.Exit(1)

@@ -13,9 +13,6 @@ from tracelens.errors import UsageError
 from tracelens.job.discover import expand, is_url, looks_like_ranks, rank_inputs
 from tracelens.job.model import RankFailure, RankInput, RankSummary
 
-#: Progress lines over ranks when stderr is not a terminal (a log): about this many.
-PROGRESS_LINES = 10
-
 
 def job_stem(inputs: list[str], files: list[str]) -> str:
     """Report name: the folder's name for a folder, else the files' common folder's."""
@@ -28,21 +25,32 @@ def job_stem(inputs: list[str], files: list[str]) -> str:
     return f"{name or 'job'}.job"
 
 
+def failure_line(result: RankFailure) -> str:
+    """One line for a rank that could not be read, naming its path once (the loader's
+    messages begin with the path already)."""
+    from tracelens.render.format import plain
+
+    error = result.error
+    for prefix in (result.file, Path(result.file).name, result.file.split("://", 1)[-1]):
+        if prefix and error.startswith(prefix + ": "):
+            error = error[len(prefix) + 2 :]
+            break
+    return f"tracelens: {plain(result.file)}: {plain(error, limit=300)}"
+
+
 class _Progress:
-    def __init__(self) -> None:
-        self.tty = sys.stderr.isatty()
+    """The ranks' progress: a bar on a terminal only (a CI log gets no progress lines,
+    so an error is the only line there); an unreadable rank is said either way."""
+
+    def __init__(self, quiet: bool = False) -> None:
+        self.tty = sys.stderr.isatty() and not quiet
 
     def __call__(self, done: int, total: int, result: RankSummary | RankFailure) -> None:
-        from tracelens.render.format import plain
-
         if isinstance(result, RankFailure):
-            typer.echo(f"\rtracelens: {plain(result.file)}: {plain(result.error, limit=300)}", err=True)
-        every = max(total // PROGRESS_LINES, 1)
+            typer.echo(("\r" if self.tty else "") + failure_line(result), err=True)
         if self.tty:
             bar = "#" * (30 * done // total)
             typer.echo(f"\rtracelens: ranks [{bar:<30}] {done}/{total}", err=True, nl=done == total)
-        elif done == total or done % every == 0:
-            typer.echo(f"tracelens: ranks {done}/{total} read", err=True)
 
 
 def report_many(
@@ -93,7 +101,7 @@ def report_many(
         scheduler=scheduler,
         workers=workers,
         per_rank_dir=per_rank_dir,
-        progress=_Progress(),
+        progress=_Progress(quiet),
         redact=redact,
     )
     rep = analyze(results, map_seconds=seconds, scheduler=how)

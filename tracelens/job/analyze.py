@@ -157,6 +157,12 @@ def _identity(results: list[RankSummary | RankFailure]) -> tuple[dict[int, RankS
         if s.rank is None:
             problems.append(f"{s.file}: no rank in its distributedInfo or its file name: left out")
             continue
+        if s.rank < 0:
+            problems.append(
+                f"{s.file}: its {s.rank_source} says rank {s.rank}, which is no rank of a job (a process outside "
+                "the process group?): left out"
+            )
+            continue
         if s.rank in by_rank:
             problems.append(f"rank {s.rank} appears twice ({by_rank[s.rank].file} and {s.file}): the first is kept")
             continue
@@ -185,7 +191,51 @@ def _identity(results: list[RankSummary | RankFailure]) -> tuple[dict[int, RankS
     origins = [s.origin_us for s in by_rank.values()]
     if origins and max(origins) - min(origins) > 3600e6:
         problems.append("the traces start more than an hour apart: they are probably not one job")
+    problems.extend(_mixed(by_rank))
     return by_rank, failed, problems
+
+
+def _mixed(by_rank: dict[int, RankSummary]) -> list[str]:
+    """Ranks that do not compare with each other: different GPU models, different
+    programs (their kernels and ops barely overlap with the other ranks')."""
+    from tracelens.derive.compare import different_programs, weighted_overlap
+
+    out: list[str] = []
+    gpus = Counter(s.gpu_name for s in by_rank.values() if s.gpu_name)
+    if len(gpus) > 1:
+        out.append(
+            "the ranks ran on different GPUs ("
+            + ", ".join(f"{n} on {g}" for g, n in gpus.most_common())
+            + "): a rank on a slower GPU is late for that alone, so stragglers and skew compare unlike hardware"
+        )
+    if len(by_rank) < 2:
+        return out
+    odd = []
+    for r, s in sorted(by_rank.items()):
+        others = [o for q, o in by_rank.items() if q != r]
+        kernels: dict[str, float] = {}
+        ops: dict[str, float] = {}
+        for o in others:
+            for k, v in o.program_kernels.items():
+                kernels[k] = kernels.get(k, 0.0) + v
+            for k, v in o.program_ops.items():
+                ops[k] = ops.get(k, 0.0) + v
+        if not (s.program_kernels or s.program_ops):
+            continue
+        overlap = (weighted_overlap(s.program_kernels, kernels), weighted_overlap(s.program_ops, ops), None)
+        if different_programs(overlap):
+            odd.append(r)
+    if odd and len(odd) < len(by_rank):
+        shown = ", ".join(str(r) for r in odd[:8]) + (", ..." if len(odd) > 8 else "")
+        out.append(
+            f"rank{'s' if len(odd) > 1 else ''} {shown} look{'' if len(odd) > 1 else 's'} like a different program: "
+            "{} kernels and ops barely overlap with the other ranks' (a trace of another job in the folder?)".format(
+                "their" if len(odd) > 1 else "its"
+            )
+        )
+    elif odd:
+        out.append("the ranks' kernels and ops barely overlap with each other: they look like different programs")
+    return out
 
 
 def _align(

@@ -63,6 +63,10 @@ class RankSummary(msgspec.Struct, frozen=True):
     analysis_seconds: float
     notes: list[str] = []
     report_files: list[str] = []  # per-rank reports written on request
+    #: The rank's program, for "ranks from different programs" (tracelens/derive/compare.py):
+    #: its heaviest kernels by GPU time and top-level ops (with shapes) by count, as shares.
+    program_kernels: dict[str, float] = {}
+    program_ops: dict[str, float] = {}
 
 
 class RankFailure(msgspec.Struct, frozen=True):

@@ -377,6 +377,7 @@ def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings:
     ][:MAX_FINDINGS]  # fmt: skip
     gpu = meta.primary_device
     host_name = meta.metadata.get("host_name")
+    program = _program(model)
     return RankSummary(
         file=item.path,
         rank=rank_no,
@@ -397,4 +398,26 @@ def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings:
         load_seconds=0.0,
         analysis_seconds=0.0,
         notes=list(meta.notes),
+        program_kernels=program[0],
+        program_ops=program[1],
     )
+
+
+#: Kernels and ops kept per rank for the program check: enough to cover a training
+#: step's work, few enough to keep a summary a few kB.
+PROGRAM_TOP = 40
+
+
+def _program(model: TraceModel) -> tuple[dict[str, float], dict[str, float]]:
+    from tracelens.derive.compare import program_signature
+
+    sig = program_signature(model)
+
+    def top(d: dict[str, float]) -> dict[str, float]:
+        total = sum(d.values())
+        if total <= 0:
+            return {}
+        best = sorted(d.items(), key=lambda kv: -kv[1])[:PROGRAM_TOP]
+        return {k[:200]: round(v / total, 5) for k, v in best}
+
+    return top(sig.kernels), top(sig.op_shapes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from tracelens.domain import cut_middle
 from tracelens.domain import fmt_bytes as fmt_bytes
@@ -31,6 +32,14 @@ def plain(text: object, limit: int | None = MAX_TEXT) -> str:
     s = _SURROGATE.sub("\ufffd", str(text))
     s = _CONTROL.sub("?", s)
     return short(s, limit) if limit is not None else s
+
+
+def analysed_us(report: Any) -> float:
+    """The time a report analysed: its GPU ledger's window, or, in a trace with no GPU
+    activity (a CPU-only capture), the window itself: a 20 ms window is not "0.0 µs
+    analysed"."""
+    g = report.gpu_time.total.window_us
+    return float(g) if g > 0 else max(float(report.window.end_us - report.window.start_us), 0.0)
 
 
 def us(value: float) -> str:

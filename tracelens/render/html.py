@@ -394,4 +394,5 @@ def render_html(report: Report) -> str:
         max_step_rows=MAX_STEP_ROWS,
         device=device_label(report),
         primary_index=primary_index(report),
+        analysed_us=fmt.analysed_us(report),
     )

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 
 from tracelens.render.causes import CAUSE_LABELS
-from tracelens.render.format import plain
+from tracelens.render.format import analysed_us, plain
 from tracelens.render.html import environment
 from tracelens.report import Report
 
@@ -97,5 +97,9 @@ def render_markdown(report: Report) -> str:
     from tracelens.render.html import device_label, primary_index
 
     return env.get_template("report.md.j2").render(
-        r=report, labels=CAUSE_LABELS, device=device_label(report), primary_index=primary_index(report)
+        r=report,
+        labels=CAUSE_LABELS,
+        device=device_label(report),
+        primary_index=primary_index(report),
+        analysed_us=analysed_us(report),
     )

@@ -2,9 +2,10 @@
 
 On a terminal: a live bar (rich, which typer brings anyway) that moves through the
 stages the loader reports (read, decode, build) and the analysis, with a spinner and the
-elapsed time so a long stage visibly runs; it is erased when the work is done. Not on a
-terminal (a CI log, a pipe): the loader's stage lines as before, once a load has taken
-over a second. With -q: nothing.
+elapsed time so a long stage visibly runs; it is erased when the work is done (or fails:
+the one-line error is then the only line). Not on a terminal (a CI log, a pipe) and with
+-q: nothing, so that a failing run's stderr is its one error line (issue 29: a progress
+line came before it).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ class Progress:
 def progress(quiet: bool, fallback: Callable[[str], None] | None, files: int = 1) -> Iterator[Progress]:
     """The progress display for one command; the bar is erased when the block ends."""
     if not live_allowed(quiet):
-        yield Progress(None, None, None if quiet else fallback, files)
+        yield Progress(None, None, None, files)
         return
     from rich.console import Console
     from rich.progress import BarColumn, SpinnerColumn, TextColumn, TimeElapsedColumn

@@ -19,7 +19,7 @@ from typing import TextIO
 import typer
 
 from tracelens.render.causes import CAUSE_SHORT
-from tracelens.render.format import pct, plain, plural, us
+from tracelens.render.format import analysed_us, pct, plain, plural, us
 from tracelens.report import Report, SnapshotReport
 
 _STATUS_STYLE = {
@@ -172,7 +172,7 @@ def render_terminal(
     w = report.window
     steps = plural(w.steps, "detected iteration" if w.source == "detected" else "step") if w.steps else "no steps found"
     o.para(t.file_name, lead="tracelens  ", lead_style={"bold": True}, hang=2)
-    o.para(f"{plain(device_label(report))} · {steps} · {us(gt.window_us)} analysed", indent=0, hang=2)
+    o.para(f"{plain(device_label(report))} · {steps} · {us(analysed_us(report))} analysed", indent=0, hang=2)
     if gt.window_us > 0:
         parts = [f"{CAUSE_SHORT[e.cause]}{_NBSP}{pct(e.share)}" for e in gt.ledger if e.share >= 0.005]
         o.para(

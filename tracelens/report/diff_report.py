@@ -23,6 +23,9 @@ class CauseChange:
     before_us: float  # per step
     after_us: float
     change_us: float  # after minus before
+    #: The step-to-step noise band of this cause's change (two standard errors of the
+    #: per-step ledgers' difference; 0 when either side has fewer than two steps).
+    noise_us: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -86,3 +89,7 @@ class DiffReport:
     causes: tuple[CauseChange, ...]
     changes: tuple[Change, ...]
     counters: tuple[Counter, ...]
+    #: False when the traces do not compare like for like (GPU activity on one side only,
+    #: different programs: tracelens/derive/compare.py); the reasons are `not_comparable`.
+    comparable: bool = True
+    not_comparable: tuple[str, ...] = ()

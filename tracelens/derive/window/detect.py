@@ -336,8 +336,10 @@ def _iteration_openings(
             continue
         k = a + int(np.searchsorted(key_ts[a:b], lo_ts[j], side="right"))
         # torch.profiler's own step() closes the previous iteration: open after it
+        # (at least one row on: a zero-length frame ends where it starts, and searching
+        # for its end found it again, forever: issue 29's hang on zero durations).
         while k < b and key_prof[k]:
-            k = a + int(np.searchsorted(key_ts[a:b], key_end[k], side="left"))
+            k = max(k + 1, a + int(np.searchsorted(key_ts[a:b], key_end[k], side="left")))
         if k < b:
             cand[j] = key_ts[k]
     ok = cand <= launch_ts[has]

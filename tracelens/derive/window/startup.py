@@ -199,8 +199,11 @@ def _after_queued_work(model: TraceModel, start: float, end: float) -> float:
     inside = (launched_at >= start) & (launched_at < end)
     first_inside = float(a_ts[inside].min()) if inside.any() else float("inf")
     # Work launched before the window, or before the profiler started (no launch record)
-    # and running ahead of the window's first launched work.
-    before = (launched_at < start) | ((launch < 0) & (a_ts < first_inside))
+    # and running ahead of the window's first launched work. With no launch linked in
+    # the window (kernels without a usable correlation id) an unlinked kernel is judged by
+    # its own start: else every kernel was "queued before" and the window came out empty.
+    unlinked_before = a_ts < (first_inside if inside.any() else start)
+    before = (launched_at < start) | ((launch < 0) & unlinked_before)
     spill = before & (a_end > start)
     if not spill.any():
         return start

@@ -19,12 +19,10 @@ The input file is only ever read.
 """
 
 from tracelens.model.loader.load import ProgressFn, build_model, load_trace
-from tracelens.model.loader.read import GZIP_FLOOR_BYTES, MAX_GZIP_RATIO, MAX_JSON_BYTES, read_trace_bytes
+from tracelens.model.loader.read import MAX_JSON_BYTES, read_trace_bytes
 from tracelens.model.loader.split import discard_early, early_started, start_split_early
 
 __all__ = [
-    "GZIP_FLOOR_BYTES",
-    "MAX_GZIP_RATIO",
     "MAX_JSON_BYTES",
     "ProgressFn",
     "build_model",

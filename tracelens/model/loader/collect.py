@@ -54,9 +54,10 @@ from tracelens.model.loader.nest import (
     _link_launches,
     _nest,
     _steps,
+    _unlinked_note,
     _with_columns,
 )
-from tracelens.model.loader.read import MAX_GZIP_RATIO, MAX_JSON_BYTES, _gzip_limit, _open_trace
+from tracelens.model.loader.read import MAX_JSON_BYTES, _open_trace, gzip_limits
 from tracelens.model.loader.stream import EventStream, Inflow, Share
 from tracelens.model.schema import CATEGORY_KINDS, GPU_KINDS, HOST_KINDS, EventArgs, Kind, OpShapes, RawEvent
 from tracelens.model.trace import TraceMeta, TraceModel
@@ -92,8 +93,7 @@ def _read_stream(path: str | os.PathLike[str], name: str, notes: list[str], shar
             fh,
             name,
             notes,
-            limit_for=_gzip_limit,
-            ratio=MAX_GZIP_RATIO,
+            limits=gzip_limits,
             max_bytes=MAX_JSON_BYTES,
         )
         stream = EventStream(iter(inflow), share)
@@ -437,6 +437,9 @@ class _Collector:
         steps = _steps(host, notes)
         host = _with_columns(host, {"step": _assign_steps(host["ts"].to_numpy(), steps)})
         gpu = _with_columns(gpu, _link_launches(host, gpu))
+        unlinked = _unlinked_note(gpu)
+        if unlinked:
+            notes.append(unlinked)
         steps = _gpu_step_windows(steps, gpu)
         cols = ["ts", "bytes", "total_allocated", "total_reserved", "device_type", "device_id", "addr"]
         memory = pd.DataFrame([(r[0] - origin, *r[1:]) for r in self.memory], columns=cols)  # type: ignore[operator]

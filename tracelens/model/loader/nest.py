@@ -200,6 +200,25 @@ def _link_launches(host: pd.DataFrame, gpu: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def _unlinked_note(gpu: pd.DataFrame) -> str:
+    """What could not be linked: GPU activity whose `args.correlation` is missing or
+    unusable (absent, no args, 2^63 or beyond) is still on the GPU timeline and in the
+    ledger, but no launch, op or source line can be named for it (issue 29: such kernels
+    vanished)."""
+    kind = gpu["kind"].to_numpy()
+    act = (kind == Kind.KERNEL) | (kind == Kind.MEMCPY) | (kind == Kind.MEMSET)
+    bad = act & (gpu["correlation"].to_numpy() < 0)
+    n = int(bad.sum())
+    if not n:
+        return ""
+    ms = float(gpu["dur"].to_numpy()[bad].sum()) / 1e3
+    return (
+        f"{n:,} of {int(act.sum()):,} GPU kernels and copies ({ms:,.1f} ms) have no usable correlation id "
+        "(missing, or beyond 64 bits): their GPU time is analysed, but the launch, op and source line behind "
+        "them are unknown"
+    )
+
+
 def _gpu_step_windows(steps: pd.DataFrame, gpu: pd.DataFrame) -> pd.DataFrame:
     import pandas as pd
 

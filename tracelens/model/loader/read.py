@@ -1,6 +1,7 @@
 """Reading a trace file's bytes: regular files only, gzip detected by its magic, and every
-read bounded (at most MAX_JSON_BYTES of JSON, gzip output at most MAX_GZIP_RATIO times the
-file): a decompression bomb is refused, not unpacked. The input file is only ever read.
+read bounded (at most MAX_JSON_BYTES of JSON, gzip output within what this machine's memory
+and the file's own size field allow: model/budget.py): a decompression bomb is refused, not
+unpacked. The input file is only ever read.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracelens.errors import TraceInputError
-from tracelens.model.loader.stream import read_upto
+from tracelens.model.budget import ISIZE_SLACK_BYTES, describe, gzip_isize, json_budget
+from tracelens.model.loader.stream import MAX_LEADING_BYTES, json_start_problem, read_upto
 
 #: Lone surrogates: undecodable bytes of a path (Python's surrogateescape) or a repaired
 #: `\ud800` escape. No UTF-8 output can carry them.
@@ -25,17 +27,8 @@ def _printable(path: str | os.PathLike[str]) -> str:
     return _SURROGATE.sub("\ufffd", os.fspath(path))
 
 
-#: Decompressed JSON may be this many times the gzip file before it is refused as a
-#: decompression bomb. Real traces compress 10-31x (shared/real_traces and sample_traces:
-#: 9.9x to 30.3x); gzip's ceiling is about 1,030x (a file of one repeated byte).
-MAX_GZIP_RATIO = 200
-
-
-#: ...but small files may always expand this far (a tiny trace of repeated events
-#: compresses better than a big one).
-GZIP_FLOOR_BYTES = 256 * 2**20
-
-
+#: How far a gzip trace may inflate is this machine's to say, not a ratio's: see
+#: tracelens/model/budget.py (free memory, and the file's own ISIZE field).
 #: No trace is decoded beyond this: the loader needs several times the JSON size in
 #: memory, so a larger file could only end in an out-of-memory kill. The largest public
 #: trace we test on is 56 MB of JSON.
@@ -52,7 +45,7 @@ def _open_trace(path: str | os.PathLike[str]) -> tuple[BinaryIO, str]:
     """Open a trace file for reading, or raise TraceInputError.
 
     Only regular files are read (a FIFO, /dev/zero or a terminal would block or never
-    end), and never more than a trace can be: see MAX_GZIP_RATIO and MAX_JSON_BYTES.
+    end), and never more than a trace can be: see budget.py and MAX_JSON_BYTES.
     """
     p = Path(path)
     shown = _printable(p)
@@ -101,14 +94,15 @@ def read_trace_bytes(path: str | os.PathLike[str], notes: list[str] | None = Non
 
 
 def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
-    """Decompress every gzip member, at most MAX_GZIP_RATIO times the file (GZIP_FLOOR_BYTES
-    for any file, MAX_JSON_BYTES in all). Whitespace or NUL padding after the last member
-    (an editor's newline, a block-padded copy) is ignored and noted; anything else there
+    """Decompress every gzip member, within what this machine can load and what the file
+    says it holds (budget.py). Whitespace or NUL padding after the last member (an
+    editor's newline, a block-padded copy) is ignored and noted; anything else there
     is corruption."""
-    limit = min(MAX_JSON_BYTES, max(GZIP_FLOOR_BYTES, MAX_GZIP_RATIO * len(data)))
+    budget, limit, by_isize = gzip_limits(shown, data[-8:])
     out: list[bytes] = []
     total = 0
     rest = data
+    start: bytes | None = b""  # the first bytes, until they are known to begin a JSON document
     while True:
         inflater = zlib.decompressobj(wbits=31)
         try:
@@ -116,10 +110,16 @@ def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
             while chunk:
                 total += len(chunk)
                 out.append(chunk)
+                if start is not None:
+                    start += chunk[: MAX_LEADING_BYTES + 1]
+                    problem = json_start_problem(start)
+                    if problem is not None:
+                        raise TraceInputError(f"{shown}: not a JSON trace ({problem})")
+                    if start.lstrip(b" \t\r\n"):
+                        start = None
                 if total > limit:
                     raise TraceInputError(
-                        f"{shown}: decompresses to more than {limit:,} bytes ({MAX_GZIP_RATIO}x the file):"
-                        " not a trace (a decompression bomb?)"
+                        f"{shown}: decompresses to {describe(limit, by_isize)}: not a trace (a decompression bomb?)"
                     )
                 chunk = inflater.decompress(inflater.unconsumed_tail, limit - total + 1)
         except zlib.error as exc:
@@ -128,6 +128,7 @@ def _gunzip(data: bytes, shown: str, notes: list[str]) -> bytes:
             raise TraceInputError(f"{shown}: truncated or corrupt gzip file (the compressed stream ends early)")
         rest = inflater.unused_data
         if rest[:2] == _GZIP_MAGIC:
+            limit, by_isize = budget, False  # ISIZE is the last member's: only the budget holds now
             continue  # another member (concatenated gzip files are one stream)
         if rest.strip(b" \t\r\n\x00"):
             raise TraceInputError(f"{shown}: truncated or corrupt gzip file (unexpected bytes after the gzip stream)")
@@ -143,5 +144,19 @@ def _first_byte(data: bytes) -> bytes:
     return data[end : end + 1]
 
 
-def _gzip_limit(compressed: int) -> int:
-    return min(MAX_JSON_BYTES, max(GZIP_FLOOR_BYTES, MAX_GZIP_RATIO * compressed))
+def gzip_limits(shown: str, tail: bytes) -> tuple[int, int, bool]:
+    """(the machine's budget, the first member's limit, whether that limit is the file's
+    ISIZE) for a gzip file ending in `tail`; a file whose ISIZE alone is over the budget
+    is refused before anything is inflated. A tail ending in a padding byte is ambiguous
+    (padding after the stream, or an ISIZE whose top byte is zero): ISIZE is then not
+    used, and the budget alone bounds the inflate."""
+    budget = json_budget(MAX_JSON_BYTES)
+    isize = gzip_isize(tail) if tail[-1:] not in (b" ", b"\t", b"\r", b"\n", b"\x00") else None
+    if isize is None:
+        return budget, budget, False
+    if isize > budget:
+        raise TraceInputError(
+            f"{shown}: its gzip size field says {isize:,} bytes of JSON, more than this machine's free memory "
+            f"allows a trace to reach ({budget:,} bytes): not loaded (free memory, or decompress it elsewhere)"
+        )
+    return budget, min(budget, isize + ISIZE_SLACK_BYTES), True

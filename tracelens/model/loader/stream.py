@@ -27,6 +27,7 @@ from typing import Any, BinaryIO, NamedTuple, cast
 import msgspec
 
 from tracelens.errors import TraceInputError
+from tracelens.model.budget import describe
 
 try:  # ISA-L inflate: 0.14 s vs zlib's 0.31 s on a 25 MB gzip of 225 MB JSON (bench/RESULTS.md)
     from isal import isal_zlib as _inflate_mod
@@ -88,6 +89,25 @@ def read_upto(fh: BinaryIO, n: int) -> bytes:
     return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
+#: A trace's JSON starts with `{` or `[` (after whitespace and a BOM). An inflated gzip
+#: stream that does not within this many bytes is refused before more is inflated: a
+#: gzip of zeros or of spaces is a bomb, not a trace, and the whole-buffer reader would
+#: otherwise inflate all of it before the JSON decoder said so (issue 29).
+MAX_LEADING_BYTES = 2**20
+
+
+def json_start_problem(prefix: bytes) -> str | None:
+    """What is wrong with the start of a trace's decompressed bytes, None when it is fine
+    or cannot be told yet (only whitespace so far, under MAX_LEADING_BYTES)."""
+    p = prefix[3:] if prefix[:3] == _BOM else prefix
+    stripped = p.lstrip(_WS)
+    if stripped:
+        return None if stripped[:1] in (b"{", b"[") else f"its decompressed bytes begin with {stripped[:1]!r}"
+    if len(p) > MAX_LEADING_BYTES:
+        return f"its decompressed bytes begin with over {MAX_LEADING_BYTES:,} bytes of whitespace"
+    return None
+
+
 class Unstreamable(Exception):
     """The stream cannot read this file; the whole-buffer path must."""
 
@@ -132,19 +152,25 @@ class Inflow:
     """The file's decompressed bytes, in pieces of about CHUNK_BYTES, BOMs removed.
 
     Enforces the same limits, and raises the same errors, as the whole-buffer reader:
-    `limit_for(compressed size)` bytes at most from a gzip file (the message names
-    `ratio`), `max_bytes` read from the file; padding after the last gzip member is
-    noted, anything else there is corruption. `file_bytes` counts what was read.
+    `limits(shown, the file's last bytes)` gives (the machine's budget, the first gzip
+    member's limit, whether that is the file's ISIZE; loader.gzip_limits), `max_bytes`
+    read from the file; padding after the last gzip member is noted, anything else there
+    is corruption. `file_bytes` counts what was read.
     """
 
     def __init__(
-        self, fh: BinaryIO, shown: str, notes: list[str], *, limit_for: Callable[[int], int], ratio: int, max_bytes: int
+        self,
+        fh: BinaryIO,
+        shown: str,
+        notes: list[str],
+        *,
+        limits: Callable[[str, bytes], tuple[int, int, bool]],
+        max_bytes: int,
     ) -> None:
         self._fh = fh
         self._shown = shown
         self._notes = notes
-        self._limit_for = limit_for
-        self._ratio = ratio
+        self._limits = limits
         self._max = max_bytes
         self.file_bytes = 0
 
@@ -171,9 +197,19 @@ class Inflow:
         left = self._left()
         if left is None or left > self._max + 1 - self.file_bytes:
             data = head + self._read(self._max + 1 - self.file_bytes)
-            yield from self._gunzip(_Compressed(data, len(data), None))
+            yield from self._gunzip(_Compressed(data, len(data), None), data[-8:])
         else:
-            yield from self._gunzip(_Compressed(head, len(head) + left, self._read))
+            yield from self._gunzip(_Compressed(head, len(head) + left, self._read), self._tail(head, left))
+
+    def _tail(self, head: bytes, left: int) -> bytes:
+        """The file's last 8 bytes (the gzip trailer), read without moving the file."""
+        if left == 0:
+            return head[-8:]
+        try:
+            end = os.pread(self._fh.fileno(), 8, self._fh.tell() + max(left - 8, 0))
+        except (OSError, ValueError, AttributeError):
+            return b""
+        return (head + end)[-8:] if left < 8 else end
 
     def _left(self) -> int | None:
         """Bytes of a regular file after what was read, or None for anything else."""
@@ -185,9 +221,9 @@ class Inflow:
         except (OSError, ValueError, AttributeError):  # not a real file (io.BytesIO in a test)
             return None
 
-    def _gunzip(self, data: _Compressed) -> Iterator[bytes]:
+    def _gunzip(self, data: _Compressed, tail: bytes) -> Iterator[bytes]:
         shown = self._shown
-        limit = self._limit_for(data.size)
+        budget, limit, by_isize = self._limits(shown, tail)
         total = 0
         # The compressed bytes are fed GZIP_IN_BYTES at a time: handing the inflater the
         # whole rest each time makes it copy that rest into `unconsumed_tail` on every
@@ -196,6 +232,7 @@ class Inflow:
         pos = 0
         pending: bytes | memoryview = b""
         first = True
+        start: bytes | None = b""  # the first bytes, until they are known to begin a JSON document
         while True:  # one gzip member per pass
             inflater = _inflate_mod.decompressobj(wbits=31)
             try:
@@ -209,12 +246,19 @@ class Inflow:
                         total += len(piece)
                         if total > limit:
                             raise TraceInputError(
-                                f"{shown}: decompresses to more than {limit:,} bytes ({self._ratio}x the file):"
-                                " not a trace (a decompression bomb?)"
+                                f"{shown}: decompresses to {describe(limit, by_isize)}: not a trace (a "
+                                "decompression bomb?)"
                             )
                         if first and piece[:3] == _BOM:
                             piece = piece[3:]
                         first = False
+                        if start is not None:
+                            start += bytes(piece[: MAX_LEADING_BYTES + 1])
+                            problem = json_start_problem(start)
+                            if problem is not None:
+                                raise TraceInputError(f"{shown}: not a JSON trace ({problem})")
+                            if start.lstrip(_WS):
+                                start = None
                         yield piece
                     elif not len(pending) and pos >= len(view):
                         break  # no input left and nothing more came out
@@ -226,6 +270,7 @@ class Inflow:
             after = bytes(inflater.unused_data)
             if (after + bytes(view[pos : pos + 2]))[:2] == _GZIP_MAGIC:
                 pending = after  # another member (concatenated gzip files are one stream)
+                limit, by_isize = budget, False  # ISIZE is the last member's: the budget alone now
                 continue
             rest = after + bytes(view[pos:])
             if rest.strip(b" \t\r\n\x00"):
