@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.allocation import AllocFacts, AllocSite, CatGrowth
 from tracelens.analyzers.base import Found
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words, where
 from tracelens.explain.shapes import describe
 
@@ -39,14 +39,22 @@ def gib(b: float) -> str:
     return f"{b:.0f} B"
 
 
+def _rate(f: AllocFacts) -> str:
+    """How often the calls come: "3.5 per step", or "about once every 40 steps" where
+    fewer than one in ten steps has one (not "0.0 per step", issue 27)."""
+    if f.per_step >= 0.05:
+        return f"{f.per_step:.1f} per {f.unit}"
+    return f"about once every {f.steps / max(f.calls, 1):.0f} {f.unit}s"
+
+
 def _calls(f: AllocFacts) -> tuple[str, list[str]]:
     title = (
-        f"GPU idles {fmt_us(f.idle_us)} ({f.idle_share:.0%} of the window) while the host is in "
+        f"GPU idles {fmt_us(f.idle_us)} ({pct(f.idle_share)} of the window) while the host is in "
         f"{f.calls:,} allocator calls ({fmt_us(f.host_us)} of host time)"
     )
     advice = [
         "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
-        + (f" ({f.per_step:.1f} per {f.unit})." if f.steps > 1 and f.unit != "window" else ".")
+        + (f" ({_rate(f)})." if f.steps > 1 and f.unit != "window" else ".")
     ]
     if f.empty_cache:
         advice.append(
@@ -75,7 +83,7 @@ def _calls(f: AllocFacts) -> tuple[str, list[str]]:
     if f.fragmented and mem is not None:
         frag = mem.fragmentation_at_peak
         advice.append(
-            f"The cache holds {gib(frag)} more than is allocated at the peak ({frag / mem.peak_reserved:.0%} of "
+            f"The cache holds {gib(frag)} more than is allocated at the peak ({pct(frag / mem.peak_reserved)} of "
             "reserved): fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the cache grow "
             "segments instead of calling cudaMalloc for new ones."
         )
@@ -124,7 +132,7 @@ def words(found: Found[AllocFacts, AllocSite], share: float) -> Words:
         title_parts.append(
             f"No allocator calls in the window; memory peaks at {gib(mem.peak_allocated)} allocated"
             + (f" ({gib(mem.peak_reserved)} reserved)" if mem.peak_reserved else " (relative to the recording's start)")
-            + f", churning {gib(mem.allocated_per_step)} per {f.unit}"
+            + f"; the cache serves the {gib(mem.allocated_per_step)} allocated per {f.unit} without them"
         )
         advice.append("Nothing to change for allocation: the caching allocator serves every request.")
     gain_note = "the idle spent in allocator calls, gone when the cache serves every allocation"

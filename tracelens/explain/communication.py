@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.communication import Collective, CommunicationFacts
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -28,7 +28,7 @@ def words(found: Found[CommunicationFacts, Collective], share: float) -> Words:
     if f.wait_us > 0:
         parts.append(f"{fmt_us(f.wait_us)} idle inside collectives")
     title = (
-        f"Communication costs {fmt_us(found.time_us)} ({share:.0%} of the window"
+        f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the window"
         + (f", {fmt_us(f.per_step_us)} per {f.unit}" if f.per_step_us is not None else "")
         + "): "
         + " and ".join(parts or ["collectives overlap other work"])
@@ -42,7 +42,7 @@ def words(found: Found[CommunicationFacts, Collective], share: float) -> Words:
         )
     if f.exposed_kernel_us > 0:
         advice.append(
-            f"{f.overlapped_share:.0%} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
+            f"{pct(f.overlapped_share)} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
             "(bucket_cap_mb, gradient_as_bucket_view=True) start all-reduces during backward; FSDP's "
             "forward_prefetch / backward_prefetch overlap all-gathers; issue collectives with async_op=True and "
             "wait() only where the result is needed."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.compilation import RECOMPILE_LIMIT, CompileFacts, CompileSite
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -35,7 +35,7 @@ def _recompiles(f: CompileFacts, idle_us: float, share: float) -> tuple[str, lis
             if f.recompiled_frames
             else ""
         )
-        + f": the GPU idles {fmt_us(idle_us)} ({share:.0%} of the window) while Dynamo and Inductor run"
+        + f": the GPU idles {fmt_us(idle_us)} ({pct(share)} of the window) while Dynamo and Inductor run"
     )
     advice = [
         "A guard fails every step (usually a new input shape under dynamic=False): mark the varying "

@@ -6,7 +6,7 @@ from tracelens.analyzers.base import Found
 from tracelens.analyzers.compute_bound import AMP_MATMUL_SAVING, ComputeFacts, Fp32Facts
 from tracelens.derive.kernel_models import legacy_coefficients
 from tracelens.derive.roofline import KernelRoof
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 from tracelens.model.peaks import UNIT_NAMES
 
@@ -25,12 +25,12 @@ def kernel_text(r: KernelRoof) -> str:
         # Instruction-bound: the FLOP count says little (erf, exp, conversions are not FLOPs).
         return (
             f"{r.family or 'kernel'} {r.dtype}: instruction-bound, {r.instructions / (r.time_us * 1e-6) / 1e12:.1f} T "
-            f"instructions/s ({r.roof_share:.0%} of the issue roof)"
+            f"instructions/s ({pct(r.roof_share)} of the issue roof)"
             + ("; non-vectorised: a broadcast or strided operand" if legacy_coefficients(r.name) is not None else "")
         )
     return (
         f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
-        f"({r.roof_share:.0%} of the roof), {r.intensity:.0f} FLOP/B"
+        f"({pct(r.roof_share)} of the roof), {r.intensity:.0f} FLOP/B"
     )
 
 
@@ -66,7 +66,7 @@ def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float) -> Words:
     f = found.facts
     return Words(
         title=(
-            f"{fmt_us(found.time_us)} ({share:.0%}) of the analysed time is in fp32 kernels ({fmt_us(f.matmul_us)} "
+            f"{fmt_us(found.time_us)} ({pct(share)}) of the analysed time is in fp32 kernels ({fmt_us(f.matmul_us)} "
             f"of matmuls and convolutions such as {_short(f.example)}) on a {f.gpu}, whose fp16 tensor cores run "
             f"{f.fp16_ratio:.0f}x its fp32 rate"
         ),
@@ -77,7 +77,7 @@ def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float) -> Words:
             "and loss, a torch.cuda.amp.GradScaler for the backward), with channels_last for convolutions."
         ),
         gain_note=(
-            f"an estimate: {AMP_MATMUL_SAVING:.0%} of the fp32 matmul/convolution time (mixed-precision training "
+            f"an estimate: {pct(AMP_MATMUL_SAVING)} of the fp32 matmul/convolution time (mixed-precision training "
             "on V100 is reported 2-3x faster end to end); no replay model yet"
         ),
         labels=LABELS,
@@ -116,8 +116,8 @@ def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float) -> Word
         )
     return Words(
         title=(
-            f"{fmt_us(found.time_us)} ({share:.0%}) of the analysed time is in compute-bound kernels at "
-            f"{f.roof_share:.0%} of their peak on average"
+            f"{fmt_us(found.time_us)} ({pct(share)}) of the analysed time is in compute-bound kernels at "
+            f"{pct(f.roof_share)} of their peak on average"
         ),
         advice=advice,
         gain_note=(

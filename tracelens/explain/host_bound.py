@@ -10,7 +10,7 @@ from tracelens.analyzers.host_bound import (
     HostBoundFacts,
     HostWork,
 )
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words, where
 
 LABELS = {
@@ -113,7 +113,7 @@ def _where_words(what: str, places: tuple[Place[HostWork], ...], total: float) -
     their shares (issue 24 §3)."""
     if not places or total <= 0 or places[0].time_us >= MOST_SHARE * total:
         return f"most in {what}"
-    return "in " + ", ".join(f"{work_text(p.facts)} ({p.time_us / total:.0%})" for p in places[:3])
+    return "in " + ", ".join(f"{work_text(p.facts)} ({pct(p.time_us / total)})" for p in places[:3])
 
 
 def words(found: Found[HostBoundFacts, HostWork], share: float) -> Words:
@@ -123,7 +123,7 @@ def words(found: Found[HostBoundFacts, HostWork], share: float) -> Words:
         what = _with_parts(what, main, found.facts.main_parts)
     return Words(
         title=(
-            f"GPU idles {fmt_us(found.time_us)} ({share:.0%} of the analysed time) while the host works; "
+            f"GPU idles {fmt_us(found.time_us)} ({pct(share)} of the analysed time) while the host works; "
             + _where_words(what + _where(main), found.places, found.time_us)
         ),
         advice=_advice(found.facts, found.time_us),

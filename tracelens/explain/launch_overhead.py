@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.launch_overhead import GRAPH_REPLAY_GAP_US, TINY_KERNEL_US, Launcher, LaunchFacts
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -44,7 +44,7 @@ def words(found: Found[LaunchFacts, Launcher], share: float) -> Words:
         f"GPU waits on kernel launches for {fmt_us(found.time_us)}"
         + (f" ({fmt_us(f.per_step_us)} per {f.unit})" if f.per_step_us is not None else "")
         + f": {f.gaps:,} gaps between kernels (median kernel {f.median_kernel_us:.1f} µs, "
-        f"{f.tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs"
+        f"{pct(f.tiny_share)} under {TINY_KERNEL_US:.0f} µs"
         + (f", {f.host_per_kernel_us:.1f} µs of host time per kernel" if f.host_per_kernel_us else "")
         + ")"
     )

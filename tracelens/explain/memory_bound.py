@@ -7,7 +7,7 @@ from tracelens.analyzers.memory_bound import MemoryFacts
 from tracelens.derive.fusion import FusionChain
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.roofline import KernelRoof
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -34,12 +34,12 @@ def chain_text(c: FusionChain) -> str:
 def kernel_text(r: KernelRoof) -> str:
     if r.roof_name == L2_ROOF_NAME:
         return (
-            f"{r.family or 'kernel'} {r.dtype}: register spills through L2 at {r.l2_share:.0%} of the L2 write port; "
+            f"{r.family or 'kernel'} {r.dtype}: register spills through L2 at {pct(r.l2_share)} of the L2 write port; "
             f"DRAM {r.bytes_per_s / 1e9:.0f} GB/s"
         )
     return (
         f"{r.family or 'kernel'}: {r.bytes_per_s / 1e9:.0f} GB/s "
-        f"({r.roof_share:.0%} of the roof), {r.intensity:.2f} FLOP/B"
+        f"({pct(r.roof_share)} of the roof), {r.intensity:.2f} FLOP/B"
     )
 
 
@@ -47,10 +47,10 @@ def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float) -> 
     f = found.facts
     mem_time = found.time_us
     title = (
-        f"{fmt_us(mem_time)} ({share:.0%}) of the analysed time is in memory-bound kernels; "
+        f"{fmt_us(mem_time)} ({pct(share)}) of the analysed time is in memory-bound kernels; "
         f"{f.chains} chains of back-to-back elementwise/norm passes could fuse"
         if f.chains
-        else f"{fmt_us(mem_time)} ({share:.0%}) of the analysed time is in memory-bound kernels, "
+        else f"{fmt_us(mem_time)} ({pct(share)}) of the analysed time is in memory-bound kernels, "
         f"{fmt_us(f.elementwise_us)} of it elementwise ops and copies"
     )
     advice = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.power_throttle import CAPPED_ALL_SHARE, KernelClock, ThrottleFacts
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -30,7 +30,7 @@ def _advice(f: ThrottleFacts) -> str:
     if "sw_power_cap" in f.limiting or "hw_power_brake_slowdown" in f.limiting:
         known = f.power_peak_w == f.power_peak_w and f.power_busy_w == f.power_busy_w  # neither NaN
         parts.append(
-            f"The GPU is power-limited: NVML reports the power cap for {f.limited_share:.0%} of the busy time, so "
+            f"The GPU is power-limited: NVML reports the power cap for {pct(f.limited_share)} of the busy time, so "
             f"the regulator lowers the clock to hold the draw at the {f.power_limit_w:.0f} W limit"
             + (
                 f" (power samples reach {f.power_peak_w:.0f} W; their mean while busy, {f.power_busy_w:.0f} W, is "
@@ -69,7 +69,7 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
     return Words(
         title=(
             f"Clocks throttled while busy: SM clock averaged {f.clock_mhz:.0f} of {f.max_clock_mhz:.0f} MHz "
-            f"({ratio:.0%}) during GPU work ({', '.join(f.limiting) or 'reason not reported'}); "
+            f"({pct(ratio)}) during GPU work ({', '.join(f.limiting) or 'reason not reported'}); "
             f"up to {fmt_us(found.time_us)} lost"
         ),
         advice=_advice(f),
@@ -80,5 +80,5 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
         ),
         labels=LABELS,
         places=[kernel_text(p.facts) for p in found.places],
-        texts={"reasons": ", ".join(f"{n} {s:.0%}" for n, s in f.reasons) or "no reason reported"},
+        texts={"reasons": ", ".join(f"{n} {pct(s)}" for n, s in f.reasons) or "no reason reported"},
     )

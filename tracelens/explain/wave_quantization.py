@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.wave_quantization import FullWaveShape, WaveFacts, WaveShapeFacts
-from tracelens.domain import fmt_us
+from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -23,8 +23,8 @@ def _place(p: WaveShapeFacts) -> str:
     hint = ", ".join(_full(s) for s in p.nearest)
     return (
         f"{r.op} {r.batch}x{r.m}x{r.n}x{r.k} {r.dtype}: tile {r.tile or '(from grid)'}, {r.tiles} tiles on "
-        f"{r.slots} slots = {r.waves:.2f} waves, last wave {r.last_wave_fill:.0%} full, efficiency "
-        f"{r.wave_efficiency:.0%}" + (f"; nearest full-wave shapes: {hint}" if hint else "")
+        f"{r.slots} slots = {r.waves:.2f} waves, last wave {pct(r.last_wave_fill)} full, efficiency "
+        f"{pct(r.wave_efficiency)}" + (f"; nearest full-wave shapes: {hint}" if hint else "")
     )
 
 
@@ -34,7 +34,7 @@ def words(found: Found[WaveFacts, WaveShapeFacts], share: float) -> Words:
     title = (
         f"{n} matmul shape{'s' if n > 1 else ''} end{'' if n > 1 else 's'} "
         "on a mostly empty wave of tiles "
-        f"(worst: {worst.m}x{worst.n}x{worst.k}, {worst.wave_efficiency:.0%} efficient); about "
+        f"(worst: {worst.m}x{worst.n}x{worst.k}, {pct(worst.wave_efficiency)} efficient); about "
         f"{fmt_us(found.time_us)} wasted"
     )
     return Words(
