@@ -48,7 +48,7 @@ def test_numbers_read_at_a_glance() -> None:
     assert metric(Metric("SM clock", 1980.0, "number")) == "1,980"
     # One rule for shares everywhere, so a title's "5%" and a table's share agree.
     assert f"{0.048:.0%}" == pct(0.048) == "5%"
-    assert pct(0.0016) == "0.2%" and pct(0.0004) == "<0.1%"
+    assert pct(0.0016) == "0.2%" and pct(0.0004) == "<0.1%" and pct(0.0096) == "1%"  # not "1.0%"
 
 
 def test_short_kernel_names() -> None:

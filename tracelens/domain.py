@@ -322,11 +322,12 @@ def fmt_us(us: float) -> str:
 
 
 def pct(share: float) -> str:
-    """A share in whole percents (as `{:.0%}`), one decimal under 1%."""
+    """A share in whole percents (as `{:.0%}`), one decimal under 1%: "<0.1%", "0.4%",
+    "3%" (the one share formatter: a small share never reads "0%")."""
     if share is None or (isinstance(share, float) and math.isnan(share)):
         return "n/a"
     s = float(share) * 100
-    if s == 0 or abs(s) >= 1:
+    if s == 0 or abs(s) >= 0.95:  # (0.95% and up round to "1%", not "1.0%")
         return f"{s:.0f}%"
     if abs(s) >= 0.1:
         return f"{s:.1f}%"
