@@ -14,6 +14,7 @@ report names exactly that rank, and no rank in the job without one.
 
     python bench/bench_ranks.py                 # 64, 256, 1024 ranks, both schedulers
     python bench/bench_ranks.py --ranks 64 --no-cluster
+    python bench/bench_ranks.py --ranks 64 256 1024 --no-cluster --jobs straggler
 """
 
 from __future__ import annotations
@@ -159,6 +160,7 @@ def main() -> None:
     p.add_argument("--ranks", type=int, nargs="*", default=[64, 256, 1024])
     p.add_argument("--no-cluster", action="store_true", help="skip the distributed LocalCluster runs")
     p.add_argument("--keep", type=Path, default=None, help="keep the synthetic traces here")
+    p.add_argument("--jobs", nargs="*", default=["straggler", "none"], help="which jobs (straggler, none)")
     args = p.parse_args()
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     root = args.keep or Path(tempfile.mkdtemp(prefix="tracelens-bench-ranks-"))
@@ -168,6 +170,7 @@ def main() -> None:
         for n in args.ranks:
             planted = (n * 7) // 11  # somewhere in the middle, not rank 0 or n-1
             jobs = {"straggler": (root / f"job{n}_straggler", planted), "none": (root / f"job{n}_none", None)}
+            jobs = {k: v for k, v in jobs.items() if k in args.jobs}
             t0 = time.perf_counter()
             for folder, strag in jobs.values():
                 if not folder.exists():

@@ -46,6 +46,7 @@ def _same(a: TraceModel, b: TraceModel) -> None:
         pd.testing.assert_frame_equal(x, y, check_exact=True)
     assert a.meta == b.meta
     assert a.thread_names == b.thread_names
+    assert a.comm_args == b.comm_args  # the collectives' records, kept by the loader
 
 
 @pytest.fixture

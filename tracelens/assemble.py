@@ -34,6 +34,7 @@ from tracelens.model.peaks import infer_part
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source, user_sources
 from tracelens.model.trace import TraceModel
+from tracelens.predict import attach as attach_predictions
 from tracelens.ranking import questions, rank, settle, summary, trace_has_shapes
 from tracelens.report import (
     SCHEMA_VERSION,
@@ -86,7 +87,7 @@ def build_report(
     if ctx is None:
         ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
     model = ctx.model  # with the user's own step marks, where it had no ProfilerStep
-    ranked = rank(settle(ctx, findings_of(ctx)))
+    ranked = rank(settle(ctx, attach_predictions(ctx, findings_of(ctx))))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(
         schema_version=SCHEMA_VERSION,

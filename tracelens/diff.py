@@ -17,7 +17,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fm
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
+from tracelens.predict.score import score
 from tracelens.report import CAUSES, Report, TraceInfo
 from tracelens.report.diff_report import (
     DIFF_SCHEMA_VERSION,
@@ -39,6 +40,7 @@ from tracelens.report.diff_report import (
     ChangeStatus,
     Counter,
     DiffReport,
+    PredictionCheck,
     Side,
     Verdict,
 )
@@ -125,7 +127,9 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
             float(np.median(a.spans) - np.median(b.spans)),
         ),
     )
+    verdict, checks = _scored(b, a, verdict)
     return DiffReport(
+        predictions=checks,
         schema_version=DIFF_SCHEMA_VERSION,
         tool="tracelens",
         tool_version=__version__,
@@ -168,6 +172,22 @@ def _not_comparable_text(reasons: list[str], b: _Analysed, a: _Analysed) -> str:
         f"Not like for like: {why[0].upper() + why[1:]}. The per-step numbers below ({fmt_us(b.step_us)} before, "
         f"{fmt_us(a.step_us)} after) do not measure the change."
     )
+
+
+def _scored(b: _Analysed, a: _Analysed, verdict: Verdict) -> tuple[Verdict, tuple[PredictionCheck, ...]]:
+    """The verdict with the before-report's prediction scored (issue 25)."""
+    p = score(b.ctx, b.report, b.steps, b.step_us, a.ctx, a.report, a.steps, a.step_us, verdict.noise_us)
+    v = replace(
+        verdict,
+        predicted_step_us=p.predicted_step_us,
+        predicted_step_low_us=p.predicted_low_us,
+        predicted_step_high_us=p.predicted_high_us,
+        prediction_error=p.error,
+        prediction_basis=p.basis,
+        prediction_text=p.text,
+        predicted_unprofiled_step_us=p.unprofiled_predicted_step_us,
+    )
+    return v, p.checks
 
 
 def _side(x: _Analysed) -> Side:

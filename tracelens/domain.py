@@ -118,11 +118,18 @@ FLOAT_DTYPE_BYTES = {
 }
 #: Integer and bool element types: bytes per element.
 INTEGER_DTYPE_BYTES = {"long int": 8, "int": 4, "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2}
-#: Every element type by any name a trace gives it: the profiler's (above) and the
-#: torch.dtype names record_param_comms writes for a collective's message (`float32`).
+#: The ScalarType names a collective's record carries (record_param_comms' and NCCL
+#: kernels' `dtype`: "Float", "BFloat16", "Long", "Byte" in the public traces).
+SCALAR_TYPE_BYTES = {
+    "Float": 4, "Double": 8, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4, "Short": 2, "Byte": 1, "Char": 1,
+    "Bool": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1, "ComplexFloat": 8,
+}  # fmt: skip
+#: Every element type by any name a trace gives it: the profiler's (above), the
+#: ScalarType names of collectives' records, and torch.dtype names (`float32`).
 DTYPE_BYTES = {
     **FLOAT_DTYPE_BYTES,
     **INTEGER_DTYPE_BYTES,
+    **SCALAR_TYPE_BYTES,
     "float32": 4,
     "half": 2,
     "bfloat16": 2,
@@ -130,6 +137,22 @@ DTYPE_BYTES = {
     "int64": 8,
     "int32": 4,
 }
+_DTYPE_BYTES_LOWER = {k.lower(): v for k, v in DTYPE_BYTES.items()}
+
+
+def dtype_bytes(name: str | None) -> int | None:
+    """Bytes per element of a type by any of its names (case and a `torch.`/`c10::`
+    prefix aside), None when unknown."""
+    if not name:
+        return None
+    low = str(name).strip().lower().removeprefix("torch.")
+    return (
+        _DTYPE_BYTES_LOWER.get(low)
+        or _DTYPE_BYTES_LOWER.get("c10::" + low)
+        or _DTYPE_BYTES_LOWER.get(low.removeprefix("c10::"))
+    )
+
+
 #: Short names of the floating-point types (the roofline's and the matmul table's).
 DTYPE_SHORT = {
     "c10::BFloat16": "bf16",
@@ -179,6 +202,10 @@ def is_collective_wait_op(name: str) -> bool:
 #: Python frames of torch.profiler itself (prof.step(), start/stop, its event export): a
 #: gap the host spent in them is the profiler's cost, not the program's.
 PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autograd/profiler_util.py")
+#: Python frames of the capturing tool itself (tracelens capture): overhead where no op
+#: runs under them (derive/host_calls.profiler_intervals); its frames that run the user's
+#: script (run_script, capture) hold the whole run.
+CAPTURE_TOOL_FRAMES = ("tracelens/capture/",)
 #: Python frames and annotations of torch.compile's compiler at work, for the ledger's
 #: "the host was compiling": Dynamo's frame conversion, Inductor's compile and code
 #: cache, and torch.compile's own timed ranges (recorded as CPU ops in traces without

@@ -83,6 +83,13 @@ EXIT_CODES: tuple[tuple[str, str], ...] = (
         "134 abort, 137 SIGKILL (also the OOM killer), 139 SIGSEGV, 143 SIGTERM (timeout, Slurm, "
         "docker); the trace of what was recorded is kept. report/diff: 130 Ctrl-C",
     ),
+    (
+        "torchrun",
+        "capture under torchrun: each worker exits with its script's code (when one fails, the others "
+        "with 143 from torchrun's SIGTERM); torchrun exits 0, or 1 with the failed rank's code in its "
+        "summary. Rank 0 writes the job report on this run's traces that arrived (it waits 120 s after "
+        "its own, up to 600 s for a rank still alive, 5 s after a SIGTERM) and names the missing ranks",
+    ),
 )
 
 

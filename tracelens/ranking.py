@@ -18,13 +18,15 @@ from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_P
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
+from tracelens.derive.profiler_cost import MATTERS_SHARE
+from tracelens.derive.queued import QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.explain.base import where as where_in
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
 from tracelens.report.enums import Category, QuestionId, QuestionStatus, Severity
-from tracelens.report.findings import Finding
+from tracelens.report.findings import Finding, Prediction
 
 
 @dataclass(frozen=True)
@@ -73,8 +75,18 @@ def _finite(x: float) -> float:
 def _capped(f: Finding, room_us: float, window_us: float, parent: Category | None = None) -> Finding:
     time_us = max(min(_finite(f.time_us), room_us), 0.0)
     share = time_us / window_us if window_us > 0 else 0.0
-    gain = max(min(_finite(f.expected_gain_us), time_us), 0.0)
-    return replace(f, time_us=time_us, share=share, expected_gain_us=gain, severity=severity_for(share), parent=parent)
+    # A replayed gain is what the fix saves of the step, which may exceed the finding's own
+    # ledger time (a CUDA graph also removes the host work between launches that other
+    # causes hold): it is bounded by the window. An estimate stays within its time.
+    replayed = f.prediction is not None and f.prediction.basis == "replay"
+    cap = max(window_us, 0.0) if replayed else time_us
+    gain = max(min(_finite(f.expected_gain_us), cap), 0.0)
+    low = max(min(_finite(f.expected_gain_low_us), gain), 0.0)
+    high = max(min(_finite(f.expected_gain_high_us), cap), gain)
+    return replace(
+        f, time_us=time_us, share=share, expected_gain_us=gain, expected_gain_low_us=low,
+        expected_gain_high_us=high, severity=severity_for(share), parent=parent,
+    )  # fmt: skip
 
 
 def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
@@ -116,9 +128,19 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         kids = [_capped(k, parent.time_us, window, cat) for k in kids]
         # Children may describe the same kernels: together they never gain more than
         # the parent's time.
-        gains = sum(k.expected_gain_us for k in kids)
+        gains = sum(k.expected_gain_us for k in kids if k.prediction is None or k.prediction.basis != "replay")
         scale = parent.time_us / gains if gains > parent.time_us else 1.0
-        out += [replace(k, expected_gain_us=k.expected_gain_us * scale) for k in kids]
+        out += [
+            k
+            if k.prediction is not None and k.prediction.basis == "replay"
+            else replace(
+                k,
+                expected_gain_us=k.expected_gain_us * scale,
+                expected_gain_low_us=k.expected_gain_low_us * scale,
+                expected_gain_high_us=k.expected_gain_high_us * scale,
+            )
+            for k in kids
+        ]
     return blockers(ctx, out)
 
 
@@ -389,7 +411,8 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     if dev is None or dev.window_us <= 0:
         return tuple(out)
     other = dev.share("idle_other")
-    if other >= OTHER_IDLE_NOTE_SHARE:
+    if other >= OTHER_IDLE_NOTE_SHARE and not finding_due(ctx.queued_waits, dev.window_us):
+        # (when its stalls are large, the queued_idle finding says this)
         out.append(
             f"The GPU also idles {other:.0%} of the window with its next kernel already queued: it waits on "
             "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
@@ -447,51 +470,20 @@ LARGEST_CAUSE_SHARE = 0.2
 STARTUP_WINDOW_SHARE = 0.5
 
 
-#: Queued-work idle gaps at least this long are the ones described (rank0.json: 39 gaps
-#: over 5 ms hold 624 ms of its 59% idle_other).
-QUEUED_GAP_MIN_US = 5_000.0
-
-
 def _queued_wait_words(ctx: AnalysisContext) -> str:
-    """What the queued-work idle waits on (issue 24 §8): how long before the gap the next
-    work was launched and by what call, and the longest host call the gaps overlap."""
-    dev = ctx.ledger.primary
-    if dev is None:
+    """What the queued-work idle coincides with (issue 24 §8), for the note below the
+    queued_idle finding's share: the long gaps, how far ahead their work was launched."""
+    q = ctx.queued_waits
+    if q is None or not q.long_gaps:
         return ""
-    g = dev.gaps[(dev.gaps["cause"] == "idle_other") & (dev.gaps["dur"] >= QUEUED_GAP_MIN_US)]
-    if g.empty:
-        return ""
-    host = ctx.model.host
-    h_ts, h_end = host["ts"].to_numpy(), host["end"].to_numpy()
-    launch = g["launch_row"].to_numpy()
-    has = launch >= 0
-    words = f" {len(g)} gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more hold {fmt_us(float(g['dur'].sum()))} of it"
-    if has.any():
-        lead = g["end"].to_numpy()[has] - h_ts[launch[has]]
-        apis = {ctx.model.arrays.name(int(r)) for r in launch[has]}
+    words = f" {q.long_gaps} gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more hold {fmt_us(q.long_us)} of it"
+    if q.lead_median_us is not None and q.launch_apis:
         words += (
-            f"; their next work had been launched a median {fmt_us(float(np.median(lead)))} earlier "
-            f"(by {', '.join(sorted(apis)[:3])})"
+            f"; their next work had been launched a median {fmt_us(q.lead_median_us)} earlier "
+            f"(by {', '.join(q.launch_apis)})"
         )
-    kind = host["kind"].to_numpy()
-    calls = np.flatnonzero((kind == Kind.RUNTIME) | (kind == Kind.DRIVER))
-    if len(calls):
-        starts, ends = g["start"].to_numpy(), g["end"].to_numpy()
-        best, best_us = -1, 0.0
-        long_calls = calls[(h_end[calls] - h_ts[calls]) >= QUEUED_GAP_MIN_US]
-        # the program's own calls (inside an op), not the profiler's closing synchronize
-        in_op = long_calls[ctx.model.arrays.op[long_calls] >= 0]
-        for r in in_op if len(in_op) else long_calls:
-            ov = float(np.clip(np.minimum(ends, h_end[r]) - np.maximum(starts, h_ts[r]), 0, None).sum())
-            if ov > best_us:
-                best, best_us = int(r), ov
-        if best >= 0:
-            words += (
-                f"; meanwhile the host sat {fmt_us(float(h_end[best] - h_ts[best]))} in {ctx.model.arrays.name(best)}"
-            )
-            op = int(ctx.model.arrays.op[best])
-            if op >= 0:
-                words += f" (inside {ctx.model.arrays.name(op)})"
+    if q.blocked_what:
+        words += f"; {fmt_us(q.blocked_us)} of the idle coincides with the host in {q.blocked_what[0][0]}"
     return words + "."
 
 
@@ -590,6 +582,34 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             if ctx.window_us > 0
             else title
         )
+    pred = top.prediction
+    predicted = low = high = 0.0
+    u_now = u_after = 0.0
+    if pred is not None and ctx.window_us > 0 and per > 0:
+        step = ctx.window_us / per
+        scale = ctx.n_steps / per  # the prediction's per-step values in the report's unit
+        # The step after the fix is after its blockers' fixes too: the verdict's blocker
+        # (its own gain), or the replay's (a graph capture needs the syncs gone first).
+        if blocker is not None:
+            extra, after = blocker.expected_gain_us / per, blocker.category.value
+            u_extra = blocker.prediction.unprofiled_gain_us if blocker.prediction is not None else 0.0
+        elif pred.blocked_by:
+            extra = max(step - pred.predicted_step_us * scale - top.expected_gain_us / per, 0.0)
+            after = pred.blocked_by.replace(",", ", ")
+            u_extra = max(pred.unprofiled_step_us - pred.unprofiled_predicted_step_us - pred.unprofiled_gain_us, 0.0)
+        else:
+            extra, after, u_extra = 0.0, "", 0.0
+        predicted = max(step - extra - top.expected_gain_us / per, 0.0)
+        low = max(step - extra - top.expected_gain_high_us / per, 0.0)
+        high = max(step - extra - top.expected_gain_low_us / per, 0.0)
+        headline += " " + prediction_sentence(unit, step, predicted, low, high, pred, after)
+        if pred.unprofiled_step_us > 0:
+            u_now = pred.unprofiled_step_us * scale
+            u_after = max(u_now - (pred.unprofiled_gain_us + u_extra) * scale, 0.0)
+            if step - u_now >= MATTERS_SHARE * step or predicted - u_after >= MATTERS_SHARE * predicted:
+                headline += " " + unprofiled_sentence(unit, step, u_now, u_after)
+            else:
+                u_now = u_after = 0.0  # the profiler's cost is within the replay's own error
     return Summary(
         primary=top.category,
         headline=headline,
@@ -601,6 +621,43 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         per_step_us=ctx.window_us / per if unit != "window" else 0.0,
         primary_gain_per_step_us=gain / per if unit != "window" else 0.0,
         unit=unit,
+        predicted_step_us=predicted,
+        predicted_step_low_us=low,
+        predicted_step_high_us=high,
+        prediction_basis=pred.basis if pred is not None else "",
+        unprofiled_step_us=u_now,
+        unprofiled_predicted_step_us=u_after,
+    )
+
+
+def unprofiled_sentence(unit: str, step: float, now: float, after: float) -> str:
+    """What the profiler's own host time changes (derive/profiler_cost.py): the step as the
+    user sees it without the profiler, now and after the fix."""
+    what = "the window" if unit == "window" else f"the {unit}"
+    return (
+        f"Without the profiler (its own host time here is about {fmt_us(step - now)} of the {fmt_us(step)}, "
+        f"estimated from the events it recorded) {what} takes about {fmt_us(now)}, and about {fmt_us(after)} "
+        f"after the fix: {fmt_us(now - after)} saved."
+    )
+
+
+#: A predicted step is given as a range when its ends differ by more than this share.
+RANGE_SHARE = 0.02
+
+
+def prediction_sentence(
+    unit: str, step: float, predicted: float, low: float, high: float, pred: Prediction, blockers: str = ""
+) -> str:
+    """The headline's falsifiable end: what the step should take after the first fix, and
+    how to check it (predicted, then measured)."""
+    what = "the window" if unit == "window" else f"the {unit}"
+    rng = f" ({fmt_us(low)} to {fmt_us(high)})" if high - low > RANGE_SHARE * max(predicted, 1e-9) else ""
+    how = "replayed from this trace" if pred.basis == "replay" else "estimated"
+    part = f"; the gain is {pred.part}" if pred.part else ""
+    after = f" and the {blockers} fix" if blockers else ""
+    return (
+        f"After it{after} {what} should take about {fmt_us(predicted)}{rng} instead of {fmt_us(step)} ({how}{part}); "
+        "check with `tracelens diff` on a new capture."
     )
 
 

@@ -29,6 +29,7 @@ from tracelens.analyzers import (
     memory_bound,
     misaligned_matmul,
     power_throttle,
+    queued_idle,
     shape_dynamism,
     wave_quantization,
 )
@@ -66,6 +67,8 @@ ANALYZERS: tuple[AnalyzerSpec, ...] = (
     ),
     AnalyzerSpec(Category.HOST_BOUND, "host_waits", host_bound.analyze, ("host_bound",), needs=("cuda", "cpu")),
     AnalyzerSpec(Category.COMMUNICATION, "host_waits", communication.analyze, ("communication",), needs=("cuda",)),
+    # The GPU idles with its next work queued: it waits, but not for this host thread.
+    AnalyzerSpec(Category.QUEUED_IDLE, "host_waits", queued_idle.analyze, ("idle_other",), needs=("cuda", "cpu")),
     AnalyzerSpec(
         Category.LAUNCH_OVERHEAD, "launch", launch_overhead.analyze, ("launch_overhead",), needs=("cuda", "cpu")
     ),

@@ -311,10 +311,18 @@ def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:
         return []
     kind = host["kind"].to_numpy()
     ts = host["ts"].to_numpy()
-    rows = np.flatnonzero(
-        (kind == int(Kind.CPU_OP)) & name_matches(host["name"], CAT_OPS.__contains__)
-        & (ts >= dev.window_start) & (ts < dev.window_end)
-    )  # fmt: skip
+    is_cat = (kind == int(Kind.CPU_OP)) & name_matches(host["name"], CAT_OPS.__contains__)
+    rows = np.flatnonzero(is_cat & (ts >= dev.window_start) & (ts < dev.window_end))
+    # Where the GPU trails the host, the window's cat kernels were launched by ops that ran
+    # on the host before the window began (a decode loop whose host is 12 ms ahead): those
+    # ops are the window's too.
+    g_ts = model.gpu["ts"].to_numpy()
+    launch = model.gpu["launch"].to_numpy()
+    ran = (launch >= 0) & (g_ts >= dev.window_start) & (g_ts < dev.window_end)
+    if ran.any():
+        ops = model.arrays.op[launch[ran]]
+        ops = np.unique(ops[ops >= 0])
+        rows = np.union1d(rows, ops[is_cat[ops]])
     if not len(rows):
         return []
     rows = rows[np.argsort(ts[rows], kind="stable")]

@@ -1,30 +1,44 @@
-"""communication: time the GPU spends in collectives nothing overlaps, or waiting for
-the other ranks.
+"""communication: time the GPU spends in collectives nothing overlaps, or idle while
+the host is in a collective.
 
 Part of question 1's family (the device waits on something other than its own work).
 The ledger gives the time: collective kernels (NCCL/RCCL) that no other GPU work
-overlaps (exposed communication), and idle gaps while the host sits in a collective
-(gloo runs the collective on the host; a NCCL wait() blocks there) or the next queued
-kernel is a collective waiting for its peers. A collective that takes longer than the
-fastest call of the same kind is waiting for a slower rank: that excess is what fixing
-the straggler (or the imbalance) recovers; the exposed transfer itself is what overlap
-(bucketing, async collectives, FSDP prefetch) recovers.
+overlaps (exposed communication), and idle gaps while the host sits in a collective or
+the next queued kernel is one. Each collective counts once (derive/collectives.py: one
+logical call from its c10d op, record_param_comms, annotation and kernels).
+
+What one rank's trace can and cannot say:
+- gloo runs the exchange on its worker thread and the program blocks in `wait()` until
+  every rank's data has arrived: the idle inside a gloo exchange beyond what the data
+  needs (the fastest call of the same kind and size, or its bytes at gloo's loopback
+  rate) is this rank waiting for a slower one. That is evidence.
+- With NCCL the host does not block on its peers: idle while the host is inside
+  `c10d::allreduce_` is the host issuing the collective (host-side collective overhead,
+  many small calls issued one by one), not waiting. A collective kernel's own time
+  holds both the transfer and any wait for the other ranks, which one trace cannot
+  split: the job report (all ranks' traces) measures it.
+- Bandwidth as nccl-tests defines it: algbw = S / t (S its message: the buffer of an
+  all-reduce, the gathered whole of an all-gather, ...), busbw = algbw x its factor
+  (2(n-1)/n for all-reduce, (n-1)/n for all-gather, reduce-scatter and all-to-all, 1
+  otherwise), with t the kernel's time (so a lower bound: t includes any wait), checked
+  against the GPU's link peak (model/links.py): a rate above it cannot be true and the
+  finding says why (calls that overlap, a down-sampled trace, sizes or times wrong).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
 from tracelens.analyzers.base import Category, Fact, Found, Place
+from tracelens.derive.collectives import Call, bus_factor
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.intervals import overlap
-from tracelens.domain import DTYPE_BYTES, is_collective_kernel, is_collective_wait_op
-from tracelens.model.schema import Kind
+from tracelens.derive.intervals import merge_intervals, overlap, subtract
+from tracelens.model.links import link_peak
 from tracelens.model.sources import PySource, user_source
-from tracelens.model.trace import name_matches
 
 MAX_SITES = 8
 #: gloo all-reduce bandwidth over loopback, measured on the 2-core development machine
@@ -33,23 +47,101 @@ MAX_SITES = 8
 GLOO_ALGBW_BYTES_PER_S = 0.5e9
 
 
+#: Why a bus bandwidth above the link's peak was measured (explain/communication words it).
+ImpossibleWhy = Literal["", "calls_overlap", "down_sampled", "sizes_or_times_wrong"]
+
+
 @dataclass(frozen=True)
 class CommunicationFacts:
-    per_step_us: float | None  # the communication time per step (None: one step or none)
-    exposed_kernel_us: float  # collective kernels nothing overlaps
+    per_step_us: float | None  # the communication time per unit (None: one step, or no unit)
+    unit: str  # the report's unit (AnalysisContext.unit)
+    exposed_kernel_us: float  # collective kernels nothing overlaps (transfer and any wait)
     wait_us: float  # GPU idle inside collectives
-    straggler_wait_us: float  # of it, beyond what the data needs: waiting for another rank
+    peer_wait_us: float  # of it, gloo's exchange beyond what the data needs: waiting for another rank
+    issue_us: float  # of it, the host issuing collectives (host-side overhead)
+    issuing_calls: int
     overlapped_share: float  # of the collective kernel time
-    gloo: bool  # GPU tensors moved by gloo, through the host
-    unit: str = "step"  # the report's unit (AnalysisContext.unit) per_step_us is in
+    impossible: tuple[tuple[str, str], ...]  # (kind, group) whose busbw exceeds the link peak
+    why_impossible: ImpossibleWhy
+    link_name: str  # the link peak's name ("" where unknown)
+    link_bytes_per_s: float  # per direction (0 where unknown)
+    gloo_on_gpu: bool  # gloo moves this GPU program's tensors through the host
 
 
 @dataclass(frozen=True)
-class Collective:
-    op: str
+class CollectiveRow:
+    """The calls of one (process group, kind) in the window, as a place."""
+
+    kind: str
+    group: str
+    backend: str
+    group_size: int | None
+    nbytes: int  # sum of message sizes
+    sizes_from: str  # where the sizes come from ("unknown")
+    bw_bytes: int  # of it, in calls with a transfer time
+    transfer_us: float  # those calls' transfer time
+    bus_factor: float | None  # nccl-tests' busbw factor (None: unknown kind)
 
 
-def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, Collective]]:
+@dataclass
+class _Row:
+    """The calls of one (process group, kind) in the window."""
+
+    group: str
+    kind: str
+    backend: str
+    calls: list[Call]
+    group_size: int | None
+    nbytes: int = 0  # sum of S
+    bw_bytes: int = 0  # of it, in calls with a transfer time (a kernel, or gloo's exchange)
+    time_us: float = 0.0  # sum of those calls' transfer times
+    best_algbw: float = 0.0  # bytes/s of the fastest call
+    sizes_from: str = ""
+
+
+def _rows(calls: list[Call], world: int | None) -> list[_Row]:
+    by: dict[tuple[str, str], list[Call]] = defaultdict(list)
+    for c in calls:
+        by[(c.group, c.kind)].append(c)
+    # Calls without a record name no group size: when they all use one communicator (one
+    # group, one NCCL stream), that is the default group, which spans the world.
+    unnamed = {c.group for c in calls if not c.group_size}
+    rows = []
+    for (group, kind), cs in by.items():
+        size = next((c.group_size for c in cs if c.group_size), None)
+        if size is None and len(unnamed) == 1:
+            size = world
+        row = _Row(group=group, kind=kind, backend=cs[0].backend, calls=cs, group_size=size)
+        for c in cs:
+            row.nbytes += c.nbytes
+            # The transfer's time: its kernels, or gloo's exchange. A call without either (a
+            # zero-size all-to-all NCCL launches nothing for, a one-rank group) moved nothing
+            # a link carried.
+            t = (c.gpu_end - c.gpu_ts) if c.kernels else (c.exchange_end - c.exchange_ts) if c.exchange >= 0 else 0.0
+            if not c.nbytes or t <= 0 or (row.group_size or 2) < 2:
+                continue
+            row.bw_bytes += c.nbytes
+            row.time_us += t
+            row.best_algbw = max(row.best_algbw, c.nbytes / (t * 1e-6))
+        sources = {c.size_source for c in cs if c.size_source}
+        row.sizes_from = ", ".join(sorted(sources)) if sources else "unknown"
+        rows.append(row)
+    rows.sort(key=lambda r: -r.time_us)
+    return rows
+
+
+def _overlapping(calls: list[Call]) -> bool:
+    """Whether calls run at once (on different streams or groups): then the time of each
+    undercounts what the links carried together."""
+    reach = -float("inf")
+    for start, end in sorted((c.start, c.end) for c in calls if c.kernels):
+        if start < reach - 1.0:
+            return True
+        reach = max(reach, end)
+    return False
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRow]]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
@@ -57,95 +149,141 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, Collective]]
     if comm_time <= 0 and dev.comm_us <= 0:
         return []
     model = ctx.model
-    host = model.host
+    found = ctx.collectives
+    calls = [c for c in found.between(dev.window_start, dev.window_end) if c.device in (-1, dev.device)]
     exposed_kernels = float(sum(b - a for a, b in dev.busy_classes["communication"]))
     waits = dev.gaps[dev.gaps["cause"] == "communication"]
-    wait_us = float(waits["dur"].sum())
-
-    # The collectives in the window: host ops (gloo/c10d/NCCL) and their durations.
-    is_op = np.isin(host["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
-    comm_rows = host.index[is_op & name_matches(host["name"], is_collective_wait_op)].to_numpy()
-    ts = host["ts"].to_numpy()
-    end = host["end"].to_numpy()
-    in_win = (end[comm_rows] > dev.window_start) & (ts[comm_rows] < dev.window_end) if len(comm_rows) else []
-    comm_rows = comm_rows[in_win] if len(comm_rows) else comm_rows
-    # Outermost collective op of each nest, so a c10d::allreduce_ > gloo:all_reduce pair
-    # counts once.
-    op_root = host["op_root"].to_numpy()
-    roots = np.unique(np.where(op_root[comm_rows] >= 0, op_root[comm_rows], comm_rows)) if len(comm_rows) else comm_rows
-    roots = np.array([r for r in roots if is_collective_wait_op(model.arrays.name(int(r)))], dtype=np.int64)
-    if not len(roots):
-        roots = comm_rows
-
-    # Idle while each collective ran, and its excess over the fastest call of its kind.
-    by_site: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    src_of: dict[tuple[str, str], PySource | None] = {}
-    durs_by_kind: dict[str, list[float]] = defaultdict(list)
     wait_iv = waits[["start", "end"]].to_numpy() if len(waits) else np.empty((0, 2))
-    idle_in = overlap(wait_iv, ts[roots], end[roots]) if len(roots) else np.zeros(0)
-    nbytes = 0
-    calls: list[tuple[str, float, float, int]] = []  # kind, duration, idle inside, bytes
-    last_size = 0
-    order = np.argsort(ts[roots], kind="stable") if len(roots) else np.zeros(0, dtype=np.int64)
-    roots, idle_in = roots[order], idle_in[order]
-    for r, idle in zip(roots, idle_in, strict=True):
-        name = model.arrays.name(int(r))
-        src = user_source(model, int(r))
-        key = (name, src.label if src else "")
-        by_site[key][0] += float(idle)
-        by_site[key][1] += 1
-        src_of[key] = src
-        durs_by_kind[name].append(float(end[r] - ts[r]))
-        # gloo runs the collective on its own thread, as an op without shapes: its size is
-        # that of the c10d op that issued it just before.
-        size = _message_bytes(ctx, int(r))
-        nbytes += size  # counted once: from the op that carries the shapes
-        if size:
-            last_size = size
-        elif name.startswith("gloo:"):
-            size = last_size
-        calls.append((name, float(end[r] - ts[r]), float(idle), size))
-    # The time a collective needs is its fastest call of the kind (or, on the host, its
-    # bytes at gloo's loopback rate, whichever is less); the rest of the idle inside it
-    # is waiting for the other ranks.
-    fastest = {k: min(v) for k, v in durs_by_kind.items()}
-    excess = 0.0
-    for name, d, idle, size in calls:
-        need = fastest[name]
-        if name.startswith("gloo:") and size:
-            need = min(need, size / GLOO_ALGBW_BYTES_PER_S * 1e6)
-        excess += max(0.0, min(idle, d - need))
-    excess = min(excess, wait_us)
+    wait_us = float(waits["dur"].sum())
+    world = model.meta.world_size
 
-    comm_kernels = model.kernels()
-    comm_kernels = comm_kernels[
-        (comm_kernels["device"] == dev.device)
-        & (comm_kernels["end"] > dev.window_start)
-        & (comm_kernels["ts"] < dev.window_end)
-    ]
-    comm_kernels = comm_kernels[name_matches(comm_kernels["name"], is_collective_kernel)]
-    n_collectives = len(roots) if len(roots) else len(comm_kernels)
-    busy_s = sum(sum(d) for d in durs_by_kind.values()) * 1e-6
-    algbw = nbytes / busy_s if busy_s > 0 and nbytes else 0.0
+    # Where the host was during the GPU idle inside collectives: in gloo's exchange (the
+    # program blocked until the other ranks' data arrived), in the op that issues a call
+    # (host-side overhead), or neither (the next kernel, a collective, was queued).
+    exch = [c for c in calls if c.exchange >= 0]
+    exch_iv = merge_intervals(np.array([c.exchange_ts for c in exch]), np.array([c.exchange_end for c in exch]))
+    issuing = [c for c in calls if c.host_ts == c.host_ts and c.exchange != c.root]
+    host_iv = subtract(
+        merge_intervals(np.array([c.host_ts for c in issuing]), np.array([c.host_end for c in issuing])), exch_iv
+    )
+    in_exchange = float(overlap(exch_iv, wait_iv[:, 0], wait_iv[:, 1]).sum()) if len(wait_iv) else 0.0
+    in_issue = float(overlap(host_iv, wait_iv[:, 0], wait_iv[:, 1]).sum()) if len(wait_iv) else 0.0
+    queued = max(wait_us - in_exchange - in_issue, 0.0)
+
+    # Waiting for other ranks, from gloo's blocking exchange only: per call, the idle inside
+    # its exchange beyond what its data needs.
+    fastest: dict[tuple[str, int], float] = {}
+    for c in exch:
+        key = (c.kind, c.nbytes)
+        fastest[key] = min(fastest.get(key, float("inf")), c.exchange_end - c.exchange_ts)
+    idle_in = overlap(wait_iv, np.array([c.exchange_ts for c in exch]), np.array([c.exchange_end for c in exch]))
+    peer_wait = 0.0
+    for c, idle in zip(exch, idle_in.tolist() if len(exch) else [], strict=True):
+        need = fastest[(c.kind, c.nbytes)]
+        if c.nbytes:
+            need = min(need, c.nbytes / GLOO_ALGBW_BYTES_PER_S * 1e6)
+        peer_wait += max(0.0, min(idle, c.exchange_end - c.exchange_ts - need))
+    peer_wait = min(peer_wait, in_exchange)
+
+    # Host-side overhead: a call's host op keeps the GPU idle while it issues; were a
+    # step's calls issued as one (bucketed, coalesced), one call's worth per step remains.
+    issue_idle = overlap(wait_iv, np.array([c.host_ts for c in issuing]), np.array([c.host_end for c in issuing]))
+    per_call = float(np.median(issue_idle)) if len(issuing) else 0.0
+    overhead_gain = max(in_issue - per_call * ctx.n_steps, 0.0) if len(issuing) > ctx.n_steps else 0.0
+
+    rows = _rows(calls, world)
+    gpu = model.meta.primary_device
+    peak = link_peak(gpu.name if gpu is not None else None)
+    impossible: list[tuple[str, str]] = []
+    total_bytes = sum(r.nbytes for r in rows)
+    kernel_rows = [r for r in rows if r.backend != "gloo" and r.time_us > 0]
+    algbw = sum(r.bw_bytes for r in kernel_rows) / (sum(r.time_us for r in kernel_rows) * 1e-6) if kernel_rows else 0.0
+    busbw = 0.0
+    best_busbw = 0.0
+    for r in kernel_rows:
+        f = bus_factor(r.kind, r.group_size)
+        if f is None or not r.bw_bytes:
+            continue
+        busbw = max(busbw, r.bw_bytes / (r.time_us * 1e-6) * f)
+        best = r.best_algbw * f
+        best_busbw = max(best_busbw, best)
+        if peak is not None and best > peak.bytes_per_s:
+            impossible.append((r.kind, r.group))
+    why_impossible: ImpossibleWhy = ""
+    if impossible and peak is not None:
+        if _overlapping(calls):
+            why_impossible = "calls_overlap"
+        elif found.notes and "no host op" in found.notes[0]:
+            why_impossible = "down_sampled"
+        else:
+            why_impossible = "sizes_or_times_wrong"
 
     overlapped_share = dev.comm_overlapped_us / dev.comm_us if dev.comm_us > 0 else 0.0
-    # Exposed transfers can at best hide under the rest of the GPU's work.
     other_busy = dev.busy_us - exposed_kernels
-    gain = min(exposed_kernels, other_busy) + excess
+    gain = min(exposed_kernels, other_busy) + peer_wait + overhead_gain
     gain = min(gain, comm_time)
-    ranked = sorted(by_site.items(), key=lambda kv: kv[1][0], reverse=True)[:MAX_SITES]
-    places = tuple(
-        Place(count=int(n), time_us=idle, facts=Collective(op), ops=(op,), source=src_of[(op, label)])
-        for (op, label), (idle, n, _) in ranked
-    )
+    sites: list[Place[CollectiveRow]] = []
+    for r in rows[:MAX_SITES]:
+        idle = float(
+            overlap(wait_iv, np.array([c.start for c in r.calls]), np.array([c.end for c in r.calls])).sum()
+        ) + float(overlap(dev.busy_classes["communication"], np.array([c.start for c in r.calls]),
+                          np.array([c.end for c in r.calls])).sum())  # fmt: skip
+        # The op that issued the calls names their source; gloo's exchange runs on its own
+        # thread, where no Python frame says who asked for it.
+        src: PySource | None = (
+            None if r.backend == "gloo" else next((user_source(model, c.root) for c in r.calls if c.root >= 0), None)
+        )
+        row = CollectiveRow(
+            r.kind, r.group, r.backend, r.group_size, r.nbytes, r.sizes_from, r.bw_bytes, r.time_us,
+            bus_factor(r.kind, r.group_size),
+        )  # fmt: skip
+        sites.append(
+            Place(
+                count=len(r.calls),
+                facts=row,
+                time_us=idle,
+                ops=(r.kind,),
+                kind=r.kind,
+                source=src,
+            )
+        )
+    evidence = [
+        Fact("communication_us", comm_time, "us"),
+        Fact("collective_kernel_us", dev.comm_us, "us"),
+        Fact("overlapped_share", overlapped_share, "share"),
+        Fact("exposed_kernel_us", exposed_kernels, "us"),
+        Fact("idle_in_collectives_us", wait_us, "us"),
+        Fact("issue_us", in_issue, "us"),
+        Fact("in_exchange_us", in_exchange, "us"),
+        Fact("queued_us", queued, "us"),
+        Fact("waiting_for_ranks_us", peer_wait, "us"),
+        Fact("collectives", len(calls), "count"),
+        Fact("bytes_moved", total_bytes, "bytes"),
+        Fact("sizes_from", ", ".join(sorted({r.sizes_from for r in rows})) or "unknown", "text"),
+    ]
+    if algbw > 0:
+        evidence.append(Fact("algorithm_bandwidth", algbw, "bytes_per_s"))
+    if busbw > 0:
+        evidence.append(Fact("bus_bandwidth", busbw, "bytes_per_s"))
+        evidence.append(Fact("best_bus_bandwidth", best_busbw, "bytes_per_s"))
+    if peak is not None and kernel_rows:
+        evidence.append(Fact("link_peak", peak.bytes_per_s, "bytes_per_s"))
+    if impossible:
+        evidence.append(Fact("bandwidth_not_possible", "", "text"))  # text: explain/ words facts.why_impossible
     facts = CommunicationFacts(
         per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 and ctx.unit != "window" else None,
         unit=ctx.unit,
         exposed_kernel_us=exposed_kernels,
         wait_us=wait_us,
-        straggler_wait_us=excess,
+        peer_wait_us=peer_wait,
+        issue_us=in_issue,
+        issuing_calls=len(issuing),
         overlapped_share=overlapped_share,
-        gloo=any(name.startswith("gloo:") for name in durs_by_kind) and model.gpu_activity().shape[0] > 0,
+        impossible=tuple(impossible),
+        why_impossible=why_impossible,
+        link_name=peak.name if peak is not None else "",
+        link_bytes_per_s=peak.bytes_per_s if peak is not None else 0.0,
+        gloo_on_gpu=any(c.backend == "gloo" for c in calls) and bool(model.gpu_activity().shape[0]),
     )
     return [
         Found(
@@ -153,38 +291,9 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, Collective]]
             time_us=comm_time,
             expected_gain_us=gain,
             facts=facts,
-            evidence=(
-                Fact("communication_us", comm_time, "us"),
-                Fact("collective_kernel_us", dev.comm_us, "us"),
-                Fact("overlapped_share", overlapped_share, "share"),
-                Fact("exposed_kernel_us", exposed_kernels, "us"),
-                Fact("idle_in_collectives_us", wait_us, "us"),
-                Fact("collectives", n_collectives, "count"),
-                Fact("waiting_for_ranks_us", excess, "us"),
-                Fact("bytes_moved", nbytes, "bytes"),
-                Fact("algorithm_bandwidth", algbw, "bytes_per_s"),
-            ),
-            places=places,
-            sources=tuple(dict.fromkeys(p.source for p in places if p.source is not None)),
+            evidence=tuple(evidence),
+            places=tuple(sites),
+            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
             device=dev.device,
         )
     ]
-
-
-def _message_bytes(ctx: AnalysisContext, row: int) -> int:
-    """Bytes of a collective's first input, from its recorded shape and dtype."""
-    try:
-        shapes = ctx.model.op_shapes(row)
-    except (ValueError, TypeError):
-        return 0
-    dims = shapes.get("Input Dims") or []
-    types = shapes.get("Input type") or []
-    for i, d in enumerate(dims):
-        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
-            n = int(np.prod(d))
-            t = types[i] if i < len(types) else "float"
-            return n * DTYPE_BYTES.get(str(t), 4)
-        if isinstance(d, list) and d and isinstance(d[0], list):  # a TensorList
-            t = types[i] if i < len(types) else "float"
-            return sum(int(np.prod(x)) for x in d if isinstance(x, list)) * DTYPE_BYTES.get(str(t), 4)
-    return 0

@@ -22,15 +22,13 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.host_calls import blocking_call_rows, one_per_call
+from tracelens.derive.host_calls import blocking_call_rows, is_profiler_sync, one_per_call
 from tracelens.derive.intervals import overlap
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
     PySource,
-    in_profiler,
     op_chain,
     python_call,
-    python_stack,
     user_source,
     user_stack,
 )
@@ -121,18 +119,6 @@ def classify(ops: list[str], memcpy_names: list[str], api: str) -> SyncConstruct
     return "other"
 
 
-def _is_profiler_sync(model: TraceModel, row: int, last_launch_ts: float) -> bool:
-    """The profiler's own synchronize at the end of the window is not user code."""
-    if python_stack(model, row):
-        return in_profiler(model, row)
-    host = model.host
-    return (
-        model.arrays.name(row) in ("cudaDeviceSynchronize", "hipDeviceSynchronize")
-        and int(model.arrays.op[row]) < 0
-        and float(host["ts"].to_numpy()[row]) >= last_launch_ts
-    )
-
-
 def _memcpys_by_op(model: TraceModel) -> dict[int, list[str]]:
     gpu = model.gpu
     copies = gpu[(gpu["kind"] == Kind.MEMCPY) & (gpu["launch"] >= 0)]
@@ -205,7 +191,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     for row, parts in calls_of.items():
         if not any(w0 - 1 <= ts[r] <= w1 + 1 or idle_by_sync.get(r, 0.0) > 0.0 for r in parts):
             continue
-        if _is_profiler_sync(model, row, last_launch_ts):
+        if is_profiler_sync(model, row, last_launch_ts):
             profiler_syncs += 1
             continue
         api = model.arrays.name(row)

@@ -77,6 +77,8 @@ class CaptureOptions:
     nvml_interval_s: float = DEFAULT_INTERVAL_S
     #: Show the profiler's own messages instead of writing them to the log file.
     verbose: bool = False
+    #: Under torchrun: the run tag that ties this rank's trace to its run (ranks.RunTag).
+    run: dict[str, Any] | None = None
     #: End the script once the recording is written (--stop-after-recording).
     stop_after_recording: bool = False
     #: What `--counters`' pass measured (capture/counters.py), written into the trace.
@@ -695,6 +697,11 @@ def capture(
     torch = _import_torch()
     from torch.profiler import ProfilerActivity, profile
 
+    if opts.run is not None:  # a torchrun worker: torch's gloo teardown deadlock (ranks.py)
+        from tracelens.capture.ranks import keep_process_groups
+
+        keep_process_groups()
+
     run = _resolve_target(opts)
     # Resolved now: the script may chdir.
     out = (opts.out or default_trace_path(opts.target)).resolve()
@@ -818,6 +825,9 @@ class _TraceWriter:
             "gpu": torch.cuda.get_device_name(0) if has_gpu else None,
             "notes": list(self.notes),
             **({"counters": self.counters_summary()} if opts.counters is not None else {}),
+            # Under torchrun: the run this rank belongs to (capture/ranks.py), also
+            # written at the head of the file by finish_trace.
+            **({"run": opts.run} if opts.run is not None else {}),
         }
 
     def counters_summary(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 
 from tracelens.capture.nvml import SamplerResult
+from tracelens.capture.ranks import write_gz_head
 from tracelens.model.schema import NVML_TRACK_PREFIX, NVML_TRACKS
 from tracelens.output import make_temp, public_mode
 
@@ -299,7 +300,8 @@ def finish_trace(
                 gzip.GzipFile(fileobj=fh, mode="wb", compresslevel=GZIP_LEVEL) if out_path.name.endswith(".gz") else fh
             )
             try:
-                sink.write(b"{")
+                # A rank's run tag goes first, where a reader finds it cheaply (ranks.py).
+                write_gz_head(sink, metadata.get("run"))
                 added = extra_top or {}
                 for k, v in top.items():
                     if k not in ("traceEvents", "tracelens") and k not in added:

@@ -4,17 +4,21 @@ then report on its trace (tracelens.capture does the work; this is its command l
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tracelens.cli.common import _parse_window, _progress, _progress_raw
-from tracelens.cli.report import _report_one, report
+from tracelens.cli.report import _report_one
 from tracelens.errors import TracelensError
 
 if TYPE_CHECKING:
+    from tracelens.capture.ranks import RunTag
     from tracelens.capture.runner import CaptureOptions
     from tracelens.capture.window import Limits
 
@@ -220,6 +224,14 @@ def capture(
         limits.max_events = MAX_EVENTS
     name = module or target
     assert name is not None
+    from tracelens.capture.ranks import Heartbeat, ranks_folder, run_tag, torchrun_env
+
+    # Under torchrun: this run's token (the same on every worker), written into the trace,
+    # and a heartbeat beside the traces while this worker lives (capture/ranks.py).
+    rank_env = torchrun_env()
+    tag = run_tag(rank_env) if rank_env is not None else None
+    rank_folder = ranks_folder(name, out_dir) if rank_env is not None else None
+    beat = Heartbeat(rank_folder, tag).start() if tag is not None and rank_folder is not None else None
     opts = CaptureOptions(
         target=name,
         args=list(ctx.args) if module is None else ([target, *ctx.args] if target else list(ctx.args)),
@@ -232,18 +244,26 @@ def capture(
         nvml=nvml,
         nvml_interval_s=nvml_interval_ms / 1000.0,
         verbose=verbose,
+        run=tag.as_meta() if tag is not None else None,
         stop_after_recording=stop_after_recording,
     )
     if counters:
         _counters_pass(opts, limits, counters_steps, counters_backend)
-    if os.environ.get("TRACELENS_CAPTURE_IN_PROCESS") == "1":
-        # For debugging tracelens itself: no supervising parent (a crash of the script
-        # then loses what was not yet written).
-        result = run_capture(opts, echo=_progress_raw)
-    else:
-        from tracelens.capture.supervise import supervise
+    try:
+        if os.environ.get("TRACELENS_CAPTURE_IN_PROCESS") == "1":
+            # For debugging tracelens itself: no supervising parent (a crash of the script
+            # then loses what was not yet written).
+            result = run_capture(opts, echo=_progress_raw)
+        else:
+            from tracelens.capture.supervise import supervise
 
-        result = supervise(opts, echo=_progress_raw)
+            result = supervise(opts, echo=_progress_raw)
+    except BaseException:
+        if beat is not None:
+            beat.finish("failed")
+        raise
+    if beat is not None:
+        beat.finish("written" if result.trace is not None else "failed")
     for note in result.notes:
         _progress(note)
     if result.trace is None:
@@ -269,24 +289,64 @@ def capture(
         _progress("the trace holds no torch ops, so there is nothing to report")
     elif report_after:
         try:
-            from tracelens.capture.ranks import ranks_folder, torchrun_env, wait_for_ranks
-
-            env = torchrun_env()
-            if env is None:
+            if rank_env is None or tag is None or rank_folder is None:
                 from tracelens.output import default_stem
 
                 perfetto = out_dir / f"{default_stem(result.trace)}.perfetto.json.gz"
                 _report_one(result.trace, None, None, None, out_dir, False, None, None, perfetto=perfetto)
-            elif env.rank == 0:  # under torchrun: rank 0 reports once on every rank's trace
-                folder = ranks_folder(name, out_dir)
-                ready = wait_for_ranks(folder, env.world_size, _progress)
-                report([str(p) for p in ready] or [str(folder)], None, None, None, out_dir, False)
+            elif rank_env.rank == 0:  # under torchrun: rank 0 reports once on this run's traces
+                _report_job(result.trace, result.exit_code, rank_folder, tag, out_dir)
         except Exception as exc:  # the trace is the product; a failed report must not hide it
             msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
             _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
     from tracelens.capture.runner import exit_process
 
     exit_process(result.exit_code)
+
+
+def _report_job(trace: Path, exit_code: int, rank_folder: Path, tag: RunTag, out_dir: Path) -> None:
+    """Rank 0 under torchrun: wait (bounded) for this run's other traces, then the job report."""
+    from tracelens.capture.ranks import wait_for_ranks
+    from tracelens.capture.runner import INTERRUPTED_EXIT, TERMINATED_EXIT
+    from tracelens.cli.job import report_many
+
+    terminated = exit_code in (INTERRUPTED_EXIT, TERMINATED_EXIT)
+    # torchrun SIGTERMs every worker when one fails (and SIGKILLs 30 s later): the report
+    # goes on, without waiting for more ranks, instead of being lost.
+    stop = _TermFlag()
+    with stop.installed():
+        arrival = wait_for_ranks(rank_folder, tag, _progress, terminated=terminated, stopped=stop.get)
+        report_many([str(p) for p in arrival.ready] or [str(trace)], None, None, None, out_dir, False, None, None,
+                    False, run_problems=arrival.problems, stem=f"{rank_folder.name}.job")  # fmt: skip
+
+
+class _TermFlag:
+    """A SIGTERM handler for the report after a torchrun capture: the first SIGTERM is
+    noted (the report is finished without waiting for more ranks), a second one ends the
+    process as SIGTERM would."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def get(self) -> bool:
+        return self.seen
+
+    def _on_term(self, signum: int, _frame: object) -> None:
+        if self.seen:
+            os._exit(128 + signum)
+        self.seen = True
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        try:
+            old = signal.signal(signal.SIGTERM, self._on_term)
+        except ValueError:  # not the main thread
+            yield
+            return
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGTERM, old)
 
 
 def _rank_or_default_path(name: str, out_dir: Path) -> Path:

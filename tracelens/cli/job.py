@@ -12,6 +12,7 @@ import typer
 from tracelens.errors import UsageError
 from tracelens.job.discover import expand, is_url, looks_like_ranks, rank_inputs
 from tracelens.job.model import RankFailure, RankInput, RankSummary
+from tracelens.report.job_report import JobReport
 
 
 def job_stem(inputs: list[str], files: list[str]) -> str:
@@ -66,8 +67,14 @@ def report_many(
     windowed: str | None = None,
     redact: bool = False,
     perfetto: Path | None = None,
+    *,
+    run_problems: list[str] | None = None,
+    stem: str | None = None,
 ) -> list[str]:
-    """Write the job report and return [], or return the traces to report one by one."""
+    """Write the job report and return [], or return the traces to report one by one.
+
+    `run_problems` (from a torchrun capture: ranks that did not arrive, files of another
+    run) make it a job report whatever the number of traces, named `stem`."""
     from tracelens.cli.common import _emit, _targets
     from tracelens.job.analyze import analyze
     from tracelens.job.run import map_ranks
@@ -75,7 +82,7 @@ def report_many(
 
     files = expand(traces)
     inputs = rank_inputs(files)
-    if not looks_like_ranks(inputs):
+    if run_problems is None and not looks_like_ranks(inputs):
         if len(files) > 1 and (html or markdown or json_out):
             raise UsageError(
                 "these traces are not ranks of one job (no distributedInfo, no rank in their names): --html, "
@@ -90,7 +97,7 @@ def report_many(
         raise UsageError("--window and --steps apply to one trace; a job report analyses each rank's own window")
     if workers is not None and workers < 1:
         raise typer.BadParameter("--workers must be >= 1")
-    stem = job_stem(traces, files)
+    stem = stem or job_stem(traces, files)
     local = [Path(i.path) for i in inputs if not is_url(i.path)]
     wanted = _targets(html, markdown, json_out, out_dir, stem, local)
     per_rank_dir = str(out_dir / stem.removesuffix(".job")) + "-ranks" if per_rank else None
@@ -104,7 +111,7 @@ def report_many(
         progress=_Progress(quiet),
         redact=redact,
     )
-    rep = analyze(results, map_seconds=seconds, scheduler=how)
+    rep = analyze(results, map_seconds=seconds, scheduler=how, problems=run_problems or [])
     renderers = {"html": render_job_html, "md": render_job_markdown, "json": render_job_json}
     # Paths, homes and this machine's host name; the ranks' own metadata stays in the
     # workers (each rank's report is redacted there with its trace's host names).
@@ -114,7 +121,15 @@ def report_many(
 
     dirs = [p.parent for p, _ in wanted if not is_stdout(p)]
     scrub = Redactor.for_trace(local, (), (), dirs).text if redact else None
-    _emit(wanted, renderers, rep, None if quiet else render_job_terminal, scrub)
+    from tracelens.render.terminal import terminal_width, use_colour
+
+    stream = sys.stderr if any(is_stdout(p) for p, _ in wanted) else sys.stdout
+    width, colour = terminal_width(stream), use_colour(stream)
+
+    def summary(report: JobReport, written: list[str]) -> str:
+        return render_job_terminal(report, written, width=width, colour=colour)
+
+    _emit(wanted, renderers, rep, None if quiet else summary, scrub)
     return []
 
 

@@ -15,33 +15,54 @@ is derived here.
     memory_profile   the [memory] events of the window (derive/memory.py)
     shape_sites      op sites whose shapes change (derive/shapes.py)
     clock_tracks     NVML clock and power samples of the GPU (derive/clocks.py)
-    blocking_calls   host calls that wait for the device (derive/ledger.py)
+    blocking_calls   host calls that wait for the device (derive/host_calls.py)
+    queued_waits     idle with the next work queued, and what it coincides with (derive/queued.py)
+    collectives      the logical collective calls, one per collective (derive/collectives.py)
+    main_thread      the thread running the training loop (derive/host_time.py)
+    thread_time(tid) one thread's host time: ops, data loading, Python (derive/host_time.py)
     window_activity  the GPU's kernels, copies and memsets inside the window
+    graph            the window's dependency graph (derive/graph.py), for the predictions
+    replayed         the window replayed unmodified (derive/replay.py): every prediction's baseline
+    profiler_cost    what torch.profiler's own events cost the graph's host nodes (derive/profiler_cost.py)
+    unprofiled       the window replayed without that cost: the step the user sees unprofiled
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
 from tracelens.derive.clocks import Series, clock_tracks
+from tracelens.derive.collectives import Collectives, collectives
 from tracelens.derive.counters import KernelCounters, kernel_counters
 from tracelens.derive.eager_attention import EagerAttention, eager_attention, eager_attention_shapes
+from tracelens.derive.graph import DependencyGraph, build_graph, host_end_of, window_nodes
 from tracelens.derive.graph_nodes import GraphNodes, graph_nodes
 from tracelens.derive.host_calls import blocking_call_rows
+from tracelens.derive.host_time import ThreadTime, main_thread, thread_time
 from tracelens.derive.ledger import Ledger, compute_ledger
 from tracelens.derive.matmuls import matmul_rows
 from tracelens.derive.memory import MemoryProfile, memory_profile
+from tracelens.derive.profiler_cost import ProfilerCost, profiler_cost
+from tracelens.derive.queued import QueuedWaits, queued_waits
+from tracelens.derive.replay import Edit, replay
 from tracelens.derive.roofline import Roofline, compute_roofline
 from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
 from tracelens.derive.steps import find_step_marks, with_steps
+from tracelens.derive.transforms import profiler as t_profiler
 from tracelens.derive.window import Window, find_window
 from tracelens.model.trace import TraceModel
 from tracelens.report import MatmulRow
 from tracelens.report.enums import ReportUnit
+
+#: The replay's graph stays under this many nodes (derive/replay.py: a transform's replay
+#: costs a few numpy passes per round over them, or ~1 µs a node of Python when a path
+#: crosses chains often): a longer window is replayed on whole steps from its middle.
+REPLAY_MAX_NODES = 12_000
+REPLAY_MIN_STEPS = 2
 
 
 @dataclass
@@ -50,6 +71,7 @@ class AnalysisContext:
     #: `--window START:END` (seconds from the trace's start) or `--steps N-M` from the user.
     user_window: tuple[float, float] | None = None
     user_steps: tuple[int, int] | None = None
+    _thread_times: dict[int, ThreadTime] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # The user's own step marks (record_function ranges, framework steps, optimizer
@@ -111,6 +133,63 @@ class AnalysisContext:
     @cached_property
     def ledger(self) -> Ledger:
         return compute_ledger(self.model, self.window, self.roofline)
+
+    @cached_property
+    def replay_span(self) -> tuple[float, float, float, int]:
+        """The part of the window the replay covers: (start, end, host end, steps). All of
+        it, unless its graph would exceed REPLAY_MAX_NODES: then as many whole steps from
+        its middle as fit (at least REPLAY_MIN_STEPS), whose gains per step stand for the
+        window's (its steps are the same loop)."""
+        dev = self.ledger.primary
+        w = self.window
+        assert dev is not None
+        whole = (dev.window_start, dev.window_end, host_end_of(self.model, w), self.n_steps)
+        steps = [s for s in w.steps if s.end_us > s.start_us]
+        if len(steps) <= REPLAY_MIN_STEPS:
+            return whole
+        nodes = window_nodes(self.model, dev.window_start, dev.window_end)
+        if nodes <= REPLAY_MAX_NODES:
+            return whole
+        k = max(REPLAY_MIN_STEPS, int(REPLAY_MAX_NODES / (nodes / len(steps))))
+        if k >= len(steps):
+            return whole
+        i = (len(steps) - k) // 2
+        part = steps[i : i + k]
+        sub = replace(w, start_us=part[0].start_us, end_us=part[-1].end_us, steps=tuple(part))
+        return part[0].start_us, part[-1].end_us, host_end_of(self.model, sub), k
+
+    @cached_property
+    def graph(self) -> DependencyGraph | None:
+        """The window's dependency graph, for the replay's predictions (issue 25)."""
+        dev = self.ledger.primary
+        if dev is None:
+            return None
+        start, end, host_end, _ = self.replay_span
+        return build_graph(self.model, start, end, dev.device, host_end)
+
+    @cached_property
+    def replayed(self) -> float:
+        """The window replayed as measured, in a loop that runs on (µs): the baseline of
+        every prediction (derive/replay.py, Schedule.steady_span_us)."""
+        g = self.graph
+        return replay(g).steady_span_us if g is not None else self.window_us
+
+    @cached_property
+    def profiler_cost(self) -> ProfilerCost | None:
+        """What torch.profiler's recorded events cost the graph's host nodes."""
+        g = self.graph
+        return profiler_cost(self.model, g, self.replay_span[3]) if g is not None else None
+
+    @cached_property
+    def unprofiled(self) -> float:
+        """The replayed window without the profiler's own host cost (µs over the replayed
+        steps, like `replayed`)."""
+        g, cost = self.graph, self.profiler_cost
+        if g is None or cost is None:
+            return self.replayed
+        edit = Edit.of(g)
+        t_profiler.apply(g, edit, cost)
+        return replay(g, edit).steady_span_us
 
     @property
     def window_us(self) -> float:
@@ -174,6 +253,28 @@ class AnalysisContext:
     def blocking_calls(self) -> np.ndarray:
         """Host rows of calls that block until the device catches up."""
         return blocking_call_rows(self.model)
+
+    @cached_property
+    def queued_waits(self) -> QueuedWaits | None:
+        """The primary GPU's idle with its next work already queued, and what it coincides with."""
+        return queued_waits(self.model, self.ledger.primary, self.blocking_calls)
+
+    @cached_property
+    def collectives(self) -> Collectives:
+        """The trace's logical collective calls (one per collective, with its message size)."""
+        return collectives(self.model)
+
+    @cached_property
+    def main_thread(self) -> int | None:
+        """The thread that runs the training loop (None: no torch op on any thread)."""
+        return main_thread(self.model)
+
+    def thread_time(self, tid: int) -> ThreadTime:
+        """One thread's host-time split (computed once per thread)."""
+        got = self._thread_times.get(int(tid))
+        if got is None:
+            got = self._thread_times[int(tid)] = thread_time(self.model, int(tid))
+        return got
 
     @cached_property
     def window_activity(self) -> pd.DataFrame:

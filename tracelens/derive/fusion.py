@@ -40,6 +40,10 @@ class FusionChain:
     bytes: float
     first_row: int  # host row of the first pass's op (for its Python source)
     kernels: tuple[str, ...]
+    #: Each occurrence's passes as model.gpu rows, and each pass's bytes (for the replay's
+    #: fusion transform, derive/transforms/fusion.py).
+    occurrences: tuple[tuple[tuple[int, ...], ...], ...] = ()
+    occurrence_bytes: tuple[tuple[float, ...], ...] = ()
 
 
 def _kernel_steps(model: TraceModel, k: pd.DataFrame, iterations: tuple[float, ...]) -> np.ndarray:
@@ -76,6 +80,7 @@ def _fusion_chains(
     for i, m in att.meta.items():
         fusible_family[i] = m[1] in FUSIBLE_FAMILIES
     fusible = ((att.source == 1) & fusible_family)[order].tolist()
+    rows = k.index.to_numpy()[order].tolist()
     groups: dict[tuple[str, ...], list[Any]] = {}
 
     def close(run: list[int]) -> None:
@@ -95,11 +100,15 @@ def _fusion_chains(
             return
         ops = tuple(model.arrays.name(int(owner[p[0]])) for p in passes)
         times = [float(sum(dur[j] for j in p)) for p in passes]
-        g = groups.setdefault(ops, [0, 0.0, 0.0, 0.0, int(owner[passes[0][0]]), tuple(names[p[0]] for p in passes)])
+        g = groups.setdefault(
+            ops, [0, 0.0, 0.0, 0.0, int(owner[passes[0][0]]), tuple(names[p[0]] for p in passes), [], []]
+        )
         g[0] += 1
         g[1] += sum(times)
         g[2] += sum(times) - max(times)
         g[3] += float(sum(nbytes[j] for p in passes for j in p))
+        g[6].append(tuple(tuple(int(rows[j]) for j in p) for p in passes))
+        g[7].append(tuple(float(sum(nbytes[j] for j in p)) for p in passes))
 
     run: list[int] = []
     for j in range(len(order)):
@@ -117,6 +126,8 @@ def _fusion_chains(
         close(run)
         run = [j] if fusible[j] and nbytes[j] > 0 else []
     close(run)
-    chains = [FusionChain(ops, int(g[0]), g[1], g[2], g[3], g[4], g[5]) for ops, g in groups.items()]
+    chains = [
+        FusionChain(ops, int(g[0]), g[1], g[2], g[3], g[4], g[5], tuple(g[6]), tuple(g[7])) for ops, g in groups.items()
+    ]
     chains.sort(key=lambda c: -c.saved_us)
     return tuple(chains)

@@ -15,11 +15,14 @@ from tracelens.domain import (
     ASYNC_COPY_APIS,
     CAPTURE_BEGIN_APIS,
     CAPTURE_END_APIS,
+    CAPTURE_TOOL_FRAMES,
     GRAPH_INSTANTIATE_APIS,
     LAUNCH_APIS,
+    PROFILER_FRAMES,
     SYNC_APIS,
 )
 from tracelens.model.schema import Kind
+from tracelens.model.sources import in_profiler, python_stack
 from tracelens.model.trace import TraceModel, name_matches
 
 #: A kernel or graph launch call this long is a cold first launch (lazy module loading,
@@ -103,3 +106,52 @@ def named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds: 
     if not kind_mask.any():
         return np.empty((0, 2))
     return _rows_intervals(model, kind_mask & name_matches(host["name"], predicate))
+
+
+def profiler_intervals(model: TraceModel) -> np.ndarray:
+    """Host intervals of the profiler's own work: torch.profiler's Python frames, and the
+    frames of the capturing tool (tracelens capture) under which no op ran: its own
+    bookkeeping, such as the gc.collect() at the start of a recording (3.54 s inside the
+    first ProfilerStep of sample_traces/capture_compile), on a thread that runs ops. The
+    tool's frames that run the user's script hold its ops and are not overhead; its own
+    threads (the window timer, the NVML sampler) run beside the program."""
+    host = model.host
+    kind = host["kind"].to_numpy()
+    py = kind == Kind.PYTHON
+    if not py.any():
+        return np.empty((0, 2))
+    names = host["name"]
+    prof = py & name_matches(names, lambda n: any(m in n for m in PROFILER_FRAMES))
+    tool = np.flatnonzero(py & name_matches(names, lambda n: any(m in n for m in CAPTURE_TOOL_FRAMES)))
+    ts, end = host["ts"].to_numpy(), host["end"].to_numpy()
+    if len(tool):
+        thread = host["pid"].to_numpy().astype(np.int64) * 1_000_003 + host["tid"].to_numpy().astype(np.int64)
+        ops = np.flatnonzero((kind == Kind.CPU_OP) | (kind == Kind.USER_ANNOTATION) | (kind == Kind.RUNTIME))
+        for t in np.unique(thread[tool]):
+            mine = tool[thread[tool] == t]
+            op_ts = np.sort(ts[ops[thread[ops] == t]])
+            if not len(op_ts):
+                continue  # the tool's own threads (its timer, the NVML sampler) idle beside the run
+            inside = np.searchsorted(op_ts, end[mine], side="left") - np.searchsorted(op_ts, ts[mine], side="left")
+            prof[mine[inside == 0]] = True
+    return merge_intervals(ts[prof], end[prof])
+
+
+def last_launch_ts(model: TraceModel) -> float:
+    """Host start of the last call that launched GPU work (inf when none did)."""
+    launch = model.gpu["launch"].to_numpy() if len(model.gpu) else np.empty(0, dtype=np.int64)
+    launched = launch[launch >= 0]
+    return float(model.host["ts"].to_numpy()[launched].max()) if len(launched) else float("inf")
+
+
+def is_profiler_sync(model: TraceModel, row: int, last_launch: float) -> bool:
+    """The profiler's own synchronize at the end of the window (torch.profiler's stop
+    waits for the device), not the program's: inside the profiler's frames, or a device
+    synchronize outside any op after the last launch."""
+    if python_stack(model, row):
+        return in_profiler(model, row)
+    return (
+        model.arrays.name(row) in ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+        and int(model.arrays.op[row]) < 0
+        and float(model.host["ts"].to_numpy()[row]) >= last_launch
+    )

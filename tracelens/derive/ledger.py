@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.host_calls import blocking_call_rows, named_intervals, startup_intervals
+from tracelens.derive.host_calls import blocking_call_rows, named_intervals, profiler_intervals, startup_intervals
 from tracelens.derive.intervals import covered, merge_intervals, overlap, subtract, total, union
 from tracelens.derive.roofline import Roofline
 from tracelens.derive.window import StepSpan, Window
@@ -59,7 +59,6 @@ from tracelens.domain import (
     COMPILER_EXCLUDE,
     COMPILER_MARKERS,
     GRAPH_LAUNCH_APIS,
-    PROFILER_FRAMES,
     is_collective_kernel,
     is_collective_wait_op,
 )
@@ -243,7 +242,7 @@ def compute_ledger(
 
     comm_iv = named_intervals(model, is_collective_wait_op, (Kind.CPU_OP, Kind.USER_ANNOTATION))
     alloc_iv = named_intervals(model, ALLOC_APIS.__contains__, (Kind.RUNTIME, Kind.DRIVER))
-    prof_iv = named_intervals(model, lambda n: any(m in n for m in PROFILER_FRAMES), (Kind.PYTHON,))
+    prof_iv = profiler_intervals(model)
     compile_iv = named_intervals(
         model,
         lambda n: any(m in n for m in COMPILER_MARKERS) and not any(x in n for x in COMPILER_EXCLUDE),

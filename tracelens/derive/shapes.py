@@ -54,6 +54,10 @@ class ShapeSite:
     excess_us: float = 0.0  # host time of new-shape calls beyond a repeat's
     idle_us: float = 0.0  # GPU idle (host-bound) while the host was in those calls
     alloc_calls: int = 0
+    #: The window's calls (model.host rows, as `shapes`), and the new-shape calls' excess
+    #: host time as (row, µs): what the replay's static-shapes transform removes.
+    rows: list[int] = field(default_factory=list)
+    excess: list[tuple[int, float]] = field(default_factory=list)
 
     @property
     def distinct(self) -> int:
@@ -155,6 +159,7 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
         if site is None:
             site = sites[site_key] = ShapeSite(name, src)
         site.shapes.append(dims)
+        site.rows.append(r)
         site.steps.add(int(step))
         site.calls += 1
         site.alloc_calls += alloc_by_root.get(r, 0)
@@ -162,6 +167,8 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
             site.new_calls += 1
             site.new_steps.add(int(step))
             excess = float(dur[r]) - baseline[name]
+            if excess > 0:
+                site.excess.append((r, excess))  # all of it: one shape makes every call a repeat
             if excess >= NEW_SHAPE_MIN_EXCESS_US:
                 site.excess_us += excess
                 idle = float(overlap(gap_iv, np.array([ts[r]]), np.array([ts[r] + dur[r]]))[0]) if len(gap_iv) else 0.0

@@ -26,6 +26,7 @@ from tracelens.explain import (
     memory_bound,
     misaligned_matmul,
     power_throttle,
+    queued_idle,
     shape_dynamism,
     wave_quantization,
 )
@@ -40,6 +41,7 @@ WRITERS: dict[Category, Writer] = {
     Category.HOST_SYNC: host_sync.words,
     Category.HOST_BOUND: host_bound.words,
     Category.COMMUNICATION: communication.words,
+    Category.QUEUED_IDLE: queued_idle.words,
     Category.LAUNCH_OVERHEAD: launch_overhead.words,
     Category.EAGER_ATTENTION: eager_attention.words,
     Category.MEMORY_BOUND: memory_bound.words,

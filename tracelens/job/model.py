@@ -29,15 +29,23 @@ class Collective(msgspec.Struct, frozen=True):
     group: str  # process group name, "default" when the trace does not say
     seq: int  # the group's sequence number (record_param_comms), else -1
     order: int  # its index among this rank's calls of the same group and kind
-    step: int  # ProfilerStep number it falls in, -1 if none
-    start_us: float  # when this rank got there (the collective kernel or host op starts)
+    step: int  # the number of the analysed step it falls in (its window's own steps), -1 if none
+    start_us: float  # when this rank got there with its data (its kernel starts, or gloo's exchange can)
     end_us: float  # when it finished (ranks finish a synchronising collective together)
-    bytes: int  # message bytes (the input), 0 when the trace does not say
+    bytes: int  # nccl-tests' message size S (derive/collectives.py), 0 when the trace does not say
     source: str  # "kernel" (NCCL/RCCL on the GPU) or "host" (gloo, c10d op)
     exposed_us: float  # the ledger's communication time inside the call (no other GPU work)
     #: The ledger's causes over this rank's time since its previous collective ended:
     #: what it was doing before it arrived (cause -> µs).
     before: dict[str, float] = {}
+    #: The same span on the launching thread: host_ops, data_loading, host_python (µs)
+    #: (derive/host_time.py): the reason a rank without a GPU ledger gives.
+    before_host: dict[str, float] = {}
+    group_size: int = 0  # ranks in the group, 0 when the trace does not say
+    size_source: str = ""  # where `bytes` came from (derive/collectives.py), "" unknown
+    backend: str = ""
+    #: With stacks: the Python frame holding most of the host_python time before it.
+    hot_frame: str = ""
 
 
 class RankSummary(msgspec.Struct, frozen=True):
@@ -63,6 +71,11 @@ class RankSummary(msgspec.Struct, frozen=True):
     analysis_seconds: float
     notes: list[str] = []
     report_files: list[str] = []  # per-rank reports written on request
+    step_source: str = ""  # the window's: "steps" (ProfilerStep, the same numbers on every rank), "detected", ...
+    #: Python frames and ops the profiler recorded per analysed step (job/overhead.py).
+    events_per_step: dict[str, float] = {}
+    with_stack: bool = False
+    run_token: str = ""  # the torchrun run token tracelens capture wrote, "" when none
     #: The rank's program, for "ranks from different programs" (tracelens/derive/compare.py):
     #: its heaviest kernels by GPU time and top-level ops (with shapes) by count, as shares.
     program_kernels: dict[str, float] = {}

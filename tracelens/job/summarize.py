@@ -20,10 +20,11 @@ import numpy as np
 
 from tracelens.analyzers.base import Category
 from tracelens.assemble import findings_of
+from tracelens.derive.collectives import Call, collective_kind
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
 from tracelens.derive.ledger import CAUSES, DeviceLedger, cause_intervals
-from tracelens.domain import DTYPE_BYTES, SYNC_APIS, is_collective_kernel, is_collective_wait_op
+from tracelens.domain import SYNC_APIS
 from tracelens.job.discover import is_url
 from tracelens.job.model import Collective, RankFailure, RankInput, RankSummary
 from tracelens.model.schema import Kind
@@ -36,118 +37,22 @@ MAX_FINDINGS = 5
 #: A finding's advice is cut to this in the summary (the per-rank report has it whole).
 MAX_ADVICE_CHARS = 600
 
-#: Collective kinds by name fragment (lower case, underscores removed), in match order.
-_KIND_MARKERS = (
-    ("allreduce", "all_reduce"),
-    ("allgather", "all_gather"),
-    ("reducescatter", "reduce_scatter"),
-    ("alltoall", "all_to_all"),
-    ("broadcast", "broadcast"),
-    ("barrier", "barrier"),
-    ("sendrecv", "send_recv"),
-    ("send", "send_recv"),
-    ("recv", "send_recv"),
-    ("reduce", "reduce"),
-)
+__all__ = ["collective_kind", "summarize"]
+
+#: Per-step event counts kept for the profiler-overhead estimate (job/overhead.py).
+_COUNTED_KINDS = {"python": int(Kind.PYTHON), "ops": int(Kind.CPU_OP)}
 
 
-def collective_kind(name: str) -> str:
-    low = name.lower().replace("_", "")
-    for marker, kind in _KIND_MARKERS:
-        if marker in low:
-            return kind
-    return "other"
-
-
-class _CommArgs(msgspec.Struct):
-    """The record_param_comms / NCCL kernel args that identify a collective (torch 2.2+)."""
-
-    external_id: int | None = msgspec.field(name="External id", default=None)
-    correlation: int | None = None
-    collective: str | None = msgspec.field(name="Collective name", default=None)
-    pg_name: str | int | None = msgspec.field(name="Process Group Name", default=None)
-    pg_desc: str | None = msgspec.field(name="Process Group Description", default=None)
-    seq: int | str | None = msgspec.field(name="Seq", default=None)
-    in_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
-    dtype: str | None = None
-
-
-class _CommEvent(msgspec.Struct):
-    name: str = ""
-    args: _CommArgs | None = None
-
-
-class _CommFile(msgspec.Struct):
-    traceEvents: list[_CommEvent] | None = None
-
-
-def _comm_args(path: str) -> tuple[dict[int, _CommArgs], dict[int, _CommArgs]]:
-    """record_param_comms args by External id, and collective kernels' args by
-    correlation. The loader does not keep these keys, so this reads the file once more,
-    decoding only them."""
-    from tracelens.model.loader import read_trace_bytes
-
-    data, _ = read_trace_bytes(path)
-    try:
-        evs = msgspec.json.decode(data, type=_CommFile).traceEvents or []
-    except (msgspec.MsgspecError, RecursionError):
-        return {}, {}
-    by_ext: dict[int, _CommArgs] = {}
-    by_corr: dict[int, _CommArgs] = {}
-    for e in evs:
-        a = e.args
-        if a is None or (a.collective is None and a.seq is None):
-            continue
-        if e.name == "record_param_comms" and a.external_id is not None:
-            by_ext[a.external_id] = a
-        elif a.correlation is not None:
-            by_corr[a.correlation] = a
-    return by_ext, by_corr
-
-
-def _seq(a: _CommArgs | None) -> int:
-    if a is None or a.seq is None:
-        return -1
-    try:
-        return int(a.seq)
-    except ValueError:
-        return -1
-
-
-def _arg_bytes(a: _CommArgs | None) -> int:
-    if a is None or not a.in_nelems:
-        return 0
-    dtype = (a.dtype or "float").replace("torch.", "")
-    return int(a.in_nelems) * DTYPE_BYTES.get(dtype, 4)
-
-
-def _shape_bytes(model: TraceModel, row: int) -> int:
-    """Bytes of a host op's first tensor input, from its recorded shape and dtype."""
-    try:
-        shapes = model.op_shapes(row)
-    except (ValueError, TypeError):
-        return 0
-    dims = shapes.get("Input Dims") or []
-    types = shapes.get("Input type") or []
-    for i, d in enumerate(dims):
-        t = str(types[i]) if i < len(types) else "float"
-        if isinstance(d, list) and d and all(isinstance(x, int) for x in d):
-            return int(np.prod(d)) * DTYPE_BYTES.get(t, 4)
-        if isinstance(d, list) and d and isinstance(d[0], list):  # a TensorList: its dtype is per tensor
-            return sum(int(np.prod(x)) for x in d if isinstance(x, list)) * 4
-    return 0
-
-
-def _step_of(model: TraceModel, ts: np.ndarray) -> np.ndarray:
-    """ProfilerStep number whose host span holds each time, -1 outside every step."""
-    steps = model.steps
+def _step_index(spans: list[tuple[int, float, float]], ts: np.ndarray) -> np.ndarray:
+    """The number of the analysed step (the window's own spans, the same ones the
+    summary's step times come from) holding each time; -1 outside every one."""
     out = np.full(len(ts), -1, dtype=np.int64)
-    if not len(steps) or not len(ts):
+    if not spans or not len(ts):
         return out
-    order = np.argsort(steps["cpu_ts"].to_numpy())
-    start = steps["cpu_ts"].to_numpy()[order]
-    end = np.fmax(steps["cpu_end"].to_numpy()[order], steps["gpu_end"].to_numpy()[order])
-    num = steps["step"].to_numpy()[order]
+    spans = sorted(spans, key=lambda s: s[1])
+    start = np.array([s[1] for s in spans])
+    end = np.array([s[2] for s in spans])
+    num = np.array([s[0] for s in spans])
     k = np.searchsorted(start, ts, side="right") - 1
     ok = k >= 0
     inside = np.zeros(len(ts), dtype=bool)
@@ -156,119 +61,124 @@ def _step_of(model: TraceModel, ts: np.ndarray) -> np.ndarray:
     return out
 
 
-def _calls(model: TraceModel, path: str, device: int | None) -> list[dict[str, Any]]:
-    """This rank's collectives, in time order: the collective kernels on its GPU (NCCL,
-    RCCL: they start when the GPU reaches them and end when every rank's data arrived),
-    and host collectives of gloo (its worker thread runs the whole exchange)."""
-    backend = str((model.meta.metadata.get("distributedInfo") or {}).get("backend", "") or "")
-    calls: list[dict[str, Any]] = []
-    gpu = model.gpu
-    kern = gpu[(gpu["kind"] == Kind.KERNEL) & (gpu["device"] == device)] if device is not None else gpu.iloc[0:0]
-    kern = kern[name_matches(kern["name"], is_collective_kernel)] if len(kern) else kern
+def _arrivals(model: TraceModel, calls: list[Call]) -> np.ndarray:
+    """When this rank reached each call with its data: its kernel's start (NCCL, RCCL), or
+    for gloo the moment its worker thread could exchange. With a CUDA tensor gloo's thread
+    first waits for the device copy of the input (a cudaStreamSynchronize inside the op):
+    the rank arrives when that returns."""
+    out = np.array([c.start for c in calls], dtype=float)
+    gloo = [i for i, c in enumerate(calls) if not c.kernels and c.exchange >= 0]
+    if not gloo:
+        return out
     host = model.host
-    is_op = np.isin(host["kind"].to_numpy(), [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
-    gloo = host[is_op & name_matches(host["name"], lambda n: n.startswith("gloo:"))]
-    rpc = host[is_op & name_matches(host["name"], lambda n: n == "record_param_comms")]
-    need_args = len(rpc) > 0 or len(kern) > 0
-    by_ext, by_corr = _comm_args(path) if need_args and not is_url(path) else ({}, {})
-    # The launching op of a kernel (same External id): its kind and message size.
-    host_by_ext: dict[int, int] = {}
-    if len(kern):
-        ext = host["external_id"].to_numpy()
-        comm_host = host.index[is_op & name_matches(host["name"], is_collective_wait_op)].to_numpy()
-        for r in comm_host:
-            if ext[r] >= 0:
-                host_by_ext.setdefault(int(ext[r]), int(r))
-    names = model.arrays
-    h_ts, h_end, h_tid = host["ts"].to_numpy(), host["end"].to_numpy(), host["tid"].to_numpy()
-    k_cols = {c: kern[c].to_numpy() for c in ("correlation", "external_id", "stream", "ts", "end")}
-    k_names = [str(n) for n in kern["name"]]
-    for i, kname in enumerate(k_names):
-        corr, ext_id, stream = (int(k_cols[c][i]) for c in ("correlation", "external_id", "stream"))
-        a = by_corr.get(corr) or by_ext.get(ext_id)
-        hrow = host_by_ext.get(ext_id, -1)
-        kind = collective_kind(a.collective) if a is not None and a.collective else collective_kind(kname)
-        if kind == "send_recv" and hrow >= 0:
-            kind = collective_kind(names.name(hrow))  # all_to_all runs as SendRecv kernels
-        size = _arg_bytes(a) or (_shape_bytes(model, hrow) if hrow >= 0 else 0)
-        # Without the args, a communicator is told apart by its stream (each process group
-        # gets its own NCCL stream, created in the same order on every rank).
-        group = str(a.pg_name) if a is not None and a.pg_name is not None else f"{backend or 'nccl'}:stream{stream}"
-        calls.append(dict(kind=kind, group=group, seq=_seq(a), ts=float(k_cols["ts"][i]), end=float(k_cols["end"][i]),
-                          bytes=size, source="kernel"))  # fmt: skip
-    # gloo's thread runs the exchange as an op without shapes: its size is that of the
-    # c10d op of the same kind that issued it, the latest one starting before it.
-    issued: dict[str, tuple[list[float], list[int]]] = defaultdict(lambda: ([], []))
-    if len(gloo):
-        c10d = host[is_op & name_matches(host["name"], lambda n: n.startswith("c10d::"))]
-        for r in c10d.index.to_numpy():
-            t_list, b_list = issued[collective_kind(names.name(int(r)))]
-            t_list.append(float(h_ts[r]))
-            b_list.append(_shape_bytes(model, int(r)))
-    # With a CUDA tensor, gloo's thread first waits for the device copy of the input
-    # (a cudaStreamSynchronize inside the op): the rank arrives when that returns, with
-    # its data, not when the op starts.
-    calls_rt = host[(host["kind"] == Kind.RUNTIME) & name_matches(host["name"], SYNC_APIS.__contains__)]
-    sync_tid, sync_ts, sync_end = (calls_rt[c].to_numpy() for c in ("tid", "ts", "end"))
-    for r in gloo.index.to_numpy():
-        nm = names.name(int(r))
-        t_list, b_list = issued.get(collective_kind(nm), ([], []))
-        start, stop, tid = float(h_ts[r]), float(h_end[r]), h_tid[r]
-        k = int(np.searchsorted(np.array(t_list), start, side="right")) - 1
-        size = b_list[k] if k >= 0 else 0
-        inside = (sync_tid == tid) & (sync_ts >= start) & (sync_end <= stop)
-        arrive = max(start, float(sync_end[inside].max())) if inside.any() else start
-        calls.append(dict(kind=collective_kind(nm), group="gloo", seq=-1, ts=arrive, end=stop, bytes=size,
-                          source="host"))  # fmt: skip
-    if not calls:
-        # Neither kernels nor gloo's thread: the outermost c10d ops the host blocked in.
-        c10d = host[is_op & name_matches(host["name"], lambda n: n.startswith("c10d::"))]
-        roots = c10d[c10d["op_root"].isin([-1]) | (c10d["op_root"].to_numpy() == c10d.index.to_numpy())]
-        for r in roots.index.to_numpy():
-            calls.append(dict(kind=collective_kind(names.name(int(r))), group=backend or "default", seq=-1,
-                              ts=float(h_ts[r]), end=float(h_end[r]),
-                              bytes=_shape_bytes(model, int(r)), source="host"))  # fmt: skip
-    calls.sort(key=lambda c: c["ts"])
-    return calls
+    sync = (host["kind"].to_numpy() == int(Kind.RUNTIME)) & name_matches(host["name"], SYNC_APIS.__contains__)
+    tid, ts, end = (host[c].to_numpy()[sync] for c in ("tid", "ts", "end"))
+    all_tid = host["tid"].to_numpy()
+    for i in gloo:
+        c = calls[i]
+        inside = (tid == all_tid[c.exchange]) & (ts >= c.exchange_ts) & (end <= c.exchange_end)
+        if inside.any():
+            out[i] = max(c.exchange_ts, float(end[inside].max()))
+    return out
 
 
-def _collectives(model: TraceModel, path: str, ctx: AnalysisContext) -> list[Collective]:
+def _collectives(model: TraceModel, ctx: AnalysisContext) -> list[Collective]:
     dev = ctx.ledger.primary
-    calls = _calls(model, path, ctx.device)
+    calls = [c for c in ctx.collectives.calls if c.device in (-1, ctx.device if ctx.device is not None else -1)]
     if not calls:
         return []
-    ts = np.array([c["ts"] for c in calls])
-    end = np.array([c["end"] for c in calls])
-    steps = _step_of(model, ts)
-    comm_iv = cause_intervals(dev, "communication") if dev is not None else np.empty((0, 2))
-    exposed = overlap(comm_iv, ts, end) if dev is not None else np.maximum(end - ts, 0.0)
-    before = _before(dev, ts, end, ctx)
+    arrive = _arrivals(model, calls)
+    end = np.array([c.end for c in calls])
+    spans = [(s.index, s.start_us, s.end_us) for s in ctx.window.steps if not s.warmup]
+    if not spans:  # no steps: the window is one span
+        spans = [(0, ctx.window.start_us, ctx.window.end_us)]
+    steps = _step_index(spans, arrive)
+    if dev is not None:
+        exposed = overlap(cause_intervals(dev, "communication"), arrive, end)
+    else:
+        exposed = _host_exposed(ctx, calls, arrive, end)
+    before, before_host, hot = _before(model, dev, calls, arrive, end, ctx)
     order: dict[tuple[str, str], int] = defaultdict(int)
     out = []
     for i, c in enumerate(calls):
-        key = (c["group"], c["kind"])
+        key = (c.group, c.kind)
         out.append(
             Collective(
-                kind=c["kind"], group=c["group"], seq=int(c["seq"]), order=order[key], step=int(steps[i]),
-                start_us=float(ts[i]), end_us=float(end[i]), bytes=int(c["bytes"]), source=c["source"],
-                exposed_us=float(exposed[i]), before=before[i],
+                kind=c.kind, group=c.group, seq=c.seq, order=order[key], step=int(steps[i]),
+                start_us=float(arrive[i]), end_us=float(end[i]), bytes=int(c.nbytes), source=c.source,
+                exposed_us=float(exposed[i]), before=before[i], before_host=before_host[i],
+                group_size=c.group_size or 0, size_source=c.size_source, backend=c.backend, hot_frame=hot[i],
             )
         )  # fmt: skip
         order[key] += 1
     return out
 
 
-def _before(dev: DeviceLedger | None, ts: np.ndarray, end: np.ndarray, ctx: AnalysisContext) -> list[dict[str, float]]:
-    """The ledger's causes between the end of the previous collective (or the window's
-    start) and each collective's start: what this rank did before it arrived."""
-    if dev is None:
-        return [{} for _ in ts]
-    prev_end = np.concatenate([[dev.window_start], np.maximum.accumulate(end)[:-1]])
-    lo = np.clip(np.maximum(prev_end, dev.window_start), None, dev.window_end)
-    hi = np.clip(ts, dev.window_start, dev.window_end)
-    hi = np.maximum(hi, lo)
-    per = {c: overlap(cause_intervals(dev, c), lo, hi) for c in CAUSES}
-    return [{c: round(float(per[c][i]), 3) for c in CAUSES if per[c][i] > 0} for i in range(len(ts))]
+def _host_exposed(ctx: AnalysisContext, calls: list[Call], arrive: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """A CPU-only rank's exposed communication: the part of each call during which its
+    launching thread ran no torch op (it waited for the exchange instead of working)."""
+    out = np.zeros(len(calls))
+    for i, c in enumerate(calls):
+        if c.tid < 0:
+            out[i] = max(end[i] - arrive[i], 0.0)
+            continue
+        busy = ctx.thread_time(c.tid).ops
+        span = max(end[i] - arrive[i], 0.0)
+        out[i] = span - float(overlap(busy, arrive[i : i + 1], end[i : i + 1])[0]) if len(busy) else span
+    return out
+
+
+def _before(
+    model: TraceModel,
+    dev: DeviceLedger | None,
+    calls: list[Call],
+    arrive: np.ndarray,
+    end: np.ndarray,
+    ctx: AnalysisContext,
+) -> tuple[list[dict[str, float]], list[dict[str, float]], list[str]]:
+    """What this rank did between the end of its previous collective (or the window's
+    start) and each arrival: the ledger's causes on its GPU, and its launching thread's
+    host time (ops, data loading, Python outside ops), with the Python frame holding most
+    of the latter when the trace has stacks."""
+    lo_w = dev.window_start if dev is not None else ctx.window.start_us
+    hi_w = dev.window_end if dev is not None else ctx.window.end_us
+    prev_end = np.concatenate([[lo_w], np.maximum.accumulate(end)[:-1]])
+    lo = np.clip(np.maximum(prev_end, lo_w), None, hi_w)
+    hi = np.maximum(np.clip(arrive, lo_w, hi_w), lo)
+    before: list[dict[str, float]] = [{} for _ in calls]
+    if dev is not None:
+        per = {c: overlap(cause_intervals(dev, c), lo, hi) for c in CAUSES}
+        before = [{c: round(float(per[c][i]), 3) for c in CAUSES if per[c][i] > 0} for i in range(len(calls))]
+    before_host: list[dict[str, float]] = [{} for _ in calls]
+    hot = ["" for _ in calls]
+    # The loop's own thread says why the rank is late, whichever thread issued the call.
+    main = ctx.main_thread
+    by_tid: dict[int, list[int]] = defaultdict(list)
+    for i, c in enumerate(calls):
+        tid = main if main is not None else c.tid
+        if tid >= 0:
+            by_tid[tid].append(i)
+    for tid, idx in by_tid.items():
+        tt = ctx.thread_time(tid)
+        ix = np.array(idx)
+        split = tt.split(lo[ix], hi[ix])
+        for j, i in enumerate(idx):
+            before_host[i] = {k: round(float(v[j]), 3) for k, v in split.items() if v[j] > 0}
+            if tt.frames and split["host_python"][j] > 0:
+                hot[i] = tt.hot_frame(lo[i : i + 1], hi[i : i + 1])[0]
+    return before, before_host, hot
+
+
+def _event_counts(model: TraceModel, ctx: AnalysisContext) -> dict[str, float]:
+    """Python frames and ops recorded per analysed step (what the profiler itself costs
+    this rank grows with them: job/overhead.py)."""
+    lo, hi = ctx.window.start_us, ctx.window.end_us
+    host = model.host
+    ts = host["ts"].to_numpy()
+    inside = (ts >= lo) & (ts < hi)
+    kind = host["kind"].to_numpy()
+    n = max(ctx.n_steps, 1)
+    return {k: round(float(np.count_nonzero(inside & (kind == v))) / n, 1) for k, v in _COUNTED_KINDS.items()}
 
 
 def _steps(ctx: AnalysisContext, model: TraceModel) -> list[StepTime]:
@@ -353,6 +263,14 @@ def summarize(item: RankInput, per_rank_dir: str | None = None, redact: bool = F
                 os.unlink(tmp)
 
 
+def _run_token(model: TraceModel) -> str:
+    """The torchrun run token `tracelens capture` wrote (capture/ranks.py), else ""."""
+    cap = model.meta.metadata.get("tracelens")
+    run = cap.get("run") if isinstance(cap, dict) else None
+    token = run.get("token") if isinstance(run, dict) else None
+    return str(token) if isinstance(token, str) else ""
+
+
 def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings: list[Any], local: str) -> RankSummary:
     meta = model.meta
     dist = meta.metadata.get("distributedInfo")
@@ -393,7 +311,11 @@ def _summary(item: RankInput, model: TraceModel, ctx: AnalysisContext, findings:
         steps=_steps(ctx, model),
         ledger=ledger,
         findings=briefs,
-        collectives=_collectives(model, local, ctx),
+        collectives=_collectives(model, ctx),
+        step_source=ctx.window.source,
+        events_per_step=_event_counts(model, ctx),
+        with_stack=bool(len(model.host) and (model.host["kind"] == int(Kind.PYTHON)).any()),
+        run_token=_run_token(model),
         throttled=any(f.category == Category.POWER_THROTTLE for f in findings),
         load_seconds=0.0,
         analysis_seconds=0.0,

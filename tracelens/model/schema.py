@@ -110,6 +110,17 @@ class EventArgs(msgspec.Struct, omit_defaults=True, gc=False):
     device_type: int | None = msgspec.field(name="Device Type", default=None)
     device_id: int | None = msgspec.field(name="Device Id", default=None)
     addr: int | None = msgspec.field(name="Addr", default=None)
+    # A collective's record (record_param_comms ops, and NCCL kernels from ~2024): kept
+    # by the loader as CommArgs, so no analysis reads the file again for them.
+    collective_name: str | None = msgspec.field(name="Collective name", default=None)
+    in_msg_nelems: int | None = msgspec.field(name="In msg nelems", default=None)
+    out_msg_nelems: int | None = msgspec.field(name="Out msg nelems", default=None)
+    group_size: int | None = msgspec.field(name="Group size", default=None)
+    dtype: str | None = None
+    pg_name: str | int | None = msgspec.field(name="Process Group Name", default=None)
+    pg_desc: str | None = msgspec.field(name="Process Group Description", default=None)
+    pg_ranks: str | None = msgspec.field(name="Process Group Ranks", default=None)
+    seq: int | str | None = msgspec.field(name="Seq", default=None)
 
 
 class OpShapes(msgspec.Struct, frozen=True, gc=False):
@@ -123,6 +134,28 @@ class OpShapes(msgspec.Struct, frozen=True, gc=False):
     input_type: bytes = b""
     input_strides: bytes = b""
     concrete_inputs: bytes = b""
+
+
+class CommArgs(msgspec.Struct, frozen=True, gc=False):
+    """What one collective's record says (a `record_param_comms` op, or an NCCL kernel's
+    args in traces from ~2024): its kind, message size and process group. Element counts
+    are per rank: for an all-gather `in_nelems` is this rank's part and `out_nelems` the
+    gathered whole; for a reduce-scatter the other way round."""
+
+    on_gpu: bool  # an NCCL kernel's args (else a host op's)
+    name: str  # the event's name (record_param_comms, ncclDevKernel_...)
+    external_id: int  # -1 when absent
+    correlation: int  # -1 when absent
+    ts: float  # the event's own ts, µs as in the file (the loader's origin is not applied)
+    collective: str  # "allreduce", "_allgather_base", "broadcast", "wait", ...
+    in_nelems: int | None = None
+    out_nelems: int | None = None
+    group_size: int | None = None
+    dtype: str | None = None  # "Float", "BFloat16", "Long", ...
+    pg_name: str | None = None
+    pg_desc: str | None = None
+    pg_ranks: str | None = None  # a string such as "[0, 1]"
+    seq: int | None = None
 
 
 class RawEvent(msgspec.Struct, gc=False):

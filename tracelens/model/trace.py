@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import numpy as np
 
-from tracelens.model.schema import Kind
+from tracelens.model.schema import CommArgs, Kind
 from tracelens.report.findings import PySource
 
 if TYPE_CHECKING:  # only annotations here: the split load's early child runs without pandas
@@ -204,6 +204,9 @@ class TraceModel:
     memory: pd.DataFrame
     counters: pd.DataFrame
     thread_names: dict[tuple[int, int], str]
+    #: The collectives' own records (record_param_comms ops and NCCL kernels that name a
+    #: collective: message sizes, dtype, process group), in file time order.
+    comm_args: list[CommArgs] = field(default_factory=list)
     #: What the steps are: torch.profiler's ProfilerStep#N, or the user's own marks that
     #: derive/steps.py found in a trace without them (their label, for the reports).
     step_marks: str = "ProfilerStep"

@@ -66,6 +66,8 @@ def render_diff_terminal(
         hang=2,
     )
     o.para(plain(v.text, 2000), body_style={"fg": verdict_colour, "bold": True}, hang=2)
+    if v.prediction_text:
+        o.para(plain(v.prediction_text, 2000), indent=2, lead="Prediction: ", lead_style={"bold": True})
     for n in d.notes:
         o.para(plain(n, 2000), indent=2, lead="Note: ", lead_style={"fg": "cyan"})
     o.blank()

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import jinja2
 import msgspec
-import typer
 from markupsafe import Markup, escape
 
 from tracelens.render import format as fmt
-from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT
+from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS
 from tracelens.report.job_report import JobReport, RankRow
 
 #: Ranks listed in the HTML/Markdown rank table (stragglers and the slowest first); the
@@ -43,9 +42,13 @@ def _env(autoescape: bool) -> jinja2.Environment:
     return env
 
 
-def md_cell(text: object) -> str:
+#: Our own sentences (headline, advice) quote trace text too, but are longer than a cell.
+MAX_MD_PROSE = 1500
+
+
+def md_cell(text: object, limit: int = fmt.MAX_TEXT) -> str:
     """Trace text in a Markdown table cell or line: no pipes, newlines, HTML or links."""
-    s = fmt.plain(text)
+    s = fmt.plain(text, limit=limit)
     for ch in ("\\", "|", "`", "*", "_", "[", "]", "<", ">", "#"):
         s = s.replace(ch, "\\" + ch)
     return s
@@ -146,37 +149,52 @@ def render_job_json(rep: JobReport) -> str:
     return msgspec.json.format(msgspec.json.encode(rep), indent=2).decode() + "\n"
 
 
-def render_job_terminal(rep: JobReport, written: list[str]) -> str:
+def render_job_terminal(rep: JobReport, written: list[str], *, width: int = 80, colour: bool = False) -> str:
+    """The job's summary, every line wrapped at `width` with hanging indents (trace text
+    stripped of control characters), coloured only when `colour`."""
+    from tracelens.render.terminal import _Out
+
+    o = _Out(width, colour)
     j = rep.job
     of = f" of {j.world_size}" if j.world_size and j.world_size != j.ranks else ""
     backend = f", {j.backend}" if j.backend else ""
-    head = f": {j.ranks} ranks{of}{backend}, {j.steps} steps, median step {fmt.us(j.step_us)}"
-    lines = [typer.style("tracelens job report", bold=True) + head]
-    lines.append("")
-    lines.append(typer.style(fmt.plain(j.headline, limit=1000), bold=True))
+    o.para(f": {j.ranks} ranks{of}{backend}, {j.steps} steps, median step {fmt.us(j.step_us)}",
+           lead="tracelens job report", lead_style={"bold": True}, hang=2)  # fmt: skip
+    o.blank()
+    o.para(fmt.plain(j.headline, limit=1000), body_style={"bold": True})
     for s in j.stragglers[:MAX_TERMINAL_ITEMS]:
-        lines.append(
-            f"  rank {s.rank}: last at {s.late_share:.0%} of collectives, costs the others {fmt.us(s.cost_us)}/step, "
-            f"reason {s.reason}"
-        )
-        lines.append(f"    {fmt.plain(s.advice, limit=600)}")
+        o.para(
+            f"last at {s.late_share:.0%} of collectives, costs the job {fmt.us(s.cost_us)} per step, reason: "
+            f"{fmt.plain(s.reason_label or s.reason, limit=300)}",
+            indent=2, lead=f"rank {s.rank}: ", hang=4,
+        )  # fmt: skip
+        o.para(fmt.plain(s.advice, limit=800), indent=4)
     for c in rep.collectives[:MAX_TERMINAL_ITEMS]:
         bw = f", bus {c.busbw_gbps:.2f} GB/s" if c.busbw_gbps else ""
-        lines.append(f"  {fmt.plain(c.kind)} on {fmt.plain(c.group, limit=60)}: {c.count} calls, median skew "
-                     f"{fmt.us(c.median_skew_us)}{bw}, exposed {fmt.us(c.exposed_us)}/step")  # fmt: skip
-    lines.append(f"  clocks: {fmt.plain(j.alignment, limit=400)}")
+        size = f", {fmt.fmt_bytes(c.bytes)} each" if c.bytes else ""
+        o.para(f"{c.count} calls{size}, median skew {fmt.us(c.median_skew_us)}{bw}, exposed "
+               f"{fmt.us(c.exposed_us)} per step", indent=2,
+               lead=f"{fmt.plain(c.kind)} on {fmt.plain(c.group, limit=60)}: ", hang=4)  # fmt: skip
+    o.para(fmt.plain(j.alignment, limit=600), indent=2, lead="clocks: ", hang=4)
     for p in j.problems[:MAX_TERMINAL_ITEMS]:
-        lines.append(typer.style("  ! ", fg="yellow") + fmt.plain(p, limit=400))
+        o.para(fmt.plain(p, limit=400), indent=2, lead="! ", lead_style={"fg": "yellow"}, hang=4)
     if len(j.problems) > MAX_TERMINAL_ITEMS:
-        lines.append(f"  ! and {len(j.problems) - MAX_TERMINAL_ITEMS} more problems (see the report)")
-    slowest = sorted(rep.ranks, key=lambda r: -r.step_us)[:3]
-    if slowest:
-        lines.append("  slowest ranks: " + ", ".join(
-            f"{r.rank} ({fmt.us(r.step_us)}, {CAUSE_SHORT.get(_top(r), _top(r))})" for r in slowest))  # fmt: skip
-    lines.append(f"  read in {rep.map_seconds:.1f} s by {fmt.plain(rep.scheduler, limit=200)}")
+        o.para(f"and {len(j.problems) - MAX_TERMINAL_ITEMS} more problems (see the report)", indent=2, lead="! ")
+    # Sorted by what is printed: how late each rank reaches its collectives.
+    latest = sorted(rep.ranks, key=lambda r: (-r.late_us, r.rank))[:3]
+    if latest and any(r.late_us > 0 for r in latest):
+        o.para(", ".join(f"rank {r.rank} {fmt.us(r.late_us)} after the first ({_cause_words(r)})" for r in latest)
+               + " per step", indent=2, lead="latest to arrive: ", hang=4)  # fmt: skip
+    o.para(f"read in {rep.map_seconds:.1f} s by {fmt.plain(rep.scheduler, limit=200)}", indent=2)
     for w in written:
-        lines.append(f"  wrote {fmt.plain(w, limit=400)}")
-    return "\n".join(lines) + "\n"
+        o.para(fmt.plain(w, limit=400), indent=2, lead="wrote ", hang=4)
+    return o.text()
+
+
+def _cause_words(r: RankRow) -> str:
+    """A rank's top cause (besides communication) in plain words."""
+    cause = r.cause or _top(r)
+    return CAUSE_LABELS.get(cause) or r.cause_label or cause
 
 
 def _top(r: RankRow) -> str:

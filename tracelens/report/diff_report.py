@@ -62,6 +62,34 @@ class Verdict:
     after_primary: Category | None
     primary_gone: bool
     text: str
+    #: The step the before-report predicted for the fixes the after-trace shows applied
+    #: (tracelens/predict/score.py), its range, and its error against the after's
+    #: step: (predicted - measured) / measured.
+    predicted_step_us: float = 0.0
+    predicted_step_low_us: float = 0.0
+    predicted_step_high_us: float = 0.0
+    prediction_error: float = 0.0
+    #: "single" (one fix applied), "joint" (several, replayed together), "" (none applied)
+    prediction_basis: Literal["single", "joint", ""] = ""
+    prediction_text: str = ""
+    #: The after-step predicted without torch.profiler's own host cost (0: not estimated):
+    #: for a check with CUDA events outside the profiler.
+    predicted_unprofiled_step_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class PredictionCheck:
+    """One before-finding's prediction against the after-trace (per step, µs; negative is faster)."""
+
+    category: Category
+    fix: str  # the transform, or "estimate"
+    basis: Literal["replay", "estimate"]
+    predicted_us: float
+    predicted_low_us: float
+    predicted_high_us: float
+    measured_us: float
+    measured_of: Literal["step", "finding"]  # the step's change, or the finding's own time's
+    error: float  # (predicted - measured) / |measured|; 0 when nothing was measured
 
 
 @dataclass(frozen=True)
@@ -93,3 +121,4 @@ class DiffReport:
     #: different programs: tracelens/derive/compare.py); the reasons are `not_comparable`.
     comparable: bool = True
     not_comparable: tuple[str, ...] = ()
+    predictions: tuple[PredictionCheck, ...] = ()

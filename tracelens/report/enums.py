@@ -14,6 +14,7 @@ class Category(StrEnum):
     HOST_SYNC = "host_sync"
     HOST_BOUND = "host_bound"
     COMMUNICATION = "communication"
+    QUEUED_IDLE = "queued_idle"  # GPU idle with its next work already queued (issue 24 §8)
     LAUNCH_OVERHEAD = "launch_overhead"
     MEMORY_BOUND = "memory_bound"
     EAGER_ATTENTION = "eager_attention"  # attention written as matmul > softmax > matmul (issue 10)

@@ -8,6 +8,7 @@ formatting lives in tracelens.render.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 from tracelens.report.enums import Category, Severity, Unit
 
@@ -76,6 +77,34 @@ class Site:
 
 
 @dataclass(frozen=True)
+class Prediction:
+    """What the finding's first fix should do to the step: the window's dependency graph
+    replayed with the fix's transform (tracelens/derive/transforms/), or, where no
+    transform exists, the analyzer's rule-of-thumb estimate. Per step, in the report's
+    unit."""
+
+    fix: str  # the transform (remove_host_syncs, cuda_graph, fuse_chains, ...), or "estimate"
+    basis: Literal["replay", "estimate"]
+    model: str  # what the transform assumes, in one sentence
+    step_us: float  # the measured step (the window over its steps)
+    predicted_step_us: float  # the step after the fix
+    gain_us: float  # step_us - predicted_step_us (never below 0)
+    gain_low_us: float  # the range from the model's own uncertainty
+    gain_high_us: float
+    #: The category whose fix must come first (a CUDA graph cannot capture a loop that
+    #: syncs); then the prediction is for both fixes together.
+    blocked_by: str = ""
+    #: What the gain is of, when it is not all of the finding's time ("the transport part
+    #: of the collectives; the rest is waiting for another rank").
+    part: str = ""
+    #: Without torch.profiler's own host cost (derive/profiler_cost.py; 0 where the trace
+    #: recorded no host events): the step now, after the fix, and the fix's gain (µs a step).
+    unprofiled_step_us: float = 0.0
+    unprofiled_predicted_step_us: float = 0.0
+    unprofiled_gain_us: float = 0.0
+
+
+@dataclass(frozen=True)
 class Finding:
     category: Category
     severity: Severity
@@ -98,3 +127,8 @@ class Finding:
     #: ranking.settle, with the reason in words (issue 24 §2).
     blocked_by: Category | None = None
     blocked_reason: str = ""
+    #: The range of expected_gain_us (over the window, like it) from the model's own
+    #: uncertainty (issue 32); equal to it where the estimate has no range.
+    expected_gain_low_us: float = 0.0
+    expected_gain_high_us: float = 0.0
+    prediction: Prediction | None = None

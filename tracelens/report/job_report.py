@@ -45,12 +45,24 @@ class FindingBrief(msgspec.Struct, frozen=True):
 class Straggler(msgspec.Struct, frozen=True):
     rank: int
     late_share: float  # fraction of matched collectives it arrived last at
-    cost_us: float  # per step: what each other rank waited for it, on average
-    reason: str  # a ledger cause id (host_bound, gpu_busy_compute, ...) or power_throttle, unknown
+    #: per step: what the job loses to it: its arrival minus the next latest rank's,
+    #: summed over the calls it was last at (what the others would not wait, were it on time)
+    cost_us: float
+    #: a ledger cause id (host_bound, gpu_busy_compute, ...), a host cause of a rank without
+    #: a GPU ledger (host_python, data_loading, host_ops), power_throttle or unknown
+    reason: str
     reason_us: float  # per step: how much more of that cause it had before the collectives
     advice: str
     late_count: int
     matched: int
+    reason_label: str = ""  # the reason in plain words, with its detail (the Python frame)
+    #: per step: how much more the profiler itself costs this rank than the median other
+    #: rank (from the events each recorded: job/overhead.py), an upper bound
+    profiler_us: float = 0.0
+    also: str = ""  # a second cause of its lateness, in words with its amount, when one is large
+    #: per step: all of its own extra work before those calls (every cause that is not
+    #: waiting); below cost_us, the rest of its lateness is delay its trace does not show
+    own_us: float = 0.0
 
 
 class JobSummary(msgspec.Struct, frozen=True):
@@ -71,6 +83,7 @@ class JobSummary(msgspec.Struct, frozen=True):
     #: Ranks last most often whose own ledger does not explain it (see the advice).
     late_unexplained: list[Straggler]
     problems: list[str]  # missing, duplicate, mismatched or unreadable ranks
+    counted_collectives: int = 0  # matched calls inside every rank's analysed window
 
 
 class RankRow(msgspec.Struct, frozen=True):
@@ -90,6 +103,9 @@ class RankRow(msgspec.Struct, frozen=True):
     #: Per step: how much later than the first rank it arrived, summed over the step's
     #: collectives (its own delay; the heat map's second picture).
     late_by_step: list[StepLate] = []
+    late_us: float = 0.0  # the same, per step on average
+    cause: str = ""  # its largest cause besides communication (ledger, else host-side)
+    cause_label: str = ""  # the same in plain words
 
 
 class CollectiveRow(msgspec.Struct, frozen=True):
@@ -103,6 +119,9 @@ class CollectiveRow(msgspec.Struct, frozen=True):
     exposed_us: float  # per step, median rank
     last_rank: int | None  # the rank most often last
     source: str
+    group_size: int = 0
+    size_source: str = ""  # where the message sizes came from (derive/collectives.py)
+    bandwidth_note: str = ""  # why a bandwidth is not given (not measurable, above the link's peak)
 
 
 class FailedRank(msgspec.Struct, frozen=True):

@@ -331,6 +331,16 @@ class Summary:
     unit: ReportUnit = "step"
     # Things worth knowing that are not findings (idle the host did not cause, profiler cost).
     notes: tuple[str, ...] = ()
+    #: What the step (the report's unit) should take after the primary's first fix, and
+    #: its range (issue 25): checked by `tracelens diff` on a capture with the fix.
+    predicted_step_us: float = 0.0
+    predicted_step_low_us: float = 0.0
+    predicted_step_high_us: float = 0.0
+    prediction_basis: str = ""  # replay or estimate; "" without a primary
+    #: The step without torch.profiler's own host cost, now and after the first fix (0
+    #: where the profiler cost under 5% of it: derive/profiler_cost.py).
+    unprofiled_step_us: float = 0.0
+    unprofiled_predicted_step_us: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tracelens.derive.host_calls import profiler_intervals
 from tracelens.derive.steps import drop_empty_steps
 from tracelens.derive.window.spans import StepSpan, Window, _merge, _plural
 from tracelens.derive.window.startup import _PRIORITY_INDEX, _classify_host, _make
@@ -31,6 +32,12 @@ COLD_START_MIN_SHARE = 0.10
 #: Steps left after excluding a warm-up step (the brief's rule: a single remaining marked
 #: step is not a steady state worth trusting over the user's own marks).
 MIN_STEPS_KEPT = 2
+
+
+#: The profiler's own work inside a first step counts as its cold start from this much
+#: on (tracelens capture's gc.collect at the recording's start: 3.54 s in capture_compile;
+#: torch.profiler's per-step frames take 0.1-0.3 ms).
+PROFILER_START_MIN_US = 1_000.0
 
 
 #: Kinds that make a slow first step a warm-up ("other" here is first-call work only).
@@ -94,10 +101,18 @@ def _cold_start_us(model: TraceModel, span: StepSpan, ref_lo: float, ref_hi: flo
     """Wall time of cold-start work inside `span`, and the names of its kinds."""
     parts = _classify_host(model, span.start_us, span.end_us, ref_lo, ref_hi)
     cold = [iv for what, iv in parts.intervals.items() if what in _COLD_KINDS and len(iv)]
+    kinds = [
+        k.replace("_", " ")
+        for k in sorted((w for w in _COLD_KINDS if len(parts.intervals.get(w, ()))), key=lambda k: _PRIORITY_INDEX[k])
+    ]
+    # The profiler's own start (tracelens capture's gc.collect as the recording begins)
+    # makes a first step no steady state either.
+    prof = np.clip(profiler_intervals(model), span.start_us, span.end_us)
+    prof = prof[prof[:, 1] > prof[:, 0]] if len(prof) else prof
+    if len(prof) and float((prof[:, 1] - prof[:, 0]).sum()) >= PROFILER_START_MIN_US:
+        cold.append(prof)
+        kinds.append("the profiler's own work")
     if not cold:
         return 0.0, ""
     merged = _merge(np.concatenate(cold))
-    kinds = sorted(
-        (what for what in _COLD_KINDS if len(parts.intervals.get(what, ()))), key=lambda k: _PRIORITY_INDEX[k]
-    )
-    return float((merged[:, 1] - merged[:, 0]).sum()), ", ".join(k.replace("_", " ") for k in kinds)
+    return float((merged[:, 1] - merged[:, 0]).sum()), ", ".join(kinds)

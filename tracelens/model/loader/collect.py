@@ -59,7 +59,16 @@ from tracelens.model.loader.nest import (
 )
 from tracelens.model.loader.read import MAX_JSON_BYTES, _open_trace, gzip_limits
 from tracelens.model.loader.stream import EventStream, Inflow, Share
-from tracelens.model.schema import CATEGORY_KINDS, GPU_KINDS, HOST_KINDS, EventArgs, Kind, OpShapes, RawEvent
+from tracelens.model.schema import (
+    CATEGORY_KINDS,
+    GPU_KINDS,
+    HOST_KINDS,
+    CommArgs,
+    EventArgs,
+    Kind,
+    OpShapes,
+    RawEvent,
+)
 from tracelens.model.trace import TraceMeta, TraceModel
 
 if TYPE_CHECKING:
@@ -137,6 +146,7 @@ _EXT_ID, _EXT_ID_2021 = attrgetter("external_id"), attrgetter("external_id_2021"
 
 
 _CORRELATION, _CALL_STACK = attrgetter("correlation"), attrgetter("call_stack")
+_COLLECTIVE = attrgetter("collective_name")
 
 
 #: The five shape args of an op, in the order of `_op_shapes`'s key.
@@ -155,6 +165,24 @@ _GPU_KIND_CODES = [int(k) for k in GPU_KINDS]
 
 
 _OP = int(Kind.CPU_OP)
+
+#: Annotations that keep their shape args like ops: a backend's collective annotation
+#: (`nccl:all_to_all`) is the only record of its message size in some 2022 traces.
+_SHAPED_ANNOTATIONS = ("nccl:", "gloo:")
+_ANNOTATION = int(Kind.USER_ANNOTATION)
+
+
+def _shaped_rows(evs: list[RawEvent], kinds: np.ndarray) -> np.ndarray:
+    """Which host rows of a piece keep their shape args: ops, and collective annotations."""
+    shaped = kinds == _OP
+    for i in np.flatnonzero(kinds == _ANNOTATION).tolist():
+        if evs[i].name.startswith(_SHAPED_ANNOTATIONS):
+            shaped[i] = True
+    return shaped
+
+
+def _comm_order(c: CommArgs) -> tuple[float, bool, int, int]:
+    return (c.ts, c.on_gpu, c.external_id, c.correlation)
 
 
 _NO_SHAPES = OpShapes()
@@ -195,6 +223,8 @@ class _Collector:
         self.gpu: dict[str, list[Any]] = {k: [] for k in _GPU_PIECES}
         self.memory: list[tuple[float | int | None, ...]] = []
         self.threads: list[tuple[int | str, int | str, str]] = []
+        # Collectives' records (rare: a few per step), matched to their rows by id later.
+        self.comm: list[CommArgs] = []
         # (len(memory), len(threads)) after each batch: where a batch's rows end, so a
         # split read can put two collectors' batches in file order.
         self.marks: list[tuple[int, int]] = []
@@ -316,13 +346,15 @@ class _Collector:
         h["tid"].append(_ints_or_raw(list(map(_TID, evs))))
         h["ts"].append(ts)
         h["dur"].append(np.where(np.isfinite(dur) & (dur > 0), dur, 0.0))
+        self._keep_comm(evs, args, on_gpu=False)
+        shaped = _shaped_rows(evs, kinds)
         if None in args:  # events without args (rare): row by row
             h["external_id"].append(_opt_int([_external_id(a) for a in args]))
             h["correlation"].append(_opt_int([a.correlation if a is not None else None for a in args]))
             h["call_stack"].append([(a.call_stack or None) if a is not None else None for a in args])
             shape = self._op_shapes
             h["shapes"].append(
-                [shape(a) if k == _OP and a is not None else None for a, k in zip(args, kinds.tolist(), strict=True)]
+                [shape(a) if k and a is not None else None for a, k in zip(args, shaped.tolist(), strict=True)]
             )
             return
         # Every event has args: each field is read with a C-level map over them.
@@ -339,7 +371,28 @@ class _Collector:
         h["call_stack"].append(stacks)
         # Ops keep their shape args (raw JSON, decoded when an analyzer asks), one shared
         # record per distinct set: a loop's ops repeat the same few hundred shapes.
-        h["shapes"].append(self._shapes_of(args, kinds == _OP))
+        h["shapes"].append(self._shapes_of(args, shaped))
+
+    def _keep_comm(self, evs: list[RawEvent], args: list[EventArgs | None], on_gpu: bool) -> None:
+        """Keep the collective records of a piece (events whose args name a collective)."""
+        names = list(map(_COLLECTIVE, args)) if None not in args else [a and a.collective_name for a in args]
+        if names.count(None) == len(names):
+            return
+        for i, coll in enumerate(names):
+            if coll is None:
+                continue
+            a, e = args[i], evs[i]
+            assert a is not None
+            ext = _external_id(a)
+            self.comm.append(
+                CommArgs(
+                    on_gpu=on_gpu, name=e.name, external_id=ext if ext is not None else -1,
+                    correlation=a.correlation if a.correlation is not None else -1, ts=e.ts, collective=str(coll),
+                    in_nelems=a.in_msg_nelems, out_nelems=a.out_msg_nelems, group_size=a.group_size, dtype=a.dtype,
+                    pg_name=None if a.pg_name is None else str(a.pg_name), pg_desc=a.pg_desc, pg_ranks=a.pg_ranks,
+                    seq=_to_int(a.seq),
+                )
+            )  # fmt: skip
 
     def _shapes_of(self, args: list[EventArgs], is_op: np.ndarray) -> list[OpShapes | None]:
         """The shapes column of a piece whose events all have args: None but for ops."""
@@ -358,6 +411,7 @@ class _Collector:
     def _add_gpu(self, evs: list[RawEvent], kinds: np.ndarray, ts: np.ndarray, dur: np.ndarray) -> None:
         n = len(evs)
         args = list(map(_ARGS, evs))
+        self._keep_comm(evs, args, on_gpu=True)
         g = self.gpu
         g["kind"].append(kinds)
         g["name"].append(self._codes(list(map(_NAME, evs)), 1))
@@ -479,5 +533,6 @@ class _Collector:
         for pid, tid, tname in self.threads:
             threads[(int(_int_or_code([pid])[0]), int(_int_or_code([tid])[0]))] = tname
         return TraceModel(
-            meta=meta, host=host, gpu=gpu, steps=steps, memory=memory, counters=counters, thread_names=threads
-        )
+            meta=meta, host=host, gpu=gpu, steps=steps, memory=memory, counters=counters, thread_names=threads,
+            comm_args=sorted(self.comm, key=_comm_order),
+        )  # fmt: skip

@@ -289,6 +289,7 @@ def _merged(mine: _Read, theirs: _Read) -> _Read | None:
     mine.counters = [next(cb) if o else next(ca) for o in owner]
     mine.counters_ok = mine.counters_ok and theirs.counters_ok
     a.n_events += b.n_events
+    a.comm.extend(b.comm)  # matched to rows by id and sorted in finish: order does not matter
     a.has_counters = a.has_counters or b.has_counters
     for cat, kind in b.kind_cache.items():
         a.kind_cache.setdefault(cat, kind)

@@ -1,0 +1,180 @@
+"""The replay (issue 25): the dependency graph reproduces every trace's window, each
+transform's prediction against the H200 before/after pairs, the diff's scoring, and the
+gains' ranges and physical floors."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, report_of, sample
+
+from tracelens.derive import transforms
+from tracelens.derive.replay import Edit, replay
+from tracelens.diff import build_diff
+from tracelens.render.diff import render_diff_json, render_diff_markdown, render_diff_terminal
+from tracelens.render.json import render_json
+from tracelens.render.markdown import render_markdown
+
+ALL = [*REAL_TRACES, *SAMPLE_TRACES]
+#: The unmodified replay reproduces the measured window to within this (issue 25: 2%).
+REPLAY_TOLERANCE = 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ALL, ids=[p.name.split(".json")[0] for p in ALL])
+def test_unmodified_replay_reproduces_the_window(path: Path) -> None:
+    """Replayed as measured, from a cold start (every node's time unknown), the graph gives
+    back the window's span, and every node its measured times."""
+    ctx = context_of(path)
+    dev = ctx.ledger.primary
+    g = ctx.graph
+    if dev is None or g is None:
+        pytest.skip("no GPU activity to replay")
+    s = replay(g, cold=True)
+    assert s.converged
+    # A window over REPLAY_MAX_NODES is replayed on whole steps from its middle.
+    start, end, _, _ = ctx.replay_span
+    assert s.span_us == pytest.approx(end - start, rel=REPLAY_TOLERANCE)
+    assert np.abs(s.end - g.end).max() < 1e-3 and np.abs(s.start - g.ts).max() < 1e-3
+    # Starting from the measured times it is already the fixed point.
+    assert replay(g).rounds == 1
+
+
+def _event_us(path: Path) -> float:
+    meta = model_of(path).meta.metadata["tracelens_workload"]
+    data = json.loads(meta) if isinstance(meta, str) else meta
+    return float(data["event_step_ms"]) * 1e3
+
+
+#: Each H200 pair (workloads/diff_pairs.py), the finding its fix is for, and the largest
+#: error of the predicted after-step against the after-trace's (profiled) step. Within
+#: 10% where the model holds; the others say why they miss:
+PAIRS = {
+    "graph": ("launch_overhead", 0.10),
+    "compile": ("memory_bound", 0.10),
+    "align": ("misaligned_matmul", 0.10),
+    "sdpa": ("eager_attention", 0.10),
+    "pinned": ("host_bound", 0.10),
+    "item": ("host_sync", 0.10),
+    "loader": ("host_bound", 0.11),
+    "kv": ("allocation", 0.10),
+    # The static rewrite does more GPU work than the compacting original (+553 µs a step):
+    # the model sees the consumers of the compacted tensor run on every element (+190 µs),
+    # not the where, the count and the lerp the rewrite adds.
+    "sync": ("host_sync", 0.20),
+    # Padded, the host also runs its Python faster (caches no longer evicted by cuDNN's
+    # planning every step): 0.29 ms a step the model does not see.
+    "ragged": ("shape_dynamism", 0.30),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("pair", sorted(PAIRS))
+def test_h200_pair_prediction(pair: str) -> None:
+    category, tolerance = PAIRS[pair]
+    b, a = sample(f"diff_{pair}_before"), sample(f"diff_{pair}_after")
+    d = build_diff(model_of(b), model_of(a))
+    v = d.verdict
+    assert category in [p.category for p in d.predictions]
+    assert v.predicted_step_us > 0 and v.prediction_basis in ("single", "joint")
+    assert abs(v.prediction_error) <= tolerance, v.prediction_text
+    assert v.prediction_error == pytest.approx((v.predicted_step_us - v.after_step_us) / v.after_step_us)
+    assert v.predicted_step_low_us <= v.predicted_step_us <= v.predicted_step_high_us
+    # The unprofiled step times are beside it, in the traces' metadata.
+    assert _event_us(b) > 0 and _event_us(a) > 0
+
+
+def test_repeat_pair_scores_nothing() -> None:
+    """A capture of the same program again: no finding shrank, no fix to score."""
+    d = build_diff(model_of(sample("diff_repeat_before")), model_of(sample("diff_repeat_after")))
+    assert d.verdict.prediction_basis == "" and not d.predictions
+    assert "no fix to score" in d.verdict.prediction_text
+
+
+def test_diff_outputs_carry_the_prediction() -> None:
+    d = build_diff(model_of(sample("diff_graph_before")), model_of(sample("diff_graph_after")))
+    data = json.loads(render_diff_json(d))
+    assert {"predicted_step_us", "prediction_error"} <= set(data["verdict"])
+    p = data["predictions"][0]
+    assert {"category", "predicted_us", "measured_us", "error"} <= set(p)
+    assert p["category"] == "launch_overhead" and p["predicted_us"] < 0 and p["measured_us"] < 0
+    text = f"predicted {p['predicted_us'] / 1e3:+.2f} ms a step"
+    assert text.replace("+", "") in d.verdict.prediction_text.replace("+", "")
+    assert "Prediction:" in render_diff_markdown(d) and "Prediction:" in render_diff_terminal(d)
+
+
+@pytest.mark.parametrize("name", ["host_sync_mask", "diff_graph_before", "diff_sdpa_before", "train_step"])
+def test_headline_ends_with_a_checkable_prediction(name: str) -> None:
+    r = report_of(sample(name))
+    s = r.summary
+    assert s.primary is not None and s.predicted_step_us > 0
+    assert s.predicted_step_low_us <= s.predicted_step_us <= s.predicted_step_high_us <= s.per_step_us + 1e-6
+    assert "should take about" in s.headline and "tracelens diff" in s.headline
+    assert "should take about" in render_markdown(r)
+    findings = json.loads(render_json(r))["findings"]
+    for f in findings:
+        assert f["expected_gain_low_us"] <= f["expected_gain_us"] + 1e-6 <= f["expected_gain_high_us"] + 2e-6
+        assert f["prediction"]["basis"] in ("replay", "estimate")
+
+
+def test_graph_capture_is_blocked_by_the_syncs() -> None:
+    """A CUDA graph cannot capture a step that syncs: the launch finding's gain is what the
+    graph adds once the syncs are gone (the syncs' gain is theirs, issue 34 §4), and its
+    predicted step is for both fixes."""
+    r = report_of(sample("host_sync_mask"))
+    launch = next(f for f in r.findings if f.category.value == "launch_overhead")
+    sync = next(f for f in r.findings if f.category.value == "host_sync")
+    assert launch.prediction is not None and launch.prediction.blocked_by == "host_sync"
+    assert sync.prediction is not None
+    assert 0 < launch.prediction.gain_us < sync.prediction.gain_us
+    both = sync.prediction.predicted_step_us - launch.prediction.gain_us
+    assert launch.prediction.predicted_step_us == pytest.approx(both, rel=0.02)
+
+
+def test_sdpa_gain_keeps_the_launches_it_still_needs() -> None:
+    """Issue 24 §7: an SDPA estimate is never below the launches it still makes. The
+    replayed step keeps one op dispatch per attention call on the host."""
+    path = sample("diff_sdpa_before")
+    r = report_of(path)
+    f = next(f for f in r.findings if f.category.value == "eager_attention")
+    assert f.prediction is not None and f.prediction.basis == "replay"
+    ctx = context_of(path)
+    host = model_of(path).host
+    calls = 8  # attention calls a step in workloads/diff_pairs.py's sdpa pair
+    launch = host[host["name"].astype(str) == "cudaLaunchKernel"]["dur"].median()
+    assert f.prediction.predicted_step_us >= calls * float(launch)
+    assert f.prediction.predicted_step_us < ctx.window_us / ctx.n_steps
+
+
+def test_fusion_groups_stay_inside_one_step() -> None:
+    """Issue 24 §7: fusion chains do not span iterations."""
+    ctx = context_of(sample("host_sync_mask"))
+    steps = [(s.start_us, s.end_us) for s in ctx.window.steps]
+    gpu = model_of(sample("host_sync_mask")).gpu
+    launch_ts = model_of(sample("host_sync_mask")).host["ts"].to_numpy()
+    for chain in ctx.roofline.chains:
+        for occurrence in chain.occurrences:
+            rows = [r for p in occurrence for r in p]
+            at = launch_ts[gpu["launch"].to_numpy()[rows]]
+            where = {next(i for i, (a, b) in enumerate(steps) if a <= t < b) for t in at if steps[0][0] <= t}
+            assert len(where) <= 1
+
+
+def test_a_transform_that_changes_nothing_gains_nothing() -> None:
+    ctx = context_of(sample("train_step"))
+    g = ctx.graph
+    assert g is not None
+    assert replay(g, Edit.of(g)).span_us == pytest.approx(replay(g).span_us, abs=1e-6)
+
+
+def test_every_transform_states_its_model_and_measurement() -> None:
+    for info in pkgutil.iter_modules(transforms.__path__):
+        mod = importlib.import_module(f"{transforms.__name__}.{info.name}")
+        doc = (mod.__doc__ or "").lower()
+        assert "model" in doc, info.name
+        assert "checked against" in doc or "measured on" in doc, info.name

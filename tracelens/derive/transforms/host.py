@@ -1,0 +1,43 @@
+"""Host work that the fix removes: torch.compile compiling inside the loop (a recompile
+for every new shape), cuDNN/cuBLAS planning for a shape seen the first time, allocator
+calls and torch.cuda.empty_cache().
+
+Model: the host time inside the listed intervals leaves the training thread (calls wholly
+inside take no time and no longer wait), everything else stays; where the fix makes
+kernels bigger (padding ragged lengths to one), their durations are scaled by the
+caller's factors. LOW keeps `low_share` of the host time (allocations that still miss
+the cache, a compile that still happens once in the window), HIGH removes all of it.
+
+Checked against the `ragged` (eager encoder fed a new length every step -> padded) and
+`empty_cache` pairs of workloads/diff_pairs.py, and the dyn_* sample pairs
+(workloads/dynamism).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracelens.derive.graph import DependencyGraph
+from tracelens.derive.replay import Edit
+from tracelens.derive.transforms import Variant, cut_waits, remove_host_time
+
+
+def apply(
+    g: DependencyGraph,
+    edit: Edit,
+    variant: Variant,
+    intervals: np.ndarray,
+    low_share: float = 0.75,
+    kernel_rows: np.ndarray | None = None,
+    kernel_factors: np.ndarray | None = None,
+) -> None:
+    assert edit.dur is not None
+    share = {Variant.LOW: low_share, Variant.HIGH: 1.0}.get(variant, 1.0)
+    inside = remove_host_time(g, edit, np.asarray(intervals, dtype=np.float64).reshape(-1, 2), share)
+    if share >= 1.0:
+        edit.dur[inside] = 0.0
+    cut_waits(g, edit, inside)
+    if kernel_rows is not None and kernel_factors is not None and len(kernel_rows):
+        nodes = g.node_of_gpu_rows(np.asarray(kernel_rows, dtype=np.int64))
+        ok = nodes >= 0
+        edit.dur[nodes[ok]] = edit.dur[nodes[ok]] * np.asarray(kernel_factors, dtype=np.float64)[ok]

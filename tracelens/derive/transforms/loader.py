@@ -1,0 +1,64 @@
+"""DataLoader workers: build the batches in num_workers processes instead of on the
+training thread.
+
+Model: the training thread's time inside the DataLoader's `__next__` (collate and the
+dataset's `__getitem__` calls) leaves the critical path; what stays is receiving a
+finished batch from a worker: IPC_BASE_US plus IPC_US_PER_MB of the batch (unpickling the
+tensors' shared-memory handles, under the profiler), and the batch's host-to-device
+copies run SHM_COPY_SLOWDOWN times longer, from the worker's shared-memory pages. The
+workers together make a batch every T_load / W (T_load: the loading time per step
+measured on the training thread, W the workers), so the step cannot be shorter than that:
+the window's floor is steps x T_load / W. NOMINAL takes W = 4 (the advice's example and
+workloads/diff_pairs.py), LOW W = 2 and 1.5x the receiving cost, HIGH W = 8 and half of it.
+
+Measured on the H200 (torch 2.11, the `loader` pair of workloads/diff_pairs.py: 32 x
+3x160x160 fp32 batches, 9.8 MB, a conv net training step; num_workers 0 -> 4): the
+training thread's `__next__` went from 11.7 ms to 1.81 ms a step (the receiving cost) and
+the batch's pageable copy from 1.04 to 1.93 ms of GPU time.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracelens.derive.graph import DependencyGraph
+from tracelens.derive.replay import Edit
+from tracelens.derive.transforms import Variant, remove_host_time
+
+#: Receiving one batch from a worker on the training thread, under the profiler (H200:
+#: 1.81 ms for a 9.8 MB batch; the fixed part is a guess at a small batch's cost).
+IPC_BASE_US = 100.0
+IPC_US_PER_MB = 175.0
+#: The batch's host-to-device copy from a worker's shared memory over the same copy from
+#: the training thread's own pages (H200: 1.93 / 1.04 ms).
+SHM_COPY_SLOWDOWN = 1.86
+WORKERS = {"low": 2, "nominal": 4, "high": 8}
+
+
+def apply(
+    g: DependencyGraph,
+    edit: Edit,
+    variant: Variant,
+    load_intervals: np.ndarray,
+    batch_bytes: float,
+    copy_rows: np.ndarray,
+) -> float:
+    """`load_intervals`: (start, end) of each `__next__` on the training thread in the
+    window; `batch_bytes`: a batch's size (its host-to-device copies); `copy_rows`: those
+    copies (model.gpu rows). Returns the throughput floor applied (µs for the window)."""
+    assert edit.dur is not None
+    iv = np.asarray(load_intervals, dtype=np.float64).reshape(-1, 2)
+    if not len(iv):
+        return 0.0
+    workers = WORKERS[variant.value]
+    scale = {Variant.LOW: 1.5, Variant.HIGH: 0.5}.get(variant, 1.0)
+    ipc = scale * (IPC_BASE_US + IPC_US_PER_MB * batch_bytes / 1e6)
+    load = iv[:, 1] - iv[:, 0]
+    keep = np.minimum(load, ipc)
+    remove_host_time(g, edit, np.column_stack([iv[:, 0] + keep, iv[:, 1]]))
+    nodes = g.node_of_gpu_rows(np.asarray(copy_rows, dtype=np.int64))
+    nodes = nodes[nodes >= 0]
+    edit.dur[nodes] = edit.dur[nodes] * (1.0 + (SHM_COPY_SLOWDOWN - 1.0) * scale)
+    floor = float(load.sum()) / workers
+    edit.min_span_us = max(edit.min_span_us, floor)
+    return floor

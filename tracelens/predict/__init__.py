@@ -1,0 +1,268 @@
+"""Every finding's expected gain from the replay (issue 25): the window's dependency graph
+(derive/graph.py) replayed with the transform of the finding's first fix
+(derive/transforms/), against the graph replayed as measured. One place attaches the
+gains, their ranges and the predicted step to the findings, before ranking.
+
+This module sees the findings and the analyzers' own tables (which syncs, which chains,
+which kernels), turns them into the transforms' plain targets (trace rows, intervals,
+factors), and keeps the transforms free of analyzer code. A finding without a transform
+keeps its analyzer's rule-of-thumb estimate, marked `basis: estimate`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.replay import Edit, combine, replay
+from tracelens.derive.transforms import VARIANTS, Variant
+from tracelens.derive.transforms import profiler as t_profiler
+from tracelens.model.trace import name_matches
+from tracelens.predict.gpu_plans import (
+    fusion_plan,
+    kernel_factor_plan,
+    misaligned_factors,
+    roof_factors,
+    sdpa_plan,
+    site_factors,
+)
+from tracelens.predict.host_plans import (
+    allocation_plan,
+    comm_plan,
+    compile_plan,
+    graph_plan,
+    host_bound_plan,
+    shape_plan,
+    sync_plan,
+)
+from tracelens.predict.targets import Plan, alloc_rows, loader_intervals, pageable_uploads, user_syncs
+from tracelens.report.enums import Category
+from tracelens.report.findings import Finding, Prediction
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The replayed window with a set of fixes applied, per variant (µs over the window)."""
+
+    span_us: dict[Variant, float]
+    baseline_us: float
+    n_steps: int  # the window's steps
+    replayed_steps: int  # the steps the replay covered (derive: AnalysisContext.replay_span)
+
+    #: The same without the profiler's own host cost (nominal; None where the profiler
+    #: cost the host little: derive/profiler_cost.py), and its unfixed baseline.
+    unprofiled_span_us: float | None = None
+    unprofiled_baseline_us: float = 0.0
+
+    def gain(self, v: Variant) -> float:
+        """The fix's gain over the whole window (the replayed steps' gain per step, times
+        the window's steps)."""
+        return (self.baseline_us - self.span_us[v]) * self.n_steps / max(self.replayed_steps, 1)
+
+    def unprofiled_gain(self) -> float | None:
+        """The fix's gain over the window as it runs without the profiler (None: not estimated)."""
+        if self.unprofiled_span_us is None:
+            return None
+        return (self.unprofiled_baseline_us - self.unprofiled_span_us) * self.n_steps / max(self.replayed_steps, 1)
+
+
+def plan_for(ctx: AnalysisContext, f: Finding, present: set[Category]) -> Plan | None:
+    c = f.category
+    if c == Category.HOST_SYNC:
+        return sync_plan(ctx)
+    if c == Category.LAUNCH_OVERHEAD:
+        return graph_plan(ctx, present)
+    if c == Category.MEMORY_BOUND:
+        at_roof = roof_factors(ctx, "memory")
+        text = "memory-bound kernels at the bandwidth this GPU sustains"
+        return fusion_plan(ctx) or kernel_factor_plan(ctx, "memory_at_roof", text, at_roof, (0.5, 1.0))
+    if c == Category.EAGER_ATTENTION:
+        return sdpa_plan(ctx)
+    if c == Category.MISALIGNED_MATMUL:
+        return kernel_factor_plan(
+            ctx, "aligned_matmul", "misaligned matmuls at the rate of an aligned peer in the trace, else at 95% of the "
+            "GPU's sustained matmul rate", misaligned_factors(ctx),
+        )  # fmt: skip
+    if c == Category.COMPUTE_BOUND:
+        fp32 = next((m.value for m in f.evidence if m.label == "fp32 matmul time"), 0.0)
+        if isinstance(fp32, (int, float)) and fp32 > 0:
+            return None  # its first fix is TF32 for the fp32 matmuls: no transform, the estimate stays
+        text = "compute-bound kernels at the rate this GPU sustains"
+        return kernel_factor_plan(ctx, "compute_at_roof", text, roof_factors(ctx, "compute"), (0.5, 1.0))
+    if c in (Category.WAVE_QUANTIZATION, Category.POWER_THROTTLE):
+        fix = "full_waves" if c == Category.WAVE_QUANTIZATION else "full_clocks"
+        return kernel_factor_plan(
+            ctx, fix, "the listed kernels at the finding's estimate", site_factors(ctx, f), (0.5, 1.0)
+        )
+    if c == Category.ALLOCATION:
+        return allocation_plan(ctx)
+    if c == Category.SHAPE_DYNAMISM:
+        return shape_plan(ctx)
+    if c == Category.COMPILATION:
+        return compile_plan(ctx)
+    if c == Category.HOST_BOUND:
+        return host_bound_plan(ctx, f, present)
+    if c == Category.COMMUNICATION:
+        return comm_plan(ctx, f)
+    return None
+
+
+def signature(ctx: AnalysisContext, fix: str) -> float | None:
+    """How much of what the fix removes a trace still holds, per step (None: the fix has
+    no such count): kernel launch calls not in a CUDA graph, pageable uploads, user syncs,
+    batches built on the training thread, allocator calls. `tracelens diff` takes a fix as
+    applied only where this fell by half."""
+    n = max(ctx.n_steps, 1)
+    host = ctx.model.host
+    if fix == "cuda_graph":
+        # The window's kernels that a launch of their own started (by the GPU's times: the
+        # host may be ahead of the window).
+        dev = ctx.ledger.primary
+        k = ctx.model.kernels()
+        if dev is not None:
+            k = k[(k["ts"] >= dev.window_start) & (k["ts"] < dev.window_end)]
+        launch = k["launch"].to_numpy()
+        by_graph = np.zeros(len(k), dtype=bool)
+        ok = launch >= 0
+        if ok.any():
+            graph_call = name_matches(host["name"], lambda x: "GraphLaunch" in x)
+            by_graph[ok] = graph_call[launch[ok]]
+        return float((~by_graph).sum()) / n
+    if fix == "pinned_async_copy":
+        return len(pageable_uploads(ctx)[0]) / n
+    if fix == "remove_host_syncs":
+        return len(user_syncs(ctx)[0]) / n
+    if fix == "dataloader_workers":
+        return len(loader_intervals(ctx)) / n
+    if fix == "remove_allocator_calls":
+        from tracelens.analyzers.allocation import cat_growth
+
+        return (len(alloc_rows(ctx)) + sum(g.calls for g in cat_growth(ctx))) / n
+    return None
+
+
+#: Fixes from the most specific to the most general: in a joint prediction a node belongs
+#: to the first fix that changes it (derive/replay.py, combine).
+FIX_ORDER = (
+    "sdpa", "aligned_matmul", "static_shapes", "remove_allocator_calls", "remove_host_syncs", "pinned_async_copy",
+    "dataloader_workers", "no_recompiles", "nccl_backend", "cuda_graph", "fuse_chains", "memory_at_roof",
+    "compute_at_roof", "full_waves", "full_clocks", "overlap_collectives",
+)  # fmt: skip
+
+
+def outcome(ctx: AnalysisContext, plans: Sequence[Plan]) -> Outcome | None:
+    """The window replayed with all `plans` applied, per variant."""
+    g = ctx.graph
+    if g is None:
+        return None
+    rank_of = {f: i for i, f in enumerate(FIX_ORDER)}
+    plans = sorted(plans, key=lambda p: rank_of.get(p.fix, len(FIX_ORDER)))
+    base = ctx.replayed
+    spans = {}
+    unprofiled = None
+    cost = ctx.profiler_cost
+    for v in VARIANTS:
+        edits = []
+        for p in plans:
+            edit = Edit.of(g)
+            p.apply(edit, v)
+            edits.append(edit)
+        both = combine(g, edits)
+        spans[v] = replay(g, both).steady_span_us
+        if v == Variant.NOMINAL and cost is not None and cost.us_per_step > 0:
+            t_profiler.apply(g, both, cost)
+            unprofiled = replay(g, both).steady_span_us
+    return Outcome(spans, base, ctx.n_steps, ctx.replay_span[3], unprofiled, ctx.unprofiled)
+
+
+def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
+    """The findings with their gains from the replay (or their estimate, marked so)."""
+    present = {f.category for f in findings}
+    step = ctx.window_us / max(ctx.n_steps, 1)
+    plans: dict[Category, Plan] = {}
+    for f in findings:
+        try:
+            p = plan_for(ctx, f, present) if ctx.graph is not None else None
+        except (ValueError, IndexError, KeyError):  # a target the trace cannot resolve: keep the estimate
+            p = None
+        if p is not None:
+            plans[f.category] = p
+    out = []
+    for f in findings:
+        p = plans.get(f.category)
+        res = None
+        if p is not None:
+            first = [plans[b] for b in p.blocked_by if b in plans]
+            res = outcome(ctx, [*first, p])
+            # A blocked fix gains what it adds once its blockers are fixed (their own gain
+            # is theirs: issue 34 §4); the predicted step is for all of them together.
+            before = outcome(ctx, first) if first and res is not None else None
+        if p is None or res is None:
+            pred = Prediction(
+                fix="estimate", basis="estimate", model=f.gain_note, step_us=step,
+                predicted_step_us=max(step - f.expected_gain_us / max(ctx.n_steps, 1), 0.0),
+                gain_us=f.expected_gain_us / max(ctx.n_steps, 1), gain_low_us=f.expected_gain_us / max(ctx.n_steps, 1),
+                gain_high_us=f.expected_gain_us / max(ctx.n_steps, 1),
+            )  # fmt: skip
+            out.append(
+                replace(
+                    f,
+                    expected_gain_low_us=f.expected_gain_us,
+                    expected_gain_high_us=f.expected_gain_us,
+                    prediction=pred,
+                )
+            )
+            continue
+        n = max(ctx.n_steps, 1)
+        joint_gain = max(res.gain(Variant.NOMINAL), 0.0)
+
+        def gain(v: Variant, res: Outcome = res, before: Outcome | None = before) -> float:
+            return res.gain(v) - (before.gain(v) if before is not None else 0.0)
+
+        gains = sorted(max(gain(v), 0.0) for v in VARIANTS)
+        nominal = min(max(gain(Variant.NOMINAL), gains[0]), gains[-1])
+        u_joint, u_gain = res.unprofiled_gain(), None
+        if u_joint is not None:
+            u_before = before.unprofiled_gain() if before is not None else 0.0
+            u_gain = max(u_joint - (u_before or 0.0), 0.0)
+        u_step = step - (ctx.replayed - ctx.unprofiled) / max(ctx.replay_span[3], 1) if u_gain is not None else 0.0
+        pred = Prediction(
+            fix=p.fix,
+            basis="replay",
+            model=p.model,
+            step_us=step,
+            predicted_step_us=max(step - max(joint_gain, nominal) / n, 0.0),
+            gain_us=nominal / n,
+            gain_low_us=gains[0] / n,
+            gain_high_us=gains[-1] / n,
+            blocked_by=",".join(b.value for b in p.blocked_by),
+            part=p.part,
+            unprofiled_step_us=max(u_step, 0.0),
+            unprofiled_predicted_step_us=max(u_step - max(u_joint or 0.0, u_gain or 0.0) / n, 0.0),
+            unprofiled_gain_us=(u_gain or 0.0) / n,
+        )
+        out.append(
+            replace(
+                f,
+                expected_gain_us=nominal,
+                expected_gain_low_us=gains[0],
+                expected_gain_high_us=gains[-1],
+                gain_note=f"replayed: {p.model}",
+                prediction=pred,
+            )
+        )
+    return out
+
+
+def joint(ctx: AnalysisContext, findings: Sequence[Finding]) -> Outcome | None:
+    """The window replayed with the first fixes of all `findings` applied together."""
+    present = {f.category for f in findings}
+    plans = []
+    for f in findings:
+        p = plan_for(ctx, f, present) if ctx.graph is not None else None
+        if p is not None:
+            plans.append(p)
+    return outcome(ctx, plans) if plans else None

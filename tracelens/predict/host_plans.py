@@ -1,0 +1,425 @@
+"""Plans for the fixes that change host work: syncs, CUDA graphs, pinned copies, DataLoader
+workers, static shapes, recompiles, allocator calls, collectives (issue 25)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tracelens.derive.context import AnalysisContext
+from tracelens.derive.replay import Edit
+from tracelens.derive.transforms import Variant, add_host_time
+from tracelens.derive.transforms import copies as t_copies
+from tracelens.derive.transforms import graphs as t_graphs
+from tracelens.derive.transforms import host as t_host
+from tracelens.derive.transforms import kernels as t_kernels
+from tracelens.derive.transforms import loader as t_loader
+from tracelens.derive.transforms import syncs as t_syncs
+from tracelens.model.schema import Kind
+from tracelens.model.trace import name_matches
+from tracelens.predict.targets import (
+    Plan,
+    alloc_rows,
+    first_dims,
+    graph_of,
+    intervals,
+    launched_by,
+    loader_intervals,
+    numel,
+    op_intervals,
+    pageable_uploads,
+    span,
+    step_spans,
+    user_syncs,
+    window_rows,
+)
+from tracelens.report.enums import Category
+from tracelens.report.findings import Finding
+
+
+def sync_plan(ctx: AnalysisContext) -> Plan | None:
+    rows, constructs = user_syncs(ctx)
+    if not len(rows):
+        return None
+    root = ctx.model.host["op_root"].to_numpy()[rows]
+    op_rows = np.where(root >= 0, root, rows)
+    op_iv = intervals(ctx, op_rows.tolist())
+    copies = launched_by(ctx, op_rows, (Kind.MEMCPY,))
+    k_rows, k_f = _compacted_consumers(ctx, rows, constructs, op_rows)
+
+    def apply(edit: Edit, v: Variant) -> None:
+        g = graph_of(ctx)
+        t_syncs.apply(g, edit, v, rows.tolist(), constructs, op_iv, copies)
+        if v != Variant.HIGH and len(k_rows):
+            t_kernels.scale(g, edit, k_rows, k_f)
+
+    return Plan(
+        "remove_host_syncs",
+        "the syncs stop waiting for the GPU (scalars read on the device or after the loop, masks instead of x[mask]); "
+        "the host launches on while the GPU runs",
+        apply,
+    )
+
+
+def _compacted_consumers(
+    ctx: AnalysisContext, rows: np.ndarray, constructs: list[str], op_rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Kernels that a static-shape rewrite of `x[mask]` runs on every element: the ops
+    after a data-dependent op, up to the next sync on its thread, whose input is smaller
+    than the op's (the compacted tensor), scaled by the ratio (N / C). What the mask
+    computation costs beyond that (a where, a count) is the rewrite's choice and not
+    modelled (H200 sync pair: +553 µs a step measured, +190 µs of it these kernels)."""
+    host = ctx.model.host
+    ts = host["ts"].to_numpy()
+    end = host["end"].to_numpy()
+    tid = host["tid"].to_numpy()
+    kind = host["kind"].to_numpy()
+    root = host["op_root"].to_numpy()
+    tops = np.flatnonzero((kind == int(Kind.CPU_OP)) & (root == np.arange(len(host))))
+    tops = tops[np.argsort(ts[tops], kind="stable")]
+    sync_ts = np.sort(ts[rows])
+    out_rows: list[np.ndarray] = []
+    out_f: list[np.ndarray] = []
+    for r, c, op in zip(rows.tolist(), constructs, op_rows.tolist(), strict=True):
+        if c != "data_dependent_shape":
+            continue
+        n_in = numel(ctx, op)
+        if n_in <= 0:
+            continue
+        later = sync_ts[sync_ts > ts[r]]
+        stop = float(later[0]) if len(later) else np.inf
+        i = int(np.searchsorted(ts[tops], end[op], side="left"))
+        j = int(np.searchsorted(ts[tops], stop, side="left"))
+        cand = tops[i:j]
+        cand = cand[tid[cand] == tid[op]]
+        for o in cand.tolist():
+            m = numel(ctx, o)
+            if 0 < m < n_in:
+                launched = launched_by(ctx, np.array([o]), (Kind.KERNEL,))[0]
+                out_rows.append(launched)
+                out_f.append(np.full(len(launched), n_in / m))
+    if not out_rows:
+        return np.empty(0, np.int64), np.empty(0)
+    return np.concatenate(out_rows), np.concatenate(out_f)
+
+
+def graph_plan(ctx: AnalysisContext, present: set[Category]) -> Plan | None:
+    steps = step_spans(ctx)
+    if not steps:
+        return None
+    op_iv = op_intervals(ctx)
+    blocked: list[Category] = []
+    sync_rows, _ = user_syncs(ctx)
+    if len(sync_rows):
+        blocked.append(Category.HOST_SYNC)
+    if len(alloc_rows(ctx)) and Category.ALLOCATION in present:
+        blocked.append(Category.ALLOCATION)
+    if Category.SHAPE_DYNAMISM in present:
+        blocked.append(Category.SHAPE_DYNAMISM)
+    if Category.COMPILATION in present:
+        # A loop that recompiles changes its graphs: captured, every new shape re-records.
+        blocked.append(Category.COMPILATION)
+
+    def apply(edit: Edit, v: Variant) -> None:
+        t_graphs.apply(graph_of(ctx), edit, v, steps, op_iv)
+
+    return Plan(
+        "cuda_graph",
+        "each step's launches replaced by one cudaGraphLaunch (1.39 µs of host time a kernel under the profiler); "
+        "the kernels run back to back 0.26 µs apart (H200)",
+        apply,
+        tuple(blocked),
+    )
+
+
+def pinned_plan(ctx: AnalysisContext) -> Plan | None:
+    calls, copies, nbytes, rate = pageable_uploads(ctx)
+    if not len(calls):
+        return None
+
+    def apply(edit: Edit, v: Variant) -> None:
+        t_copies.apply(graph_of(ctx), edit, v, calls, copies, np.clip(nbytes, 0, None), rate)
+
+    return Plan(
+        "pinned_async_copy",
+        "host-to-device copies from pinned memory with non_blocking=True: the call returns at once, the copy runs at "
+        "the pinned rate (55 GB/s on the H200) while the host launches on",
+        apply,
+    )
+
+
+def loader_plan(ctx: AnalysisContext) -> Plan | None:
+    iv = loader_intervals(ctx)
+    if not len(iv):
+        return None
+    # The batches' host-to-device copies: the uploads launched in the replayed span.
+    gpu = ctx.model.gpu
+    lo, hi = span(ctx)
+    mc = gpu[(gpu["kind"] == int(Kind.MEMCPY)) & (gpu["launch"] >= 0)]
+    mc = mc[(mc["ts"] >= lo) & (mc["ts"] < hi)]
+    up = mc[mc["name"].astype(str).str.contains("HtoD")]
+    rows = up.index.to_numpy()
+    batch = float(np.clip(up["bytes"].to_numpy(dtype=np.float64), 0, None).sum()) / max(len(iv), 1)
+
+    def apply(edit: Edit, v: Variant) -> None:
+        t_loader.apply(graph_of(ctx), edit, v, iv, batch, rows)
+
+    return Plan(
+        "dataloader_workers",
+        "batches built by 4 DataLoader workers: the training thread only receives them (175 µs a MB under the "
+        "profiler), and the step is at least the loading time over the workers",
+        apply,
+    )
+
+
+def shape_plan(ctx: AnalysisContext) -> Plan | None:
+    sites = [s for s in ctx.shape_sites if s.excess]
+    host = ctx.model.host
+    ts = host["ts"].to_numpy()
+    end = host["end"].to_numpy()
+    # With one shape every call is a warm repeat: each call of a site with new-shape cost
+    # takes its op's warm time (the 10th percentile of its calls in the window; the
+    # median repeat of a ragged loop still runs cold, after the planning has evicted the
+    # host's caches: H200 ragged pair, linear 50 µs median vs 33 µs padded).
+    by_op: dict[str, list[int]] = {}
+    for st in sites:
+        by_op.setdefault(st.op, []).extend(st.rows)
+    iv: list[tuple[float, float]] = []
+    for rows in by_op.values():
+        r = np.array(rows, dtype=np.int64)
+        d = end[r] - ts[r]
+        warm = float(np.percentile(d, WARM_CALL_PERCENTILE))
+        slow = d > warm
+        iv.extend(zip((ts[r] + warm)[slow].tolist(), end[r][slow].tolist(), strict=True))
+    if not iv:
+        return None
+    # Padding every call to the largest shape makes its kernels bigger: by the size of the
+    # dimension that varies (attention kernels by its square).
+    rows_f: dict[int, float] = {}
+    for s in sites:
+        dims = [first_dims(ctx, r) for r in s.rows]
+        sizes = [d for d in dims if d]
+        if not sizes:
+            continue
+        nd = {len(d) for d in sizes}
+        if len(nd) != 1:
+            continue
+        moving = [i for i in range(nd.pop()) if len({d[i] for d in sizes}) > 1]
+        if len(moving) != 1:
+            continue
+        top = max(d[moving[0]] for d in sizes)
+        power = 2.0 if "attention" in s.op or "sdpa" in s.op or "flash" in s.op else 1.0
+        for row, dd in zip(s.rows, dims, strict=True):
+            if dd and dd[moving[0]] > 0:
+                rows_f[row] = (top / dd[moving[0]]) ** power
+    ops = np.array(list(rows_f), dtype=np.int64)
+    launched = launched_by(ctx, ops, (Kind.KERNEL,)) if len(ops) else []
+    k_rows = np.concatenate(launched) if launched else np.empty(0, np.int64)
+    k_f = (
+        np.concatenate([np.full(len(x), rows_f[int(o)]) for o, x in zip(ops, launched, strict=True)])
+        if launched
+        else np.empty(0)
+    )
+    intervals = np.array(iv, dtype=np.float64)
+
+    def apply(edit: Edit, v: Variant) -> None:
+        scale = {Variant.LOW: 1.1, Variant.HIGH: 0.0}.get(v, 1.0)
+        factors = 1.0 + (k_f - 1.0) * scale
+        t_host.apply(graph_of(ctx), edit, v, intervals, low_share=0.95, kernel_rows=k_rows, kernel_factors=factors)
+
+    return Plan(
+        "static_shapes",
+        "one shape for every step (padded to the largest): no new cuDNN/cuBLAS plans in the loop, the padded kernels "
+        "as much longer as the padding",
+        apply,
+    )
+
+
+#: The percentile of an op's calls that stands for a warm repeat (see shape_plan).
+WARM_CALL_PERCENTILE = 10
+
+
+def compile_plan(ctx: AnalysisContext) -> Plan | None:
+    from tracelens.domain import COMPILER_EXCLUDE, COMPILER_MARKERS
+
+    host = ctx.model.host
+    hit = name_matches(
+        host["name"], lambda n: any(m in n for m in COMPILER_MARKERS) and not any(x in n for x in COMPILER_EXCLUDE)
+    )
+    rows = window_rows(ctx, np.flatnonzero(hit))
+    if not len(rows):
+        return None
+    iv = intervals(ctx, rows.tolist())
+
+    def apply(edit: Edit, v: Variant) -> None:
+        t_host.apply(graph_of(ctx), edit, v, iv, low_share=0.9)
+
+    return Plan(
+        "no_recompiles", "torch.compile no longer compiles inside the loop (one shape, compiled in the warm-up)", apply
+    )
+
+
+#: Extra ops a preallocated cache's in-place write dispatches for each cat it replaces
+#: (`cache[:, :, pos] = new`: a slice and a copy_; the kv pair on the H200 took
+#: 0.8 ms more host time for 16 writes a step, about 2-3 ops of its median 16 µs each).
+INPLACE_WRITE_OPS = 2
+
+
+def allocation_plan(ctx: AnalysisContext) -> Plan | None:
+    from tracelens.analyzers.allocation import CAT_OPS, cat_growth
+
+    rows = alloc_rows(ctx)
+    iv = intervals(ctx, rows.tolist())
+    # empty_cache(): its Python frame's time goes too.
+    host = ctx.model.host
+    ec = window_rows(ctx, np.flatnonzero(name_matches(host["name"], lambda n: n.endswith(": empty_cache"))))
+    if len(ec):
+        iv = np.concatenate([iv, intervals(ctx, ec.tolist())])
+    growth = cat_growth(ctx)
+    k_rows = np.empty(0, np.int64)
+    k_f = np.empty(0)
+    dev = ctx.ledger.primary
+    if growth and dev is not None:
+        # The window's kernels launched by cat ops (their host side may precede the window).
+        gpu = ctx.model.gpu
+        launch = gpu["launch"].to_numpy()
+        g_ts = gpu["ts"].to_numpy()
+        ok = (
+            (launch >= 0)
+            & (g_ts >= dev.window_start)
+            & (g_ts < dev.window_end)
+            & (gpu["kind"].to_numpy() == int(Kind.KERNEL))
+        )
+        op = np.full(len(gpu), -1, dtype=np.int64)
+        op[ok] = ctx.model.arrays.op[launch[ok]]
+        is_cat = np.zeros(len(gpu), dtype=bool)
+        is_cat[ok] = op[ok] >= 0
+        is_cat[is_cat] = name_matches(host["name"].iloc[op[is_cat]], CAT_OPS.__contains__)
+        k_rows = np.flatnonzero(is_cat)
+        cat_ops = np.unique(op[k_rows]) if len(k_rows) else np.empty(0, np.int64)
+        cat_threads = list(
+            zip(host["pid"].to_numpy()[cat_ops].tolist(), host["tid"].to_numpy()[cat_ops].tolist(), strict=True)
+        )
+        cat_ends = host["end"].to_numpy()[cat_ops]
+        kind = host["kind"].to_numpy()
+        root = host["op_root"].to_numpy()
+        # The median op's host time, over the ops that ran the window's work (the host may
+        # be ahead of the window: those ops ran before it).
+        tops = np.flatnonzero((kind == int(Kind.CPU_OP)) & (root == np.arange(len(host))))
+        g = ctx.graph
+        if g is not None and (g.kind == 0).any():
+            t_lo, t_hi = float(g.ts[g.kind == 0].min()), float(g.end[g.kind == 0].max())
+            h_ts = host["ts"].to_numpy()[tops]
+            tops = tops[(h_ts >= t_lo) & (h_ts < t_hi)]
+        op_us = float(np.median(host["dur"].to_numpy()[tops])) if len(tops) else 0.0
+        copied = sum(g.copied_bytes for g in growth)
+        recopied = sum(g.recopied_bytes for g in growth)
+        k_f = np.full(len(k_rows), max(1.0 - recopied / copied, 0.0) if copied else 1.0)
+    if not len(iv) and not len(k_rows):
+        return None
+    if not growth:
+        cat_ops, cat_threads, cat_ends, op_us = np.empty(0, np.int64), [], np.empty(0), 0.0
+
+    def apply(edit: Edit, v: Variant) -> None:
+        g = graph_of(ctx)
+        t_host.apply(g, edit, v, iv, low_share=0.5, kernel_rows=k_rows, kernel_factors=k_f)
+        # Writing the new slice in place dispatches more ops than the cat did (a slice and
+        # a copy_ for each write: H200 kv pair, +0.8 ms of host a 16-write step).
+        ops = {Variant.LOW: INPLACE_WRITE_OPS + 1, Variant.HIGH: INPLACE_WRITE_OPS - 1}.get(v, INPLACE_WRITE_OPS)
+        if len(cat_ops) and op_us > 0:
+            add_host_time(g, edit, cat_threads, cat_ends, ops * op_us)
+
+    return Plan(
+        "remove_allocator_calls",
+        "the caching allocator serves every allocation (no empty_cache(), one buffer size, a preallocated cache "
+        "written in place): the allocator calls and their device syncs go, a growing cat copies only the new slice",
+        apply,
+    )
+
+
+#: The overlap transform models a finding whose time is at least this share collective
+#: kernels on the replayed GPU.
+COLLECTIVE_KERNEL_SHARE = 0.2
+
+
+def comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
+    from tracelens.analyzers.communication import GLOO_ALGBW_BYTES_PER_S
+    from tracelens.domain import is_collective_kernel
+
+    host = ctx.model.host
+    kind = host["kind"].to_numpy()
+    gloo = window_rows(
+        ctx, np.flatnonzero((kind == int(Kind.CPU_OP)) & name_matches(host["name"], lambda n: n.startswith("gloo:")))
+    )
+    if len(gloo) and len(ctx.model.gpu_activity()):
+        # gloo moves CUDA tensors through the host; NCCL at NVLink/PCIe rates takes a
+        # fraction of that. The transport part of each call is its bytes at gloo's rate
+        # (capped by its duration); the rest is waiting for a slower rank, which NCCL
+        # does not remove.
+        ts, end = host["ts"].to_numpy(), host["end"].to_numpy()
+        # Each call's message size as derive/collectives.py found it (nccl-tests' S), by
+        # the host rows of its op and of gloo's exchange.
+        call_bytes: dict[int, int] = {}
+        for c in ctx.collectives.calls:
+            for row in (c.root, c.exchange):
+                if row >= 0 and c.nbytes:
+                    call_bytes[row] = c.nbytes
+        op_root = host["op_root"].to_numpy()
+        sizes, last = [], 0
+        for r in gloo.tolist():
+            b = call_bytes.get(int(op_root[r])) or call_bytes.get(r) or last
+            last = b or last
+            sizes.append(b)
+        need = np.array([s / GLOO_ALGBW_BYTES_PER_S * 1e6 for s in sizes])
+        fastest = float(np.min(end[gloo] - ts[gloo]))
+        need = np.where(need > 0, np.minimum(need, end[gloo] - ts[gloo]), fastest)
+        iv = np.column_stack([end[gloo] - need, end[gloo]])
+
+        def apply(edit: Edit, v: Variant) -> None:
+            t_host.apply(graph_of(ctx), edit, v, iv, low_share=0.5)
+
+        return Plan(
+            "nccl_backend",
+            "collectives on NCCL instead of gloo: the transport through the host (the bytes at gloo's 0.5 GB/s) goes; "
+            "waiting for a slower rank stays",
+            apply,
+            part="the transport part of the collectives; the rest of their time is waiting for another rank",
+        )
+    gpu = ctx.model.gpu
+    rows = np.flatnonzero(name_matches(gpu["name"], is_collective_kernel))
+    g = graph_of(ctx)
+    nodes = g.node_of_gpu_rows(rows)
+    in_graph = float((g.end - g.ts)[nodes[nodes >= 0]].sum()) * ctx.n_steps / max(ctx.replay_span[3], 1)
+    if in_graph < COLLECTIVE_KERNEL_SHARE * f.time_us:
+        # The finding's time is not in collective kernels here (waiting for another rank,
+        # a CPU backend): overlapping kernels is not its fix; the analyzer's estimate stays.
+        return None
+
+    def apply_k(edit: Edit, v: Variant) -> None:
+        # Overlapped, a collective costs the step only what no other work hides: HIGH
+        # hides all of it, NOMINAL half, LOW a quarter.
+        f_ = {Variant.LOW: 0.75, Variant.HIGH: 0.0}.get(v, 0.5)
+        t_kernels.apply(graph_of(ctx), edit, rows, np.full(len(rows), f_))
+
+    return Plan(
+        "overlap_collectives",
+        "collectives overlapped with compute (DDP buckets, async_op): half of their kernel time hidden",
+        apply_k,
+    )
+
+
+def host_bound_plan(ctx: AnalysisContext, f: Finding, present: set[Category]) -> Plan | None:
+    """host_bound's first fix follows its advice: DataLoader workers, pinned copies, or a
+    CUDA graph for per-op dispatch; other host work has no transform."""
+    loader = next((m.value for m in f.evidence if m.label == "of it in data loading ops"), 0.0)
+    if isinstance(loader, (int, float)) and loader > 0.2 * f.time_us:
+        p = loader_plan(ctx)
+        if p is not None:
+            return p
+    copy_host = next((m.value for m in f.evidence if m.label == "host time in pageable copy calls"), 0.0)
+    if isinstance(copy_host, (int, float)) and copy_host > 0.05 * f.time_us:
+        p = pinned_plan(ctx)
+        if p is not None:
+            return p
+    if "dispatching ops one by one" in f.advice:
+        return graph_plan(ctx, present)
+    return None
