@@ -213,7 +213,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     if impossible and peak is not None:
         if _overlapping(calls):
             why_impossible = "calls_overlap"
-        elif found.notes and "no host op" in found.notes[0]:
+        elif found.orphan_kernels:
             why_impossible = "down_sampled"
         else:
             why_impossible = "sizes_or_times_wrong"
