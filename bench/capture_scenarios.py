@@ -147,6 +147,16 @@ EXTRA_SCENARIOS: list[Scenario] = [
     Scenario("threads_sigterm_12s", ["--forever"], 143, acts=[Act(12.0, signal.SIGTERM)], source=THREADED),
     Scenario("nomarks_sigterm_12s", [], 143, acts=[Act(12.0, signal.SIGTERM)], source=NO_MARKS),
     Scenario("nomarks_sigint_12s", [], 130, acts=[Act(12.0, signal.SIGINT)], source=NO_MARKS),
+    # `kill -9` of the tracelens process alone (the supervisor): the script gets SIGTERM
+    # (PR_SET_PDEATHSIG), ends as under SIGTERM and writes its trace.
+    Scenario(
+        "sigkill_capture_15s",
+        ["--forever"],
+        None,
+        acts=[Act(15.0, signal.SIGKILL, "capture")],
+        exit_in_trace=False,
+        grace_s=60.0,
+    ),
 ]
 
 
@@ -178,6 +188,20 @@ def _session_alive(sid: int) -> list[int]:
         if int(fields[3]) == sid and fields[0] != "Z":
             pids.append(int(d.name))
     return pids
+
+
+def _state_dirs_of(trace: Path) -> list[str]:
+    """The supervisor's state folders (tempdir/tracelens-capture-*) of the run writing
+    `trace` that are still there: each holds the profiler's raw export, as large as the
+    trace's JSON, so one left behind per killed run fills /tmp."""
+    out = []
+    for d in Path(tempfile.gettempdir()).glob("tracelens-capture-*"):
+        try:
+            if json.loads((d / "options.json").read_text()).get("out") == str(trace.resolve()):
+                out.append(str(d))
+        except (OSError, ValueError):
+            continue
+    return out
 
 
 def run_one(
@@ -290,6 +314,11 @@ def run_one(
     leftovers = [p.name for p in (work / "reports").glob(".*.tmp")] if (work / "reports").exists() else []
     if leftovers:
         result["problems"].append(f"temp files left: {leftovers}")
+    states = _state_dirs_of(trace)
+    if states:
+        result["problems"].append(f"the capture's state folder left behind: {states}")
+        for d in states:
+            shutil.rmtree(d, ignore_errors=True)
     if sc.trace:
         if not trace.exists():
             result["problems"].append("no trace written")

@@ -132,6 +132,35 @@ NULLABLE = frozenset(
         "model_to_counted_bytes",
     }
 )
+
+
+def _schema_nullable() -> frozenset[str]:
+    """Properties the report schemas declare nullable (type null, or anyOf with null): a
+    field made Optional in tracelens.report is nullable here without a second list."""
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for name, spec in (node.get("properties") or {}).items():
+                if not isinstance(spec, dict):
+                    continue
+                kinds = spec.get("type")
+                kinds = kinds if isinstance(kinds, list) else [kinds]
+                alts = spec.get("anyOf") or spec.get("oneOf") or []
+                if "null" in kinds or any(isinstance(x, dict) and x.get("type") == "null" for x in alts):
+                    found.add(name)
+            for v in node.values():
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for schema in sorted((REPO / "tracelens" / "report" / "schemas").glob("*.schema.json")):
+        walk(json.loads(schema.read_text()))
+    return frozenset(found)
+
+
+NULLABLE = NULLABLE | _schema_nullable()
 #: Fractions: must lie in [0, 1]. (Lists of them too: the timeline's per-bin shares.)
 SHARE_KEYS = frozenset(
     {

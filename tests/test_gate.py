@@ -6,9 +6,11 @@ from __future__ import annotations
 import dataclasses
 import gzip
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import model_of, sample
@@ -131,3 +133,48 @@ def test_cli_gate_exit_codes(tmp_path: Path) -> None:
     assert faster.returncode == 0 and faster.stderr == "", faster.stderr
     bad = diff_cli(sample("host_bound_pageable"), sample("host_bound_pinned"), "--fail-if", "nope", cwd=tmp_path)
     assert bad.returncode == 2 and "not a ledger cause" in bad.stderr
+
+
+def _edited(name: str, tmp_path: Path, tag: str, edit: Any) -> Path:
+    """A copy of a real trace with one thing about its run changed."""
+    data = json.loads(gzip.decompress(sample(name).read_bytes()))
+    edit(data)
+    out = tmp_path / f"{name}_{tag}.json"
+    out.write_text(json.dumps(data))
+    return out
+
+
+def test_the_gate_refuses_other_gpus_and_other_capture_options(tmp_path: Path) -> None:
+    """The same program on another GPU model, or captured without Python stacks: `diff`
+    reports it with a note, the gate refuses it (exit 2, one line): the step time would
+    judge the runner or with_stack's host overhead, not the change."""
+
+    def other_gpu(d: dict[str, Any]) -> None:
+        for p in d["deviceProperties"]:
+            p["name"] = "NVIDIA A100-SXM4-80GB"
+
+    def no_stacks(d: dict[str, Any]) -> None:
+        d["traceEvents"] = [e for e in d["traceEvents"] if e.get("cat") != "python_function"]
+
+    before = sample("host_sync_mask")
+    for tag, edit, said in (
+        ("a100", other_gpu, "different GPUs (NVIDIA H200 before, NVIDIA A100-SXM4-80GB after)"),
+        ("nostack", no_stacks, "different profiler options (with_stack on before, off after"),
+    ):
+        after = _edited("host_sync_mask", tmp_path, tag, edit)
+        d = build_diff(model_of(before), load_trace(after))
+        assert d.comparable  # the diff itself stands, with a note
+        with pytest.raises(UsageError, match=re.escape(said)):
+            evaluate(d, parse_threshold("5%"), [])
+        (tmp_path / tag).mkdir()
+        res = diff_cli(before, after, "--fail-if-slower", "5%", cwd=tmp_path / tag)
+        assert res.returncode == 2, res.stderr
+        lines = res.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tracelens: error: the gate cannot judge"), lines
+        assert said in lines[0] and not (tmp_path / tag / "out").exists()
+    # Without a gate the diff is written as ever, the GPU change noted.
+    (tmp_path / "plain").mkdir()
+    plain = diff_cli(before, tmp_path / "host_sync_mask_a100.json", "-q", cwd=tmp_path / "plain")
+    assert plain.returncode == 0, plain.stderr
+    md = next((tmp_path / "plain" / "out").glob("*.md")).read_text()
+    assert "Different GPUs" in md

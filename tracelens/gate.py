@@ -7,7 +7,11 @@ inside the noise band never fails, however large the threshold is crossed by noi
 `--fail-if CAUSE` does the same for one ledger cause's time per step (its noise from
 the steps' own ledgers); without --fail-if-slower a cause fails when it grew by more than
 CAUSE_MIN_SHARE of the step beyond its noise. Traces that do not compare like for like
-(compare.py) are refused (exit 2): no verdict either way is true of them.
+(derive/compare.py) are refused (exit 2): no verdict either way is true of them. So are
+traces of different GPU models or captured with different profiler options: `diff` alone
+reports them with a note (a user may mean to compare two GPUs), but a gate that passed
+or failed a pull request on a runner pool's GPU change, or on with_stack's host overhead,
+would judge the machine, not the change.
 """
 
 from __future__ import annotations
@@ -76,10 +80,35 @@ class GateResult:
     reason: str  # one line
 
 
+def setup_differences(d: DiffReport) -> list[str]:
+    """What differs between the two runs' set-ups that a gate must not judge: the GPU model
+    and the profiler options that change the step's own time (with_stack's host cost,
+    record_shapes')."""
+    b, a = d.before.trace, d.after.trace
+    out = []
+    if b.gpu_name and a.gpu_name and b.gpu_name != a.gpu_name:
+        out.append(
+            f"they ran on different GPUs ({b.gpu_name} before, {a.gpu_name} after): pin the CI job to one GPU type"
+        )
+    for label, before, after in (
+        ("with_stack", b.has_python_stacks, a.has_python_stacks),
+        ("record_shapes", b.has_shapes, a.has_shapes),
+    ):
+        if before != after:
+            out.append(
+                f"they were captured with different profiler options ({label} {'on' if before else 'off'} before, "
+                f"{'on' if after else 'off'} after; its overhead is in one side's step time only): capture both alike"
+            )
+    return out
+
+
 def evaluate(d: DiffReport, slower: Threshold | None, causes: list[Cause]) -> GateResult:
     """Judge the diff; raises UsageError when the traces do not compare."""
     if not d.comparable:
         raise UsageError("the gate cannot judge these traces: not like for like: " + "; ".join(d.not_comparable))
+    setup = setup_differences(d)
+    if setup:
+        raise UsageError("the gate cannot judge these traces: " + "; ".join(setup))
     v = d.verdict
     before = v.before_step_us
     failures: list[str] = []

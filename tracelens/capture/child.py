@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 from dataclasses import asdict
@@ -97,6 +98,7 @@ def _die_with_supervisor() -> None:
 def main(argv: list[str]) -> None:
     state_dir = Path(argv[0])
     opts = options_from_json(json.loads((state_dir / OPTIONS_FILE).read_text()))
+    supervisor = os.getppid()
     _die_with_supervisor()
     os.environ.pop(SUPERVISOR_ENV, None)  # the script's own children are not ours to tell
 
@@ -126,6 +128,16 @@ def main(argv: list[str]) -> None:
         result = capture(opts, echo=echo, state=state, workdir=state_dir)
     except TracelensError as exc:
         state({"event": "error", "error": str(exc), "exit_code": exc.exit_code})
+        _orphaned_cleanup(state_dir, supervisor)
         exit_process(exc.exit_code)
     state({"event": "done", "result": result_to_json(result)})
+    _orphaned_cleanup(state_dir, supervisor)
     exit_process(result.exit_code)
+
+
+def _orphaned_cleanup(state_dir: Path, supervisor: int) -> None:
+    """With the supervisor dead (kill -9 of `tracelens capture`), nobody else removes the
+    state folder, and it holds the profiler's raw export (as large as the trace's JSON):
+    the trace is written by now, so remove it. (A supervisor alive removes it itself.)"""
+    if os.getppid() != supervisor:
+        shutil.rmtree(state_dir, ignore_errors=True)

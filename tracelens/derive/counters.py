@@ -201,7 +201,11 @@ def _ordered_kernels(model: TraceModel, steps: tuple[int, int] | None) -> pd.Dat
         if len(inside):
             k = inside
     launch = k["launch"].to_numpy()
-    host_ts = np.where(launch >= 0, model.host["ts"].to_numpy()[np.clip(launch, 0, None)], np.nan)
+    # A kernel without a launch (no usable correlation, or a trace of GPU events only) is
+    # ordered by its own start: there may be no host row at all to index.
+    host_ts = np.full(len(launch), np.nan)
+    linked = launch >= 0
+    host_ts[linked] = model.host["ts"].to_numpy()[launch[linked]]
     order = np.lexsort((k["ts"].to_numpy(), np.where(np.isnan(host_ts), k["ts"].to_numpy(), host_ts)))
     return k.iloc[order]
 

@@ -38,6 +38,13 @@ ATTN_MAX_GAP_OPS = 12
 #: attention 39% of the fp32 roof); the OWLv2 layer of issue 10 ran 0.30 ms in SDPA vs the
 #: 0.28 ms this gives.
 SDPA_ROOF_SHARE = 0.4
+#: A causal SDPA kernel skips the blocks above the diagonal: about half the FLOPs (H200,
+#: workloads/diff_pairs.py sdpa_u: 4x8x2048x2048x128 fp16, cuDNN flash with is_causal 83 µs a
+#: call, 174 µs estimated for the full square).
+CAUSAL_FLOPS_SHARE = 0.5
+#: Ops that apply a mask to the scores: a square [Lq, Lk] mask shared by every batch and
+#: head (no batch dims) is a causal one (a padding mask is [B, 1, 1, Lk]).
+MASK_OPS = frozenset({"aten::masked_fill", "aten::masked_fill_", "aten::where", "aten::add", "aten::add_"})
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,7 @@ class EagerAttention:
     dtype: str
     time_us: float  # kernel time of the pattern's ops (scores, softmax, dropout, values, and the scale/mask between)
     sdpa_us: float  # the same attention as one fused SDPA kernel, estimated
+    causal: bool = False  # masked by a square mask shared by all batches and heads (SDPA is_causal)
 
 
 def _last2(d: Any) -> tuple[int, int] | None:
@@ -152,7 +160,8 @@ def eager_attention(
                 if any(_last2(x) == (lq, lk) for x in dims):
                     roots.add(r)
         t = sum(by_root.get(r, 0.0) for r in roots)
-        flops = 4.0 * b_ * lq * lk * d
+        causal = lq == lk and any(_square_mask(model, r, lq) for r in roots)
+        flops = 4.0 * b_ * lq * lk * d * (CAUSAL_FLOPS_SHARE if causal else 1.0)
         sdpa = 0.0
         if peaks is not None:
             _, peak = peaks.roof(dtype or "bf16", True)
@@ -160,8 +169,16 @@ def eager_attention(
             io = 4.0 * b_ * lq * d * item  # q, k, v, out (lq ~ lk)
             sdpa = 1e6 * max(flops / (SDPA_ROOF_SHARE * peak) if peak else 0.0, io / peaks.bw if peaks.bw else 0.0)
         if t > 0:
-            out.append(EagerAttention(tuple(sorted(roots)), b_, lq, lk, d, dtype, t, min(sdpa, t)))
+            out.append(EagerAttention(tuple(sorted(roots)), b_, lq, lk, d, dtype, t, min(sdpa, t), causal))
     return tuple(out)
+
+
+def _square_mask(model: TraceModel, row: int, n: int) -> bool:
+    """Whether the op masks the scores with an [n, n] tensor that has no batch dims."""
+    if model.arrays.name(row) not in MASK_OPS:
+        return False
+    dims = model.op_shapes(row).get("Input Dims") or []
+    return any(isinstance(x, list) and [int(v) for v in x if isinstance(v, int)] == [n, n] for x in dims[1:])
 
 
 def eager_attention_shapes(calls: tuple[EagerAttention, ...]) -> frozenset[tuple[int, int, int, int]]:

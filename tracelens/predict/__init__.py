@@ -20,6 +20,7 @@ from tracelens.derive.context import AnalysisContext
 from tracelens.derive.replay import Edit, combine, replay
 from tracelens.derive.transforms import VARIANTS, Variant
 from tracelens.derive.transforms import profiler as t_profiler
+from tracelens.domain import fmt_us
 from tracelens.model.trace import name_matches
 from tracelens.predict.gpu_plans import (
     fusion_plan,
@@ -178,6 +179,30 @@ def outcome(ctx: AnalysisContext, plans: Sequence[Plan]) -> Outcome | None:
     return Outcome(spans, base, ctx.n_steps, ctx.replay_span[3], unprofiled, ctx.unprofiled)
 
 
+#: A replayed gain this many times the finding's own (ledger) time says where the rest
+#: comes from: the fix also removes time the ledger gives other causes.
+BEYOND_OWN_TIME = 1.5
+#: Where a fix's gain beyond its finding's own time comes from, by fix.
+BEYOND_WHY = {
+    "cuda_graph": "the graph also removes the host's work between the launches (Python, dispatch), which the "
+    "ledger counts as host_bound",
+    "remove_host_syncs": "without the waits the host's work overlaps the GPU's instead of following it, time the "
+    "ledger counts as host_bound and launch_overhead",
+    "fuse_chains": "the chain's other ops are no longer dispatched on the host either",
+    "sdpa": "the pattern's other ops are no longer dispatched on the host either",
+    "remove_allocator_calls": "the allocator's calls also synchronised the device; without them the host's work "
+    "overlaps the GPU's, time the ledger counts as host_bound",
+}
+
+
+def beyond_own_time(fix: str, gain_us: float, time_us: float) -> str:
+    """Why a replayed gain exceeds its finding's own time, where it does."""
+    if gain_us <= BEYOND_OWN_TIME * max(time_us, 0.0):
+        return ""
+    why = BEYOND_WHY.get(fix, "the replayed step also loses time the ledger gives other causes")
+    return f"; more than its own {fmt_us(time_us)}: {why}"
+
+
 def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     """The findings with their gains from the replay (or their estimate, marked so)."""
     present = {f.category for f in findings}
@@ -250,7 +275,7 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
                 expected_gain_us=nominal,
                 expected_gain_low_us=gains[0],
                 expected_gain_high_us=gains[-1],
-                gain_note=f"replayed: {p.model}",
+                gain_note=f"replayed: {p.model}" + beyond_own_time(p.fix, nominal, f.time_us),
                 prediction=pred,
             )
         )

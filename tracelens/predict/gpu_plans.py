@@ -3,6 +3,8 @@ matmuls, full waves and clocks (issue 25)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from tracelens.derive.context import AnalysisContext
@@ -31,6 +33,23 @@ def fusion_plan(ctx: AnalysisContext) -> Plan | None:
     h_ts = ctx.model.host["ts"].to_numpy()
     h_end = ctx.model.host["end"].to_numpy()
     groups, pass_info, removed_iv = [], [], []
+    op_of = ctx.model.arrays.op
+    seen: dict[int, int] = {}
+
+    def inputs_of(call: int) -> int:
+        """Full-size tensor inputs of the op that launched a pass (0: unknown)."""
+        if call < 0:
+            return 0
+        op = int(op_of[call])
+        if op < 0:
+            return 0
+        if op not in seen:
+            dims = ctx.model.op_shapes(op).get("Input Dims") or []
+            sizes = [int(np.prod(d)) for d in dims if isinstance(d, list) and d and all(isinstance(x, int) for x in d)]
+            top = max(sizes, default=0)
+            seen[op] = sum(1 for x in sizes if x == top) if top > 1 else 0
+        return seen[op]
+
     g = ctx.graph
     in_graph = np.zeros(len(gpu), dtype=bool)
     if g is not None:
@@ -43,7 +62,8 @@ def fusion_plan(ctx: AnalysisContext) -> Plan | None:
             groups.append(rows)
             pass_us = [float(sum(dur[r] for r in p)) for p in passes]
             compute = [bool(compute_code[codes[list(p)]].any()) for p in passes]
-            pass_info.append((pass_us, pbytes, compute))
+            ins = [inputs_of(launch[p[0]]) for p in passes]
+            pass_info.append((pass_us, fused_bytes(pbytes, ins) if all(ins) else max(pbytes), compute))
             later = np.array([root[launch[p[0]]] for p in passes[1:] if launch[p[0]] >= 0], dtype=np.int64)
             later = later[later >= 0]
             removed_iv.append(np.column_stack([h_ts[later], h_end[later]]))
@@ -51,15 +71,26 @@ def fusion_plan(ctx: AnalysisContext) -> Plan | None:
     sheet = roof.peaks.bandwidth
 
     def apply(edit: Edit, v: Variant) -> None:
-        fused = [t_fusion.fused_time_us(v, us, b, cb, bw, sheet) for us, b, cb in pass_info]
+        fused = [t_fusion.fused_time_us(v, us, (io,), cb, bw, sheet) for us, io, cb in pass_info]
         t_fusion.apply(graph_of(ctx), edit, groups, fused, removed_iv)
 
     return Plan(
         "fuse_chains",
-        "each chain of back-to-back elementwise passes fused into one kernel (one round trip of its largest pass, or "
-        "its arithmetic if longer), its other ops no longer dispatched",
+        "each chain of back-to-back elementwise passes fused into one kernel (one round trip of its inputs and "
+        "output, or its arithmetic if longer), its other ops no longer dispatched",
         apply,
     )
+
+
+def fused_bytes(pass_bytes: Sequence[float], inputs: Sequence[int]) -> float:
+    """The fused kernel's bytes: the chain's first input(s), each later pass's
+    other full-size inputs, one output. A pass of k full-size inputs moves k + 1 tensors;
+    the tensor's size is the first pass's bytes over its k + 1. (mul, add, gelu, mul, add
+    with scalars: one read and one write, the largest pass; an fp32 chain with two more
+    inputs, H200 compile_u: four tensors where its largest pass moves three.)"""
+    unit = pass_bytes[0] / (inputs[0] + 1)
+    moved = inputs[0] + sum(max(k - 1, 0) for k in inputs[1:]) + 1
+    return max(unit * moved, max(pass_bytes))
 
 
 def sdpa_plan(ctx: AnalysisContext) -> Plan | None:
@@ -67,14 +98,24 @@ def sdpa_plan(ctx: AnalysisContext) -> Plan | None:
     if not calls:
         return None
     groups, fused, removed_iv = [], [], []
+    gpu = ctx.model.gpu
+    g_ts, g_end = gpu["ts"].to_numpy(), gpu["end"].to_numpy()
+    copies = np.flatnonzero((gpu["kind"].to_numpy() == int(Kind.MEMCPY)) & gpu["name"].astype(str).str.contains("DtoD"))
     for c in calls:
-        launched = launched_by(ctx, np.array(c.rows, dtype=np.int64), (Kind.KERNEL,))
+        launched = launched_by(ctx, np.array(c.rows, dtype=np.int64), (Kind.KERNEL, Kind.MEMCPY, Kind.MEMSET))
         rows = np.concatenate(launched) if launched else np.empty(0, np.int64)
         if not len(rows):
             continue
+        # Device copies between the call's first and last kernel are its own (the clone an
+        # out-of-place masked_fill makes), also where the trace lost their launch link.
+        inside = copies[(g_ts[copies] >= g_ts[rows].min()) & (g_end[copies] <= g_end[rows].max())]
+        rows = np.union1d(rows, inside)
         groups.append(np.sort(rows))
         fused.append(float(c.sdpa_us))
-        removed_iv.append(intervals(ctx, list(c.rows)[1:]))
+        # The host no longer runs the pattern's other ops nor the Python between them: from
+        # the first op's end (its dispatch stands for the SDPA call's) to the last op's end.
+        iv = intervals(ctx, list(c.rows))
+        removed_iv.append(np.array([[iv[0, 1], iv[:, 1].max()]]) if len(iv) else iv)
     if not groups:
         return None
 
@@ -84,8 +125,9 @@ def sdpa_plan(ctx: AnalysisContext) -> Plan | None:
 
     return Plan(
         "sdpa",
-        "each eager attention's kernels replaced by one scaled_dot_product_attention kernel at the roofline's "
-        "estimate, its other ops no longer dispatched (the SDPA op still launches)",
+        "each eager attention's kernels (and the copies between them) replaced by one scaled_dot_product_attention "
+        "kernel at the roofline's estimate (half the FLOPs under a causal mask), its other ops and the Python between "
+        "them no longer run on the host (the SDPA op still launches)",
         apply,
     )
 

@@ -12,7 +12,10 @@ independent tensors: the roofline's chains end at step boundaries and at a size 
 (analyzers/roofline.py, _fusion_chains).
 
 The fused kernel's time (`fused_time_us`) for an elementwise chain: one round trip of
-its largest pass's bytes at the bandwidth this GPU sustains, or the passes' arithmetic
+the bytes the caller gives (the chain's distinct inputs and one output: predict/
+gpu_plans.fused_bytes; H200 compile_u, an fp32 chain with two more inputs: four tensors,
+0.90 ms predicted, 1.00 ms measured; the largest pass alone said 0.67) at the bandwidth
+this GPU sustains, or the passes' arithmetic
 if that takes longer (a compute- or issue-bound pass keeps its time, a memory-bound pass
 adds MEMORY_PASS_ARITH_SHARE of its time). Measured on the H200 (sample_traces/
 diff_compile_*, torch 2.11: mul, add, gelu(erf), mul, add on 1G bf16): eager 997, 997,

@@ -15,7 +15,8 @@ drains at every sync. What replaces the sync differs by construct:
   on every element instead (their kernels scaled by the input's size over the compacted
   one; the caller finds them: tracelens/predict.py); LOW also adds one kernel of the
   window's median kernel time at the sync (the mask itself); HIGH removes the op's host
-  time and its copy and keeps the consumers' kernels as they were.
+  time and its copy and keeps the consumers' kernels as they were;
+- an explicit synchronize: every variant removes only the wait (the call is nothing else).
 
 Checked against the H200 pairs in workloads/diff_pairs.py: `sync` (host_sync_mask's step
 vs host_sync_static's: predicted 2.14 ms, measured 2.55 ms; the rewrite also computes a
@@ -36,6 +37,9 @@ from tracelens.derive.transforms import Variant, cut_waits, remove_gpu_nodes, re
 
 #: Constructs whose value is only read on the host: the fix keeps it on the device.
 READ_CONSTRUCTS = frozenset({"item", "device_to_host_copy", "branch"})
+#: Constructs that are nothing but the wait (torch.cuda.synchronize(), a stream or event
+#: synchronize): removed, only the wait goes.
+WAIT_ONLY_CONSTRUCTS = frozenset({"explicit_synchronize"})
 
 
 def apply(
@@ -57,7 +61,9 @@ def apply(
     reads = np.array([c in READ_CONSTRUCTS for c in constructs], dtype=bool)
     drop_op = reads if variant != Variant.LOW else np.zeros(len(reads), bool)
     if variant == Variant.HIGH:
-        drop_op = np.ones(len(reads), bool)
+        # An explicit synchronize is its own op: its measured time is the wait that
+        # cut_waits already removed, not host work to drop.
+        drop_op = np.array([c not in WAIT_ONLY_CONSTRUCTS for c in constructs], dtype=bool)
     iv = np.asarray(op_intervals, dtype=np.float64).reshape(-1, 2)
     if drop_op.any() and len(iv):
         inside = remove_host_time(g, edit, iv[drop_op[: len(iv)]])

@@ -29,19 +29,42 @@ def find_window(
     if user_steps is not None:
         return _user_steps(model, dev, t0, user_steps, marked)
     if marked:
-        return _window_from_steps(model, t0, marked)
+        w = _window_from_steps(model, t0, marked)
+        if _unplaceable_on_gpu(model, dev, w):
+            return _whole(model, dev, t0, _UNPLACEABLE)
+        return w
     found = detect_iterations(model, dev)
     if found is not None:
         return _window_from_iterations(model, t0, found)
     return _whole(model, dev, t0)
 
 
-def _whole(model: TraceModel, dev: int | None, t0: float) -> Window:
+#: Why the GPU's whole span is analysed although the trace marks its steps.
+_UNPLACEABLE = (
+    "the step marks hold none of the GPU's activity and no kernel is linked to its launch (no usable "
+    "correlation ids), so the steps cannot be placed on the GPU: the GPU's first to last activity."
+)
+
+
+def _unplaceable_on_gpu(model: TraceModel, dev: int | None, w: Window) -> bool:
+    """Whether the marked steps hold none of `dev`'s GPU activity while none of it is
+    linked to a launch: the GPU trails the host, and without the links (correlation ids
+    removed or unusable, issue 29) nothing says which GPU work was the steps', so a
+    window of the steps alone would analyse no GPU time of a trace that has it."""
+    act = model.gpu_activity()
+    on_dev = act[act["device"] == dev] if dev is not None else act
+    if not len(on_dev) or bool((on_dev["launch"].to_numpy() >= 0).any()):
+        return False
+    inside = (on_dev["end"].to_numpy() > w.start_us) & (on_dev["ts"].to_numpy() < w.end_us)
+    return not bool(inside.any())
+
+
+def _whole(model: TraceModel, dev: int | None, t0: float, why: str | None = None) -> Window:
     act = model.gpu_activity()
     on_dev = act[act["device"] == dev] if dev is not None else act
     if len(on_dev):
         start, end = float(on_dev["ts"].min()), float(on_dev["end"].max())
-        reason = "no step marks and no repeating loop found: the GPU's first to last activity."
+        reason = why or "no step marks and no repeating loop found: the GPU's first to last activity."
     elif len(model.host):
         start, end = float(model.host["ts"].min()), float(model.host["end"].max())
         reason = "no step marks, no GPU activity and no repeating loop: the whole host span."
