@@ -7,9 +7,8 @@ import json
 import pytest
 from support.corpus import needs_real, real, report_of, sample
 
-from tracelens.analyzers.base import Category, Finding
 from tracelens.render import render_html, render_json, render_markdown
-from tracelens.report import Report
+from tracelens.report import Category, Finding, Report
 
 
 def _q(rep: Report, qid: str) -> str:

@@ -235,11 +235,10 @@ def test_power_throttle_reads_held_counters(tmp_path: Path) -> None:
 
     def evidence(path: Path) -> dict[str, object]:
         (f,) = power_throttle.analyze(AnalysisContext(load_trace(path)))
-        return {m.label: m.value for m in f.evidence}
+        return {e.id: e.value for e in f.evidence}
 
     full, dedup = evidence(src), evidence(held)
-    for key in ("time-weighted SM clock while busy (MHz)", "mean power while busy (W)",
-                "busy time with a limiting reason"):  # fmt: skip
+    for key in ("sm_clock_busy_mhz", "power_busy_w", "limited_share"):
         assert float(dedup[key]) == pytest.approx(float(full[key]), rel=0.01), key
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from support.corpus import context_of, model_of, real, sample
 
+from tracelens import explain
 from tracelens.analyzers import communication
 from tracelens.derive.collectives import bus_factor, collective_kind, collectives, elem_bytes, size_elements
 from tracelens.derive.context import AnalysisContext
@@ -26,10 +27,12 @@ from tracelens.model.links import link_peak, spans_nodes
 
 
 def _finding(path: Path) -> dict[str, object]:
-    found = communication.analyze(context_of(path))
+    """The finding's evidence by id, and the finding with its words under "finding"."""
+    ctx = context_of(path)
+    found = communication.analyze(ctx)
     assert len(found) == 1
     f = found[0]
-    return {"finding": f, **{m.label: m.value for m in f.evidence}}
+    return {"finding": explain.findings(found, ctx.share)[0], **{e.id: e.value for e in f.evidence}}
 
 
 def _ev(d: dict[str, object], prefix: str) -> float:
@@ -56,7 +59,7 @@ def test_one_collective_is_one_logical_call() -> None:
     assert c.waits == 2020 and all(call.kind == "all_reduce" and len(call.kernels) == 1 for call in c.calls)
     d = _finding(path)
     # the window holds nearly all of them (the first step is warm-up)
-    assert 1600 <= _ev(d, "collectives (one per logical call)") <= 2020
+    assert 1600 <= _ev(d, "collectives") <= 2020
 
 
 def test_gloo_c10d_op_and_worker_op_are_one_call() -> None:
@@ -82,8 +85,8 @@ def test_message_sizes_from_every_collectives_record() -> None:
     assert all(c.size_source == "record_param_comms args" for c in ar)
     d = _finding(path)
     steps = context_of(path).n_steps
-    assert _ev(d, "bytes moved") >= steps * 2 * (2873320 + 8816192)
-    assert "record_param_comms args" in str(d["message sizes from"])
+    assert _ev(d, "bytes_moved") >= steps * 2 * (2873320 + 8816192)
+    assert "record_param_comms args" in str(d["sizes_from"])
 
 
 def test_sizes_from_shapes_say_so_and_unknown_sizes_are_unknown() -> None:
@@ -94,7 +97,7 @@ def test_sizes_from_shapes_say_so_and_unknown_sizes_are_unknown() -> None:
     dfi = collectives(model_of(real("df_index_resolver.json.gz"))).calls
     assert all(c.nbytes == 0 and c.size_source == "" for c in dfi)  # no record_shapes: unknown, not guessed
     d = _finding(real("df_index_resolver.json.gz"))
-    assert d["message sizes from"] == "unknown" and not any(k.startswith("algorithm bandwidth") for k in d)
+    assert d["sizes_from"] == "unknown" and not any(k == "algorithm_bandwidth" for k in d)
 
 
 @pytest.mark.parametrize(
@@ -106,9 +109,9 @@ def test_nccl_host_time_is_host_overhead_not_peer_waiting(name: str, overhead_ms
     """The issue: 76.9 ms, 2.1 ms and 64 µs of "waiting for a slower rank" asserted from a
     single NCCL rank. The host does not block on its peers with NCCL: none is claimed."""
     d = _finding(real(name))
-    assert _ev(d, "waiting for other ranks") == 0.0
+    assert _ev(d, "waiting_for_ranks_us") == 0.0
     lo, hi = overhead_ms
-    assert lo * 1e3 <= _ev(d, "of it, the host issuing collectives") <= hi * 1e3
+    assert lo * 1e3 <= _ev(d, "issue_us") <= hi * 1e3
     f = d["finding"]
     assert "waits for a slower one" not in f.advice  # type: ignore[attr-defined]
 
@@ -117,8 +120,8 @@ def test_gloo_blocking_exchange_is_evidence_of_peer_waiting() -> None:
     """plain_gloo_wait (rank 1 of two on the H200, 20 ms slower on the host each step):
     rank 0's exchange waits beyond what 4 MB needs."""
     d = _finding(sample("plain_gloo_wait"))
-    wait = _ev(d, "waiting for other ranks")
-    inside = _ev(d, "of it, inside gloo's blocking exchange")
+    wait = _ev(d, "waiting_for_ranks_us")
+    inside = _ev(d, "in_exchange_us")
     assert 0.5 * inside < wait <= inside
     assert "waits for a slower one" in d["finding"].advice  # type: ignore[attr-defined]
 
@@ -147,11 +150,11 @@ def test_bandwidth_within_the_link_peak_on_the_public_traces() -> None:
     for name in ("sampled_rank-0.json.gz", "control.json.gz", "nccl_data.json.gz", "eager_trace.json.gz",
                  "resnet_act_checkpoint.json.gz", "rank0.json.gz"):  # fmt: skip
         d = _finding(real(name))
-        algbw = _ev(d, "algorithm bandwidth") if any(k.startswith("algorithm bandwidth") for k in d) else 0.0
+        algbw = _ev(d, "algorithm_bandwidth") if "algorithm_bandwidth" in d else 0.0
         assert algbw < 450e9, name
         if any(k.startswith("bus bandwidth of the fastest") for k in d):
-            peak = _ev(d, "link peak")
-            assert _ev(d, "bus bandwidth of the fastest") <= peak, name
+            peak = _ev(d, "link_peak")
+            assert _ev(d, "best_bus_bandwidth") <= peak, name
         assert "bandwidth not possible" not in d, name
 
 
@@ -198,17 +201,19 @@ def test_an_impossible_bandwidth_is_flagged_with_why(tmp_path: Path) -> None:
     with two calls at once on two streams: overlapping calls."""
     n = 64 * 2**20
     alone = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21), (400.0, 100.0, 21)], n))
-    d = {m.label: m.value for m in communication.analyze(AnalysisContext(alone))[0].evidence}
-    assert "bandwidth not possible" in d and "sizes or kernel times are wrong" in str(d["bandwidth not possible"])
-    assert d["link peak (NVLink 4, per direction)"] == 450e9
+    (f,) = communication.analyze(AnalysisContext(alone))
+    d = {e.id: e.value for e in f.evidence}
+    assert "bandwidth_not_possible" in d and f.facts.why_impossible == "sizes_or_times_wrong"
+    assert d["link_peak"] == 450e9 and f.facts.link_name == "NVLink 4"
     both = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21), (150.0, 100.0, 22)], n))
-    d = {m.label: m.value for m in communication.analyze(AnalysisContext(both))[0].evidence}
-    assert "calls overlap in time" in str(d["bandwidth not possible"])
+    (f,) = communication.analyze(AnalysisContext(both))
+    assert f.facts.why_impossible == "calls_overlap"
     # A plausible size passes: 1 M fp32 in 100 µs is 70 GB/s of bus bandwidth.
     fine = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21)], 2**20))
-    d = {m.label: m.value for m in communication.analyze(AnalysisContext(fine))[0].evidence}
-    assert "bandwidth not possible" not in d
-    assert d["bus bandwidth of the fastest call"] == pytest.approx(2**20 * 4 / 100e-6 * 2 * 7 / 8)
+    (f,) = communication.analyze(AnalysisContext(fine))
+    d = {e.id: e.value for e in f.evidence}
+    assert "bandwidth_not_possible" not in d and not f.facts.impossible
+    assert d["best_bus_bandwidth"] == pytest.approx(2**20 * 4 / 100e-6 * 2 * 7 / 8)
 
 
 def test_the_loader_keeps_collective_args_so_no_trace_is_read_twice(monkeypatch: pytest.MonkeyPatch) -> None:

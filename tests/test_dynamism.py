@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 from support.corpus import needs_real, real, report_of, sample
 
-from tracelens.analyzers.base import Category, Finding
-from tracelens.analyzers.shape_dynamism import describe_shapes
-from tracelens.report import Report
+from tracelens.derive.shapes import ShapeVariation, shape_variation
+from tracelens.explain.shapes import describe
+from tracelens.report import Category, Finding, Report
 
 
 def _q(rep: Report, qid: str) -> str:
@@ -106,8 +106,16 @@ def test_hta_rank0_is_compiled_and_graph_replayed() -> None:
     assert any("CUDA graphs cannot capture" in g.advice for g in report_of(sample("dyn_kv_cat")).findings)
 
 
-def test_describe_shapes() -> None:
+def describe_shapes(shapes: list[bytes]) -> str:
+    return describe(shape_variation(shapes))
+
+
+def test_shape_variation() -> None:
+    """The facts (which input, which dim, its values) and their words."""
     shapes = [b"[[8, 8, %d, 64], [8, 8, %d, 64]]" % (n, n) for n in (64, 100, 512)]
+    v = shape_variation(shapes)
+    assert isinstance(v, ShapeVariation) and v.dim == 2
+    assert (tuple(v.values), tuple(v.pattern)) == ((64, 100, 512), (8, 8, 64, 64))
     assert describe_shapes(shapes) == "dim 2 of [8, 8, N, 64] takes 3 values (64..512)"
     assert describe_shapes([b"[[1, 2]]", b"[[3]]"]).startswith("2 input shapes")
     # Decode attention: the query is [1, 16, 1, 64] after the prompt, the key grows each

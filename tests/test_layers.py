@@ -52,7 +52,7 @@ NEVER = [
     ("capture", "analyzers", "capture meets report only at the trace file"),
     ("capture", "derive", "capture meets report only at the trace file"),
     ("job", "face", "the job is a library, the face calls it"),
-    ("explain", "analyzers", "the words are written from facts, not by asking analyzers"),
+    ("analyzers", "explain", "analyzers state facts; explain/ words them"),
     ("domain", "model", "the domain's facts sit below everything"),
     ("domain", "derive", "the domain's facts sit below everything"),
     ("domain", "analyzers", "the domain's facts sit below everything"),
@@ -185,6 +185,95 @@ def test_no_analyzer_imports_another() -> None:
         if b.startswith("tracelens.analyzers") and b not in shared
     )
     assert not broken, ", ".join(broken)
+
+
+def _names_defined(module: str) -> tuple[set[str], set[str]]:
+    """(types and constants, functions) a module defines at its top level."""
+    path = PACKAGE.parent / (module.replace(".", "/") + ".py")
+    if not path.exists():
+        path = PACKAGE.parent / module.replace(".", "/") / "__init__.py"
+    data: set[str] = set()
+    functions: set[str] = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.ClassDef):
+            data.add(node.name)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            functions.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            data.update(t.id for t in targets if isinstance(t, ast.Name) and t.id[:1].isupper())
+        elif isinstance(node, ast.ImportFrom):
+            data.update(a.asname or a.name for a in node.names if (a.asname or a.name)[:1].isupper())
+    return data, functions
+
+
+def test_explain_reads_only_the_analyzers_fact_types() -> None:
+    """explain/ words a finding from its facts: from an analyzer's module it may import the
+    fact types and named constants (a threshold its sentence quotes), never a function
+    (the words never ask an analyzer to compute something)."""
+    broken = []
+    for path in sorted((PACKAGE / "explain").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import) and any(a.name.startswith("tracelens.analyzers") for a in node.names):
+                broken.append(f"{module_name(path)}: import {node.names[0].name}")
+            if not isinstance(node, ast.ImportFrom) or not (node.module or "").startswith("tracelens.analyzers"):
+                continue
+            data, _ = _names_defined(node.module or "")
+            broken += [f"{module_name(path)}: {node.module}.{a.name}" for a in node.names if a.name not in data]
+    assert not broken, "explain/ imports from analyzers what is no fact type or constant: " + ", ".join(broken)
+
+
+#: A string of words: two spaces or more (a sentence, a label), outside docstrings.
+_WORDS_MIN_SPACES = 2
+
+
+def words_written(source: str) -> list[str]:
+    """The English a module writes: f-strings whose literal text has words in it and
+    string constants of three words or more (docstrings and comments aside)."""
+    tree = ast.parse(source)
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(body, list) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+            skip.add(id(first.value))  # a docstring
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts = [v for v in node.values if isinstance(v, ast.Constant)]
+            skip.update(id(v) for v in parts)
+            text = "".join(str(v.value) for v in parts)
+            if any(w.isalpha() for w in text.split()) and text.strip().count(" ") >= 1:
+                out.append(f"{node.lineno}: f{text!r}")
+        elif (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in skip
+            and node.value.strip().count(" ") >= _WORDS_MIN_SPACES
+        ):
+            out.append(f"{node.lineno}: {node.value!r}")
+    return out
+
+
+def test_analyzers_write_no_words() -> None:
+    """Analyzers return facts (ids, numbers, names from the trace); every title, advice,
+    label and description is written in explain/ (tracelens/explain/)."""
+    written = {module_name(p): words_written(p.read_text()) for p in sorted((PACKAGE / "analyzers").rglob("*.py"))}
+    broken = [f"{m}:{w}" for m, ws in written.items() for w in ws]
+    assert not broken, "English in analyzers (move it to tracelens/explain/): " + "; ".join(broken)
+
+
+def test_words_are_seen() -> None:
+    """Positive control for the check above: a title, an advice sentence and a label are
+    found; ids, names, docstrings and a tile name are not."""
+    src = (
+        '"""A docstring with many words in it."""\n'
+        'title = f"{n} host syncs leave the GPU idle"\n'
+        'advice = "Pin the source memory."\n'
+        'label = f"busy time at {mhz} MHz"\n'
+        'ok = (f"allocated_by.{i}", f"{m}x{n}", "aten::copy_", "SM clock")\n'
+    )
+    assert [w.split(":")[0] for w in words_written(src)] == ["2", "3", "4"]
 
 
 def test_every_module_is_in_a_layer() -> None:

@@ -12,6 +12,7 @@ from support.corpus import REPO, context_of, model_of, needs_real, real, report_
 
 from tracelens.analyzers import misaligned_matmul, wave_quantization
 from tracelens.derive.matmuls import Tile, matmul_rows, parse_tile, shape_of, tiles_for, waves_of
+from tracelens.domain import severity_for
 from tracelens.render import render_html, render_json
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
@@ -57,11 +58,16 @@ def test_every_misaligned_shape_flagged_and_no_aligned_one(name: str) -> None:
         if odd:
             assert "cutlass_75" in r.kernel and "align1" in r.kernel
         assert 0 < r.tflops < H200_BF16_PEAK, r
-    (f,) = misaligned_matmul.analyze(context_of(sample(name)))
-    assert f.severity.value in ("high", "medium")
+    ctx = context_of(sample(name))
+    (f,) = misaligned_matmul.analyze(ctx)
+    assert severity_for(ctx.share(f.time_us)).value in ("high", "medium")
     # The slowdown is measured against an aligned peer in the same trace: 4-6x here.
-    assert "slower than an aligned peer" in f.sites[0].description
-    assert "pad to" in f.sites[0].description and "multiple of 8" in f.sites[0].description
+    top = f.places[0].facts
+    assert isinstance(top, misaligned_matmul.MisalignedShape)
+    assert top.peer_tflops is not None and 3 < top.slowdown <= misaligned_matmul.MAX_SLOWDOWN
+    # The padding: to a multiple of 8 bf16 elements (16 bytes), each misaligned dim padded.
+    assert top.pad_to == 8 and top.pads and all(v % 8 == 0 for _, v in top.pads)
+    assert {d for d, _ in top.pads} == {d.dim for d in top.row.misaligned_dims}
 
 
 def test_predicted_wave_efficiency_tracks_measured_throughput() -> None:
@@ -85,10 +91,10 @@ def test_partial_waves_flagged_with_cost(monkeypatch: pytest.MonkeyPatch) -> Non
     flagged with their cost once their time matters (each runs twice in the sweep)."""
     monkeypatch.setattr(wave_quantization, "MIN_SHARE", 0.0)
     (f,) = wave_quantization.analyze(context_of(REPO / "tests" / "data" / "wave_sweep.pt.trace.json.gz"))
-    by_shape = {s.description.split(" ")[1]: s for s in f.sites}
-    assert any("2304x2304" in d for d in by_shape), list(by_shape)
-    site = next(s for d, s in by_shape.items() if "x2304x2304x2304" in d)
-    assert "1.64 waves" in site.description and "efficiency 82%" in site.description and site.time_us > 0
+    by_shape = {(p.facts.row.m, p.facts.row.n, p.facts.row.k): p for p in f.places}
+    site = by_shape[(2304, 2304, 2304)]
+    assert site.facts.row.waves == pytest.approx(1.64, abs=0.005)
+    assert site.facts.row.wave_efficiency == pytest.approx(0.82, abs=0.005) and site.time_us > 0
     rows = {(r.m, r.n, r.k): r for r in matmul_rows(model_of(REPO / "tests" / "data" / "wave_sweep.pt.trace.json.gz"))}
     small = rows[(1792, 1792, 1792)]
     assert small.waves < 1 and small.wave_efficiency < 0.8  # judged although under one wave
@@ -101,9 +107,10 @@ def test_wave_quantization_on_qwen_prefill() -> None:
     """Qwen1.5-0.5B on an H100 (132 SMs): 8944 tokens x 1024 features make 560 tiles of
     128x128 = 4.24 waves; the fifth wave is 24% full."""
     (f,) = wave_quantization.analyze(context_of(real("Qwen_Qwen1.5-0.5B-Chat__1016005.json.gz")))
-    top = f.sites[0]
-    assert "8944x1024" in top.description and "4.24 waves" in top.description
-    assert "M=8448 (4 waves, less time)" in top.description  # 66 x 128 rows: exactly 4 waves
+    top = f.places[0].facts
+    assert (top.row.m, top.row.n) == (8944, 1024) and top.row.waves == pytest.approx(4.24, abs=0.005)
+    # 66 x 128 rows: exactly 4 waves, one fewer (less time)
+    assert wave_quantization.FullWaveShape("M", 8448, 4, smaller=True) in top.nearest
 
 
 def test_small_or_exact_shapes_not_flagged() -> None:
@@ -144,9 +151,11 @@ def test_unshaped_unaligned_gemms_from_kernel_names() -> None:
     alignment) finds them, gives them the TF32 roof, and the padding finding lists them."""
     ctx = context_of(real("rank0.json.gz"))
     (f,) = misaligned_matmul.analyze(ctx)
-    fallbacks = [s for s in f.sites if "s1688gemm" in s.description]
-    assert len(fallbacks) >= 3 and all("TF32" in s.description and "align1" in s.description for s in fallbacks)
-    assert "117.6 ms" in f.title
+    fallbacks = [p.facts for p in f.places if isinstance(p.facts, misaligned_matmul.FallbackKernel)]
+    fallbacks = [k for k in fallbacks if "s1688gemm" in k.kernel]
+    # fp32 on tensor cores: TF32, on kernels built for 1-element alignment
+    assert len(fallbacks) >= 3 and all(k.dtype == "fp32" and k.align_elements == 1 for k in fallbacks)
+    assert f.facts.total_us / 1e3 == pytest.approx(117.6, abs=0.05)
     rows = [k for k in ctx.roofline.kernels if "s1688gemm" in k.name]
     assert rows and all(k.family == "matmul" and k.unit == "tf32" for k in rows)
     assert any(k.flops == 0 and k.roof_name == "TF32 tensor cores" for k in rows)

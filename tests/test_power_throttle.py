@@ -32,11 +32,12 @@ def test_power_capped_gemm() -> None:
     path = sample("power_gemm")
     (f,) = power_throttle.analyze(context_of(path))
     assert f.tags == ("sw_power_cap",)
-    ev = {m.label: m.value for m in f.evidence}
-    assert 1500 < ev["time-weighted SM clock while busy (MHz)"] < 1900
-    assert ev["max SM clock (MHz)"] == 1980
-    assert ev["enforced power limit (W)"] == 700
-    assert ev["busy time with a limiting reason"] > 0.3
+    ev = {e.id: e.value for e in f.evidence}
+    assert 1500 < ev["sm_clock_busy_mhz"] < 1900  # type: ignore[operator]
+    assert ev["max_sm_clock_mhz"] == 1980
+    assert ev["power_limit_w"] == 700
+    assert ev["limited_share"] > 0.3  # type: ignore[operator]
+    assert f.facts.reasons[0][0] == "sw_power_cap"
     # The random phase runs at a lower clock than the zeros phase (the seed's experiment).
     random_mhz, zeros_mhz = phase_clock(path, "random"), phase_clock(path, "zeros")
     assert random_mhz < zeros_mhz - 100, (random_mhz, zeros_mhz)
@@ -44,7 +45,7 @@ def test_power_capped_gemm() -> None:
     busy = context_of(path).ledger.primary
     assert busy is not None and 0 < f.time_us < busy.busy_us
     # The GEMM kernel is the one that ran slow.
-    assert f.sites and "nvjet" in f.sites[0].kernels[0]
+    assert f.places and "nvjet" in f.places[0].kernels[0]
 
 
 def test_light_idle_script_not_throttled() -> None:

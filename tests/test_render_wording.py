@@ -10,11 +10,11 @@ from support.cli import cli
 from support.corpus import REAL_TRACES, report_of, sample
 from support.synthetic import TraceBuilder, host_event, tiny_trace, write_trace
 
-from tracelens.analyzers.base import Metric
 from tracelens.assemble import build_report
 from tracelens.model import load_trace
 from tracelens.render import render_html, render_markdown, render_terminal
 from tracelens.render.format import metric, pct, short_kernel
+from tracelens.report import Metric
 
 
 def test_no_model_no_green_no() -> None:
@@ -48,7 +48,7 @@ def test_numbers_read_at_a_glance() -> None:
     assert metric(Metric("SM clock", 1980.0, "number")) == "1,980"
     # One rule for shares everywhere, so a title's "5%" and a table's share agree.
     assert f"{0.048:.0%}" == pct(0.048) == "5%"
-    assert pct(0.0016) == "0.2%" and pct(0.0004) == "<0.1%"
+    assert pct(0.0016) == "0.2%" and pct(0.0004) == "<0.1%" and pct(0.0096) == "1%"  # not "1.0%"
 
 
 def test_short_kernel_names() -> None:

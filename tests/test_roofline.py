@@ -10,18 +10,20 @@ from pathlib import Path
 import pytest
 from support.corpus import REPO, context_of, needs_real, real, report_of, sample, whole_context_of
 
+from tracelens import explain
 from tracelens.analyzers import compute_bound, memory_bound
-from tracelens.analyzers.base import Finding
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.kernel_costs import FOREACH_CHUNK_ELEMENTS
 from tracelens.derive.kernel_models import L2_ROOF_NAME, L2_SPILL_MODELS
 from tracelens.derive.op_costs import dtype_from_kernel, op_cost
 from tracelens.derive.roofline import MODEL_ERROR_SHARE, compute_roofline
 from tracelens.model.peaks import peaks_for
+from tracelens.report import Finding
 
 
 def _roofline_findings(ctx: AnalysisContext) -> list[Finding]:
-    return memory_bound.analyze(ctx) + compute_bound.analyze(ctx)
+    """The two roofline findings with their words (as the report has them, before ranking)."""
+    return explain.findings([*memory_bound.analyze(ctx), *compute_bound.analyze(ctx)], ctx.share)
 
 
 def test_peak_table() -> None:
@@ -248,7 +250,7 @@ def test_fusion_chains_on_real_traces() -> None:
     top = roof.chains[0]
     assert [op.split("::")[-1] for op in top.ops] == ["mul", "sigmoid", "mul"] and top.count == 180
     finding = next(f for f in memory_bound.analyze(ctx) if f.category.value == "memory_bound")
-    site = finding.sites[0]
+    site = finding.places[0]
     assert site.kind == "fusion_chain" and site.source is not None and site.source.file.endswith("activations.py")
 
 

@@ -84,7 +84,7 @@ def test_host_sync_sites_carry_the_code(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("TRACELENS_SOURCES", str(REPO / "workloads"))
     m = load_trace(REPO / "sample_traces" / "host_sync_mask.pt.trace.json.gz")
     (f,) = host_sync.analyze(AnalysisContext(m))
-    code = {s.source.call_line: s.source.code for s in f.sites if s.source is not None}
+    code = {s.source.call_line: s.source.code for s in f.places if s.source is not None}
     assert code == {
         62: "sel = y[mask]",
         64: "if loss.item() > 0:",
@@ -93,7 +93,7 @@ def test_host_sync_sites_carry_the_code(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv("TRACELENS_SOURCES")
     m = load_trace(REPO / "sample_traces" / "host_sync_mask.pt.trace.json.gz")
     (f,) = host_sync.analyze(AnalysisContext(m))
-    assert all(s.source is None or s.source.call_line is None for s in f.sites)  # no file: the def line only
+    assert all(s.source is None or s.source.call_line is None for s in f.places)  # no file: the def line only
 
 
 def _model_for(tmp_path: Path, source: str) -> TraceModel:

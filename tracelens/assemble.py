@@ -15,7 +15,7 @@ from collections import defaultdict
 import numpy as np
 import pandas as pd
 
-from tracelens import __version__
+from tracelens import __version__, explain
 from tracelens.analyzers import run_all
 from tracelens.assemble_inputs import graph_summary, serving_summary
 from tracelens.assemble_snapshot import snapshot_of_trace
@@ -40,6 +40,7 @@ from tracelens.report import (
     SCHEMA_VERSION,
     ClockTimeline,
     CountersSummary,
+    Finding,
     GpuTimeSummary,
     KernelRow,
     KernelSource,
@@ -86,7 +87,7 @@ def build_report(
     if ctx is None:
         ctx = AnalysisContext(model, user_window=user_window, user_steps=user_steps)
     model = ctx.model  # with the user's own step marks, where it had no ProfilerStep
-    ranked = rank(settle(ctx, attach_predictions(ctx, run_all(ctx))))
+    ranked = rank(settle(ctx, attach_predictions(ctx, findings_of(ctx))))
     gpu_time = _gpu_time_summary(ctx)
     report = Report(
         schema_version=SCHEMA_VERSION,
@@ -138,6 +139,12 @@ def build_report(
         notes = report.summary.notes + ((snap_note,) if snap_note else ())
         report = replace(report, snapshot=snap, summary=replace(report.summary, notes=notes))
     return replace(report, analysis_seconds=round(time.perf_counter() - t0, 3))
+
+
+def findings_of(ctx: AnalysisContext) -> list[Finding]:
+    """Every analyzer's findings, with their words (tracelens.explain), not yet fitted
+    to the ledger (ranking.settle does that)."""
+    return explain.findings(run_all(ctx), ctx.share)
 
 
 def _trace_info(model: TraceModel) -> TraceInfo:
@@ -566,7 +573,7 @@ class _OwnBusy:
 def replace_name(row: MatmulRow) -> MatmulRow:
     from dataclasses import replace
 
-    return replace(row, kernel=cut_name(row.kernel))
+    return replace(explain.matmuls.worded(row), kernel=cut_name(row.kernel))
 
 
 class _SourceCache:

@@ -315,6 +315,8 @@ CAUSE_SHORT: dict[str, str] = {
 #: Names longer than this are cut in reports (C++ template kernel names reach tens of kB;
 #: the trace keeps the full name).
 MAX_NAME_CHARS = 2000
+#: The op name a site carries when no aten op encloses its call (JSON sites[].ops).
+NO_ENCLOSING_OP = "(no enclosing op)"
 #: Names longer than this are cut as the trace is read (start and end kept). The longest
 #: real names are C++ template kernels of about 5,100 characters; a 64 KB name is not a
 #: name but it would widen every fixed-width string array made from a name column.
@@ -347,11 +349,12 @@ def fmt_us(us: float) -> str:
 
 
 def pct(share: float) -> str:
-    """A share in whole percents (as `{:.0%}`), one decimal under 1%."""
+    """A share in whole percents (as `{:.0%}`), one decimal under 1%: "<0.1%", "0.4%",
+    "3%" (the one share formatter: a small share never reads "0%")."""
     if share is None or (isinstance(share, float) and math.isnan(share)):
         return "n/a"
     s = float(share) * 100
-    if s == 0 or abs(s) >= 1:
+    if s == 0 or abs(s) >= 0.95:  # (0.95% and up round to "1%", not "1.0%")
         return f"{s:.0f}%"
     if abs(s) >= 0.1:
         return f"{s:.1f}%"

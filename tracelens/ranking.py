@@ -15,17 +15,18 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_POOL, PARENT_OF, categories_of
-from tracelens.analyzers.base import Category, Finding, Prediction, Severity
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
+from tracelens.explain.base import where as where_in
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
-from tracelens.report.enums import QuestionId, QuestionStatus
+from tracelens.report.enums import Category, QuestionId, QuestionStatus, Severity
+from tracelens.report.findings import Finding, Prediction
 
 
 @dataclass(frozen=True)
@@ -664,7 +665,7 @@ def first_fix(blocker: Finding) -> str:
     """The blocker's fix in a few words, with what and where (for the headline)."""
     if blocker.category == Category.HOST_SYNC:
         calls = list(dict.fromkeys(s.description.split(" (", 1)[0].split(":", 1)[0] for s in blocker.sites))
-        where = f" {blocker.sources[0].where}" if blocker.sources else ""
+        where = f" {where_in(blocker.sources[0])}" if blocker.sources else ""
         what = ", ".join([c for c in calls if c and c not in ("exec()", "<module>")][:3])
         return f"remove the host syncs{f' ({what})' if what else ''}{where}"
     if blocker.category == Category.COMPILATION:

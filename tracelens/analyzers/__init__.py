@@ -13,8 +13,9 @@ analyzer is one module, one line here, its words, and its tests (CONTRIBUTING.md
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from tracelens.analyzers import (
     allocation,
@@ -32,12 +33,12 @@ from tracelens.analyzers import (
     shape_dynamism,
     wave_quantization,
 )
-from tracelens.analyzers.base import Category, Finding, Severity
+from tracelens.analyzers.base import Category, Found
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.ledger import IDLE_CAUSES
 from tracelens.report.enums import QuestionId
 
-Analyzer = Callable[[AnalysisContext], list[Finding]]
+Analyzer = Callable[[AnalysisContext], Sequence[Found[Any, Any]]]
 
 #: A finding whose time is any busy time no finding with causes of its own has claimed
 #: (an inefficiency inside kernels of any bound).
@@ -155,8 +156,8 @@ def categories_of(question: QuestionId) -> tuple[Category, ...]:
     return tuple(spec.category for spec in ANALYZERS if spec.question == question)
 
 
-def run_all(ctx: AnalysisContext) -> list[Finding]:
-    findings: list[Finding] = []
+def run_all(ctx: AnalysisContext) -> list[Found[Any, Any]]:
+    findings: list[Found[Any, Any]] = []
     for spec in ANALYZERS:
         findings.extend(spec.run(ctx))
     return findings
@@ -173,8 +174,7 @@ __all__ = [
     "AnalysisContext",
     "AnalyzerSpec",
     "Category",
-    "Finding",
-    "Severity",
+    "Found",
     "categories_of",
     "run_all",
 ]

@@ -31,11 +31,12 @@ from itertools import pairwise
 
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
-from tracelens.derive.shapes import describe_shapes
-from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, PINNED_APIS, fmt_us
+from tracelens.derive.memory import MemoryProfile
+from tracelens.derive.shapes import ShapeVariation, shape_variation
+from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, NO_ENCLOSING_OP, PINNED_APIS
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source, user_sources
 from tracelens.model.trace import TraceModel, name_matches
@@ -78,24 +79,132 @@ class CatGrowth:
 _EMPTY_CACHE_FRAME = re.compile(r"\):\s*empty_cache$")
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+@dataclass(frozen=True)
+class AllocCalls:
+    """The allocator calls of the window, by site."""
+
+    calls: int
+    frees: int
+    host_us: float
+    empty_cache: int  # calls made inside torch.cuda.empty_cache()
+    pinned: int  # pinned host allocations
+    startup_calls: int  # before the window: start-up, not blamed
+    startup_host_us: float
+    #: (api, enclosing op or what stands for it, source label) -> [GPU idle, calls, host time]
+    by_site: dict[tuple[str, str, str], list[float]]
+    source_of: dict[tuple[str, str, str], PySource | None]
+
+
+@dataclass(frozen=True)
+class VaryingSite:
+    """The first op site whose shapes change and which makes allocator calls."""
+
+    op: str
+    source: PySource | None
+    variation: ShapeVariation
+
+
+@dataclass(frozen=True)
+class AllocFacts:
+    calls: int  # allocator calls in the window
+    idle_us: float  # GPU idle in them
+    idle_share: float  # of the window
+    host_us: float
+    per_step: float
+    steps: int
+    unit: str  # the report's unit (AnalysisContext.unit): step, iteration, call or window
+    empty_cache: int
+    pinned: int
+    frees: int
+    varying: VaryingSite | None
+    fragmented: bool  # the cache holds FRAGMENTATION_SHARE of reserved beyond what is allocated at the peak
+    growth: CatGrowth | None  # the growing cat re-copying the most
+    grow_us: float  # GPU time of every growing cat
+    memory: MemoryProfile | None
+
+
+@dataclass(frozen=True)
+class AllocSite:
+    """An allocator call site (`api` in `op`), or a growing cat (`growth`)."""
+
+    api: str = ""
+    op: str = ""
+    growth: CatGrowth | None = None
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[AllocFacts, AllocSite]]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
+    calls = _alloc_calls(ctx)
+    mem = ctx.memory_profile
+    growth = cat_growth(ctx)
+    if (calls is None or not calls.calls) and mem is None and not growth:
+        return []
+    if calls is None:
+        calls = AllocCalls(0, 0, 0.0, 0, 0, 0, 0.0, {}, {})
+    idle_us = dev.by_cause.get("allocation", 0.0)
+    grow_us = sum(g.gpu_us for g in growth)
+    facts = AllocFacts(
+        calls=calls.calls,
+        idle_us=idle_us,
+        idle_share=ctx.share(idle_us),
+        host_us=calls.host_us,
+        per_step=calls.calls / ctx.n_steps,
+        steps=ctx.n_steps,
+        unit=ctx.unit,
+        empty_cache=calls.empty_cache,
+        pinned=calls.pinned,
+        frees=calls.frees,
+        varying=_varying_alloc_site(ctx) if calls.calls else None,
+        fragmented=bool(
+            mem is not None
+            and mem.peak_reserved > 0
+            and calls.calls
+            and mem.fragmentation_at_peak >= FRAGMENTATION_SHARE * mem.peak_reserved
+        ),
+        growth=max(growth, key=lambda x: x.recopied_bytes) if growth else None,
+        grow_us=grow_us,
+        memory=mem,
+    )
+    time_us = idle_us + grow_us
+    places = _places(calls, growth)
+    return [
+        Found(
+            category=Category.ALLOCATION,
+            time_us=time_us,
+            expected_gain_us=time_us,
+            facts=facts,
+            evidence=_evidence(facts, calls, growth),
+            places=places,
+            sources=tuple(dict.fromkeys(p.source for p in places if p.source is not None)),
+            device=dev.device,
+            tags=tuple(
+                t
+                for t, on in (
+                    ("empty_cache", calls.empty_cache),
+                    ("growing_tensor", growth),
+                    ("memory_events", mem is not None),
+                )
+                if on
+            ),
+        )
+    ]
+
+
+def _alloc_calls(ctx: AnalysisContext) -> AllocCalls | None:
+    """The window's allocator calls by site, and the start-up's (None: no allocator call at all)."""
+    dev = ctx.ledger.primary
     model = ctx.model
     host = model.host
     is_call = np.isin(host["kind"].to_numpy(), [int(Kind.RUNTIME), int(Kind.DRIVER)])
     all_rows = host.index[is_call & name_matches(host["name"], ALLOC_APIS.__contains__)].to_numpy()
+    if dev is None or not len(all_rows):
+        return None
     ts = host["ts"].to_numpy()
     end = host["end"].to_numpy()
-    in_win = (end[all_rows] > dev.window_start) & (ts[all_rows] < dev.window_end) if len(all_rows) else all_rows
-    rows = all_rows[in_win] if len(all_rows) else all_rows
-    before = all_rows[ts[all_rows] < dev.window_start] if len(all_rows) else all_rows
-    mem = ctx.memory_profile
-    growth = cat_growth(ctx)
-    if not len(rows) and mem is None and not growth:
-        return []
-    idle_us = dev.by_cause.get("allocation", 0.0)
+    rows = all_rows[(end[all_rows] > dev.window_start) & (ts[all_rows] < dev.window_end)]
+    before = all_rows[ts[all_rows] < dev.window_start]
     gaps = dev.gaps[dev.gaps["cause"] == "allocation"]
     iv = gaps[["start", "end"]].to_numpy() if len(gaps) else np.empty((0, 2))
     idle_in = overlap(iv, ts[rows], end[rows]) if len(iv) and len(rows) else np.zeros(len(rows))
@@ -117,174 +226,81 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         if api.startswith(PINNED_APIS):
             pinned += 1
         src = user_source(model, int(r))
-        where = ops[0] if ops else ("torch.cuda.empty_cache()" if in_empty_cache else "(no enclosing op)")
+        where = ops[0] if ops else ("torch.cuda.empty_cache()" if in_empty_cache else NO_ENCLOSING_OP)
         key = (api, where, src.label if src else "")
         by_site[key][0] += float(idle)
         by_site[key][1] += 1
         by_site[key][2] += float(end[r] - ts[r])
         src_of[key] = src
-    host_us = float((end[rows] - ts[rows]).sum()) if len(rows) else 0.0
-    startup_host_us = float((end[before] - ts[before]).sum()) if len(before) else 0.0
-    n_free = sum(1 for r in rows if model.arrays.name(int(r)).startswith(FREE_APIS))
-    per_step = len(rows) / ctx.n_steps
-    grow_us = sum(g.gpu_us for g in growth)
-    time_us = idle_us + grow_us
-    share = ctx.share(time_us)
-    advice: list[str] = []
-    title_parts: list[str] = []
-    if len(rows):
-        title_parts.append(
-            f"GPU idles {fmt_us(idle_us)} ({ctx.share(idle_us):.0%} of the window) while the host is in "
-            f"{len(rows):,} allocator calls ({fmt_us(host_us)} of host time)"
-        )
-        advice.append(
-            "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
-            + (f" ({per_step:.1f} per {ctx.unit})." if ctx.n_steps > 1 and ctx.unit != "window" else ".")
-        )
-        if empty_cache:
-            advice.append(
-                f"torch.cuda.empty_cache() runs in the loop ({empty_cache} of the calls are inside it): remove it; it "
-                "hands memory back to the driver only for the next step to ask for it again."
-            )
-        if pinned:
-            advice.append(
-                f"{pinned} pinned host buffers are allocated inside the window (cudaHostAlloc): allocate them once "
-                "and reuse them (or let a DataLoader with pin_memory=True keep its pool)."
-            )
-        varying = _varying_alloc_sites(ctx)
-        if varying:
-            advice.append(
-                f"Allocation sizes keep changing ({varying}): the cache cannot reuse blocks of other sizes. Pad to a "
-                "few bucket sizes, or preallocate the largest buffer and reuse it."
-            )
-        advice.append(
-            "Preallocate buffers that grow (a static KV cache instead of torch.cat), and run a warm-up step before "
-            "measuring."
-        )
-        if n_free:
-            advice.append(f"{n_free} of the calls free device memory: cudaFree synchronises the whole device.")
-    if mem is not None and mem.peak_reserved > 0 and len(rows):
-        frag = mem.fragmentation_at_peak
-        if frag >= FRAGMENTATION_SHARE * mem.peak_reserved:
-            advice.append(
-                f"The cache holds {_gib(frag)} more than is allocated at the peak ({frag / mem.peak_reserved:.0%} of "
-                "reserved): fragmentation. PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True lets the cache grow "
-                "segments instead of calling cudaMalloc for new ones."
-            )
-    if growth:
-        g = max(growth, key=lambda x: x.recopied_bytes)
-        title_parts.append(
-            f"{g.op} {g.source.where if g.source else ''} regrows a tensor every call (dim {g.dim}: "
-            f"{min(g.sizes)}..{max(g.sizes)}), copying {_gib(g.copied_bytes)} in {g.calls} calls, "
-            f"{_gib(g.recopied_bytes)} of it old contents again ({fmt_us(grow_us)} of GPU time)"
-        )
-        advice.append(
-            f"Preallocate the tensor {g.op} keeps regrowing at its final size (a static KV cache) and write each "
-            f"step's slice in place (cache[:, :, pos] = new or index_copy_): that stops {_gib(g.recopied_bytes)} of "
-            f"copies in this window ({_gib(g.recopied_bytes / max(ctx.n_steps, 1))} per {ctx.unit}, growing with every "
-            "step)."
-        )
-    if not title_parts and mem is not None:
-        title_parts.append(
-            f"No allocator calls in the window; memory peaks at {_gib(mem.peak_allocated)} allocated"
-            + (
-                f" ({_gib(mem.peak_reserved)} reserved)"
-                if mem.peak_reserved
-                else " (relative to the recording's start)"
-            )
-            + f", churning {_gib(mem.allocated_per_step)} per {ctx.unit}"
-        )
-        advice.append("Nothing to change for allocation: the caching allocator serves every request.")
-    if not title_parts:
-        return []
-    ranked = sorted(by_site.items(), key=lambda kv: (kv[1][0], kv[1][2]), reverse=True)[:MAX_SITES]
+    return AllocCalls(
+        calls=len(rows),
+        frees=sum(1 for r in rows if model.arrays.name(int(r)).startswith(FREE_APIS)),
+        host_us=float((end[rows] - ts[rows]).sum()) if len(rows) else 0.0,
+        empty_cache=empty_cache,
+        pinned=pinned,
+        startup_calls=len(before),
+        startup_host_us=float((end[before] - ts[before]).sum()) if len(before) else 0.0,
+        by_site=dict(by_site),
+        source_of=src_of,
+    )
+
+
+def _places(calls: AllocCalls, growth: list[CatGrowth]) -> tuple[Place[AllocSite], ...]:
+    ranked = sorted(calls.by_site.items(), key=lambda kv: (kv[1][0], kv[1][2]), reverse=True)[:MAX_SITES]
     sites = [
-        Site(
-            description=f"{api} in {op}", count=int(n), time_us=idle, host_us=h, ops=(op,), api=api,
-            source=src_of[(api, op, label)], kind="empty_cache" if "empty_cache" in op else "allocator_call",
+        Place(
+            count=int(n), time_us=idle, facts=AllocSite(api=api, op=op), host_us=h, ops=(op,), api=api,
+            source=calls.source_of[(api, op, label)], kind="empty_cache" if "empty_cache" in op else "allocator_call",
         )
         for (api, op, label), (idle, n, h) in ranked
     ]  # fmt: skip
     for g in growth[:MAX_SITES]:
         sites.append(
-            Site(
-                description=f"{g.op} grows dim {g.dim} from {min(g.sizes)} to {max(g.sizes)}: {_gib(g.copied_bytes)} "
-                f"copied, {_gib(g.recopied_bytes)} of it again",
-                count=g.calls, time_us=g.gpu_us, ops=(g.op,), source=g.source, steps=tuple(sorted(g.steps)),
-                kind="growing_cat",
+            Place(
+                count=g.calls, time_us=g.gpu_us, facts=AllocSite(growth=g), ops=(g.op,), source=g.source,
+                steps=tuple(sorted(g.steps)), kind="growing_cat",
             )
         )  # fmt: skip
+    return tuple(sites)
+
+
+def _evidence(f: AllocFacts, calls: AllocCalls, growth: list[CatGrowth]) -> tuple[Fact, ...]:
     evidence = [
-        Metric("GPU idle in allocator calls", idle_us, "us"),
-        Metric("allocator calls in the window", len(rows), "count"),
-        Metric("of them frees (device-wide syncs)", n_free, "count"),
-        Metric("host time in them", host_us, "us"),
-        Metric("torch.cuda.empty_cache() calls", empty_cache, "count"),
-        Metric("pinned host allocations in the window", pinned, "count"),
-        Metric("allocator calls in start-up (not blamed)", len(before), "count"),
-        Metric("host time in start-up allocator calls (not blamed)", startup_host_us, "us"),
+        Fact("idle_us", f.idle_us, "us"),
+        Fact("calls", f.calls, "count"),
+        Fact("frees", f.frees, "count"),
+        Fact("host_us", f.host_us, "us"),
+        Fact("empty_cache_calls", f.empty_cache, "count"),
+        Fact("pinned_allocations", f.pinned, "count"),
+        Fact("startup_calls", calls.startup_calls, "count"),
+        Fact("startup_host_us", calls.startup_host_us, "us"),
     ]
     if growth:
         evidence += [
-            Metric("bytes copied by growing cats", sum(g.copied_bytes for g in growth), "bytes"),
-            Metric("of them re-copied old contents (a static buffer saves)", sum(g.recopied_bytes for g in growth),
-                   "bytes"),
-            Metric("GPU time of the growing cats", grow_us, "us"),
-        ]  # fmt: skip
+            Fact("cat_copied_bytes", sum(g.copied_bytes for g in growth), "bytes"),
+            Fact("cat_recopied_bytes", sum(g.recopied_bytes for g in growth), "bytes"),
+            Fact("cat_gpu_us", f.grow_us, "us"),
+        ]
+    mem = f.memory
     if mem is not None:
         evidence += [
-            Metric("peak allocated" + (" (relative)" if mem.relative else ""), mem.peak_allocated, "bytes"),
-            Metric("peak reserved", mem.peak_reserved, "bytes"),
-            Metric("bytes allocated per step (churn)", mem.allocated_per_step, "bytes"),
-            Metric("bytes freed per step", mem.freed_per_step, "bytes"),
-            Metric("reserved minus allocated at the peak (fragmentation)", mem.fragmentation_at_peak, "bytes"),
-            Metric("[memory] events in the window", mem.events, "count"),
+            Fact("peak_allocated_relative" if mem.relative else "peak_allocated", mem.peak_allocated, "bytes"),
+            Fact("peak_reserved", mem.peak_reserved, "bytes"),
+            Fact("allocated_per_step", mem.allocated_per_step, "bytes"),
+            Fact("freed_per_step", mem.freed_per_step, "bytes"),
+            Fact("fragmentation_at_peak", mem.fragmentation_at_peak, "bytes"),
+            Fact("memory_events", mem.events, "count"),
         ]
-        evidence += [Metric(f"allocated by {op}", b, "bytes") for op, b, _, _ in mem.top_ops[:5]]
-    gain_note = "the idle spent in allocator calls, gone when the cache serves every allocation"
-    if growth:
-        gain_note += "; plus the growing cats' GPU time, gone with a preallocated buffer written in place"
-    return [
-        Finding(
-            category=Category.ALLOCATION,
-            severity=severity_for(share),
-            title="; ".join(title_parts),
-            time_us=time_us,
-            share=share,
-            advice="\n".join(advice),
-            expected_gain_us=time_us,
-            gain_note=gain_note,
-            evidence=tuple(evidence),
-            sites=tuple(sites),
-            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
-            device=dev.device,
-            tags=tuple(
-                t
-                for t, on in (
-                    ("empty_cache", empty_cache),
-                    ("growing_tensor", growth),
-                    ("memory_events", mem is not None),
-                )
-                if on
-            ),
-        )
-    ]
+        evidence += [Fact(f"allocated_by.{i}", b, "bytes") for i, (_, b, _, _) in enumerate(mem.top_ops[:5])]
+    return tuple(evidence)
 
 
-def _gib(b: float) -> str:
-    b = float(b)
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(b) >= size:
-            return f"{b / size:.1f} {unit}"
-    return f"{b:.0f} B"
-
-
-def _varying_alloc_sites(ctx: AnalysisContext) -> str:
+def _varying_alloc_site(ctx: AnalysisContext) -> VaryingSite | None:
     sites = [s for s in ctx.shape_sites if s.alloc_calls > 0]
     if not sites:
-        return ""
+        return None
     s = sites[0]
-    return f"{s.op}{' ' + s.source.where if s.source else ''}: {describe_shapes(s.shapes)}"
+    return VaryingSite(s.op, s.source, shape_variation(s.shapes))
 
 
 def cat_growth(ctx: AnalysisContext) -> list[CatGrowth]:

@@ -29,14 +29,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.collectives import Call, bus_factor
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import merge_intervals, overlap, subtract
-from tracelens.domain import fmt_us
 from tracelens.model.links import link_peak
 from tracelens.model.sources import PySource, user_source
 
@@ -45,6 +45,42 @@ MAX_SITES = 8
 #: (1.24 GB/s at 4 MB, 0.88 at 16 MB, 0.54 at 1 MB): a host collective that takes much
 #: longer than its bytes at this rate is waiting for another rank, not moving data.
 GLOO_ALGBW_BYTES_PER_S = 0.5e9
+
+
+#: Why a bus bandwidth above the link's peak was measured (explain/communication words it).
+ImpossibleWhy = Literal["", "calls_overlap", "down_sampled", "sizes_or_times_wrong"]
+
+
+@dataclass(frozen=True)
+class CommunicationFacts:
+    per_step_us: float | None  # the communication time per unit (None: one step, or no unit)
+    unit: str  # the report's unit (AnalysisContext.unit)
+    exposed_kernel_us: float  # collective kernels nothing overlaps (transfer and any wait)
+    wait_us: float  # GPU idle inside collectives
+    peer_wait_us: float  # of it, gloo's exchange beyond what the data needs: waiting for another rank
+    issue_us: float  # of it, the host issuing collectives (host-side overhead)
+    issuing_calls: int
+    overlapped_share: float  # of the collective kernel time
+    impossible: tuple[tuple[str, str], ...]  # (kind, group) whose busbw exceeds the link peak
+    why_impossible: ImpossibleWhy
+    link_name: str  # the link peak's name ("" where unknown)
+    link_bytes_per_s: float  # per direction (0 where unknown)
+    gloo_on_gpu: bool  # gloo moves this GPU program's tensors through the host
+
+
+@dataclass(frozen=True)
+class CollectiveRow:
+    """The calls of one (process group, kind) in the window, as a place."""
+
+    kind: str
+    group: str
+    backend: str
+    group_size: int | None
+    nbytes: int  # sum of message sizes
+    sizes_from: str  # where the sizes come from ("unknown")
+    bw_bytes: int  # of it, in calls with a transfer time
+    transfer_us: float  # those calls' transfer time
+    bus_factor: float | None  # nccl-tests' busbw factor (None: unknown kind)
 
 
 @dataclass
@@ -105,7 +141,7 @@ def _overlapping(calls: list[Call]) -> bool:
     return False
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRow]]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
@@ -158,7 +194,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     rows = _rows(calls, world)
     gpu = model.meta.primary_device
     peak = link_peak(gpu.name if gpu is not None else None)
-    impossible: list[str] = []
+    impossible: list[tuple[str, str]] = []
     total_bytes = sum(r.nbytes for r in rows)
     kernel_rows = [r for r in rows if r.backend != "gloo" and r.time_us > 0]
     algbw = sum(r.bw_bytes for r in kernel_rows) / (sum(r.time_us for r in kernel_rows) * 1e-6) if kernel_rows else 0.0
@@ -172,68 +208,21 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         best = r.best_algbw * f
         best_busbw = max(best_busbw, best)
         if peak is not None and best > peak.bytes_per_s:
-            impossible.append(f"{r.kind} on group {r.group}")
-    why_impossible = ""
+            impossible.append((r.kind, r.group))
+    why_impossible: ImpossibleWhy = ""
     if impossible and peak is not None:
         if _overlapping(calls):
-            why_impossible = "calls overlap in time, so each one's time undercounts what the links carried together"
-        elif found.notes and "no host op" in found.notes[0]:
-            why_impossible = "the trace is down-sampled or cut (kernels without their host ops)"
+            why_impossible = "calls_overlap"
+        elif found.orphan_kernels:
+            why_impossible = "down_sampled"
         else:
-            why_impossible = "the trace's message sizes or kernel times are wrong for these calls"
+            why_impossible = "sizes_or_times_wrong"
 
     overlapped_share = dev.comm_overlapped_us / dev.comm_us if dev.comm_us > 0 else 0.0
     other_busy = dev.busy_us - exposed_kernels
     gain = min(exposed_kernels, other_busy) + peer_wait + overhead_gain
     gain = min(gain, comm_time)
-    share = ctx.share(comm_time)
-    per_step = comm_time / ctx.n_steps
-    parts = []
-    if exposed_kernels > 0:
-        parts.append(f"{fmt_us(exposed_kernels)} of collective kernels nothing overlaps")
-    if wait_us > 0:
-        parts.append(f"{fmt_us(wait_us)} idle inside collectives")
-    title = (
-        f"Communication costs {fmt_us(comm_time)} ({share:.0%} of the window"
-        + (f", {fmt_us(per_step)} per {ctx.unit}" if ctx.n_steps > 1 and ctx.unit != "window" else "")
-        + "): "
-        + " and ".join(parts or ["collectives overlap other work"])
-    )
-    advice_parts = []
-    if peer_wait > 0.2 * max(wait_us, 1.0):
-        advice_parts.append(
-            f"{fmt_us(peer_wait)} of it is gloo's exchange waiting beyond what the data needs: this rank waits for a "
-            "slower one. Report on every rank's trace together (tracelens report DIR) to name the straggler and why "
-            "it is late (data loading, a host sync, more work, lower clocks)."
-        )
-    if in_issue > 0.2 * max(wait_us, 1.0) and issuing:
-        n_calls = len(issuing)
-        advice_parts.append(
-            f"{fmt_us(in_issue)} of GPU idle is the host issuing {n_calls} collectives ({fmt_us(in_issue / n_calls)} "
-            "each, host-side collective overhead, not waiting for other ranks): issue fewer, larger ones (DDP's "
-            "bucket_cap_mb, torch.distributed's coalescing manager, FSDP's larger wrap units), or keep the GPU busy "
-            "meanwhile (async_op=True)."
-        )
-    if exposed_kernels > 0:
-        advice_parts.append(
-            f"{overlapped_share:.0%} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
-            "(bucket_cap_mb, gradient_as_bucket_view=True) start all-reduces during backward; FSDP's "
-            "forward_prefetch / backward_prefetch overlap all-gathers; issue collectives with async_op=True and "
-            "wait() only where the result is needed. How much of a kernel's time is waiting for other ranks one "
-            "rank's trace cannot tell: report on every rank's trace together to measure it."
-        )
-    if impossible and peak is not None:
-        advice_parts.append(
-            f"The bus bandwidth of {', '.join(impossible[:3])} comes out above the {peak.name} peak of "
-            f"{peak.bytes_per_s / 1e9:.0f} GB/s per direction, which cannot be: {why_impossible}."
-        )
-    if any(c.backend == "gloo" for c in calls) and model.gpu_activity().shape[0]:
-        advice_parts.append(
-            "The collectives run on gloo, which moves CUDA tensors through the host: use the NCCL backend for GPU "
-            "tensors."
-        )
-
-    sites = []
+    sites: list[Place[CollectiveRow]] = []
     for r in rows[:MAX_SITES]:
         idle = float(
             overlap(wait_iv, np.array([c.start for c in r.calls]), np.array([c.end for c in r.calls])).sum()
@@ -244,23 +233,14 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         src: PySource | None = (
             None if r.backend == "gloo" else next((user_source(model, c.root) for c in r.calls if c.root >= 0), None)
         )
-        f = bus_factor(r.kind, r.group_size)
-        bw = (
-            f"algbw {_rate(r.bw_bytes / (r.time_us * 1e-6))}"
-            + (f", busbw {_rate(r.bw_bytes / (r.time_us * 1e-6) * f)}" if f is not None else "")
-            if r.bw_bytes and r.time_us > 0
-            else "one rank: nothing crosses a link"
-            if r.group_size == 1
-            else "bandwidth unknown (no message size)"
-            if not r.nbytes
-            else "bandwidth unknown (no transfer time: no kernel)"
-        )
-        size = f"{_size(r.nbytes / len(r.calls))} per call ({r.sizes_from})" if r.nbytes else "message size unknown"
-        n = f", {r.group_size} ranks" if r.group_size else ""
+        row = CollectiveRow(
+            r.kind, r.group, r.backend, r.group_size, r.nbytes, r.sizes_from, r.bw_bytes, r.time_us,
+            bus_factor(r.kind, r.group_size),
+        )  # fmt: skip
         sites.append(
-            Site(
-                description=f"{r.kind} on group {r.group} ({r.backend or 'backend unknown'}{n}): {size}, {bw}",
+            Place(
                 count=len(r.calls),
+                facts=row,
                 time_us=idle,
                 ops=(r.kind,),
                 kind=r.kind,
@@ -268,56 +248,52 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             )
         )
     evidence = [
-        Metric("communication in the ledger", comm_time, "us"),
-        Metric("collective kernel time", dev.comm_us, "us"),
-        Metric("of it overlapped by other GPU work", overlapped_share, "share"),
-        Metric("exposed collective kernel time (transfer and any wait for other ranks)", exposed_kernels, "us"),
-        Metric("GPU idle inside collectives", wait_us, "us"),
-        Metric("of it, the host issuing collectives (host-side overhead)", in_issue, "us"),
-        Metric("of it, inside gloo's blocking exchange", in_exchange, "us"),
-        Metric("of it, a collective kernel queued", queued, "us"),
-        Metric("waiting for other ranks (gloo exchange beyond what the data needs)", peer_wait, "us"),
-        Metric("collectives (one per logical call)", len(calls), "count"),
-        Metric("bytes moved (sum of message sizes)", total_bytes, "bytes"),
-        Metric("message sizes from", ", ".join(sorted({r.sizes_from for r in rows})) or "unknown", "text"),
+        Fact("communication_us", comm_time, "us"),
+        Fact("collective_kernel_us", dev.comm_us, "us"),
+        Fact("overlapped_share", overlapped_share, "share"),
+        Fact("exposed_kernel_us", exposed_kernels, "us"),
+        Fact("idle_in_collectives_us", wait_us, "us"),
+        Fact("issue_us", in_issue, "us"),
+        Fact("in_exchange_us", in_exchange, "us"),
+        Fact("queued_us", queued, "us"),
+        Fact("waiting_for_ranks_us", peer_wait, "us"),
+        Fact("collectives", len(calls), "count"),
+        Fact("bytes_moved", total_bytes, "bytes"),
+        Fact("sizes_from", ", ".join(sorted({r.sizes_from for r in rows})) or "unknown", "text"),
     ]
     if algbw > 0:
-        evidence.append(Metric("algorithm bandwidth (collective kernels, nccl-tests' algbw)", algbw, "bytes_per_s"))
+        evidence.append(Fact("algorithm_bandwidth", algbw, "bytes_per_s"))
     if busbw > 0:
-        evidence.append(Metric("bus bandwidth (nccl-tests' busbw, busiest kind)", busbw, "bytes_per_s"))
-        evidence.append(Metric("bus bandwidth of the fastest call", best_busbw, "bytes_per_s"))
+        evidence.append(Fact("bus_bandwidth", busbw, "bytes_per_s"))
+        evidence.append(Fact("best_bus_bandwidth", best_busbw, "bytes_per_s"))
     if peak is not None and kernel_rows:
-        evidence.append(Metric(f"link peak ({peak.name}, per direction)", peak.bytes_per_s, "bytes_per_s"))
+        evidence.append(Fact("link_peak", peak.bytes_per_s, "bytes_per_s"))
     if impossible:
-        evidence.append(Metric("bandwidth not possible", why_impossible, "text"))
+        evidence.append(Fact("bandwidth_not_possible", "", "text"))  # text: explain/ words facts.why_impossible
+    facts = CommunicationFacts(
+        per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 and ctx.unit != "window" else None,
+        unit=ctx.unit,
+        exposed_kernel_us=exposed_kernels,
+        wait_us=wait_us,
+        peer_wait_us=peer_wait,
+        issue_us=in_issue,
+        issuing_calls=len(issuing),
+        overlapped_share=overlapped_share,
+        impossible=tuple(impossible),
+        why_impossible=why_impossible,
+        link_name=peak.name if peak is not None else "",
+        link_bytes_per_s=peak.bytes_per_s if peak is not None else 0.0,
+        gloo_on_gpu=any(c.backend == "gloo" for c in calls) and bool(model.gpu_activity().shape[0]),
+    )
     return [
-        Finding(
+        Found(
             category=Category.COMMUNICATION,
-            severity=severity_for(share),
-            title=title,
             time_us=comm_time,
-            share=share,
-            advice="\n".join(advice_parts) or "Overlap collectives with compute.",
             expected_gain_us=gain,
-            gain_note=(
-                "the exposed collective kernels, at best hidden under the rest of the GPU's work, plus gloo's "
-                "exchange beyond what its data needs (waiting for another rank), plus the host-side overhead of all "
-                "but one collective per step"
-            ),
+            facts=facts,
             evidence=tuple(evidence),
-            sites=tuple(sites),
+            places=tuple(sites),
             sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
             device=dev.device,
         )
     ]
-
-
-def _rate(bytes_per_s: float) -> str:
-    return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e8 else f"{bytes_per_s / 1e6:.1f} MB/s"
-
-
-def _size(nbytes: float) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes:.0f} B"

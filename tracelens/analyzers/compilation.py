@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import merge_intervals, overlap, total
-from tracelens.domain import COMPILE_BOOKKEEPING, COMPILED_REGION, GRAPH_CALL_MARKERS, fmt_us
+from tracelens.domain import COMPILE_BOOKKEEPING, COMPILED_REGION, GRAPH_CALL_MARKERS
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -164,122 +164,109 @@ def _sync_idle_in(ctx: AnalysisContext, rows: list[int]) -> float:
     return float((gaps["end"].to_numpy() - gaps["start"].to_numpy())[mine].sum())
 
 
-def _compilation_finding(ctx: AnalysisContext, graphs: int) -> Finding | None:
+@dataclass(frozen=True)
+class CompileFacts:
+    compiled: bool  # torch.compile's regions, compiled-graph calls or Triton kernels seen
+    frames: int  # compiled frames
+    graph_calls_per_step: float
+    unit: str  # the report's unit (AnalysisContext.unit)
+    recompiles: tuple[tuple[int, int], ...]  # (frame, compile) first seen inside the window
+    recompiled_frames: tuple[int, ...]
+    max_compile: int  # the highest compile index N of any frame (its compile #N+1)
+    compiles: int  # compiles started inside the window
+    triton_kernels: int
+    breaks: tuple[str, ...]  # eager ops between compiled graphs, the most frequent first
+    data_dependent: tuple[str, ...]  # those with data-dependent output shapes
+    break_sync_idle_us: float  # GPU idle at their host syncs (the host_sync finding's time)
+    graph_launches: int  # cudaGraphLaunch calls in the window
+
+
+@dataclass(frozen=True)
+class CompileSite:
+    """A recompile (`frame`, `compile`) or a graph break's eager op (`op`)."""
+
+    frame: int = -1
+    compile: int = -1
+    op: str = ""
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[CompileFacts, CompileSite]]:
     dev = ctx.ledger.primary
+    if dev is None:
+        return []
+    graphs = ctx.graph_launches
     comp = _compiled(ctx)
-    if dev is None or (comp is None and not graphs):
-        return None
+    if comp is None and not graphs:
+        return []
     idle = dev.by_cause.get("compilation", 0.0)
-    share = ctx.share(idle)
-    advice: list[str] = []
-    evidence: list[Metric] = []
-    sites: list[Site] = []
+    evidence: list[Fact] = []
+    places: list[Place[CompileSite]] = []
     tags: list[str] = []
-    title_parts: list[str] = []
+    frames: set[int] = set()
+    new: list[tuple[int, int]] = []
+    max_n = 0
+    breaks: dict[str, list[int]] = {}
+    dd: list[str] = []
+    linked = 0.0
     if comp is not None:
         tags.append("compiled")
         frames = {g for g, _ in comp.regions} | {g for g, _ in comp.before}
         new = sorted(k for k in comp.regions if k not in comp.before and k[1] > 0)
-        recompiled = sorted({g for g, _ in new})
         max_n = max((n for _, n in list(comp.regions) + list(comp.before)), default=0)
         evidence += [
-            Metric("compiled frames", len(frames), "count"),
-            Metric("compiled-graph calls per step", round(comp.graph_calls_per_step, 2), "number"),
-            Metric("recompilations in the window", len(new), "count"),
-            Metric("compiles started in the window", comp.compiles, "count"),
-            Metric("host time compiling in the window", comp.compile_host_us, "us"),
-            Metric("GPU idle while compiling", idle, "us"),
-            Metric("Triton kernels in the window", comp.triton_kernels, "count"),
+            Fact("compiled_frames", len(frames), "count"),
+            Fact("graph_calls_per_step", round(comp.graph_calls_per_step, 2), "number"),
+            Fact("recompiles", len(new), "count"),
+            Fact("compiles", comp.compiles, "count"),
+            Fact("compile_host_us", comp.compile_host_us, "us"),
+            Fact("idle_us", idle, "us"),
+            Fact("triton_kernels", comp.triton_kernels, "count"),
         ]
         if new or comp.compiles:
-            n_rec = max(len(new), comp.compiles)
-            title_parts.append(
-                f"torch.compile recompiles {n_rec} time(s) inside the window"
-                + (f" (frame {', '.join(map(str, recompiled))} reaches compile #{max_n})" if recompiled else "")
-                + f": the GPU idles {fmt_us(idle)} ({share:.0%} of the window) while Dynamo and Inductor run"
-            )
-            advice.append(
-                "A guard fails every step (usually a new input shape under dynamic=False): mark the varying "
-                "dimension dynamic (torch.compile(dynamic=True) or torch._dynamo.mark_dynamic(x, dim)), or pad "
-                "inputs to a few bucket sizes so each compiles once in the warm-up. TORCH_LOGS=recompiles names "
-                "the failing guard."
-            )
-            if max_n + 1 >= RECOMPILE_LIMIT:
-                advice.append(
-                    f"Frame recompiles reach Dynamo's limit ({RECOMPILE_LIMIT}, "
-                    "torch._dynamo.config.recompile_limit): after it the frame runs eagerly, uncompiled."
-                )
-            for g, n in new[:MAX_SITES]:
-                sites.append(
-                    Site(description=f"Torch-Compiled Region: {g}/{n} (compile #{n + 1} of frame {g})",
-                         count=comp.regions[(g, n)], time_us=0.0, kind="recompile")
-                )  # fmt: skip
-        breaks = {n: rows for n, rows in comp.eager.items()}
-        if breaks and comp.graph_calls_per_step > 1:
+            places += [
+                Place(count=comp.regions[(g, n)], time_us=0.0, facts=CompileSite(g, n), kind="recompile")
+                for g, n in new[:MAX_SITES]
+            ]
+        if comp.eager and comp.graph_calls_per_step > 1:
+            breaks = comp.eager
             dd = [n for n, rows in breaks.items() if _data_dependent(ctx.model, rows)]
-            all_rows = [r for rows in breaks.values() for r in rows]
-            linked = _sync_idle_in(ctx, all_rows)
-            names = ", ".join(sorted(breaks, key=lambda n: -len(breaks[n]))[:4])
-            title_parts.append(
-                f"graph breaks: {comp.graph_calls_per_step:.0f} compiled graphs per {ctx.unit} with eager {names} "
-                "between them" + (f" (data-dependent: {', '.join(dd)})" if dd else "")
-            )
-            evidence.append(Metric("GPU idle at the breaks' host syncs (host_sync finding's time)", linked, "us"))
-            advice.append(
-                "Eager ops split the compiled graph: "
-                + (
-                    f"{', '.join(dd)} has a data-dependent output shape (x[mask], nonzero, .item()), which Dynamo "
-                    "cannot trace and which waits for the GPU"
-                    + (f" ({fmt_us(linked)} of GPU idle, counted in the host_sync finding)" if linked else "")
-                    + ". Keep shapes static (torch.where(mask, x, 0) and a masked reduction instead of x[mask]), "
-                    "or set torch._dynamo.config.capture_dynamic_output_shape_ops = True."
-                    if dd
-                    else "fix the graph break (TORCH_LOGS=graph_breaks names it) so the step is one graph."
-                )
-            )
+            linked = _sync_idle_in(ctx, [r for rows in breaks.values() for r in rows])
+            evidence.append(Fact("break_sync_idle_us", linked, "us"))
             for op_name, rows in sorted(breaks.items(), key=lambda kv: -len(kv[1]))[:MAX_SITES]:
-                src = user_source(ctx.model, rows[0])
-                sites.append(
-                    Site(description=f"eager {op_name} between compiled graphs", count=len(rows),
-                         time_us=_sync_idle_in(ctx, rows), ops=(op_name,), source=src,
-                         kind="graph_break_data_dependent" if op_name in dd else "graph_break")
+                places.append(
+                    Place(count=len(rows), time_us=_sync_idle_in(ctx, rows), facts=CompileSite(op=op_name),
+                          ops=(op_name,), source=user_source(ctx.model, rows[0]),
+                          kind="graph_break_data_dependent" if op_name in dd else "graph_break")
                 )  # fmt: skip
             tags.append("graph_breaks")
-        if not title_parts:
-            title_parts.append(
-                f"Compiled with torch.compile ({len(frames)} frame(s), {comp.graph_calls_per_step:.0f} compiled "
-                "graph call(s) per step): no recompiles or graph breaks inside the window"
-                if frames
-                else f"Compiled code ({comp.triton_kernels:,} Triton kernels in the window): no compile inside it"
-            )
     if graphs:
         tags.append("cuda_graphs")
-        evidence.append(Metric("cudaGraphLaunch calls in the window", graphs, "count"))
-        title_parts.append(f"the step replays CUDA graphs ({graphs:,} cudaGraphLaunch calls)")
-        advice.append("The step already replays CUDA graphs: nothing to capture again.")
-    title = "; ".join(title_parts)
-    if not title.startswith("torch"):
-        title = title[0].upper() + title[1:]
-    return Finding(
-        category=Category.COMPILATION,
-        severity=severity_for(share),
-        title=title,
-        time_us=idle,
-        share=share,
-        advice="\n".join(advice) if advice else "Nothing to change here: the compiled step runs without recompiling.",
-        expected_gain_us=idle,
-        gain_note="the GPU idle while torch.compile compiles inside the window: gone when every shape compiles "
-        "once, in the warm-up",
-        evidence=tuple(evidence),
-        sites=tuple(sites),
-        sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
-        device=dev.device,
-        tags=tuple(tags),
+        evidence.append(Fact("graph_launches", graphs, "count"))
+    facts = CompileFacts(
+        compiled=comp is not None,
+        frames=len(frames),
+        graph_calls_per_step=comp.graph_calls_per_step if comp else 0.0,
+        unit=ctx.unit,
+        recompiles=tuple(new),
+        recompiled_frames=tuple(sorted({g for g, _ in new})),
+        max_compile=max_n,
+        compiles=comp.compiles if comp else 0,
+        triton_kernels=comp.triton_kernels if comp else 0,
+        breaks=tuple(sorted(breaks, key=lambda n: -len(breaks[n]))),
+        data_dependent=tuple(dd),
+        break_sync_idle_us=linked,
+        graph_launches=graphs,
     )
-
-
-def analyze(ctx: AnalysisContext) -> list[Finding]:
-    if ctx.ledger.primary is None:
-        return []
-    found = _compilation_finding(ctx, ctx.graph_launches)
-    return [found] if found is not None else []
+    return [
+        Found(
+            category=Category.COMPILATION,
+            time_us=idle,
+            expected_gain_us=idle,
+            facts=facts,
+            evidence=tuple(evidence),
+            places=tuple(places),
+            sources=tuple(dict.fromkeys(p.source for p in places if p.source is not None)),
+            device=dev.device,
+            tags=tuple(tags),
+        )
+    ]

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from typing import cast
+from dataclasses import dataclass
+from typing import Literal, cast
 
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
-from tracelens.domain import fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, is_machinery, parse_frame, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -31,8 +31,35 @@ PAGEABLE_ADVICE_SHARE = 0.05
 #: dispatch each), which CUDA graphs remove, rather than one slow piece of host work.
 PER_OP_GAP_US = 300.0
 PER_OP_MIN_GAPS = 100
-#: Name of the part of a gap not covered by any recorded op on the launching thread.
-UNTRACED = "(Python or other host work outside any op)"
+#: What the host ran in a host-bound gap: an op, the time between the ops inside a
+#: container range, a Python frame of the program, or nothing recorded at all.
+HostWorkKind = Literal["op", "between_ops", "python", "untraced"]
+
+
+@dataclass(frozen=True)
+class HostWork:
+    kind: HostWorkKind
+    name: str  # the op, the container, or the Python function ("" when untraced)
+
+
+@dataclass(frozen=True)
+class HostBoundFacts:
+    gaps: int
+    median_gap_us: float
+    after_sync_us: float  # of the idle, after a sync returned
+    loader_us: float  # of the idle, in data loading ops
+    pageable_copies: int  # host-to-device copies from pageable memory
+    pageable_bytes: int
+    pageable_host_us: float
+    #: Of the idle after a sync, the part the host spent outside any op (Python working on
+    #: the value it waited for); time in ops is that work, not "the result of a sync".
+    after_sync_untraced_us: float = 0.0
+    loader_workers: bool = False  # the loop waits for DataLoader worker processes
+    training: bool = False  # the trace runs backward or an optimizer
+    #: What the first place (an annotation) holds: (op name, or "" for the host time
+    #: between its ops; µs), the most first.
+    main_parts: tuple[tuple[str, float], ...] = ()
+
 
 _DATALOADER_MARKERS = ("DataLoader", "dataloader", "_MultiProcessingDataLoaderIter", "__next__")
 
@@ -145,7 +172,7 @@ def _pageable_copies(model: TraceModel, w0: float, w1: float) -> tuple[int, floa
     return len(copies), float(copies["dur"].sum()), host_us, nbytes
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
@@ -198,12 +225,12 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             if srow >= 0 and (row is None or row < 0 or kind_list[row] == Kind.PYTHON):
                 after_sync_untraced += us
 
-    # Group the charged ranges by op name + source, under the annotation that covers them
-    # (not a step mark): "host work in [param|clear_cache]", its ops as the detail.
+    # Group the charged ranges by what the host ran + source, under the annotation that
+    # covers them (not a step mark): "host work in [param|clear_cache]", its ops as parts.
     step_starts = set(model.steps["cpu_ts"].to_numpy().tolist()) if len(model.steps) else set()
-    grouped: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    parts_of: dict[tuple[str, str], dict[str, float]] = defaultdict(lambda: defaultdict(float))
-    src_of: dict[tuple[str, str], PySource | None] = {}
+    grouped: dict[tuple[HostWorkKind, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    parts_of: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # "": between its ops
+    src_of: dict[tuple[HostWorkKind, str, str], PySource | None] = {}
     # Plain ints: a numpy int8 compared with an IntEnum member costs ~3 µs (60k rows
     # charged on a 50-step training trace), a list item compared with an int ~0.03 µs.
     kinds = host["kind"].to_numpy().tolist()
@@ -211,153 +238,95 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     annotation_kind = int(Kind.USER_ANNOTATION)
     host_ts = host["ts"].to_numpy()
     for row, us in charged.items():
+        key: tuple[HostWorkKind, str, str]
         if row is None:
-            key = (UNTRACED, "")
+            key = ("untraced", "", "")
             src = None
         elif row < 0:
             inner = ~row
             src = user_source(model, inner)
-            key = (f"between ops inside {model.arrays.name(inner)}", src.label if src else "")
+            key = ("between_ops", model.arrays.name(inner), src.label if src else "")
             if kinds[inner] == annotation_kind and float(host_ts[inner]) not in step_starts:
                 # time inside an annotation between its ops is the annotation's too
-                key = (model.arrays.name(inner), "")
-                parts_of[key]["host time between its ops"] += us
+                key = ("op", model.arrays.name(inner), "")
+                parts_of[model.arrays.name(inner)][""] += us
                 src = src_of.get(key) or src
         elif kinds[row] == python_kind:
             src = parse_frame(model.arrays.name(row), line_is_def=True)
-            key = (f"Python code in {src.function}()" if src else UNTRACED, src.label if src else "")
+            key = ("python", src.function, src.label) if src else ("untraced", "", "")
         else:
             src = user_source(model, row)
-            key = (model.arrays.name(row), src.label if src else "")
+            key = ("op", model.arrays.name(row), src.label if src else "")
             ann = _covering_annotation(model, row, step_starts)
             if ann is not None:
-                parts_of[(model.arrays.name(ann), "")][model.arrays.name(row)] += us
-                key = (model.arrays.name(ann), "")
+                parts_of[model.arrays.name(ann)][model.arrays.name(row)] += us
+                key = ("op", model.arrays.name(ann), "")
                 src = src_of.get(key) or src
         grouped[key][0] += us
         grouped[key][1] += 1
         src_of.setdefault(key, src)
     ranked = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)
-    sites = tuple(
-        Site(
-            description=op if op == UNTRACED or op.startswith(("Python code", "between ops")) else "host work in " + op,
+    places = tuple(
+        Place(
             count=int(n),  # distinct op calls (or gaps, for untraced time) charged
             time_us=us,
-            ops=(op,) if op != UNTRACED and not op.startswith(("Python code", "between ops")) else (),
-            source=src_of[(op, label)],
+            facts=HostWork(kind, name),
+            ops=(name,) if kind == "op" else (),
+            source=src_of[(kind, name, label)],
         )
-        for (op, label), (us, n) in ranked[:MAX_SITES]
+        for (kind, name, label), (us, n) in ranked[:MAX_SITES]
     )
 
     n_copies, copy_gpu_us, copy_host_us, copy_bytes = _pageable_copies(model, dev.window_start, dev.window_end)
-    loader_us = sum(us for (op, _), (us, _) in grouped.items() if any(m in op for m in _DATALOADER_MARKERS))
-    untraced_us = grouped.get((UNTRACED, ""), [0.0, 0.0])[0]
-
-    advice_parts = []
-    loader_names = [op for (op, _) in grouped if any(m in op for m in _DATALOADER_MARKERS)]
-    training = _is_training(model)
-    thread_words = "the training thread" if training else "the main thread"
-    if loader_us > 0.2 * total and any("_MultiProcessingDataLoaderIter" in n for n in loader_names):
-        # With workers the loop waits for them: the advice is about the workers.
-        advice_parts.append(
-            f"The loop waits {fmt_us(loader_us)} for the DataLoader's worker processes: they do not keep up. "
-            "Make __getitem__ and collate cheaper (decode and augment less on the CPU, or on the GPU), add "
-            "workers if the host has idle cores, and keep them warm (persistent_workers=True, "
-            "prefetch_factor>=2, pin_memory=True)."
-        )
-    elif loader_us > 0.2 * total:
-        advice_parts.append(
-            f"Data loading runs on {thread_words} ({fmt_us(loader_us)} of the idle): use "
-            "DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor>=2) so "
-            "batches are ready before the GPU needs them."
-        )
-    if n_copies and copy_host_us > PAGEABLE_ADVICE_SHARE * total:
-        advice_parts.append(
-            f"{n_copies} host-to-device copies come from pageable memory ({copy_bytes / 1e6:.1f} MB, "
-            f"{fmt_us(copy_host_us)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
-            "and copy with non_blocking=True so the host can run ahead."
-        )
-    if after_sync_untraced > 0.2 * total:
-        advice_parts.append(
-            f"{fmt_us(after_sync_untraced)} of it follows a sync: the host waits for a result, then works on it while "
-            "the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
-            "processing this one's results on the host (or process them on the GPU)."
-        )
-    median_gap = float(hb["dur"].median())
-    if len(hb) >= PER_OP_MIN_GAPS and median_gap <= PER_OP_GAP_US:
-        advice_parts.append(
-            f"The idle comes in {len(hb):,} short gaps (median {median_gap:.0f} µs): the host spends it dispatching "
-            "ops one by one (Python, framework and dispatcher overhead), not in one big task. Replaying the "
-            "steady-state step from a CUDA graph (torch.compile(mode='reduce-overhead'), torch.cuda.graphs, or "
-            "the serving engine's graph mode) removes that per-op host time."
-        )
-    advice_parts.append(
-        "Move per-step host work off the critical path: precompute, vectorise Python loops, do "
-        "preprocessing in DataLoader workers or on the GPU, and keep the GPU's queue full by "
-        "launching the next step's work before host-side bookkeeping."
+    loader_us = sum(
+        us
+        for (kind, name, _), (us, _) in grouped.items()
+        if kind != "untraced" and any(m in name for m in _DATALOADER_MARKERS)
     )
-    share = ctx.share(total)
-    main_site = sites[0] if sites else None
-    what = main_site.description if main_site else "host work"
-    if main_site is not None:
-        parts = sorted(parts_of.get((main_site.description.removeprefix("host work in "), ""), {}).items(),
-                       key=lambda kv: -kv[1])  # fmt: skip
-        if len(parts) > 1 or (parts and parts[0][0] != main_site.description):
-            shown = [(name, t) for name, t in parts[:3] if t >= 0.01 * main_site.time_us]
-            if len(shown) > 1 or (shown and shown[0][0] != "host time between its ops"):
-                what += " (" + ", ".join(f"{name} {fmt_us(t)}" for name, t in shown) + ")"
-    where = ""
-    if main_site is not None and main_site.source is not None:
-        # "Python code in f()" already names the function: add only the file and line.
-        python_site = main_site.description.startswith("Python code in")
-        where = f" ({main_site.source.label})" if python_site else f" {main_site.source.where}"
+    untraced_us = grouped.get(("untraced", "", ""), [0.0, 0.0])[0]
+    median_gap = float(hb["dur"].median())
+    loader_names = [
+        name for (kind, name, _) in grouped if kind != "untraced" and any(m in name for m in _DATALOADER_MARKERS)
+    ]
+    main = places[0] if places else None
+    main_parts = parts_of.get(main.facts.name, {}) if main is not None and main.facts.kind == "op" else {}
+    facts = HostBoundFacts(
+        gaps=len(hb),
+        median_gap_us=median_gap,
+        after_sync_us=after_sync,
+        loader_us=loader_us,
+        pageable_copies=n_copies,
+        pageable_bytes=copy_bytes,
+        pageable_host_us=copy_host_us,
+        after_sync_untraced_us=after_sync_untraced,
+        loader_workers=any("_MultiProcessingDataLoaderIter" in n for n in loader_names),
+        training=_is_training(model),
+        main_parts=tuple(sorted(main_parts.items(), key=lambda kv: -kv[1])),
+    )
     return [
-        Finding(
+        Found(
             category=Category.HOST_BOUND,
-            severity=severity_for(share),
-            title=(
-                f"GPU idles {fmt_us(total)} ({share:.0%} of the profiled time) while the host works; "
-                + _where_words(what + where, sites, total)
-            ),
             time_us=total,
-            share=share,
-            advice="\n".join(advice_parts),
             expected_gain_us=total,
-            gain_note=(
-                "at best all of it, if the host work overlaps GPU work instead of alternating with it; "
-                "the step then takes max(host, GPU) instead of their sum"
-            ),
+            facts=facts,
             evidence=(
-                Metric("host-bound idle", total, "us"),
-                Metric("gaps", len(hb), "count"),
-                Metric("median gap", float(hb["dur"].median()), "us"),
-                Metric("longest gap", float(hb["dur"].max()), "us"),
-                Metric("of it after a sync returned", after_sync, "us"),
-                Metric("of it in data loading ops", loader_us, "us"),
-                Metric("of it outside any recorded op", untraced_us, "us"),
-                Metric("pageable host-to-device copies", n_copies, "count"),
-                Metric("pageable copy bytes", copy_bytes, "bytes"),
-                Metric("host time in pageable copy calls", copy_host_us, "us"),
-                Metric("GPU time of pageable copies", copy_gpu_us, "us"),
+                Fact("host_bound_us", total, "us"),
+                Fact("gaps", len(hb), "count"),
+                Fact("median_gap_us", median_gap, "us"),
+                Fact("longest_gap_us", float(hb["dur"].max()), "us"),
+                Fact("after_sync_us", after_sync, "us"),
+                Fact("data_loading_us", loader_us, "us"),
+                Fact("untraced_us", untraced_us, "us"),
+                Fact("pageable_copies", n_copies, "count"),
+                Fact("pageable_bytes", copy_bytes, "bytes"),
+                Fact("pageable_host_us", copy_host_us, "us"),
+                Fact("pageable_gpu_us", copy_gpu_us, "us"),
             ),
-            sites=sites,
-            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
+            places=places,
+            sources=tuple(dict.fromkeys(p.source for p in places if p.source is not None)),
             device=dev.device,
         )
     ]
-
-
-#: "Most in X" only when X holds at least this share of the idle; else the top parts.
-MOST_SHARE = 0.5
-
-
-def _where_words(what: str, sites: tuple[Site, ...], total: float) -> str:
-    """ "most in X" when the first site holds most of the idle, else its top parts with
-    their shares (issue 24 §3)."""
-    if not sites or total <= 0 or sites[0].time_us >= MOST_SHARE * total:
-        return f"most in {what}"
-    parts = [f"{s.description} ({s.time_us / total:.0%})" for s in sites[:3]]
-    return "in " + ", ".join(parts)
 
 
 def _is_training(model: TraceModel) -> bool:

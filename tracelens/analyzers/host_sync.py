@@ -15,15 +15,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.host_calls import blocking_call_rows, is_profiler_sync, one_per_call
 from tracelens.derive.intervals import overlap
-from tracelens.domain import fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
     PySource,
@@ -50,61 +50,41 @@ SLOW_COPY_MIN_SHARE = 0.05
 MAX_SITES = 8
 
 
-@dataclass(frozen=True)
-class SyncConstruct:
-    """A kind of Python code that syncs, recognised from the ops around the sync."""
-
-    id: str
-    description: str
-    advice: str
-
-
-_DATA_DEPENDENT = SyncConstruct(
+#: The kinds of Python code that sync, recognised from the ops around the sync (each
+#: described, with its fix, in tracelens.explain.host_sync).
+SyncConstruct = Literal[
     "data_dependent_shape",
-    "an op whose output size depends on tensor values (x[mask], nonzero, unique, masked_select)",
-    "Keep shapes static: compute on every element and mask (torch.where(mask, x, 0), x * mask) "
-    "instead of compacting with x[mask]; where compaction is needed, build destination indices "
-    "on the device with a cumsum over the mask and scatter, or give the size up front "
-    "(torch.nonzero_static, repeat_interleave(output_size=...)).",
-)
-_ITEM = SyncConstruct(
     "item",
-    "a scalar read of a device tensor (.item(), float(t), int(t), a Python branch on a tensor value)",
-    "Keep scalars on the device: accumulate (total += loss.detach()) and read once every N steps "
-    "or after the loop; replace Python branches on tensor values with torch.where, masking, or "
-    "torch.cond under torch.compile.",
-)
-_BRANCH = SyncConstruct(
     "branch",
-    "a Python truth test of a tensor (if t:, while t, bool(t), t.any() in a condition)",
-    "Replace the Python branch with tensor ops (torch.where, masking) or torch.cond, or move the "
-    "check off the hot path (every N steps).",
-)
-_D2H = SyncConstruct(
     "device_to_host_copy",
-    "a blocking device-to-host copy (.cpu(), .tolist(), .numpy(), .to('cpu'), print(t))",
-    "Copy asynchronously into pinned memory (x.to('cpu', non_blocking=True) into a pinned "
-    "buffer, then wait on a CUDA event only when the values are needed), batch small copies "
-    "into one, or keep the computation on the GPU.",
-)
-_H2D = SyncConstruct(
     "host_to_device_copy",
-    "a blocking host-to-device copy (.to('cuda') or torch.tensor(..., device='cuda') from pageable memory)",
-    "Pin the source (DataLoader(pin_memory=True) or t.pin_memory()) and copy with "
-    "non_blocking=True so the host does not wait for the copy.",
-)
-_EXPLICIT = SyncConstruct(
     "explicit_synchronize",
-    "an explicit synchronize (torch.cuda.synchronize(), stream/event synchronize)",
-    "Remove synchronize calls from the hot loop; keep them at measurement boundaries only, and "
-    "time with CUDA events (torch.cuda.Event(enable_timing=True)).",
-)
-_OTHER = SyncConstruct(
     "other",
-    "a blocking call inside a library op",
-    "Find why the op needs a device result on the host (the sources below) and keep that value "
-    "on the device, or move the call off the hot path.",
-)
+]
+
+
+@dataclass(frozen=True)
+class SyncSite:
+    construct: SyncConstruct
+    call: str  # the Python call that synced, where the source says ("" if unknown)
+    ops: tuple[str, ...]  # enclosing ops, innermost first
+    api: str
+
+
+@dataclass(frozen=True)
+class HostSyncFacts:
+    count: int
+    host_us: float  # blocked in the calls
+    busy_anyway: bool  # they returned while the GPU still had queued work
+    #: Each group's Python call, or its construct where the call is unknown, costliest first.
+    calls: tuple[tuple[str, SyncConstruct], ...]
+    constructs: tuple[SyncConstruct, ...]  # in order of the idle they cause
+    idle_us: float = 0.0  # GPU idle after them
+    #: Their blocking device-to-host copies to pageable memory, where slow enough to count
+    #: (0: not counted): GPU time and bytes.
+    copy_us: float = 0.0
+    copy_bytes: float = 0.0
+
 
 _DATA_DEPENDENT_OPS = (
     "aten::nonzero",
@@ -125,18 +105,18 @@ _COPY_OPS = ("aten::copy_", "aten::_to_copy", "aten::to", "aten::cpu", "aten::to
 def classify(ops: list[str], memcpy_names: list[str], api: str) -> SyncConstruct:
     """Which construct caused a sync, from the enclosing ops (innermost first)."""
     if any(op.startswith(_DATA_DEPENDENT_OPS) for op in ops):
-        return _DATA_DEPENDENT
+        return "data_dependent_shape"
     if "aten::is_nonzero" in ops:
-        return _BRANCH
+        return "branch"
     if "aten::item" in ops or "aten::_local_scalar_dense" in ops:
-        return _ITEM
+        return "item"
     if any(op in _COPY_OPS for op in ops):
         if any("HtoD" in m for m in memcpy_names) and not any("DtoH" in m for m in memcpy_names):
-            return _H2D
-        return _D2H
+            return "host_to_device_copy"
+        return "device_to_host_copy"
     if not ops or api in ("cudaDeviceSynchronize", "hipDeviceSynchronize", "cudaEventSynchronize"):
-        return _EXPLICIT
-    return _OTHER
+        return "explicit_synchronize"
+    return "other"
 
 
 def _memcpys_by_op(model: TraceModel) -> dict[int, list[str]]:
@@ -151,7 +131,7 @@ def _memcpys_by_op(model: TraceModel) -> dict[int, list[str]]:
     return out
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     model = ctx.model
     host = model.host
     sync_rows = blocking_call_rows(model)
@@ -207,8 +187,8 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     profiler_syncs = 0
     # One host wait per logical call: a pageable .tolist() is a copy and a synchronize
     # inside one op; both calls' host time and idle go to the call, counted once.
-    calls = _calls_of(model, sync_rows)
-    for row, parts in calls.items():
+    calls_of = _calls_of(model, sync_rows)
+    for row, parts in calls_of.items():
         if not any(w0 - 1 <= ts[r] <= w1 + 1 or idle_by_sync.get(r, 0.0) > 0.0 for r in parts):
             continue
         if is_profiler_sync(model, row, last_launch_ts):
@@ -219,9 +199,9 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         construct = classify(ops, memcpys.get(int(op_col[row]), []), api)
         src = user_source(model, row)
         call = python_call(model, row)
-        if not call and "aten::index" in ops and construct is _DATA_DEPENDENT:
+        if not call and "aten::index" in ops and construct == "data_dependent_shape":
             call = "tensor[bool_mask]"
-        key = (construct.id, api, tuple(ops[:3]), (src.label if src else "") + call)
+        key = (construct, api, tuple(ops[:3]), (src.label if src else "") + call)
         grp = groups.get(key)
         if grp is None:
             grp = _Group(construct, api, tuple(ops[:4]), src, tuple(user_stack(model, row)), call=call, steps=set())
@@ -251,89 +231,51 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         copy_gain = max(copy_us - copy_bytes / PINNED_COPY_BYTES_PER_S * 1e6, 0.0)
     else:
         copy_us = 0.0
-    share = ctx.share(idle_us + copy_us)
-    sites = tuple(
-        Site(
-            description=_site_description(g),
+    places = tuple(
+        Place(
             count=g.count,
             time_us=g.idle_us,
+            facts=SyncSite(g.construct, g.call, g.ops[:3], g.api),
             host_us=g.host_us,
             ops=g.ops,
             api=g.api,
             source=g.source,
             stack=g.stack,
             steps=tuple(sorted(g.steps or ())),
-            kind=g.construct.id,
-            advice=g.construct.advice,
+            kind=g.construct,
         )
         for g in ranked[:MAX_SITES]
     )
     # Constructs in order of the idle they cause; the advice follows the same order.
-    constructs: dict[str, SyncConstruct] = {}
+    constructs = tuple(dict.fromkeys(g.construct for g in ranked))
+    # One entry per call as the title names it (its construct where the call is unknown).
+    named: dict[str, tuple[str, SyncConstruct]] = {}
     for g in ranked:
-        constructs.setdefault(g.construct.id, g.construct)
-    python_calls = list(dict.fromkeys(g.call or g.construct.id.replace("_", " ") for g in ranked))
+        named.setdefault(g.call or g.construct, (g.call, g.construct))
+    calls = tuple(named.values())
     sources = tuple(dict.fromkeys(g.source for g in ranked if g.source is not None))[:MAX_SITES]
-    where = f" {sources[0].where}" if sources else ""
-    what = ", ".join(python_calls[:3]) + (", …" if len(python_calls) > 3 else "")
     busy_during = _busy_during(ctx, [g.rows for g in ranked])
     # (the GPU is busy during a slow blocking copy because it is copying: that is the cost)
     busy_anyway = idle_us < BUSY_ANYWAY_IDLE_RATIO * host_us and busy_during >= 0.5 * host_us and copy_us == 0
-    if busy_anyway:
-        title = (
-            f"{count} host syncs ({what}){where}: the host waits {fmt_us(host_us)} while the GPU stays busy "
-            f"({fmt_us(idle_us)} idle after them)"
-        )
-        lead = (
-            "These syncs return while the GPU still has queued work, so they cost little now; they become "
-            "expensive as soon as the GPU gets faster than the host. "
-        )
-    else:
-        title = (
-            f"{count} host syncs ({what}){where} leave the GPU idle {fmt_us(idle_us)}; the host waits {fmt_us(host_us)}"
-        )
-        lead = ""
-    if copy_us > 0:
-        rate = copy_bytes / (copy_us / 1e6) if copy_us > 0 else 0.0
-        title += (
-            f"; {fmt_us(copy_us)} of the wait is their device-to-host copies to pageable memory "
-            f"({copy_bytes / 1e6:,.0f} MB at {rate / 1e9:.1f} GB/s)"
-        )
-        lead = (
-            f"The copies themselves take {fmt_us(copy_us)}: copy into a pinned buffer allocated once "
-            "(torch.empty(..., pin_memory=True), then buf.copy_(t, non_blocking=True) and an event wait), which runs "
-            "at the link's rate, and copy only what the host needs (the argmax ids, not the logits). " + lead
-        )
-    # One line per construct, most costly first (renderers keep the line breaks).
-    advice = lead + "\n".join(
-        f"• {c.description[0].upper()}{c.description[1:]}: {c.advice}" for c in constructs.values()
-    )
     return [
-        Finding(
+        Found(
             category=Category.HOST_SYNC,
-            severity=severity_for(share),
-            title=title,
             time_us=idle_us + copy_us,
-            share=share,
-            advice=advice,
             expected_gain_us=idle_us + copy_gain,
-            gain_note=(
-                "up to the GPU idle that follows these syncs; the host time blocked inside them "
-                "overlaps GPU work and is not saved"
-            ),
+            facts=HostSyncFacts(count, host_us, busy_anyway, calls, constructs, idle_us, copy_us, copy_bytes),
             evidence=(
-                Metric("sync calls", count, "count"),
-                Metric("host blocked in the calls", host_us, "us"),
-                Metric("GPU busy while the host was blocked", busy_during, "us"),
-                Metric("GPU idle after them (sync return + queue refill)", idle_us, "us"),
-                Metric("GPU idle while the host worked after them (counted under host_bound)", tail_us, "us"),
-                Metric("constructs", ", ".join(constructs)),
-                Metric("runtime calls", ", ".join(sorted({g.api for g in ranked}))),
-                Metric("profiler's own syncs ignored", profiler_syncs, "count"),
+                Fact("sync_calls", count, "count"),
+                Fact("host_blocked_us", host_us, "us"),
+                Fact("busy_while_blocked_us", busy_during, "us"),
+                Fact("idle_after_us", idle_us, "us"),
+                Fact("host_bound_after_us", tail_us, "us"),
+                Fact("constructs", ", ".join(constructs)),
+                Fact("runtime_calls", ", ".join(sorted({g.api for g in ranked}))),
+                Fact("profiler_syncs", profiler_syncs, "count"),
             ),
-            sites=sites,
+            places=places,
             sources=sources,
-            tags=tuple(constructs),
+            tags=constructs,
         )
     ]
 
@@ -385,17 +327,6 @@ def _busy_during(ctx: AnalysisContext, row_lists: list[list[int] | None]) -> flo
     ts = ctx.model.host["ts"].to_numpy()[rows]
     end = ctx.model.host["end"].to_numpy()[rows]
     return float(overlap(dev.busy_intervals, ts, end).sum())
-
-
-def _site_description(g: object) -> str:
-    ops = getattr(g, "ops", ())
-    api = getattr(g, "api", "")
-    call = getattr(g, "call", "")
-    construct = getattr(g, "construct", None)
-    label = construct.id.replace("_", " ") if construct is not None else ""
-    chain = " > ".join(reversed(ops[:3])) if ops else "(no enclosing op)"
-    head = f"{call} ({label})" if call else label
-    return f"{head}: {chain} > {api}"
 
 
 def sync_table(model: TraceModel) -> pd.DataFrame:

@@ -11,13 +11,14 @@ stretches where they dominate, and names the code that issues them.
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
-from tracelens.domain import LAUNCH_APIS, fmt_us
+from tracelens.domain import LAUNCH_APIS, NO_ENCLOSING_OP
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_sources
 from tracelens.model.trace import name_matches
@@ -37,28 +38,29 @@ GRAPH_REPLAY_GAP_US = 1.0
 
 MAX_SITES = 8
 
-#: Ops whose launch storms have a known one-line fix, checked against the op names of
-#: the costliest sites.
-KNOWN_FIXES = (
-    (
-        "zero_grad",
-        "optimizer.zero_grad() launches one fill kernel per parameter here: call "
-        "zero_grad(set_to_none=True) (the default since torch 2.0) and it launches none.",
-    ),
-    (
-        "Optimizer.step",
-        "The optimizer step launches kernels per parameter: use foreach=True, or fused=True "
-        "where the optimizer supports it (Adam, AdamW, SGD).",
-    ),
-    (
-        "AccumulateGrad",
-        "Gradient accumulation launches one kernel per parameter in backward: fewer, larger "
-        "parameters (fused layers) or a compiled backward (torch.compile) cut them.",
-    ),
-)
+#: Ops whose launch storms have a known one-line fix (tracelens.explain words it), checked
+#: against the op names of the costliest sites.
+KNOWN_FIX_OPS = ("zero_grad", "Optimizer.step", "AccumulateGrad")
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+@dataclass(frozen=True)
+class LaunchFacts:
+    per_step_us: float | None  # the launch idle per step (None: one step or none)
+    gaps: int
+    median_kernel_us: float
+    tiny_share: float  # of the kernels under TINY_KERNEL_US
+    host_per_kernel_us: float  # host time per kernel in the launch-bound regions (0: none)
+    graph_launches: int
+    known_fixes: tuple[str, ...]  # KNOWN_FIX_OPS met at the costliest sites
+    unit: str = "step"  # the report's unit (AnalysisContext.unit) per_step_us is in
+
+
+@dataclass(frozen=True)
+class Launcher:
+    op: str  # the outermost op that launched the kernels after the gaps
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[LaunchFacts, Launcher]]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
@@ -99,73 +101,51 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     graphs = int(name_matches(in_window["name"], lambda n: "GraphLaunch" in n).sum()) if len(in_window) else 0
 
     # Where the launch gaps come from: the code that launched the kernel after each gap.
-    sites = _sites(ctx, launch_gaps)
+    places = _places(ctx, launch_gaps)
     gain = max(launch_idle - len(launch_gaps) * GRAPH_REPLAY_GAP_US, 0.0)
-    share = ctx.share(launch_idle)
-    per_step = launch_idle / ctx.n_steps
-    title = (
-        f"GPU waits on kernel launches for {fmt_us(launch_idle)}"
-        + (f" ({fmt_us(per_step)} per {ctx.unit})" if ctx.n_steps > 1 and ctx.unit != "window" else "")
-        + f": {len(launch_gaps):,} gaps between kernels (median kernel {median_kernel:.1f} µs, "
-        f"{tiny_share:.0%} under {TINY_KERNEL_US:.0f} µs"
-        + (f", {host_per_kernel:.1f} µs of host time per kernel" if host_per_kernel else "")
-        + ")"
+    known = tuple(
+        key
+        for key in KNOWN_FIX_OPS
+        if any(key in op for place in places[:3] if place.time_us > 0.2 * launch_idle for op in place.ops)
     )
-    if graphs:
-        advice = (
-            f"The kernels already come from CUDA graph replays ({graphs:,} cudaGraphLaunch calls): the gaps are "
-            "between graphs or around ops left outside them. Capture more of the step in one graph (fewer graph "
-            "breaks, no host syncs inside), and let torch.compile fuse the small ops that remain."
-        )
-    else:
-        advice = (
-            "Issue fewer, larger kernels: capture the steady-state step in a CUDA graph "
-            "(torch.compile(mode='reduce-overhead') or torch.cuda.graphs), let torch.compile fuse chains "
-            "of small elementwise ops, use the foreach/fused optimizer implementations, or batch more work "
-            "per op (bigger batch, vectorise Python loops over tensors)."
-        )
-    specific = [
-        fix
-        for key, fix in KNOWN_FIXES
-        if any(key in op for site in sites[:3] if site.time_us > 0.2 * launch_idle for op in site.ops)
-    ]
-    if specific:
-        advice = " ".join(specific) + "\n" + advice
+    facts = LaunchFacts(
+        per_step_us=launch_idle / ctx.n_steps if ctx.n_steps > 1 and ctx.unit != "window" else None,
+        unit=ctx.unit,
+        gaps=len(launch_gaps),
+        median_kernel_us=median_kernel,
+        tiny_share=tiny_share,
+        host_per_kernel_us=host_per_kernel,
+        graph_launches=graphs,
+        known_fixes=known,
+    )
     return [
-        Finding(
+        Found(
             category=Category.LAUNCH_OVERHEAD,
-            severity=severity_for(share),
-            title=title,
             time_us=launch_idle,
-            share=share,
-            advice=advice,
             expected_gain_us=gain,
-            gain_note=(
-                f"the launch gaps, less about {GRAPH_REPLAY_GAP_US:.0f} µs per kernel that graph replay still "
-                "costs; fusion gains more where it also removes memory round trips"
-            ),
+            facts=facts,
             evidence=(
-                Metric("launch-gap idle", launch_idle, "us"),
-                Metric("launch gaps", len(launch_gaps), "count"),
-                Metric("kernels in window", n_kernels, "count"),
-                Metric("median kernel duration", median_kernel, "us"),
-                Metric(f"kernels under {TINY_KERNEL_US:.0f} µs", tiny_share, "share"),
-                Metric("kernel launches per second (host)", launches_per_s, "per_s"),
-                Metric("median launch call on the host", median_launch_api, "us"),
-                Metric("launch-bound regions", len(regions), "count"),
-                Metric("kernels in those regions", region_kernels, "count"),
-                Metric("host time per kernel in those regions", host_per_kernel, "us"),
-                Metric("launch idle inside those regions", region_launch_idle, "us"),
-                Metric("CUDA graph launches", graphs, "count"),
+                Fact("launch_gap_us", launch_idle, "us"),
+                Fact("launch_gaps", len(launch_gaps), "count"),
+                Fact("kernels", n_kernels, "count"),
+                Fact("median_kernel_us", median_kernel, "us"),
+                Fact("tiny_kernel_share", tiny_share, "share"),
+                Fact("launches_per_s", launches_per_s, "per_s"),
+                Fact("median_launch_call_us", median_launch_api, "us"),
+                Fact("launch_bound_regions", len(regions), "count"),
+                Fact("region_kernels", region_kernels, "count"),
+                Fact("region_host_per_kernel_us", host_per_kernel, "us"),
+                Fact("region_launch_gap_us", region_launch_idle, "us"),
+                Fact("graph_launches", graphs, "count"),
             ),
-            sites=sites,
-            sources=tuple(dict.fromkeys(s.source for s in sites if s.source is not None)),
+            places=places,
+            sources=tuple(dict.fromkeys(p.source for p in places if p.source is not None)),
             device=dev.device,
         )
     ]
 
 
-def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
+def _places(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Place[Launcher], ...]:
     model = ctx.model
     host = model.host
     op_root = host["op_root"].to_numpy()
@@ -193,7 +173,7 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
     labels: dict[int, str] = {}  # by the source object's id: one label string per object
     for slot, src in zip(slots.tolist(), srcs, strict=True):
         root = int(roots[first[slot]])  # as the first gap with this anchor has it
-        op_name = model.arrays.name(root) if root >= 0 else "(no enclosing op)"
+        op_name = model.arrays.name(root) if root >= 0 else NO_ENCLOSING_OP
         label = ""
         if src is not None:
             label = labels.get(id(src), "")
@@ -220,9 +200,9 @@ def _sites(ctx: AnalysisContext, launch_gaps: pd.DataFrame) -> tuple[Site, ...]:
         op, _ = keys[k]
         kernels = Counter(gpu_table[c] for c in kernel_codes[launched & (gap_key == k)].tolist())
         sites.append(
-            Site(
-                description=f"kernels launched by {op}",
+            Place(
                 count=int(count[k]),
+                facts=Launcher(op),
                 time_us=float(idle[k]),
                 ops=(op,),
                 source=src_of[k],

@@ -9,19 +9,28 @@ distance to the bandwidth roof.
 
 from __future__ import annotations
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, kernel_sites, severity_for
+from dataclasses import dataclass
+
+from tracelens.analyzers.base import Category, Fact, Found, Place, kernel_places
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.fusion import FUSIBLE_FAMILIES
+from tracelens.derive.fusion import FUSIBLE_FAMILIES, FusionChain
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.roofline import KernelRoof, Roofline, gain_to_roof
-from tracelens.domain import fmt_us
 from tracelens.model.sources import user_source
 
 MAX_SITES = 8
 MAX_CHAINS = 8
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+@dataclass(frozen=True)
+class MemoryFacts:
+    elementwise_us: float  # of the memory-bound time, elementwise ops and copies
+    chains: int  # occurrences of fusible chains
+    #: fp32 memory-efficient attention spilling registers through L2 (None: no such kernel)
+    spilling_us: float | None
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[MemoryFacts, FusionChain | KernelRoof]]:
     roof = ctx.roofline
     if roof.peaks is None or not roof.kernels:
         return []
@@ -29,7 +38,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     return [found] if found is not None else []
 
 
-def _memory_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
+def _memory_finding(ctx: AnalysisContext, roof: Roofline) -> Found[MemoryFacts, FusionChain | KernelRoof] | None:
     """The memory-bound kernels: fusible chains, copies and casts, distance to the bandwidth roof."""
     assert roof.peaks is not None
     mem = [r for r in roof.kernels if r.bound == "memory"]
@@ -48,16 +57,11 @@ def _memory_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
     chains = roof.chains
     chain_saved = sum(c.saved_us for c in chains)
     gain = chain_saved + sum(gain_to_roof(r) for r in mem if r.family not in FUSIBLE_FAMILIES)
-    share = ctx.share(mem_time)
-    chain_sites = tuple(
-        Site(
-            description=(
-                f"{len(c.ops)} passes back to back: {' > '.join(op.split('::')[-1] for op in c.ops[:6])}"
-                f"{' > ...' if len(c.ops) > 6 else ''}; "
-                f"fused, about one pass ({fmt_us(c.saved_us)} saved)"
-            ),
+    chain_places: tuple[Place[FusionChain | KernelRoof], ...] = tuple(
+        Place(
             count=c.count,
             time_us=c.time_us,
+            facts=c,
             ops=c.ops,
             source=user_source(ctx.model, c.first_row),
             kernels=c.kernels,
@@ -65,65 +69,24 @@ def _memory_finding(ctx: AnalysisContext, roof: Roofline) -> Finding | None:
         )
         for c in chains[:MAX_CHAINS]
     )
-    roof_sites = kernel_sites(mem, _memory_site, MAX_SITES)
     spilling = [r for r in mem if r.roof_name == L2_ROOF_NAME]
-    return Finding(
+    return Found(
         category=Category.MEMORY_BOUND,
-        severity=severity_for(ctx.share(gain)),
-        title=(
-            f"{fmt_us(mem_time)} ({share:.0%}) of the profiled time is in memory-bound kernels; "
-            f"{sum(c.count for c in chains)} chains of back-to-back elementwise/norm passes could fuse"
-            if chains
-            else f"{fmt_us(mem_time)} ({share:.0%}) of the profiled time is in memory-bound kernels, "
-            f"{fmt_us(ew_time)} of it elementwise ops and copies"
-        ),
         time_us=mem_time,
-        share=share,
-        advice=(
-            "These kernels wait on memory, not arithmetic: fuse chains of elementwise ops so data "
-            "makes one round trip instead of one per op (torch.compile does this; the chains are listed "
-            "with their source), avoid copies and casts (.contiguous(), .to(dtype) inside the step), keep "
-            "activations in bf16, and reuse buffers in place where autograd allows."
-            + (
-                f" {fmt_us(sum(r.bound_us for r in spilling))} is fp32 memory-efficient attention spilling "
-                "registers: its spills fill the L2 port while DRAM idles. Run attention in bf16/fp16 "
-                "(torch.autocast), where SDPA picks the flash or cuDNN kernels, which keep their tiles on chip."
-                if spilling
-                else ""
-            )
-        ),
         expected_gain_us=gain,
-        gain_note=(
-            "each chain of back-to-back passes fused into one (all but its longest kernel saved; on the "
-            "H200 eager-vs-compiled case this over-estimated the saving by 11%) plus the other "
-            "memory-bound kernels' distance to the bandwidth roof"
+        facts=MemoryFacts(
+            ew_time, sum(c.count for c in chains), sum(r.bound_us for r in spilling) if spilling else None
         ),
         evidence=(
-            Metric("memory-bound kernel time", mem_time, "us"),
-            Metric("elementwise and copy kernels", ew_time, "us"),
-            Metric("time in fusible chains", sum(c.time_us for c in chains), "us"),
-            Metric("saved by fusing the chains (estimate)", chain_saved, "us"),
-            Metric("copies and casts", copy_time, "us"),
-            Metric("bytes copied or cast", copy_bytes, "bytes"),
-            Metric("bandwidth roof (bytes/s)", roof.peaks.bw, "bytes_per_s"),
-            Metric("modelled share of kernel time", roof.coverage, "share"),
-            Metric(
-                "compiled (Triton) kernels, modelled from their buffers (FLOPs a guess)",
-                sum(r.time_us for r in compiled),
-                "us",
-            ),
+            Fact("memory_bound_us", mem_time, "us"),
+            Fact("elementwise_copy_us", ew_time, "us"),
+            Fact("fusible_chain_us", sum(c.time_us for c in chains), "us"),
+            Fact("fusion_saved_us", chain_saved, "us"),
+            Fact("copy_us", copy_time, "us"),
+            Fact("copied_bytes", copy_bytes, "bytes"),
+            Fact("bandwidth_roof", roof.peaks.bw, "bytes_per_s"),
+            Fact("modelled_share", roof.coverage, "share"),
+            Fact("compiled_us", sum(r.time_us for r in compiled), "us"),
         ),
-        sites=(chain_sites + roof_sites)[:MAX_SITES],
-    )
-
-
-def _memory_site(r: KernelRoof) -> str:
-    if r.roof_name == L2_ROOF_NAME:
-        return (
-            f"{r.family or 'kernel'} {r.dtype}: register spills through L2 at {r.l2_share:.0%} of the L2 write port; "
-            f"DRAM {r.bytes_per_s / 1e9:.0f} GB/s"
-        )
-    return (
-        f"{r.family or 'kernel'}: {r.bytes_per_s / 1e9:.0f} GB/s "
-        f"({r.roof_share:.0%} of the roof), {r.intensity:.2f} FLOP/B"
+        places=(chain_places + kernel_places(mem, MAX_SITES))[:MAX_SITES],
     )

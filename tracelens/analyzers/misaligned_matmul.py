@@ -11,8 +11,9 @@ similar size in the same trace where there is one, else the expected factor is u
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.matmuls import (
     ALIGN_BYTES,
@@ -20,7 +21,7 @@ from tracelens.derive.matmuls import (
     gemm_from_name,
 )
 from tracelens.derive.roofline import KernelRoof
-from tracelens.domain import SHORT_DTYPE_BYTES, fmt_us
+from tracelens.domain import SHORT_DTYPE_BYTES
 
 #: Used when the trace has no aligned peer to compare with: the low end of what the H200
 #: measured (2.6-5x), so the gain is not overstated.
@@ -80,14 +81,44 @@ def _unshaped_fallbacks(ctx: AnalysisContext) -> list[KernelRoof]:
     ]
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+@dataclass(frozen=True)
+class FallbackKernel:
+    """A GEMM kernel without shapes whose name says it was built for unaligned operands."""
+
+    kernel: str  # its short id (cutlass_80_tensorop_s1688gemm_..._align1)
+    dtype: str
+    align_elements: int
+    tile: str  # "MxN", "" when the name gives none
+    pad_to: int  # elements the dimensions should be a multiple of
+
+
+@dataclass(frozen=True)
+class MisalignedShape:
+    """One misaligned matmul shape, its speed against an aligned peer, and the padding."""
+
+    row: MatmulRow
+    pad_to: int  # elements the dimensions should be a multiple of
+    peer_tflops: float | None  # the aligned peer's rate (None: no peer in the trace)
+    slowdown: float
+    pads: tuple[tuple[str, int], ...]  # (dim, padded value) for the misaligned dims
+
+
+@dataclass(frozen=True)
+class MisalignedFacts:
+    shapes: int
+    unshaped: int  # unaligned GEMM kernels without shapes
+    measured: int  # shapes compared with an aligned peer
+    total_us: float  # time in the misaligned matmuls
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[MisalignedFacts, FallbackKernel | MisalignedShape]]:
     attention = ctx.eager_attention_shapes  # SDPA replaces these: not a padding problem
     rows = [r for r in ctx.matmuls if (r.batch, r.m, r.n, r.k) not in attention]
     bad = [r for r in rows if not r.aligned]
     unshaped = _unshaped_fallbacks(ctx)
     if not bad and not unshaped:
         return []
-    sites = []
+    places: list[tuple[float, Place[FallbackKernel | MisalignedShape]]] = []
     total_time = total_lost = 0.0
     measured = 0
     for k in unshaped:
@@ -96,25 +127,12 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         lost = k.time_us * (1 - 1 / EXPECTED_SLOWDOWN)
         total_time += k.time_us
         total_lost += lost
-        tile = f", tile {gm.tile.m}x{gm.tile.n}" if gm.tile else ""
-        plural = "s" if gm.align_elements > 1 else ""
-        sites.append(
-            (
-                lost,
-                Site(
-                    description=(
-                        f"{_kernel_id(k.name)}: a {'TF32' if gm.dtype == 'fp32' else gm.dtype} GEMM kernel built "
-                        f"for operands aligned to {gm.align_elements} element{plural}{tile} "
-                        "(from its name; the trace records no shapes for it: a CUDA-graph replay or a compiled "
-                        f"region); expected about {EXPECTED_SLOWDOWN}x slower than aligned; pad the matmul's "
-                        f"dimensions to a multiple of {max(ALIGN_BYTES // gm.itemsize, 1)}"
-                    ),
-                    count=k.count,
-                    time_us=lost,
-                    kernels=(k.name,),
-                    kind="fallback_kernel",
-                ),
-            )
+        tile = f"{gm.tile.m}x{gm.tile.n}" if gm.tile else ""
+        facts = FallbackKernel(
+            _kernel_id(k.name), gm.dtype, gm.align_elements, tile, max(ALIGN_BYTES // gm.itemsize, 1)
+        )
+        places.append(
+            (lost, Place(count=k.count, time_us=lost, facts=facts, kernels=(k.name,), kind="fallback_kernel"))
         )
     for r in bad:
         peer = _peer_rate(r, rows)
@@ -125,28 +143,16 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         total_time += r.time_us
         total_lost += lost
         item = SHORT_DTYPE_BYTES.get(r.dtype, 2)
-        pads = [
-            f"{dim}={_padded(v, item)}"
-            for dim, v in (("M", r.m), ("N", r.n), ("K", r.k))
-            if any(f"({dim})" in d or (d.endswith(f"N {r.n}") and dim == "N") for d in r.misaligned)
-        ]
-        pad = ("pad to " + ", ".join(pads)) if pads else "pad the leading dimension"
-        how = (
-            f"{slowdown:.1f}x slower than an aligned peer ({peer:.0f} TFLOP/s)"
-            if peer
-            else (f"expected about {EXPECTED_SLOWDOWN}x slower (no aligned peer in the trace)")
-        )
-        sites.append(
+        dims = {d.dim for d in r.misaligned_dims}
+        pads = tuple((dim, _padded(v, item)) for dim, v in (("M", r.m), ("N", r.n), ("K", r.k)) if dim in dims)
+        shape = MisalignedShape(r, max(ALIGN_BYTES // item, 1), peer, slowdown, pads)
+        places.append(
             (
                 lost,
-                Site(
-                    description=(
-                        f"{r.op} {r.batch}x{r.m}x{r.n}x{r.k} {r.dtype} ({r.layout}): "
-                        f"{'; '.join(r.misaligned)} not a multiple of {max(ALIGN_BYTES // item, 1)}; "
-                        f"{r.tflops:.0f} TFLOP/s, {how}; {pad}"
-                    ),
+                Place(
                     count=r.calls,
                     time_us=lost,
+                    facts=shape,
                     host_us=0.0,
                     ops=(r.op,),
                     kernels=(r.kernel,),
@@ -155,46 +161,21 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 ),
             )
         )
-    sites.sort(key=lambda x: -x[0])
-    share = ctx.share(total_lost)
+    places.sort(key=lambda x: -x[0])
     fallback = sum(1 for r in bad if r.fallback_kernel) + len(unshaped)
-    many = len(bad) + len(unshaped) > 1
-    what = f"{len(bad)} matmul shape{'s' if len(bad) > 1 else ''}" if bad else ""
-    if unshaped:
-        n = len(unshaped)
-        what += f"{' and ' if what else ''}{n} unaligned GEMM kernel{'s' if n > 1 else ''} without shapes"
-    title = (
-        f"{what} with a dimension not a multiple of 16 bytes "
-        f"take{'' if many else 's'} {fmt_us(total_time)}; aligned, {'they' if many else 'it'} would save about "
-        f"{fmt_us(total_lost)}"
-    )
-    advice = (
-        "Pad the misaligned dimension to a multiple of 8 elements (bf16/fp16; 4 for fp32, 16 for fp8): pad the "
-        "sequence or feature dimension of the inputs (F.pad, or size vocabularies/hidden sizes to a multiple "
-        "of 64), and slice the result back if needed. torch.compile (Inductor) pads such matmul operands "
-        "itself when it compiles the graph (shape_padding, on by default) - use it where the shapes are static."
-    )
     return [
-        Finding(
+        Found(
             category=Category.MISALIGNED_MATMUL,
-            severity=severity_for(share),
-            title=title,
             time_us=total_lost,
-            share=share,
-            advice=advice,
             expected_gain_us=total_lost,
-            gain_note=(
-                "the misaligned calls' time x (1 - 1/slowdown), with the slowdown measured against an aligned "
-                f"matmul of the same dtype in this trace where one exists ({measured} of {len(bad)} shapes), else "
-                f"{EXPECTED_SLOWDOWN}x (the low end measured on an H200)"
-            ),
+            facts=MisalignedFacts(len(bad), len(unshaped), measured, total_time),
             evidence=(
-                Metric("misaligned shapes", len(bad), "count"),
-                Metric("unaligned GEMM kernels without shapes (from their names)", len(unshaped), "count"),
-                Metric("of them on a fallback kernel (align1 / older architecture)", fallback, "count"),
-                Metric("time in misaligned matmuls", total_time, "us"),
-                Metric("shapes compared with an aligned peer", measured, "count"),
+                Fact("misaligned_shapes", len(bad), "count"),
+                Fact("unshaped_fallback_kernels", len(unshaped), "count"),
+                Fact("fallback_kernels", fallback, "count"),
+                Fact("misaligned_us", total_time, "us"),
+                Fact("shapes_with_peer", measured, "count"),
             ),
-            sites=tuple(s for _, s in sites[:MAX_SITES]),
+            places=tuple(p for _, p in places[:MAX_SITES]),
         )
     ]

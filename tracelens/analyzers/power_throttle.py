@@ -7,21 +7,21 @@ the NVML samples `tracelens capture` stores in the trace as counter events.
 
 Cost model: the time the busy periods would have saved at the maximum SM clock,
 busy_time x (1 - clock / max_clock). That is exact for compute-bound kernels and an
-upper bound for memory-bound ones (their time follows the memory clock); the roofline
-analyzer that would separate them is not built yet, so the finding says so.
+upper bound for memory-bound ones (their time follows the memory clock).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.clocks import Series, nvml_gpu_meta
 from tracelens.derive.context import AnalysisContext
-from tracelens.domain import fmt_us
 from tracelens.model.schema import NVML_REASON_BITS as REASON_BITS
-from tracelens.model.schema import Kind
+from tracelens.model.schema import NVML_TRACK_TITLE, Kind
 from tracelens.model.trace import TraceModel
 
 #: Reasons that mean "slowed to protect power or temperature" (not idle, not a user's
@@ -57,13 +57,32 @@ def reason_names(mask: int) -> list[str]:
     return [name for bit, name in REASON_BITS.items() if mask & bit]
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+@dataclass(frozen=True)
+class ThrottleFacts:
+    clock_mhz: float  # time-weighted SM clock while busy
+    max_clock_mhz: float
+    limiting: tuple[str, ...]  # limiting reasons (NVML's names), the most frequent first
+    limited_share: float  # of the busy time with a limiting reason
+    power_limit_w: float  # NaN where unknown, as the power and temperature readings
+    power_peak_w: float
+    power_busy_w: float
+    temp_max_c: float
+    reasons: tuple[tuple[str, float], ...] = ()  # (NVML reason, share of busy time) but gpu_idle, most first
+
+
+@dataclass(frozen=True)
+class KernelClock:
+    kernel: str
+    clock_mhz: float | None  # its time-weighted clock (None: it took no time)
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[ThrottleFacts, KernelClock]]:
     dev = ctx.ledger.primary
     if dev is None:
         return []
     model = ctx.model
     tracks = ctx.clock_tracks
-    sm = tracks.get("SM clock (MHz)")
+    sm = tracks.get(NVML_TRACK_TITLE["sm_mhz"])
     if sm is None or len(sm.ts) < 2:
         return []
     gpu_meta = nvml_gpu_meta(model, dev.device)
@@ -78,7 +97,7 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
     slow = sm.values < FULL_CLOCK_RATIO * max_clock
     lost = float((w * np.clip(1.0 - sm.values / max_clock, 0, None)).sum())
 
-    reasons = tracks.get("clocks event reasons")
+    reasons = tracks.get(NVML_TRACK_TITLE["reasons"])
     reason_share: dict[str, float] = {}
     limited_share = 0.0
     if reasons is not None and len(reasons.ts):
@@ -93,98 +112,62 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
                 reason_share[name] = share
         limited_share = float(rw[(rmask & LIMITING_REASONS) != 0].sum() / rtotal)
 
-    power = tracks.get("power (W)")
-    limit = tracks.get("power limit (W)")
+    power = tracks.get(NVML_TRACK_TITLE["power_w"])
+    limit = tracks.get(NVML_TRACK_TITLE["power_limit_w"])
     power_limit = float(gpu_meta.get("power_limit_w") or (np.nanmax(limit.values) if limit else np.nan))
     power_busy = float("nan")
     if power is not None and len(power.ts):
         pw = power.step_weights(busy, dev.window_end)
         power_busy = float((power.values * pw).sum() / pw.sum()) if pw.sum() > 0 else float("nan")
     power_peak = float(np.nanmax(power.values)) if power is not None and len(power.ts) else float("nan")
-    temp = tracks.get("temperature (C)")
+    temp = tracks.get(NVML_TRACK_TITLE["temp_c"])
     temp_max = float(np.nanmax(temp.values)) if temp is not None else float("nan")
 
     throttled = ratio < FULL_CLOCK_RATIO and (limited_share >= MIN_LIMITED_SHARE or not reason_share)
     if not throttled:
         return []
-    sites = _kernel_sites(model, dev.device, sm, max_clock, dev.window_start, dev.window_end)
-    share = ctx.share(lost)
+    places = _kernel_places(model, dev.device, sm, max_clock, dev.window_start, dev.window_end)
     top_reasons = sorted(reason_share.items(), key=lambda kv: -kv[1])
     limiting = [n for n, _ in top_reasons if n in {REASON_BITS[b] for b in REASON_BITS if b & LIMITING_REASONS}]
-    why = ", ".join(f"{n} {s:.0%}" for n, s in top_reasons if n != "gpu_idle") or "no reason reported"
-    title = (
-        f"Clocks throttled while busy: SM clock averaged {clock_busy:.0f} of {max_clock:.0f} MHz "
-        f"({ratio:.0%}) during GPU work ({', '.join(limiting) or 'reason not reported'}); "
-        f"up to {fmt_us(lost)} lost"
+    facts = ThrottleFacts(
+        clock_mhz=clock_busy,
+        max_clock_mhz=max_clock,
+        limiting=tuple(limiting),
+        limited_share=limited_share,
+        power_limit_w=power_limit,
+        power_peak_w=power_peak,
+        power_busy_w=power_busy,
+        temp_max_c=temp_max,
+        reasons=tuple((n, s) for n, s in top_reasons if n != "gpu_idle"),
     )
-    advice_parts = []
-    if "sw_power_cap" in limiting or "hw_power_brake_slowdown" in limiting:
-        advice_parts.append(
-            f"The GPU is power-limited: NVML reports the power cap for {limited_share:.0%} of the busy time, so the "
-            f"regulator lowers the clock to hold the draw at the {power_limit:.0f} W limit"
-            + (
-                f" (power samples reach {power_peak:.0f} W; their mean while busy, {power_busy:.0f} W, is lower "
-                + ("as it also counts stretches without the cap and " if limited_share < CAPPED_ALL_SHARE else "as ")
-                + "NVML's reading lags the load)"
-                if power_peak == power_peak and power_busy == power_busy
-                else ""
-            )
-            + ". Power scales with clock x transistor flips per clock, "
-            "so the same math costs more power on random data than on zeros or repetitive data. What helps: "
-            "less data movement and fewer bit flips per result (lower precision such as fp8/bf16 where "
-            "accuracy allows, fused kernels that avoid extra passes), and not comparing against datasheet "
-            "peaks: sustained matmul throughput is set by the power limit, not the boost clock. Check that "
-            "the enforced limit (nvidia-smi -q -d POWER) is the board default; do not raise it past the "
-            "vendor's spec."
-        )
-    if any(n in limiting for n in ("sw_thermal_slowdown", "hw_thermal_slowdown")):
-        advice_parts.append(
-            f"The GPU is thermally limited (up to {temp_max:.0f} °C): check cooling and airflow; a hot GPU also "
-            "leaks more power, which lowers the clock it can sustain."
-        )
-    if "hw_slowdown" in limiting and not advice_parts:
-        advice_parts.append(
-            "Hardware slowdown (HW_SLOWDOWN) is asserted by the board (power brake, overheating or power "
-            "supply): check the system's power delivery and cooling; it is not caused by the program."
-        )
-    if not advice_parts:
-        advice_parts.append("Clocks ran below maximum; NVML reported no limiting reason for it.")
     return [
-        Finding(
+        Found(
             category=Category.POWER_THROTTLE,
-            severity=severity_for(share),
-            title=title,
             time_us=lost,
-            share=share,
-            advice=" ".join(advice_parts),
             expected_gain_us=lost,
-            gain_note=(
-                "busy time x (1 - clock / max clock): exact for compute-bound kernels, an upper bound for "
-                "memory-bound ones (the roofline split is not built yet); reachable only as far as the power "
-                "limit allows"
-            ),
+            facts=facts,
             evidence=(
-                Metric("time-weighted SM clock while busy (MHz)", clock_busy, "number"),
-                Metric("max SM clock (MHz)", max_clock, "number"),
-                Metric("clock ratio", ratio, "share"),
-                Metric("busy time at reduced clock", float(w[slow].sum()), "us"),
-                Metric("busy time with a limiting reason", limited_share, "share"),
-                Metric("throttle reasons (share of busy time)", why),
-                Metric("mean power while busy (W)", power_busy, "number"),
-                Metric("enforced power limit (W)", power_limit, "number"),
-                Metric("max temperature (C)", temp_max, "number"),
-                Metric("NVML samples", _sample_count(model, len(sm.ts)), "count"),
+                Fact("sm_clock_busy_mhz", clock_busy, "number"),
+                Fact("max_sm_clock_mhz", max_clock, "number"),
+                Fact("clock_ratio", ratio, "share"),
+                Fact("reduced_clock_us", float(w[slow].sum()), "us"),
+                Fact("limited_share", limited_share, "share"),
+                Fact("reasons", ""),  # text: explain/ writes it from facts.reasons
+                Fact("power_busy_w", power_busy, "number"),
+                Fact("power_limit_w", power_limit, "number"),
+                Fact("temp_max_c", temp_max, "number"),
+                Fact("nvml_samples", _sample_count(model, len(sm.ts)), "count"),
             ),
-            sites=sites,
+            places=places,
             device=dev.device,
             tags=tuple(limiting),
         )
     ]
 
 
-def _kernel_sites(
+def _kernel_places(
     model: TraceModel, device: int, sm: Series, max_clock: float, w0: float, w1: float
-) -> tuple[Site, ...]:
+) -> tuple[Place[KernelClock], ...]:
     gpu = model.gpu
     k = gpu[(gpu["kind"] == Kind.KERNEL) & (gpu["device"] == device) & (gpu["end"] > w0) & (gpu["ts"] < w1)]
     if k.empty:
@@ -205,10 +188,10 @@ def _kernel_sites(
     )
     g = g.sort_values("lost", ascending=False).head(MAX_SITES)
     return tuple(
-        Site(
-            description=f"{name} at {row['clk_w'] / row['dur']:.0f} MHz on average" if row["dur"] else str(name),
+        Place(
             count=int(row["count"]),
             time_us=float(row["lost"]),
+            facts=KernelClock(str(name), float(row["clk_w"] / row["dur"]) if row["dur"] else None),
             host_us=0.0,
             kernels=(str(name),),
         )

@@ -13,65 +13,57 @@ coincides with the blocking calls, an upper bound.
 
 from __future__ import annotations
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from dataclasses import dataclass
+
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
-from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, QUEUED_STALL_MIN_US, QueuedWaits, finding_due
-from tracelens.domain import fmt_us
+from tracelens.derive.queued import BLOCKED_MIN_SHARE, QueuedWaits, finding_due
 from tracelens.model.sources import PySource, user_source
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+@dataclass(frozen=True)
+class QueuedFacts:
+    waits: QueuedWaits  # what derive/queued found
+    blocked_us: float  # of the idle, with the host in blocking calls, where it is named (0: not)
+
+
+@dataclass(frozen=True)
+class BlockedIn:
+    """The host's blocking call the idle coincides with (derive/queued's name for it)."""
+
+    what: str
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[QueuedFacts, BlockedIn]]:
     dev = ctx.ledger.primary
     q = ctx.queued_waits
     if dev is None or q is None or not finding_due(q, dev.window_us):
         return []
     idle = ctx.ledger.capped("idle_other", q.idle_us)
-    share = ctx.share(idle)
-    ahead = (
-        f" (launched a median {fmt_us(q.lead_median_us)} earlier, by {', '.join(q.launch_apis)})"
-        if q.lead_median_us is not None and q.launch_apis
-        else ""
-    )
-    title = f"The GPU idles {fmt_us(idle)} ({share:.0%} of the window) with its next work already queued{ahead}"
     blocked = q.blocked_us if q.blocked_us >= BLOCKED_MIN_SHARE * q.idle_us else 0.0
     blocked = min(blocked, idle)
     sources: tuple[PySource, ...] = ()
     if blocked > 0:
-        copies = f"; {q.copy_bytes / 1e3:,.1f} KB copied to the host in all" if q.copy_bytes > 0 else ""
-        parts = "; ".join(
-            f"{w} ({n} {'call' if n == 1 else 'calls'}, {fmt_us(t)} of it, the longest {fmt_us(longest)})"
-            for w, n, t, longest in q.blocked_what
-        )
-        title += f"; {fmt_us(blocked)} of it while the host sat in blocking calls: {parts}{copies}"
         srcs = [s for r in q.blocked_rows if (s := user_source(ctx.model, r)) is not None]
         sources = tuple(dict.fromkeys(srcs))[:3]
     return [
-        Finding(
+        Found(
             category=Category.QUEUED_IDLE,
-            severity=severity_for(ctx.share(blocked)) if blocked > 0 else severity_for(0.0),
-            title=title,
             time_us=idle,
-            share=share,
-            advice=_advice(q, blocked > 0),
             expected_gain_us=blocked,
-            gain_note=(
-                "at most the queued-work idle that coincides with the blocking calls: the trace shows no "
-                "dependency edges, so this is an upper bound for removing those calls"
-                if blocked > 0
-                else "none estimated: nothing the trace shows explains this idle"
-            ),
+            facts=QueuedFacts(q, blocked),
             evidence=(
-                Metric("queued-work idle", idle, "us"),
-                Metric("gaps", q.gaps, "count"),
-                Metric(f"of the idle, in stalls of {fmt_us(QUEUED_STALL_MIN_US)} or more", q.stall_us, "us"),
-                Metric(f"gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more", q.long_gaps, "count"),
-                Metric("time in those gaps", q.long_us, "us"),
-                Metric("median launch-ahead of the next work", q.lead_median_us or 0.0, "us"),
-                Metric("of the idle, with the host in blocking calls", q.blocked_us, "us"),
-                Metric("cross-stream event waits (cudaStreamWaitEvent)", q.stream_waits, "count"),
+                Fact("queued_idle_us", idle, "us"),
+                Fact("gaps", q.gaps, "count"),
+                Fact("stall_us", q.stall_us, "us"),
+                Fact("long_gaps", q.long_gaps, "count"),
+                Fact("long_gap_us", q.long_us, "us"),
+                Fact("launch_ahead_median_us", q.lead_median_us or 0.0, "us"),
+                Fact("blocked_us", q.blocked_us, "us"),
+                Fact("stream_waits", q.stream_waits, "count"),
             ),
-            sites=tuple(
-                Site(description=f"idle with the host in {w}", count=n, time_us=t, api=w.split(" in ", 1)[0])
+            places=tuple(
+                Place(count=n, time_us=t, facts=BlockedIn(w), api=w.split(" in ", 1)[0])
                 for w, n, t, _ in q.blocked_what
             )
             if blocked > 0
@@ -80,24 +72,3 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
             device=dev.device,
         )
     ]
-
-
-def _advice(q: QueuedWaits, blocked: bool) -> str:
-    lead = (
-        "The work was queued long before the GPU ran it, so launches are not what it waits for: a queued "
-        "kernel waits on an event recorded on another stream (cudaStreamWaitEvent: "
-        f"{q.stream_waits} in the window), on a peer rank, or on work another stream has not been given yet."
-    )
-    if not blocked:
-        return (
-            lead + " Find the stream the next kernel waits on in the trace's flow and stream rows, and launch "
-            "the work it waits for earlier (or drop the dependency when it is not needed)."
-        )
-    return (
-        lead + " Here the idle coincides with the host sitting in blocking calls: while a thread waits in a "
-        "device-to-host copy into pageable memory or a synchronize, it launches nothing, so a stream that "
-        "waits for its next work (a batch's host-to-device copy, a collective) stalls the queued graph or "
-        "kernels behind it. Copy into a pinned buffer with non_blocking=True and wait on an event only where "
-        "the value is read (or move the read to the end of the step), then check which stream the queued "
-        "work waits on."
-    )

@@ -15,11 +15,11 @@ loop), rounds = ceil(tiles / CTAs running at once). Cost = the shape's time x
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from tracelens.analyzers.base import Category, Finding, Metric, Site, severity_for
+from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.matmuls import MatmulRow, Tile, tiles_for, waves_of
-from tracelens.domain import fmt_us
 
 #: Flag shapes whose waves are less than this full on average.
 FLAG_EFFICIENCY = 0.85
@@ -36,7 +36,29 @@ MAX_SITES = 8
 MIN_WAVES_JUDGED = 0.5
 
 
-def nearest_full(row: MatmulRow) -> list[str]:
+@dataclass(frozen=True)
+class FullWaveShape:
+    """A neighbouring shape that wastes no partial wave: M or N changed to `value`."""
+
+    dim: str  # "M" or "N"
+    value: int
+    waves: int
+    smaller: bool  # one wave fewer (less time); else the same waves with more work
+
+
+@dataclass(frozen=True)
+class WaveFacts:
+    shapes: int  # flagged
+    worst: MatmulRow
+
+
+@dataclass(frozen=True)
+class WaveShapeFacts:
+    row: MatmulRow
+    nearest: tuple[FullWaveShape, ...]
+
+
+def nearest_full(row: MatmulRow) -> list[FullWaveShape]:
     """Neighbouring shapes (M or N changed in steps of 8) that waste no partial wave:
     smaller ones that drop it (one wave fewer: less time) and larger ones that fill it
     (the same number of waves: more work in the same time)."""
@@ -61,17 +83,17 @@ def nearest_full(row: MatmulRow) -> list[str]:
                 w, e = waves(cand, row.n) if dim == "M" else waves(row.m, cand)
                 full = e >= 0.97
                 if direction < 0 and full and math.ceil(w - 1e-9) < waves_now:
-                    out.append(f"{dim}={cand} ({round(w)} waves, less time)")
+                    out.append(FullWaveShape(dim, cand, round(w), smaller=True))
                     break
                 if direction > 0 and full and math.ceil(w - 1e-9) == waves_now:
-                    out.append(f"{dim}={cand} ({round(w)} waves, same time, more work)")
+                    out.append(FullWaveShape(dim, cand, round(w), smaller=False))
                     break
                 if direction > 0 and math.ceil(w - 1e-9) > waves_now:
                     break
     return out
 
 
-def analyze(ctx: AnalysisContext) -> list[Finding]:
+def analyze(ctx: AnalysisContext) -> list[Found[WaveFacts, WaveShapeFacts]]:
     attention = ctx.eager_attention_shapes  # SDPA replaces these matmuls
     rows = [r for r in ctx.matmuls if (r.batch, r.m, r.n, r.k) not in attention]
     judged = [r for r in rows if r.waves >= MIN_WAVES_JUDGED and r.slots > 0]
@@ -84,50 +106,29 @@ def analyze(ctx: AnalysisContext) -> list[Finding]:
         return []
     flagged.sort(key=lambda x: -x[0])
     total = sum(w for w, _ in flagged)
-    sites = []
-    for waste, r in flagged[:MAX_SITES]:
-        hint = ", ".join(nearest_full(r))
-        sites.append(
-            Site(
-                description=(
-                    f"{r.op} {r.batch}x{r.m}x{r.n}x{r.k} {r.dtype}: tile {r.tile or '(from grid)'}, {r.tiles} tiles on "
-                    f"{r.slots} slots = {r.waves:.2f} waves, last wave {r.last_wave_fill:.0%} full, efficiency "
-                    f"{r.wave_efficiency:.0%}" + (f"; nearest full-wave shapes: {hint}" if hint else "")
-                ),
-                count=r.calls,
-                time_us=waste,
-                ops=(r.op,),
-                kernels=(r.kernel,),
-                source=r.source,
-            )
+    places = tuple(
+        Place(
+            count=r.calls,
+            time_us=waste,
+            facts=WaveShapeFacts(r, tuple(nearest_full(r))),
+            ops=(r.op,),
+            kernels=(r.kernel,),
+            source=r.source,
         )
-    share = ctx.share(total)
-    worst = flagged[0][1]
-    title = (
-        f"{len(flagged)} matmul shape{'s' if len(flagged) > 1 else ''} end{'' if len(flagged) > 1 else 's'} "
-        "on a mostly empty wave of tiles "
-        f"(worst: {worst.m}x{worst.n}x{worst.k}, {worst.wave_efficiency:.0%} efficient); about {fmt_us(total)} wasted"
+        for waste, r in flagged[:MAX_SITES]
     )
+    worst = flagged[0][1]
     return [
-        Finding(
+        Found(
             category=Category.WAVE_QUANTIZATION,
-            severity=severity_for(share),
-            title=title,
             time_us=total,
-            share=share,
-            advice=(
-                "Choose sizes whose output tiles fill whole waves: adjust the batch x sequence (M) or the feature "
-                "size (N) to the nearest full-wave shape listed, or fold work together (larger batch, fused "
-                "projections such as one QKV matmul) so the partial wave is a small part of the total. "
-                "torch.compile's max-autotune can also pick a tile that divides the shape better."
-            ),
             expected_gain_us=total,
-            gain_note="the flagged shapes' time x (1 - wave efficiency), reached when the last wave is full",
+            facts=WaveFacts(len(flagged), worst),
             evidence=(
-                Metric("matmul shapes judged (at least one full wave)", len(judged), "count"),
-                Metric("shapes flagged", len(flagged), "count"),
-                Metric("SMs", worst.sms, "count"),
+                Fact("shapes_judged", len(judged), "count"),
+                Fact("shapes_flagged", len(flagged), "count"),
+                Fact("sms", worst.sms, "count"),
             ),
-            sites=tuple(sites),
+            places=places,
         )
     ]

@@ -146,6 +146,7 @@ class Collectives:
     waits: int  # record_param_comms of waits (work.wait()), not calls
     records: int  # host ops and kernels of collectives the calls were made from
     notes: list[str] = field(default_factory=list)
+    orphan_kernels: int = 0  # collective kernels without a host op (a down-sampled or cut trace)
 
     def between(self, lo: float, hi: float) -> list[Call]:
         """The calls that overlap [lo, hi)."""
@@ -311,7 +312,9 @@ def _build(model: TraceModel) -> Collectives:
             f"{len(orphans)} collective kernels have no host op in the trace (a down-sampled or cut trace): each is "
             "counted as one call, its size from its own args where it has them"
         )
-    return Collectives(calls=out, waits=waits, records=len(comm_rows) + len(k_rows), notes=notes)
+    return Collectives(
+        calls=out, waits=waits, records=len(comm_rows) + len(k_rows), notes=notes, orphan_kernels=len(orphans)
+    )
 
 
 def _naming_row_name(names: list[str]) -> str:

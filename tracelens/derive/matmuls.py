@@ -24,7 +24,8 @@ from tracelens.domain import DTYPE_BYTES, DTYPE_SHORT
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
-from tracelens.report.trace_report import MatmulRow as MatmulRow  # the contract's row, made here
+from tracelens.report.trace_report import MatmulRow as MatmulRow
+from tracelens.report.trace_report import MisalignedDim  # the contract's row, made here
 
 #: Leaf matmul ops and where A and B sit in their inputs.
 MATMUL_OPS: dict[str, tuple[int, int]] = {
@@ -185,16 +186,16 @@ def shape_of(op: str, shapes: dict[str, object]) -> MatmulShape | None:
     return MatmulShape(op, m, n, k, batch, DTYPE_SHORT.get(dtype, dtype), itemsize, la + lb, lda, ldb)
 
 
-def misaligned_dims(s: MatmulShape) -> list[str]:
+def misaligned_dims(s: MatmulShape) -> list[MisalignedDim]:
     """Which leading dimensions are not a multiple of 16 bytes, in torch's terms."""
     align = max(ALIGN_BYTES // s.itemsize, 1)
     out = []
     if s.lda % align:
-        out.append(f"A's leading dimension {s.lda} ({'K' if s.layout[0] == 'N' else 'M'})")
+        out.append(MisalignedDim("A", "K" if s.layout[0] == "N" else "M", s.lda))
     if s.ldb % align:
-        out.append(f"B's leading dimension {s.ldb} ({'N' if s.layout[1] == 'N' else 'K'})")
-    if s.n % align and not any("(N)" in d for d in out):
-        out.append(f"the output's N {s.n}")
+        out.append(MisalignedDim("B", "N" if s.layout[1] == "N" else "K", s.ldb))
+    if s.n % align and not any(d.dim == "N" for d in out):
+        out.append(MisalignedDim("C", "N", s.n))
     return out
 
 
@@ -400,7 +401,8 @@ def matmul_rows(model: TraceModel) -> list[MatmulRow]:
             MatmulRow(
                 op=g.op, m=g.m, n=g.n, k=g.k, batch=g.batch, dtype=g.dtype, layout=g.layout, calls=int(g.calls),
                 kernel=g.kernel, time_us=float(g.time_us), tflops=float(g.tflops), aligned=not bad,
-                misaligned=tuple(bad), fallback_kernel=bool(fallback), tile=tile_text, tile_source=tile_source,
+                misaligned=(), misaligned_dims=tuple(bad), fallback_kernel=bool(fallback), tile=tile_text,
+                tile_source=tile_source,
                 tiles=int(tiles), sms=int(sms), ctas_per_sm=int(per_sm), slots=int(slots), waves=round(waves, 3),
                 last_wave_fill=round(fill, 3), wave_efficiency=round(eff, 3),
                 source=user_source(model, int(g.first_row)),

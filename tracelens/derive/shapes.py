@@ -233,35 +233,47 @@ def _tensor_dims(raw: bytes) -> list[tuple[int, ...] | None]:
     ]
 
 
-def describe_shapes(shapes: list[bytes]) -> str:
-    """ "dim 2 of [8, 8, N, 64] takes 10 values (64..512)", naming the input that varies
-    (attention's query can stay [8, 16, 1, 64] while its key grows), or a few shapes."""
+@dataclass(frozen=True)
+class ShapeVariation:
+    """How an op site's input shapes vary: one dim of one input taking several values
+    (`dim` set: "dim 2 of [8, 8, N, 64] takes 10 values (64..512)"), or several shapes
+    (`examples`: the first few). `arg` names the input that varies where the op has
+    several and it is not the first (attention's query can stay [8, 16, 1, 64] while its
+    key grows)."""
+
+    count: int  # distinct input shapes (of the varying input where one is named)
+    arg: int | None = None  # 0-based index of the varying input (None: the first, or the only one)
+    dim: int | None = None  # the one dim that moves
+    pattern: tuple[int, ...] = ()  # the varying input's dims, the moving one as its first value
+    values: tuple[int, ...] = ()  # the moving dim's values, sorted
+    examples: tuple[tuple[int, ...], ...] = ()  # a few distinct shapes of the varying input
+    varying_input: bool = False  # the shapes are of one input (else: of the op's inputs as a whole)
+
+
+def shape_variation(shapes: list[bytes]) -> ShapeVariation:
+    """What varies among an op site's raw Input Dims: the tensor input taking the most
+    distinct dims (in a decode step the query goes 32 -> 1 once while the key grows every
+    step; the first on ties), and in it the one dim that moves, if one does."""
     sets = [d for d in (_tensor_dims(s) for s in dict.fromkeys(shapes)) if any(x is not None for x in d)]
     if not sets:
-        return f"{len(set(shapes))} input shapes"
+        return ShapeVariation(count=len(set(shapes)))
     width = max(len(d) for d in sets)
-    # The tensor input taking the most distinct dims is the one to show (in a decode
-    # step the query goes 32 -> 1 once while the key grows every step); the first on ties.
     varying = [
         i for i in range(width) if all(i < len(d) and d[i] is not None for d in sets) and len({d[i] for d in sets}) > 1
     ]
     arg = max(varying, key=lambda i: len({d[i] for d in sets}), default=None)
     if arg is None:
-        return f"{len(set(shapes))} input shapes"
+        return ShapeVariation(count=len(set(shapes)))
     dims = [t for d in sets if (t := d[arg]) is not None]
-    label = f"input {arg + 1}" if width > 1 and arg > 0 else ""
+    named = arg if width > 1 and arg > 0 else None
     if len({len(d) for d in dims}) == 1:
         moving = [j for j in range(len(dims[0])) if len({d[j] for d in dims}) > 1]
         if len(moving) == 1:
             j = moving[0]
-            vals = sorted({d[j] for d in dims})
-            pattern = ", ".join("N" if k == j else str(x) for k, x in enumerate(dims[0]))
-            of = f"{label} [{pattern}]" if label else f"[{pattern}]"
-            return f"dim {j} of {of} takes {len(vals)} values ({vals[0]}..{vals[-1]})"
+            vals = tuple(sorted({d[j] for d in dims}))
+            return ShapeVariation(count=len(vals), arg=named, dim=j, pattern=dims[0], values=vals, varying_input=True)
     distinct = list(dict.fromkeys(dims))
-    shown = "; ".join(str(list(d)) for d in distinct[:3])
-    lead = f"{label}: " if label else ""
-    return f"{len(distinct)} input shapes ({lead}{shown}{'; ...' if len(distinct) > 3 else ''})"
+    return ShapeVariation(count=len(distinct), arg=named, examples=tuple(distinct[:3]), varying_input=True)
 
 
 def graph_launches(model: TraceModel, dev: DeviceLedger | None) -> int:

@@ -18,8 +18,8 @@ from typing import Any
 import msgspec
 import numpy as np
 
-from tracelens.analyzers import run_all
 from tracelens.analyzers.base import Category
+from tracelens.assemble import findings_of
 from tracelens.derive.collectives import Call, collective_kind
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
@@ -236,7 +236,7 @@ def summarize(item: RankInput, per_rank_dir: str | None = None, redact: bool = F
         model = load_trace(local)
         t1 = time.perf_counter()
         ctx = AnalysisContext(model)
-        findings = rank(settle(ctx, run_all(ctx)))
+        findings = rank(settle(ctx, findings_of(ctx)))
         summary = _summary(item, model, ctx, findings, local)
         files: list[str] = []
         if per_rank_dir is not None:

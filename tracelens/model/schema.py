@@ -255,6 +255,8 @@ NVML_TRACKS = (
     ("utilization (%)", "util_gpu_pct", "%"),
     ("clocks event reasons", "reasons", "bitmask"),
 )
+#: A quantity's track title by its series key ("sm_mhz" -> "SM clock (MHz)").
+NVML_TRACK_TITLE: dict[str, str] = {key: title for title, key, _ in NVML_TRACKS}
 #: NVML clocks-event reason bits (nvmlClocksEventReason*, formerly ThrottleReasons).
 NVML_REASON_BITS: dict[int, str] = {
     0x1: "gpu_idle",

@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding, Prediction
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.replay import Edit, combine, replay
 from tracelens.derive.transforms import VARIANTS, Variant
@@ -42,6 +41,8 @@ from tracelens.predict.host_plans import (
     sync_plan,
 )
 from tracelens.predict.targets import Plan, alloc_rows, loader_intervals, pageable_uploads, user_syncs
+from tracelens.report.enums import Category
+from tracelens.report.findings import Finding, Prediction
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tracelens.analyzers.base import Finding
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.fusion import FUSIBLE_FAMILIES
 from tracelens.derive.replay import Edit
@@ -17,6 +16,7 @@ from tracelens.derive.transforms import fusion as t_fusion
 from tracelens.derive.transforms import kernels as t_kernels
 from tracelens.model.schema import Kind
 from tracelens.predict.targets import Plan, graph_of, intervals, launched_by
+from tracelens.report.findings import Finding
 
 
 def fusion_plan(ctx: AnalysisContext) -> Plan | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracelens.analyzers.base import Category, Finding
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.replay import Edit
 from tracelens.derive.transforms import Variant, add_host_time
@@ -33,6 +32,8 @@ from tracelens.predict.targets import (
     user_syncs,
     window_rows,
 )
+from tracelens.report.enums import Category
+from tracelens.report.findings import Finding
 
 
 def sync_plan(ctx: AnalysisContext) -> Plan | None:

@@ -99,12 +99,13 @@ def _find_user_syncs(ctx: AnalysisContext) -> tuple[np.ndarray, list[str]]:
     last = float(model.host["ts"].to_numpy()[launched].max()) if len(launched) else np.inf
     memcpys = _memcpys_by_op(model)
     op_col = model.host["op"].to_numpy()
-    keep, constructs = [], []
+    keep: list[int] = []
+    constructs: list[str] = []
     for r in rows.tolist():
         if is_profiler_sync(model, r, last):
             continue
         keep.append(r)
-        constructs.append(classify(op_chain(model, r), memcpys.get(int(op_col[r]), []), model.arrays.name(r)).id)
+        constructs.append(classify(op_chain(model, r), memcpys.get(int(op_col[r]), []), model.arrays.name(r)))
     return np.array(keep, dtype=np.int64), constructs
 
 

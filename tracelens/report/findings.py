@@ -46,22 +46,16 @@ class PySource:
         """file:call_line when the calling statement is known, else `label`."""
         return f"{self.file}:{self.call_line}" if self.call_line is not None else self.label
 
-    @property
-    def where(self) -> str:
-        """For titles: "at file:line" for a call line, "in func() (file:line)" for a def line."""
-        if self.line_is_def:
-            # torch.profiler records the function's def line, not the call's: say so
-            return f"in {self.function}() (def at {self.label})"
-        return f"at {self.label}"
-
 
 @dataclass(frozen=True)
 class Metric:
-    """One piece of evidence: a labelled number (or text) with its unit."""
+    """One piece of evidence: a labelled number (or text) with its unit. `id` names the
+    quantity for machines and stays when the label's wording changes."""
 
     label: str
     value: float | int | str
     unit: Unit = "text"
+    id: str = ""
 
 
 @dataclass(frozen=True)

@@ -262,6 +262,15 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
+class MisalignedDim:
+    """A leading dimension (or the output's N) that is not a multiple of 16 bytes."""
+
+    operand: Literal["A", "B", "C"]  # C: the output
+    dim: Literal["M", "N", "K"]  # in torch's terms, C[M, N] = A[M, K] @ B[K, N]
+    value: int
+
+
+@dataclass(frozen=True)
 class MatmulRow:
     """One matmul shape of the trace as the report shows it (JSON `matmuls[]`)."""
 
@@ -277,7 +286,7 @@ class MatmulRow:
     time_us: float
     tflops: float
     aligned: bool
-    misaligned: tuple[str, ...]
+    misaligned: tuple[str, ...]  # the misaligned dimensions in words (misaligned_dims as data)
     fallback_kernel: bool
     tile: str  # "256x128" as the kernel names it, "" if unknown
     tile_source: str  # "name", "grid" or ""
@@ -289,6 +298,7 @@ class MatmulRow:
     last_wave_fill: float
     wave_efficiency: float
     source: PySource | None = None
+    misaligned_dims: tuple[MisalignedDim, ...] = ()  # what `misaligned` says, as data
 
 
 @dataclass(frozen=True)

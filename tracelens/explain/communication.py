@@ -1,0 +1,125 @@
+"""The words of the communication finding."""
+
+from __future__ import annotations
+
+from tracelens.analyzers.base import Found
+from tracelens.analyzers.communication import CollectiveRow, CommunicationFacts, ImpossibleWhy
+from tracelens.domain import fmt_us, pct
+from tracelens.explain.base import Words
+
+LABELS = {
+    "communication_us": "communication in the ledger",
+    "collective_kernel_us": "collective kernel time",
+    "overlapped_share": "of it overlapped by other GPU work",
+    "exposed_kernel_us": "exposed collective kernel time (transfer and any wait for other ranks)",
+    "idle_in_collectives_us": "GPU idle inside collectives",
+    "issue_us": "of it, the host issuing collectives (host-side overhead)",
+    "in_exchange_us": "of it, inside gloo's blocking exchange",
+    "queued_us": "of it, a collective kernel queued",
+    "waiting_for_ranks_us": "waiting for other ranks (gloo exchange beyond what the data needs)",
+    "collectives": "collectives (one per logical call)",
+    "bytes_moved": "bytes moved (sum of message sizes)",
+    "sizes_from": "message sizes from",
+    "algorithm_bandwidth": "algorithm bandwidth (collective kernels, nccl-tests' algbw)",
+    "bus_bandwidth": "bus bandwidth (nccl-tests' busbw, busiest kind)",
+    "best_bus_bandwidth": "bus bandwidth of the fastest call",
+    "bandwidth_not_possible": "bandwidth not possible",
+}
+#: Why a bus bandwidth above the link's peak was measured.
+WHY_IMPOSSIBLE: dict[ImpossibleWhy, str] = {
+    "": "",
+    "calls_overlap": "calls overlap in time, so each one's time undercounts what the links carried together",
+    "down_sampled": "the trace is down-sampled or cut (kernels without their host ops)",
+    "sizes_or_times_wrong": "the trace's message sizes or kernel times are wrong for these calls",
+}
+
+
+def _rate(bytes_per_s: float) -> str:
+    return f"{bytes_per_s / 1e9:.2f} GB/s" if bytes_per_s >= 1e8 else f"{bytes_per_s / 1e6:.1f} MB/s"
+
+
+def _size(nbytes: float) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"
+
+
+def row_text(r: CollectiveRow, calls: int) -> str:
+    if r.bw_bytes and r.transfer_us > 0:
+        algbw = r.bw_bytes / (r.transfer_us * 1e-6)
+        bw = f"algbw {_rate(algbw)}" + (f", busbw {_rate(algbw * r.bus_factor)}" if r.bus_factor is not None else "")
+    elif r.group_size == 1:
+        bw = "one rank: nothing crosses a link"
+    elif not r.nbytes:
+        bw = "bandwidth unknown (no message size)"
+    else:
+        bw = "bandwidth unknown (no transfer time: no kernel)"
+    size = f"{_size(r.nbytes / calls)} per call ({r.sizes_from})" if r.nbytes else "message size unknown"
+    n = f", {r.group_size} ranks" if r.group_size else ""
+    return f"{r.kind} on group {r.group} ({r.backend or 'backend unknown'}{n}): {size}, {bw}"
+
+
+def _advice(f: CommunicationFacts) -> str:
+    parts = []
+    if f.peer_wait_us > 0.2 * max(f.wait_us, 1.0):
+        parts.append(
+            f"{fmt_us(f.peer_wait_us)} of it is gloo's exchange waiting beyond what the data needs: this rank waits "
+            "for a slower one. Report on every rank's trace together (tracelens report DIR) to name the straggler "
+            "and why it is late (data loading, a host sync, more work, lower clocks)."
+        )
+    if f.issue_us > 0.2 * max(f.wait_us, 1.0) and f.issuing_calls:
+        n = f.issuing_calls
+        parts.append(
+            f"{fmt_us(f.issue_us)} of GPU idle is the host issuing {n} collectives ({fmt_us(f.issue_us / n)} "
+            "each, host-side collective overhead, not waiting for other ranks): issue fewer, larger ones (DDP's "
+            "bucket_cap_mb, torch.distributed's coalescing manager, FSDP's larger wrap units), or keep the GPU busy "
+            "meanwhile (async_op=True)."
+        )
+    if f.exposed_kernel_us > 0:
+        parts.append(
+            f"{pct(f.overlapped_share)} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
+            "(bucket_cap_mb, gradient_as_bucket_view=True) start all-reduces during backward; FSDP's "
+            "forward_prefetch / backward_prefetch overlap all-gathers; issue collectives with async_op=True and "
+            "wait() only where the result is needed. How much of a kernel's time is waiting for other ranks one "
+            "rank's trace cannot tell: report on every rank's trace together to measure it."
+        )
+    if f.impossible and f.link_name:
+        which = ", ".join(f"{kind} on group {group}" for kind, group in f.impossible[:3])
+        parts.append(
+            f"The bus bandwidth of {which} comes out above the {f.link_name} peak of "
+            f"{f.link_bytes_per_s / 1e9:.0f} GB/s per direction, which cannot be: {WHY_IMPOSSIBLE[f.why_impossible]}."
+        )
+    if f.gloo_on_gpu:
+        parts.append(
+            "The collectives run on gloo, which moves CUDA tensors through the host: use the NCCL backend for GPU "
+            "tensors."
+        )
+    return "\n".join(parts) or "Overlap collectives with compute."
+
+
+def words(found: Found[CommunicationFacts, CollectiveRow], share: float) -> Words:
+    f = found.facts
+    parts = []
+    if f.exposed_kernel_us > 0:
+        parts.append(f"{fmt_us(f.exposed_kernel_us)} of collective kernels nothing overlaps")
+    if f.wait_us > 0:
+        parts.append(f"{fmt_us(f.wait_us)} idle inside collectives")
+    title = (
+        f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the window"
+        + (f", {fmt_us(f.per_step_us)} per {f.unit}" if f.per_step_us is not None else "")
+        + "): "
+        + " and ".join(parts or ["collectives overlap other work"])
+    )
+    return Words(
+        title=title,
+        advice=_advice(f),
+        gain_note=(
+            "the exposed collective kernels, at best hidden under the rest of the GPU's work, plus gloo's "
+            "exchange beyond what its data needs (waiting for another rank), plus the host-side overhead of all "
+            "but one collective per step"
+        ),
+        labels={**LABELS, "link_peak": f"link peak ({f.link_name}, per direction)"},
+        places=[row_text(p.facts, p.count) for p in found.places],
+        texts={"bandwidth_not_possible": WHY_IMPOSSIBLE[f.why_impossible]},
+    )

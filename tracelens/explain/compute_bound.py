@@ -1,0 +1,146 @@
+"""The words of the compute_bound finding."""
+
+from __future__ import annotations
+
+from tracelens.analyzers.base import Found
+from tracelens.analyzers.compute_bound import AMP_MATMUL_SAVING, ComputeFacts, Fp32Facts
+from tracelens.derive.kernel_models import legacy_coefficients
+from tracelens.derive.roofline import KernelRoof
+from tracelens.domain import fmt_us, pct
+from tracelens.explain.base import Words
+from tracelens.model.peaks import UNIT_NAMES
+
+LABELS = {
+    "compute_bound_us": "compute-bound kernel time",
+    "roof_share": "time-weighted share of the roof",
+    "fp32_matmul_us": "fp32 matmul time",
+    "fp32_kernel_us": "fp32 kernel time (by kernel name)",
+    "fp32_matmul_conv_us": "of it matmuls and convolutions",
+    "fp16_over_fp32_peak": "fp16 tensor-core peak / fp32 peak",
+}
+
+
+def kernel_text(r: KernelRoof) -> str:
+    if r.unit == "issue":
+        # Instruction-bound: the FLOP count says little (erf, exp, conversions are not FLOPs).
+        return (
+            f"{r.family or 'kernel'} {r.dtype}: instruction-bound, {r.instructions / (r.time_us * 1e-6) / 1e12:.1f} T "
+            f"instructions/s ({pct(r.roof_share)} of the issue roof)"
+            + ("; non-vectorised: a broadcast or strided operand" if legacy_coefficients(r.name) is not None else "")
+        )
+    return (
+        f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
+        f"({pct(r.roof_share)} of the roof), {r.intensity:.0f} FLOP/B"
+    )
+
+
+def _precision_advice(f: ComputeFacts) -> str:
+    """The advice fitted to the kernels' precision (issue 34 §5): lower precision only for
+    time that is not already in it."""
+    if f.wide_us >= f.low_us:
+        lower = (
+            "autocast to fp16 (torch.autocast('cuda', dtype=torch.float16) with a GradScaler in training): this "
+            "GPU has fp16 tensor cores but neither TF32 nor bf16"
+            if f.no_tf32_bf16
+            else "use bf16/fp16 (or fp8 where accuracy allows) so they run on tensor cores"
+        )
+        return (
+            f"These kernels are limited by arithmetic, {fmt_us(f.wide_us)} of them in fp32/TF32: check their "
+            f"efficiency against the peak (the table), {lower}, and keep matmul shapes aligned and "
+            "wave-friendly (the matmul findings)."
+        )
+    return (
+        f"These kernels are limited by arithmetic and already run in reduced precision on tensor cores "
+        f"({fmt_us(f.low_us)} of them): what is left is their efficiency against the peak (the table), matmul "
+        "shapes aligned and wave-friendly (the matmul findings), and clocks"
+        + (" (fp8 where accuracy allows and this GPU has it)" if f.has_fp8 else "")
+        + "."
+    )
+
+
+def _short(name: str) -> str:
+    return name if len(name) <= 60 else name[:59] + "…"
+
+
+def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float) -> Words:
+    f = found.facts
+    return Words(
+        title=(
+            f"{fmt_us(found.time_us)} ({pct(share)}) of the analysed time is in fp32 kernels ({fmt_us(f.matmul_us)} "
+            f"of matmuls and convolutions such as {_short(f.example)}) on a {f.gpu}, whose fp16 tensor cores run "
+            f"{f.fp16_ratio:.0f}x its fp32 rate"
+        ),
+        advice=(
+            "No shape model covers these kernels (record_shapes was off), but their names say fp32 (sgemm, "
+            "scudnn, <float> templates). This GPU has fp16 tensor cores and neither TF32 nor bf16: train with "
+            "automatic mixed precision in fp16 (torch.autocast('cuda', dtype=torch.float16) around the forward "
+            "and loss, a torch.cuda.amp.GradScaler for the backward), with channels_last for convolutions."
+        ),
+        gain_note=(
+            f"an estimate: {pct(AMP_MATMUL_SAVING)} of the fp32 matmul/convolution time (mixed-precision training "
+            "on V100 is reported 2-3x faster end to end); no replay model yet"
+        ),
+        labels=LABELS,
+        places=[_short(p.facts.name) for p in found.places],
+    )
+
+
+def words(found: Found[ComputeFacts, KernelRoof] | Found[Fp32Facts, KernelRoof], share: float) -> Words:
+    if isinstance(found.facts, Fp32Facts):
+        return _fp32_words(found, share)  # type: ignore[arg-type]
+    return _compute_words(found, share)  # type: ignore[arg-type]
+
+
+def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float) -> Words:
+    f = found.facts
+    advice = _precision_advice(f)
+    if f.issue_bound_us is not None:
+        examples = " (GELU's erf, softmax's exp, layer norm's Welford division)" if f.special_functions else ""
+        advice += (
+            f" {fmt_us(f.issue_bound_us)} of them are elementwise/norm kernels that run out of "
+            f"instruction issue, not FLOPs or bandwidth{examples}: fusing them into the neighbouring kernels "
+            "(torch.compile, a fused epilogue) removes their separate passes; tensor cores do not help them."
+        )
+        if f.strided_us is not None:
+            advice += (
+                f" {fmt_us(f.strided_us)} of those run ATen's non-vectorised path because an operand is broadcast "
+                "or strided (a transposed or sliced view), and most of their instructions compute offsets, one "
+                "set per dimension that cannot be merged. Fusing is the fix there too; where one strided view "
+                "feeds several ops, a single .contiguous() upstream moves them to the vectorised path."
+            )
+    if f.fp32_matmul_us and f.amp_fp16:
+        advice += (
+            f" {fmt_us(f.fp32_matmul_us)} of it is fp32 matmuls and convolutions: with AMP in fp16 "
+            "they run on this GPU's tensor cores (mixed-precision training on V100 is reported 2-3x faster end to "
+            "end); the gain is an estimate of half their time."
+        )
+    elif f.fp32_matmul_us:
+        advice += (
+            f" {fmt_us(f.fp32_matmul_us)} of fp32 matmuls run on CUDA cores: "
+            "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')) "
+            "moves them to tensor cores."
+        )
+    return Words(
+        title=(
+            f"{fmt_us(found.time_us)} ({pct(share)}) of the analysed time is in compute-bound kernels at "
+            f"{pct(f.roof_share)} of their peak on average"
+            + (
+                f", {fmt_us(f.fp32_matmul_us)} of them fp32 matmuls and convolutions on a {f.gpu}, whose fp16 "
+                "tensor cores (AMP) they do not use"
+                if f.fp32_matmul_us and f.amp_fp16
+                else ""
+            )
+        ),
+        advice=advice,
+        gain_note=(
+            "each compute-bound kernel's distance to its roof (kernels in a fusion chain are left to the "
+            "memory finding), plus fp32 matmuls "
+            + (
+                f"and convolutions under AMP fp16 (an estimate: {pct(AMP_MATMUL_SAVING)} of their time)"
+                if f.fp32_matmul_us and f.amp_fp16
+                else "at the TF32 peak"
+            )
+        ),
+        labels={**LABELS, "peak_used": f"peak used ({UNIT_NAMES.get(f.unit, f.unit)}, FLOP/s)"},
+        places=[kernel_text(p.facts) for p in found.places],
+    )

@@ -1,0 +1,136 @@
+"""The words of the host_bound finding."""
+
+from __future__ import annotations
+
+from tracelens.analyzers.base import Found, Place
+from tracelens.analyzers.host_bound import (
+    PAGEABLE_ADVICE_SHARE,
+    PER_OP_GAP_US,
+    PER_OP_MIN_GAPS,
+    HostBoundFacts,
+    HostWork,
+)
+from tracelens.domain import fmt_us, pct
+from tracelens.explain.base import Words, where
+
+LABELS = {
+    "host_bound_us": "host-bound idle",
+    "gaps": "gaps",
+    "median_gap_us": "median gap",
+    "longest_gap_us": "longest gap",
+    "after_sync_us": "of it after a sync returned",
+    "data_loading_us": "of it in data loading ops",
+    "untraced_us": "of it outside any recorded op",
+    "pageable_copies": "pageable host-to-device copies",
+    "pageable_bytes": "pageable copy bytes",
+    "pageable_host_us": "host time in pageable copy calls",
+    "pageable_gpu_us": "GPU time of pageable copies",
+}
+#: The part of a gap not covered by any recorded op on the launching thread.
+UNTRACED = "(Python or other host work outside any op)"
+
+
+def work_text(w: HostWork) -> str:
+    if w.kind == "untraced":
+        return UNTRACED
+    if w.kind == "between_ops":
+        return f"between ops inside {w.name}"
+    if w.kind == "python":
+        return f"Python code in {w.name}()"
+    return "host work in " + w.name
+
+
+def _advice(f: HostBoundFacts, total: float) -> str:
+    parts = []
+    if f.loader_us > 0.2 * total and f.loader_workers:
+        # With workers the loop waits for them: the advice is about the workers.
+        parts.append(
+            f"The loop waits {fmt_us(f.loader_us)} for the DataLoader's worker processes: they do not keep up. "
+            "Make __getitem__ and collate cheaper (decode and augment less on the CPU, or on the GPU), add "
+            "workers if the host has idle cores, and keep them warm (persistent_workers=True, "
+            "prefetch_factor>=2, pin_memory=True)."
+        )
+    elif f.loader_us > 0.2 * total:
+        thread = "the training thread" if f.training else "the main thread"
+        parts.append(
+            f"Data loading runs on {thread} ({fmt_us(f.loader_us)} of the idle): use "
+            "DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor>=2) so "
+            "batches are ready before the GPU needs them."
+        )
+    if f.pageable_copies and f.pageable_host_us > PAGEABLE_ADVICE_SHARE * total:
+        parts.append(
+            f"{f.pageable_copies} host-to-device copies come from pageable memory ({f.pageable_bytes / 1e6:.1f} MB, "
+            f"{fmt_us(f.pageable_host_us)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
+            "and copy with non_blocking=True so the host can run ahead."
+        )
+    if f.after_sync_untraced_us > 0.2 * total:
+        parts.append(
+            f"{fmt_us(f.after_sync_untraced_us)} of it follows a sync: the host waits for a result, then works on it "
+            "while the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
+            "processing this one's results on the host (or process them on the GPU)."
+        )
+    if f.gaps >= PER_OP_MIN_GAPS and f.median_gap_us <= PER_OP_GAP_US:
+        parts.append(
+            f"The idle comes in {f.gaps:,} short gaps (median {f.median_gap_us:.0f} µs): the host spends it "
+            "dispatching ops one by one (Python, framework and dispatcher overhead), not in one big task. Replaying "
+            "the steady-state step from a CUDA graph (torch.compile(mode='reduce-overhead'), torch.cuda.graphs, or "
+            "the serving engine's graph mode) removes that per-op host time."
+        )
+    parts.append(
+        "Move per-step host work off the critical path: precompute, vectorise Python loops, do "
+        "preprocessing in DataLoader workers or on the GPU, and keep the GPU's queue full by "
+        "launching the next step's work before host-side bookkeeping."
+    )
+    return "\n".join(parts)
+
+
+def _where(main: Place[HostWork] | None) -> str:
+    if main is None or main.source is None:
+        return ""
+    # "Python code in f()" already names the function: add only the file and line.
+    return f" ({main.source.label})" if main.facts.kind == "python" else f" {where(main.source)}"
+
+
+#: What an annotation holds between its ops (HostBoundFacts.main_parts' "").
+BETWEEN_ITS_OPS = "host time between its ops"
+#: "Most in X" only when X holds at least this share of the idle; else the top parts.
+MOST_SHARE = 0.5
+#: Parts of the main annotation under this share of its time are not named.
+MIN_PART_SHARE = 0.01
+
+
+def _with_parts(what: str, main: Place[HostWork], parts: tuple[tuple[str, float], ...]) -> str:
+    """ "host work in [param|clear_cache] (aten::zeros 1.2 ms, aten::mul 0.8 ms)": the ops
+    of the annotation that holds most of the idle."""
+    shown = [(name or BETWEEN_ITS_OPS, t) for name, t in parts[:3] if t >= MIN_PART_SHARE * main.time_us]
+    if len(shown) > 1 or (shown and shown[0][0] != BETWEEN_ITS_OPS):
+        what += " (" + ", ".join(f"{name} {fmt_us(t)}" for name, t in shown) + ")"
+    return what
+
+
+def _where_words(what: str, places: tuple[Place[HostWork], ...], total: float) -> str:
+    """ "most in X" when the first place holds most of the idle, else its top parts with
+    their shares (issue 24 §3)."""
+    if not places or total <= 0 or places[0].time_us >= MOST_SHARE * total:
+        return f"most in {what}"
+    return "in " + ", ".join(f"{work_text(p.facts)} ({pct(p.time_us / total)})" for p in places[:3])
+
+
+def words(found: Found[HostBoundFacts, HostWork], share: float) -> Words:
+    main = found.places[0] if found.places else None
+    what = work_text(main.facts) if main else "host work"
+    if main is not None:
+        what = _with_parts(what, main, found.facts.main_parts)
+    return Words(
+        title=(
+            f"GPU idles {fmt_us(found.time_us)} ({pct(share)} of the analysed time) while the host works; "
+            + _where_words(what + _where(main), found.places, found.time_us)
+        ),
+        advice=_advice(found.facts, found.time_us),
+        gain_note=(
+            "at best all of it, if the host work overlaps GPU work instead of alternating with it; "
+            "the step then takes max(host, GPU) instead of their sum"
+        ),
+        labels=LABELS,
+        places=[work_text(p.facts) for p in found.places],
+    )

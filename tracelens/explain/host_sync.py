@@ -1,0 +1,125 @@
+"""The words of the host_sync finding: what each sync construct is, and its fix."""
+
+from __future__ import annotations
+
+from tracelens.analyzers.base import Found
+from tracelens.analyzers.host_sync import HostSyncFacts, SyncConstruct, SyncSite
+from tracelens.domain import NO_ENCLOSING_OP, fmt_us
+from tracelens.explain.base import Words, where
+
+LABELS = {
+    "sync_calls": "sync calls",
+    "host_blocked_us": "host blocked in the calls",
+    "busy_while_blocked_us": "GPU busy while the host was blocked",
+    "idle_after_us": "GPU idle after them (sync return + queue refill)",
+    "host_bound_after_us": "GPU idle while the host worked after them (counted under host_bound)",
+    "constructs": "constructs",
+    "runtime_calls": "runtime calls",
+    "profiler_syncs": "profiler's own syncs ignored",
+}
+#: What each construct is, in the reader's terms.
+DESCRIPTION: dict[SyncConstruct, str] = {
+    "data_dependent_shape": (
+        "an op whose output size depends on tensor values (x[mask], nonzero, unique, masked_select)"
+    ),
+    "item": ("a scalar read of a device tensor (.item(), float(t), int(t), a Python branch on a tensor value)"),
+    "branch": "a Python truth test of a tensor (if t:, while t, bool(t), t.any() in a condition)",
+    "device_to_host_copy": ("a blocking device-to-host copy (.cpu(), .tolist(), .numpy(), .to('cpu'), print(t))"),
+    "host_to_device_copy": (
+        "a blocking host-to-device copy (.to('cuda') or torch.tensor(..., device='cuda') from pageable memory)"
+    ),
+    "explicit_synchronize": "an explicit synchronize (torch.cuda.synchronize(), stream/event synchronize)",
+    "other": "a blocking call inside a library op",
+}
+#: What to change, per construct.
+ADVICE: dict[SyncConstruct, str] = {
+    "data_dependent_shape": (
+        "Keep shapes static: compute on every element and mask (torch.where(mask, x, 0), x * mask) "
+        "instead of compacting with x[mask]; where compaction is needed, build destination indices "
+        "on the device with a cumsum over the mask and scatter, or give the size up front "
+        "(torch.nonzero_static, repeat_interleave(output_size=...))."
+    ),
+    "item": (
+        "Keep scalars on the device: accumulate (total += loss.detach()) and read once every N steps "
+        "or after the loop; replace Python branches on tensor values with torch.where, masking, or "
+        "torch.cond under torch.compile."
+    ),
+    "branch": (
+        "Replace the Python branch with tensor ops (torch.where, masking) or torch.cond, or move the "
+        "check off the hot path (every N steps)."
+    ),
+    "device_to_host_copy": (
+        "Copy asynchronously into pinned memory (x.to('cpu', non_blocking=True) into a pinned "
+        "buffer, then wait on a CUDA event only when the values are needed), batch small copies "
+        "into one, or keep the computation on the GPU."
+    ),
+    "host_to_device_copy": (
+        "Pin the source (DataLoader(pin_memory=True) or t.pin_memory()) and copy with "
+        "non_blocking=True so the host does not wait for the copy."
+    ),
+    "explicit_synchronize": (
+        "Remove synchronize calls from the hot loop; keep them at measurement boundaries only, and "
+        "time with CUDA events (torch.cuda.Event(enable_timing=True))."
+    ),
+    "other": (
+        "Find why the op needs a device result on the host (the sources below) and keep that value "
+        "on the device, or move the call off the hot path."
+    ),
+}
+
+
+def construct_label(c: SyncConstruct) -> str:
+    return c.replace("_", " ")
+
+
+def site_text(s: SyncSite) -> str:
+    chain = " > ".join(reversed(s.ops)) if s.ops else NO_ENCLOSING_OP
+    head = f"{s.call} ({construct_label(s.construct)})" if s.call else construct_label(s.construct)
+    return f"{head}: {chain} > {s.api}"
+
+
+def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
+    f = found.facts
+    at = f" {where(found.sources[0])}" if found.sources else ""
+    names = [call or construct_label(c) for call, c in f.calls]
+    what = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+    idle_us = f.idle_us
+    if f.busy_anyway:
+        title = (
+            f"{f.count} host syncs ({what}){at}: the host waits {fmt_us(f.host_us)} while the GPU stays busy "
+            f"({fmt_us(idle_us)} idle after them)"
+        )
+        lead = (
+            "These syncs return while the GPU still has queued work, so they cost little now; they become "
+            "expensive as soon as the GPU gets faster than the host. "
+        )
+    else:
+        title = (
+            f"{f.count} host syncs ({what}){at} leave the GPU idle {fmt_us(idle_us)}; the host waits "
+            f"{fmt_us(f.host_us)}"
+        )
+        lead = ""
+    if f.copy_us > 0:
+        rate = f.copy_bytes / (f.copy_us / 1e6)
+        title += (
+            f"; {fmt_us(f.copy_us)} of the wait is their device-to-host copies to pageable memory "
+            f"({f.copy_bytes / 1e6:,.0f} MB at {rate / 1e9:.1f} GB/s)"
+        )
+        lead = (
+            f"The copies themselves take {fmt_us(f.copy_us)}: copy into a pinned buffer allocated once "
+            "(torch.empty(..., pin_memory=True), then buf.copy_(t, non_blocking=True) and an event wait), which runs "
+            "at the link's rate, and copy only what the host needs (the argmax ids, not the logits). " + lead
+        )
+    # One line per construct, most costly first (renderers keep the line breaks).
+    advice = lead + "\n".join(f"• {DESCRIPTION[c][0].upper()}{DESCRIPTION[c][1:]}: {ADVICE[c]}" for c in f.constructs)
+    return Words(
+        title=title,
+        advice=advice,
+        gain_note=(
+            "up to the GPU idle that follows these syncs; the host time blocked inside them "
+            "overlaps GPU work and is not saved"
+        ),
+        labels=LABELS,
+        places=[site_text(p.facts) for p in found.places],
+        place_advice=[ADVICE[p.facts.construct] for p in found.places],
+    )

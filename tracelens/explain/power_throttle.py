@@ -1,0 +1,84 @@
+"""The words of the power_throttle finding."""
+
+from __future__ import annotations
+
+from tracelens.analyzers.base import Found
+from tracelens.analyzers.power_throttle import CAPPED_ALL_SHARE, KernelClock, ThrottleFacts
+from tracelens.domain import fmt_us, pct
+from tracelens.explain.base import Words
+
+LABELS = {
+    "sm_clock_busy_mhz": "time-weighted SM clock while busy (MHz)",
+    "max_sm_clock_mhz": "max SM clock (MHz)",
+    "clock_ratio": "clock ratio",
+    "reduced_clock_us": "busy time at reduced clock",
+    "limited_share": "busy time with a limiting reason",
+    "reasons": "throttle reasons (share of busy time)",
+    "power_busy_w": "mean power while busy (W)",
+    "power_limit_w": "enforced power limit (W)",
+    "temp_max_c": "max temperature (C)",
+    "nvml_samples": "NVML samples",
+}
+
+
+def kernel_text(k: KernelClock) -> str:
+    return f"{k.kernel} at {k.clock_mhz:.0f} MHz on average" if k.clock_mhz is not None else k.kernel
+
+
+def _advice(f: ThrottleFacts) -> str:
+    parts = []
+    if "sw_power_cap" in f.limiting or "hw_power_brake_slowdown" in f.limiting:
+        known = f.power_peak_w == f.power_peak_w and f.power_busy_w == f.power_busy_w  # neither NaN
+        parts.append(
+            f"The GPU is power-limited: NVML reports the power cap for {pct(f.limited_share)} of the busy time, so "
+            f"the regulator lowers the clock to hold the draw at the {f.power_limit_w:.0f} W limit"
+            + (
+                f" (power samples reach {f.power_peak_w:.0f} W; their mean while busy, {f.power_busy_w:.0f} W, is "
+                "lower "
+                + ("as it also counts stretches without the cap and " if f.limited_share < CAPPED_ALL_SHARE else "as ")
+                + "NVML's reading lags the load)"
+                if known
+                else ""
+            )
+            + ". Power scales with clock x transistor flips per clock, "
+            "so the same math costs more power on random data than on zeros or repetitive data. What helps: "
+            "less data movement and fewer bit flips per result (lower precision such as fp8/bf16 where "
+            "accuracy allows, fused kernels that avoid extra passes), and not comparing against datasheet "
+            "peaks: sustained matmul throughput is set by the power limit, not the boost clock. Check that "
+            "the enforced limit (nvidia-smi -q -d POWER) is the board default; do not raise it past the "
+            "vendor's spec."
+        )
+    if any(n in f.limiting for n in ("sw_thermal_slowdown", "hw_thermal_slowdown")):
+        parts.append(
+            f"The GPU is thermally limited (up to {f.temp_max_c:.0f} °C): check cooling and airflow; a hot GPU also "
+            "leaks more power, which lowers the clock it can sustain."
+        )
+    if "hw_slowdown" in f.limiting and not parts:
+        parts.append(
+            "Hardware slowdown (HW_SLOWDOWN) is asserted by the board (power brake, overheating or power "
+            "supply): check the system's power delivery and cooling; it is not caused by the program."
+        )
+    if not parts:
+        parts.append("Clocks ran below maximum; NVML reported no limiting reason for it.")
+    return " ".join(parts)
+
+
+def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
+    f = found.facts
+    ratio = f.clock_mhz / f.max_clock_mhz
+    return Words(
+        title=(
+            f"Clocks throttled while busy: SM clock averaged {f.clock_mhz:.0f} of {f.max_clock_mhz:.0f} MHz "
+            f"({pct(ratio)}) during GPU work ({', '.join(f.limiting) or 'reason not reported'}); "
+            f"up to {fmt_us(found.time_us)} lost"
+        ),
+        advice=_advice(f),
+        gain_note=(
+            "busy time x (1 - clock / max clock): exact for compute-bound kernels, an upper bound for "
+            "memory-bound ones (their time follows the memory clock); reachable only as far as the power "
+            "limit allows"
+        ),
+        labels=LABELS,
+        places=[kernel_text(p.facts) for p in found.places],
+        texts={"reasons": ", ".join(f"{n} {pct(s)}" for n, s in f.reasons) or "no reason reported"},
+    )

@@ -1,0 +1,72 @@
+"""The words of the queued_idle finding."""
+
+from __future__ import annotations
+
+from tracelens.analyzers.base import Found
+from tracelens.analyzers.queued_idle import BlockedIn, QueuedFacts
+from tracelens.derive.queued import QUEUED_GAP_MIN_US, QUEUED_STALL_MIN_US, QueuedWaits
+from tracelens.domain import fmt_us, pct
+from tracelens.explain.base import Words
+
+LABELS = {
+    "queued_idle_us": "queued-work idle",
+    "gaps": "gaps",
+    "stall_us": f"of the idle, in stalls of {fmt_us(QUEUED_STALL_MIN_US)} or more",
+    "long_gaps": f"gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more",
+    "long_gap_us": "time in those gaps",
+    "launch_ahead_median_us": "median launch-ahead of the next work",
+    "blocked_us": "of the idle, with the host in blocking calls",
+    "stream_waits": "cross-stream event waits (cudaStreamWaitEvent)",
+}
+
+
+def _advice(q: QueuedWaits, blocked: bool) -> str:
+    lead = (
+        "The work was queued long before the GPU ran it, so launches are not what it waits for: a queued "
+        "kernel waits on an event recorded on another stream (cudaStreamWaitEvent: "
+        f"{q.stream_waits} in the window), on a peer rank, or on work another stream has not been given yet."
+    )
+    if not blocked:
+        return (
+            lead + " Find the stream the next kernel waits on in the trace's flow and stream rows, and launch "
+            "the work it waits for earlier (or drop the dependency when it is not needed)."
+        )
+    return (
+        lead + " Here the idle coincides with the host sitting in blocking calls: while a thread waits in a "
+        "device-to-host copy into pageable memory or a synchronize, it launches nothing, so a stream that "
+        "waits for its next work (a batch's host-to-device copy, a collective) stalls the queued graph or "
+        "kernels behind it. Copy into a pinned buffer with non_blocking=True and wait on an event only where "
+        "the value is read (or move the read to the end of the step), then check which stream the queued "
+        "work waits on."
+    )
+
+
+def words(found: Found[QueuedFacts, BlockedIn], share: float) -> Words:
+    q, blocked = found.facts.waits, found.facts.blocked_us
+    ahead = (
+        f" (launched a median {fmt_us(q.lead_median_us)} earlier, by {', '.join(q.launch_apis)})"
+        if q.lead_median_us is not None and q.launch_apis
+        else ""
+    )
+    title = (
+        f"The GPU idles {fmt_us(found.time_us)} ({pct(share)} of the window) with its next work already queued{ahead}"
+    )
+    if blocked > 0:
+        copies = f"; {q.copy_bytes / 1e3:,.1f} KB copied to the host in all" if q.copy_bytes > 0 else ""
+        parts = "; ".join(
+            f"{w} ({n} {'call' if n == 1 else 'calls'}, {fmt_us(t)} of it, the longest {fmt_us(longest)})"
+            for w, n, t, longest in q.blocked_what
+        )
+        title += f"; {fmt_us(blocked)} of it while the host sat in blocking calls: {parts}{copies}"
+    return Words(
+        title=title,
+        advice=_advice(q, blocked > 0),
+        gain_note=(
+            "at most the queued-work idle that coincides with the blocking calls: the trace shows no "
+            "dependency edges, so this is an upper bound for removing those calls"
+            if blocked > 0
+            else "none estimated: nothing the trace shows explains this idle"
+        ),
+        labels=LABELS,
+        places=[f"idle with the host in {p.facts.what}" for p in found.places],
+    )
