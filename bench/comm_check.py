@@ -292,7 +292,8 @@ def main() -> None:
         mine = analyse(t, window)
         sides = [("raw JSON", mine)] + ([("tracelens", tracelens_side(rep))] if rep else [])
         for side, r in sides:
-            src = r["sources"] if isinstance(r["sources"], str) else ", ".join(r["sources"])
+            raw = r.get("sources")
+            src = ", ".join(map(str, raw)) if isinstance(raw, list | tuple | set) else str(raw or "")
             print(f"| {name} | {side} | {r['calls']} | {r['bytes'] / 1e6:.1f} MB | {r['algbw'] / 1e9:.2f} | "
                   f"{r['busbw'] / 1e9:.2f}{'*' if r.get('world_guess') and r['busbw'] else ''} | "
                   f"{r['exposed_us'] / 1e3:.2f} | {r['overlap']:.1%} | "
