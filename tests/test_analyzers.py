@@ -35,7 +35,10 @@ def test_owlv2_80_stream_syncs_in_copy_block_359_ms() -> None:
     sites = [s for f in findings for s in f.places]
     in_copy = [s for s in sites if s.api == "cudaStreamSynchronize" and "aten::copy_" in s.ops]
     assert sum(s.count for s in in_copy) == 80
-    assert sum(s.host_us for s in in_copy) / 1e3 == pytest.approx(358.8, abs=1.0)
+    # 376.4 ms since one host wait is counted per logical call (issue 24 §5): the blocking
+    # copy that shares its aten::copy_ with the synchronize is that wait, not a second one
+    # (358.8 ms was the synchronize alone).
+    assert sum(s.host_us for s in in_copy) / 1e3 == pytest.approx(376.4, abs=1.0)
     # They are .to() copies from the HF pipeline, attributed to its source lines.
     files = {s.source.file for s in in_copy if s.source}
     assert "transformers/pipelines/base.py" in files
@@ -121,7 +124,10 @@ def test_zero_grad_launch_storm_found_in_2021_resnet() -> None:
     (f,) = launch_overhead.analyze(context_of(real("worker0.1623143089861.pt.trace.json.gz")))
     top = f.places[0]
     assert "zero_grad" in top.ops[0]
-    assert top.count > 500 and top.time_us > 0.5 * f.time_us
+    # The largest place by far, though no longer half: since the dispatch rule (issue 24
+    # §6) the finding also holds the short host gaps between ops (92.0 ms, zero_grad 36.5).
+    assert top.count > 500 and top.time_us > 0.35 * f.time_us
+    assert all(p.time_us < 0.5 * top.time_us for p in f.places[1:])
 
 
 def test_gemm_loop_has_no_launch_problem() -> None:
