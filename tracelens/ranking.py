@@ -75,11 +75,10 @@ def _finite(x: float) -> float:
 def _capped(f: Finding, room_us: float, window_us: float, parent: Category | None = None) -> Finding:
     time_us = max(min(_finite(f.time_us), room_us), 0.0)
     share = time_us / window_us if window_us > 0 else 0.0
-    # A replayed gain is what the fix saves of the step, which may exceed the finding's own
-    # ledger time (a CUDA graph also removes the host work between launches that other
-    # causes hold): it is bounded by the window. An estimate stays within its time.
-    replayed = f.prediction is not None and f.prediction.basis == "replay"
-    cap = max(window_us, 0.0) if replayed else time_us
+    # No gain exceeds the time it comes from, replayed or estimated (the one ledger): the
+    # replay's knock-on savings in time other causes own stay in the finding's prediction
+    # (the step after the fix), not in its gain.
+    cap = time_us
     gain = max(min(_finite(f.expected_gain_us), cap), 0.0)
     low = max(min(_finite(f.expected_gain_low_us), gain), 0.0)
     high = max(min(_finite(f.expected_gain_high_us), cap), gain)

@@ -11,7 +11,6 @@ keeps its analyzer's rule-of-thumb estimate, marked `basis: estimate`.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
@@ -196,34 +195,18 @@ BEYOND_WHY = {
 }
 
 
-#: The ledger causes whose time a fix may also remove, beyond its finding's own time (the
-#: causes BEYOND_WHY names). A replayed gain is capped at the finding's time plus these
-#: causes' time on the primary GPU, so one microsecond of the ledger is never promised by
-#: two findings: on HTA's rank0.json the graph transform "gained" 740 ms for 3.6 ms of
-#: launch gaps, taking the 730 ms the ledger gives queued-work idle (queued_idle's own).
-#: A cause with a finding of its own stays that finding's to gain (its fix is another), so
-#: a graph may take the dispatch gaps (launch_overhead's own time) but not host_bound's idle,
-#: which the DataLoader, pinned-copy or host-work fix of the host_bound finding claims: on
-#: HuggingFace's worker0.pt (num_workers=0) the graph "gained" 229 ms for 69 ms of launch
-#: gaps, taking the 192 ms the DataLoader costs, and headlined over it. Fusion and SDPA
-#: keep to their own kernels' time: the dispatch they also remove is launch_overhead's.
-BEYOND_CAUSES: dict[str, tuple[str, ...]] = {
-    "cuda_graph": ("launch_overhead",),
-    "remove_host_syncs": ("host_bound", "launch_overhead"),
-    "fuse_chains": (),
-    "sdpa": (),
-    "remove_allocator_calls": ("host_bound",),
-}
-
-
 def gain_ceiling(ctx: AnalysisContext, fix: str, f: Finding) -> float:
-    """The most a fix of `f` may gain over the window (inf: no ceiling for this fix)."""
-    extra = BEYOND_CAUSES.get(fix)
-    dev = ctx.ledger.primary
-    if extra is None or dev is None:
-        return math.inf
-    others = sum(dev.by_cause.get(c, 0.0) for c in extra if c != f.category.value)
-    return max(f.time_us, 0.0) + others
+    """The most a fix of `f` may be credited with over the window: its finding's own time.
+
+    The one-ledger contract (tests/test_ledger.py): no microsecond is promised by two
+    findings. The replay may say a fix removes more (a graph also removes host work
+    between launches), but that time belongs to another cause with its own finding and
+    fix: on HTA's rank0.json the graph transform "gained" 740 ms for 3.6 ms of launch gaps
+    (the 730 ms of queued-work idle queued_idle owns), on worker0.pt (num_workers=0) 229 ms
+    for 69 ms (its DataLoader's 192 ms). The gain note still says where the replay's
+    extra comes from (beyond_own_time)."""
+    del ctx, fix
+    return max(f.time_us, 0.0)
 
 
 def beyond_own_time(fix: str, gain_us: float, time_us: float) -> str:
@@ -257,6 +240,8 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
             # is theirs: issue 34 §4); the predicted step is for all of them together.
             before = outcome(ctx, first) if first and res is not None else None
         if p is None or res is None:
+            # The analyzer's estimate keeps to the finding's own time too (the one-ledger contract).
+            f = replace(f, expected_gain_us=min(f.expected_gain_us, max(f.time_us, 0.0)))
             pred = Prediction(
                 fix="estimate", basis="estimate", model=f.gain_note, step_us=step,
                 predicted_step_us=max(step - f.expected_gain_us / max(ctx.n_steps, 1), 0.0),
@@ -278,16 +263,15 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         def gain(v: Variant, res: Outcome = res, before: Outcome | None = before) -> float:
             return res.gain(v) - (before.gain(v) if before is not None else 0.0)
 
-        ceiling = gain_ceiling(ctx, p.fix, f)
-        gains = sorted(min(max(gain(v), 0.0), ceiling) for v in VARIANTS)
+        # The prediction is the replay's (the step after the fix, all of what it removes);
+        # the finding's gain keeps to its own time (gain_ceiling: the one ledger).
+        gains = sorted(max(gain(v), 0.0) for v in VARIANTS)
         nominal = min(max(gain(Variant.NOMINAL), gains[0]), gains[-1])
-        before_gain = max(before.gain(Variant.NOMINAL), 0.0) if before is not None else 0.0
-        joint_gain = min(joint_gain, ceiling + before_gain)
+        ceiling = gain_ceiling(ctx, p.fix, f)
         u_joint, u_gain = res.unprofiled_gain(), None
         if u_joint is not None:
             u_before = before.unprofiled_gain() if before is not None else 0.0
-            u_gain = min(max(u_joint - (u_before or 0.0), 0.0), ceiling)
-            u_joint = min(u_joint, ceiling + max(u_before or 0.0, 0.0))
+            u_gain = max(u_joint - (u_before or 0.0), 0.0)
         u_step = step - (ctx.replayed - ctx.unprofiled) / max(ctx.replay_span[3], 1) if u_gain is not None else 0.0
         pred = Prediction(
             fix=p.fix,
@@ -307,9 +291,9 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         out.append(
             replace(
                 f,
-                expected_gain_us=nominal,
-                expected_gain_low_us=gains[0],
-                expected_gain_high_us=gains[-1],
+                expected_gain_us=min(nominal, ceiling),
+                expected_gain_low_us=min(gains[0], ceiling),
+                expected_gain_high_us=min(gains[-1], ceiling),
                 gain_note=f"replayed: {p.model}" + beyond_own_time(p.fix, nominal, f.time_us),
                 prediction=pred,
             )
