@@ -343,7 +343,8 @@ def test_owlv2_eager_attention_leads() -> None:
     assert len(eager) == 1
     top = eager[0]
     assert "scaled_dot_product_attention" in top.advice and top.sites[0].kind == "eager_attention"
-    assert top.share > 0.3 and top.expected_gain_us > 0.8 * top.time_us
+    # The gain is the replay of the SDPA fix (predict): 370 ms of its 492 ms (75%).
+    assert top.share > 0.3 and top.expected_gain_us > 0.7 * top.time_us
     assert "16x5185x5185" in top.sites[0].description
     roof_cats = {"memory_bound", "compute_bound", "misaligned_matmul", "wave_quantization", "eager_attention"}
     assert top is max((f for f in rep.findings if f.category in roof_cats), key=lambda f: f.expected_gain_us)
