@@ -14,6 +14,7 @@ import pytest
 from support.corpus import REAL_TRACES, SAMPLE_TRACES, model_of, needs_real, real, sample
 from support.synthetic import tiny_trace
 
+from tracelens.derive.steps import find_step_marks
 from tracelens.domain import MAX_TRACE_NAME_CHARS
 from tracelens.errors import TraceInputError
 from tracelens.model import Kind, load_trace
@@ -86,6 +87,14 @@ def test_every_sample_trace_loads(path: Path) -> None:
         assert len(m.steps) == 1
     elif path.name == "dyn_recompile.pt.trace.json.gz":  # cut to two recompiling steps (300 KB)
         assert len(m.steps) == 2
+    elif path.name == "verdict_graph_capture.pt.trace.json.gz":  # captures only, no step
+        assert not len(m.steps) and find_step_marks(m) is None
+    elif path.name.startswith("verdict_"):
+        # the step-rule traces mark steps the user's way (record_function, Lightning,
+        # Trainer, Optimizer.step, one engine step or compiled call), not with
+        # ProfilerStep: derive/steps finds them
+        marks = find_step_marks(m)
+        assert not len(m.steps) and marks is not None and len(marks.table) >= 1, path.name
     elif path.name not in ("matmul_sweep.pt.trace.json.gz", "roofline_cases.pt.trace.json.gz"):  # no steps
         assert len(m.steps) >= 3
     assert m.meta.base_time_ns is not None

@@ -43,7 +43,32 @@ INNER_LOOP = {
     "diff_align_before.pt.trace.json.gz",
     "diff_align_after.pt.trace.json.gz",
     "diff_graph_before.pt.trace.json.gz",
+    # the same with the layers the workloads repeat in a step and nothing that sets the
+    # step boundary apart: 8 decode layers (kv, sdpa), 3-4 GEMMs (align_u), 50-100 rounds
+    # of tiny ops (graph_after, graph_u_before). The marks give the user's steps; without
+    # them the period found is the layer.
+    "diff_align_u_before.pt.trace.json.gz",
+    "diff_align_u_after.pt.trace.json.gz",
+    "diff_graph_after.pt.trace.json.gz",
+    "diff_graph_u_before.pt.trace.json.gz",
+    "diff_kv_before.pt.trace.json.gz",
+    "diff_kv_after.pt.trace.json.gz",
+    "diff_kv_u_before.pt.trace.json.gz",
+    "diff_kv_u_after.pt.trace.json.gz",
+    "diff_sdpa_before.pt.trace.json.gz",
+    "diff_sdpa_after.pt.trace.json.gz",
+    "diff_sdpa_u_before.pt.trace.json.gz",
+    "diff_sdpa_u_after.pt.trace.json.gz",
 }
+#: Steps that differ from one another (a new buffer size or sequence length every step):
+#: the kernel sequence repeats only over several steps, so detection finds fewer, longer
+#: iterations; the window still covers most of the marked one.
+UNLIKE_STEPS = {
+    "diff_empty_cache_before.pt.trace.json.gz",  # 2 of 6, overlap 0.56
+    "diff_empty_cache_after.pt.trace.json.gz",  # 2 of 6, overlap 0.92
+    "diff_ragged_before.pt.trace.json.gz",  # 4 of 6, overlap 0.81
+}
+UNLIKE_MIN_OVERLAP = 0.5
 #: Nothing repeats: detection must fall back to the whole GPU span.
 #: The first marked step holds the capture tool's own 3.54 s gc.collect() and is left out
 #: as warm-up; without the marks the loop's iterations open at launches, so the gc falls
@@ -141,6 +166,9 @@ def test_detected_iterations_match_the_marked_steps(path: Path) -> None:
     if path.name in PROFILER_FIRST_STEP:
         assert marked.excluded_steps and w.start_us <= marked.start_us
         assert w.end_us >= marked.end_us - 0.05 * (marked.end_us - marked.start_us)
+        return
+    if path.name in UNLIKE_STEPS:
+        assert got_n < true_n and _overlap(w, marked) >= UNLIKE_MIN_OVERLAP, (got_n, true_n)
         return
     assert _overlap(w, marked) >= MIN_OVERLAP
     if path.name in INNER_LOOP:
