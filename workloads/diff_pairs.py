@@ -20,6 +20,10 @@ Pairs (the trace names are diff_<pair>_before / diff_<pair>_after):
 - loader: a DataLoader whose dataset builds each sample with numpy (decode-and-augment
   stand-in), num_workers=0, then num_workers=4 (persistent), feeding a conv net
   training step (forward, backward, SGD).
+- workers: loader's dataset and net with worker processes that do not keep up
+  (num_workers=1), then num_workers=6 (persistent, prefetch_factor=4): the training
+  thread waits in `_MultiProcessingDataLoaderIter.__next__` before, not after (the
+  "input pipeline keeps up" fix of host_bound with workers, issue 34 §4 / PARAM's resnet).
 - ragged: an eager 2-block encoder fed a new sequence length (64..512) every step, then
   every batch padded to 512 (one shape).
 - empty_cache: an MLP over a buffer of a new size every step with
@@ -79,6 +83,7 @@ PAIRS = (
     "item",
     "pinned",
     "loader",
+    "workers",
     "ragged",
     "empty_cache",
     "kv",
@@ -331,6 +336,36 @@ def pair_loader(dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[str, An
     workers = 4 if cuda else 2
     return stepper(0), stepper(workers), {"before": "num_workers=0", "after": f"num_workers={workers}",
                                            "fix": "DataLoader workers"}  # fmt: skip
+
+
+def pair_workers(dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[str, Any]]:
+    shape = (3, 160, 160) if cuda else (3, 32, 32)
+    batch = 32 if cuda else 4
+    model = _conv_net(dev).train()
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
+    ds = _AugmentedImages(shape)
+
+    def stepper(workers: int, prefetch: int) -> Step:
+        it_holder: list[Any] = []
+
+        def step() -> None:
+            if not it_holder:  # made on first use: the workers start in the untraced settle calls
+                loader = torch.utils.data.DataLoader(
+                    ds, batch_size=batch, num_workers=workers, persistent_workers=True, prefetch_factor=prefetch
+                )
+                it_holder.append(iter(loader))
+            x, y = next(it_holder[0])
+            x, y = x.to(dev), y.to(dev)
+            loss = F.cross_entropy(model(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+        return step
+
+    after = 6 if cuda else 2
+    return stepper(1, 2), stepper(after, 4), {"before": "num_workers=1", "after": f"num_workers={after}",
+                                               "fix": "DataLoader workers keep up"}  # fmt: skip
 
 
 def pair_ragged(dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[str, Any]]:
@@ -626,7 +661,7 @@ def pair_kv_u(dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[str, Any]
 def build(pair: str, dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[str, Any]]:
     builders: dict[str, Callable[[torch.device, bool], tuple[Step, Step, dict[str, Any]]]] = {
         "graph": pair_graph, "align": pair_align, "sync": pair_sync, "item": pair_item, "pinned": pair_pinned,
-        "loader": pair_loader, "ragged": pair_ragged, "empty_cache": pair_empty_cache, "kv": pair_kv,
+        "loader": pair_loader, "workers": pair_workers, "ragged": pair_ragged, "empty_cache": pair_empty_cache, "kv": pair_kv,
         "sdpa": pair_sdpa, "graph_u": pair_graph_u, "compile_u": pair_compile_u, "sdpa_u": pair_sdpa_u,
         "align_u": pair_align_u, "pinned_u": pair_pinned_u, "loader_u": pair_loader_u, "item_u": pair_item_u,
         "kv_u": pair_kv_u,
