@@ -661,7 +661,8 @@ def pair_kv_u(dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[str, Any]
 def build(pair: str, dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[str, Any]]:
     builders: dict[str, Callable[[torch.device, bool], tuple[Step, Step, dict[str, Any]]]] = {
         "graph": pair_graph, "align": pair_align, "sync": pair_sync, "item": pair_item, "pinned": pair_pinned,
-        "loader": pair_loader, "workers": pair_workers, "ragged": pair_ragged, "empty_cache": pair_empty_cache, "kv": pair_kv,
+        "loader": pair_loader, "workers": pair_workers, "ragged": pair_ragged, "empty_cache": pair_empty_cache,
+        "kv": pair_kv,
         "sdpa": pair_sdpa, "graph_u": pair_graph_u, "compile_u": pair_compile_u, "sdpa_u": pair_sdpa_u,
         "align_u": pair_align_u, "pinned_u": pair_pinned_u, "loader_u": pair_loader_u, "item_u": pair_item_u,
         "kv_u": pair_kv_u,

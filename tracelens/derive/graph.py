@@ -73,8 +73,10 @@ EXPLAINED_US = 5.0
 #: another stream of its device ended, later than its stream and launch explain.
 CROSS_STREAM_MAX_US = 50.0
 #: Host ranges in which a thread waits for another thread's work (the autograd engine's
-#: backward runs on its own device threads while the caller waits in run_backward).
-THREAD_WAIT_MARKERS = ("run_backward",)
+#: backward runs on its own device threads while the caller waits in run_backward, or in
+#: the `## backward ##` range TorchRec's and HTA's training loops put around
+#: loss.backward(): HTA's control.json, whose 2022 profiler records no run_backward).
+THREAD_WAIT_MARKERS = ("run_backward", "## backward ##")
 
 HOST = np.int8(0)
 GPU = np.int8(1)
@@ -112,6 +114,7 @@ class DependencyGraph:
     chain_host: np.ndarray  # bool
     chain_key: tuple[tuple[int, int], ...]  # (pid, tid) of a thread, (device, stream) of a stream
     chain_tail: np.ndarray  # host chains: measured time from the last node's end to the window's end marker
+    chain_paces: np.ndarray  # bool: a host chain whose end counts toward the window's end (it launches or joins)
     #: the window's end less the latest end the graph explains: time at the window's end
     #: with no event in it (a recording that stopped mid-iteration); kept as measured
     uncovered_tail_us: float
@@ -407,7 +410,22 @@ def build_graph(
     launcher = np.full(n, -1, dtype=np.int64)
     ss = e_type == START_START
     launcher[e_dst[ss]] = e_src[ss]
+    # The host threads that set the window's pace: those that launch GPU work or fork or
+    # join another thread. A thread that does neither (a DataLoader's pin-memory thread
+    # waiting on its workers, a logging thread) is paced by the training thread's
+    # consumption, which the graph does not model: kept as measured, its end would hold
+    # every fix's replay at the measured window (capture_train_loader: the CUDA graph
+    # replay gained 74 µs of a 3.6 ms launch-bound step).
+    paces = np.zeros(n_chains, dtype=bool)
+    paces[chain[e_src[ss]]] = True
+    hh = (kind[e_src] == HOST) & (kind[e_dst] == HOST) & (chain[e_src] != chain[e_dst])
+    paces[chain[e_src[hh]]] = True
+    paces[chain[e_dst[hh]]] = True
+    if not (paces & chain_host).any():
+        paces = chain_host.copy()  # no launches from the window's threads: all of them
+    paces &= chain_host
     return DependencyGraph(
+        chain_paces=paces,
         launcher=launcher,
         uncovered_tail_us=uncovered,
         window_start=w0,
@@ -589,6 +607,16 @@ def _thread_waits(
     chain_of_key = {keys[c]: c for c in host_chains.tolist()}
     pid = host["pid"].to_numpy()
     tid = host["tid"].to_numpy()
+    # The threads that run the backward: autograd's functions or kernel launches on them.
+    # Other threads busy during the range (a DataLoader's pin-memory thread) are no part of
+    # it and neither fork nor join (capture_train_loader: the pin thread's calls inside the
+    # backward made the training thread wait for its next batch's pinning).
+    worker = name_matches(
+        host["name"], lambda s: s.startswith("autograd::engine::evaluate_function") or "LaunchKernel" in s
+    )
+    w_rows = np.flatnonzero(worker)
+    w_key = _thread_key(pid[w_rows], tid[w_rows])
+    w_ts = host["ts"].to_numpy(dtype=np.float64)[w_rows]
     srcs: list[int] = []
     dsts: list[int] = []
     delays: list[float] = []
@@ -610,6 +638,9 @@ def _thread_waits(
         i_after = lo + int(np.searchsorted(mine_ts, r1, side="left"))  # first node after it
         for o in host_chains.tolist():
             if o == c:
+                continue
+            mine = w_key == _thread_key(np.array([keys[o][0]]), np.array([keys[o][1]]))[0]
+            if not ((w_ts[mine] >= r0) & (w_ts[mine] < r1)).any():
                 continue
             olo, ohi = int(chain_first[o]), int(chain_first[o + 1])
             o_ts = ts[olo:ohi]

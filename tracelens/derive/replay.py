@@ -164,7 +164,7 @@ def replay(g: DependencyGraph, edit: Edit | None = None, *, cold: bool = False) 
         start, end = _sequential(g, src, dst, delay, typ, gap, dur, s_fixed, e_fixed, init)
         converged = bool(np.isfinite(end).all())
     lasts = g.chain_first[1:] - 1
-    host_chain = np.flatnonzero(g.chain_host)
+    host_chain = np.flatnonzero(g.chain_paces)
     host_end = end[lasts[host_chain]] + tail[host_chain] if len(host_chain) else np.empty(0)
     gpu_end = end[g.counted & (g.kind == 1)]
     w_end = max(float(host_end.max(initial=-np.inf)), float(gpu_end.max(initial=-np.inf)))

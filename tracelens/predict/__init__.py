@@ -19,6 +19,7 @@ import numpy as np
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.replay import Edit, combine, replay
 from tracelens.derive.transforms import VARIANTS, Variant
+from tracelens.derive.transforms import loader as t_loader
 from tracelens.derive.transforms import profiler as t_profiler
 from tracelens.domain import fmt_us
 from tracelens.model.trace import name_matches
@@ -39,7 +40,14 @@ from tracelens.predict.host_plans import (
     shape_plan,
     sync_plan,
 )
-from tracelens.predict.targets import Plan, alloc_rows, loader_intervals, pageable_uploads, user_syncs
+from tracelens.predict.targets import (
+    Plan,
+    alloc_rows,
+    loader_intervals,
+    pageable_uploads,
+    user_syncs,
+    worker_loader_intervals,
+)
 from tracelens.report.enums import Category
 from tracelens.report.findings import Finding, Prediction
 
@@ -138,6 +146,13 @@ def signature(ctx: AnalysisContext, fix: str) -> float | None:
         return len(user_syncs(ctx)[0]) / n
     if fix == "dataloader_workers":
         return len(loader_intervals(ctx)) / n
+    if fix == "dataloader_keeps_up":
+        # The training thread's wait in the workers' __next__ beyond receiving a batch, µs.
+        iv = worker_loader_intervals(ctx)
+        if not len(iv):
+            return 0.0
+        d = iv[:, 1] - iv[:, 0]
+        return float((d - float(np.percentile(d, t_loader.READY_PERCENTILE))).clip(0).sum()) / n
     if fix == "remove_allocator_calls":
         from tracelens.analyzers.allocation import cat_growth
 
@@ -149,8 +164,8 @@ def signature(ctx: AnalysisContext, fix: str) -> float | None:
 #: to the first fix that changes it (derive/replay.py, combine).
 FIX_ORDER = (
     "sdpa", "aligned_matmul", "static_shapes", "remove_allocator_calls", "remove_host_syncs", "pinned_async_copy",
-    "dataloader_workers", "no_recompiles", "nccl_backend", "cuda_graph", "fuse_chains", "memory_at_roof",
-    "compute_at_roof", "full_waves", "full_clocks", "overlap_collectives",
+    "dataloader_workers", "dataloader_keeps_up", "no_recompiles", "nccl_backend", "cuda_graph", "fuse_chains",
+    "memory_at_roof", "compute_at_roof", "full_waves", "full_clocks", "overlap_collectives",
 )  # fmt: skip
 
 

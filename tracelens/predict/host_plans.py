@@ -6,14 +6,17 @@ from __future__ import annotations
 import numpy as np
 
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.graph import DependencyGraph
 from tracelens.derive.replay import Edit
 from tracelens.derive.transforms import Variant, add_host_time
+from tracelens.derive.transforms import collectives as t_collectives
 from tracelens.derive.transforms import copies as t_copies
 from tracelens.derive.transforms import graphs as t_graphs
 from tracelens.derive.transforms import host as t_host
 from tracelens.derive.transforms import kernels as t_kernels
 from tracelens.derive.transforms import loader as t_loader
 from tracelens.derive.transforms import syncs as t_syncs
+from tracelens.domain import fmt_us
 from tracelens.model.schema import Kind
 from tracelens.model.trace import name_matches
 from tracelens.predict.targets import (
@@ -31,6 +34,7 @@ from tracelens.predict.targets import (
     step_spans,
     user_syncs,
     window_rows,
+    worker_loader_intervals,
 )
 from tracelens.report.enums import Category
 from tracelens.report.findings import Finding
@@ -167,6 +171,28 @@ def loader_plan(ctx: AnalysisContext) -> Plan | None:
         "dataloader_workers",
         "batches built by 4 DataLoader workers: the training thread only receives them (175 µs a MB under the "
         "profiler), and the step is at least the loading time over the workers",
+        apply,
+    )
+
+
+def workers_plan(ctx: AnalysisContext) -> Plan | None:
+    """The loader already has workers that do not keep up: the wait in its `__next__`
+    goes (derive/transforms/loader.py, keep_up)."""
+    iv = worker_loader_intervals(ctx)
+    if not len(iv):
+        return None
+    dur = iv[:, 1] - iv[:, 0]
+    ready = float(np.percentile(dur, t_loader.READY_PERCENTILE))
+    receive = {Variant.LOW: 1.5 * ready, Variant.HIGH: float(dur.min())}
+    span_us = float(ctx.replayed)
+
+    def apply(edit: Edit, v: Variant) -> None:
+        t_loader.keep_up(graph_of(ctx), edit, v, iv, receive.get(v, ready), span_us)
+
+    return Plan(
+        "dataloader_keeps_up",
+        f"the DataLoader's workers keep up (more of them, persistent_workers, prefetch_factor, pin_memory): each "
+        f"__next__ takes what receiving a ready batch took in this trace ({fmt_us(ready)}), the wait beyond it goes",
         apply,
     )
 
@@ -347,9 +373,10 @@ def comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
 
     host = ctx.model.host
     kind = host["kind"].to_numpy()
-    gloo = window_rows(
-        ctx, np.flatnonzero((kind == int(Kind.CPU_OP)) & name_matches(host["name"], lambda n: n.startswith("gloo:")))
-    )
+    # gloo's calls: a CPU op in some profilers, a record_function range in others (the H200
+    # ranks_* captures, torch 2.11: `gloo:all_reduce` as a user annotation).
+    is_op = np.isin(kind, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
+    gloo = window_rows(ctx, np.flatnonzero(is_op & name_matches(host["name"], lambda n: n.startswith("gloo:"))))
     if len(gloo) and len(ctx.model.gpu_activity()):
         # gloo moves CUDA tensors through the host; NCCL at NVLink/PCIe rates takes a
         # fraction of that. The transport part of each call is its bytes at gloo's rate
@@ -393,18 +420,127 @@ def comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
         # The finding's time is not in collective kernels here (waiting for another rank,
         # a CPU backend): overlapping kernels is not its fix; the analyzer's estimate stays.
         return None
+    coll, exposed, share = overlap_targets(ctx, g, nodes[nodes >= 0])
+    if not len(coll) or share <= 0:
+        return None
+    why = overlap_blocked(g, coll, exposed, share)
 
     def apply_k(edit: Edit, v: Variant) -> None:
-        # Overlapped, a collective costs the step only what no other work hides: HIGH
-        # hides all of it, NOMINAL half, LOW a quarter.
-        f_ = {Variant.LOW: 0.75, Variant.HIGH: 0.0}.get(v, 0.5)
-        t_kernels.apply(graph_of(ctx), edit, rows, np.full(len(rows), f_))
+        t_collectives.hide(graph_of(ctx), edit, v, coll, exposed, share)
 
     return Plan(
         "overlap_collectives",
-        "collectives overlapped with compute (DDP buckets, async_op): half of their kernel time hidden",
+        f"collectives overlapped with compute (DDP buckets, async_op): {share:.0%} of their exposed kernel time "
+        f"hidden, as much as the compute of each step that overlaps no collective can cover{why}",
         apply_k,
     )
+
+
+def overlap_targets(ctx: AnalysisContext, g: DependencyGraph, coll: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """The collective kernels' nodes, each one's exposed µs (no other GPU work of the device
+    overlaps it) and the share of the exposed time the steps' free compute can hide
+    (derive/transforms/collectives.py)."""
+    from tracelens.derive.graph import GPU
+    from tracelens.derive.transforms import covered, intersect, merged
+
+    gpu_nodes = np.flatnonzero(g.kind == GPU)
+    other = np.setdiff1d(gpu_nodes, coll)
+    busy = merged(np.column_stack([g.ts[other], g.end[other]]))
+    c_iv = merged(np.column_stack([g.ts[coll], g.end[coll]]))
+    exposed = (g.end[coll] - g.ts[coll]) - covered(busy, g.ts[coll], g.end[coll])
+    exposed = np.clip(exposed, 0.0, None)
+    total = float(exposed.sum())
+    if total <= 0:
+        return coll, exposed, 0.0
+    both = intersect(busy, c_iv)
+    hidden = 0.0
+    steps = step_spans(ctx) or [(float(g.ts.min()), float(g.end.max()))]
+    for s0, s1 in steps:
+        mine = (g.ts[coll] >= s0) & (g.ts[coll] < s1)
+        e_s = float(exposed[mine].sum())
+        if e_s <= 0:
+            continue
+        a, b = np.array([s0]), np.array([s1])
+        free = float(covered(busy, a, b)[0] - covered(both, a, b)[0])
+        hidden += min(e_s, max(free, 0.0))
+    return coll, exposed, min(hidden / total, 1.0)
+
+
+def host_share_of_critical_path(g: DependencyGraph, edit: Edit, r: object) -> float:
+    """The share of the replay's critical path (back from the node that ends last) spent
+    on host chains: each node's start is bound by its chain predecessor or an edge, its end
+    by its own time or a wait."""
+    from tracelens.derive.graph import END_END, END_START, HOST
+
+    start, end = r.start, r.end  # type: ignore[attr-defined]
+    assert edit.gap is not None and edit.dur is not None
+    alive = edit.e_alive if edit.e_alive is not None else np.ones(len(g.e_src), dtype=bool)
+    order = np.argsort(g.e_dst, kind="stable")
+    dst_sorted = g.e_dst[order]
+    ends = g.counted & ((g.kind != HOST) | g.chain_paces[g.chain])
+    v = int(np.argmax(np.where(ends, end, -np.inf)))
+    host_us = total = 0.0
+    for _ in range(g.n):
+        lo, hi = np.searchsorted(dst_sorted, v, "left"), np.searchsorted(dst_sorted, v, "right")
+        ins = order[lo:hi]
+        ins = ins[alive[ins]]
+        nxt = -1
+        waits = ins[g.e_type[ins] == END_END]
+        if len(waits) and end[v] > start[v] + edit.dur[v] + 1.0:
+            t = end[g.e_src[waits]] + g.e_delay[waits]
+            k = int(np.argmax(t))
+            if abs(t[k] - end[v]) < 1.0:
+                nxt = int(g.e_src[waits][k])
+        span = end[v] - start[v] if nxt < 0 else 0.0
+        if nxt < 0:
+            c = int(g.chain[v])
+            if v > g.chain_first[c] and abs(end[v - 1] + edit.gap[v] - start[v]) < 1.0:
+                nxt = v - 1
+                span = end[v] - end[v - 1]
+            for i in ins[g.e_type[ins] != END_END].tolist():
+                u = int(g.e_src[i])
+                t = (end[u] if g.e_type[i] == END_START else start[u]) + g.e_delay[i]
+                if abs(t - start[v]) < 1.0:
+                    nxt, span = u, end[v] - t + g.e_delay[i]
+                    break
+        total += max(span, 0.0)
+        if g.kind[v] == HOST:
+            host_us += max(span, 0.0)
+        if nxt < 0:
+            break
+        v = nxt
+    return host_us / total if total > 0 else 0.0
+
+
+#: A replay that hides every hideable exposed microsecond and gains under this share of
+#: them says why in the finding: what the work after the collectives waits for instead.
+OVERLAP_GAIN_SHARE = 0.5
+
+
+def overlap_blocked(g: DependencyGraph, coll: np.ndarray, exposed: np.ndarray, share: float) -> str:
+    """Why hiding the collectives buys the step little, from the replay with all of the
+    hideable time hidden ("" when it buys at least OVERLAP_GAIN_SHARE of it)."""
+    from tracelens.derive.replay import replay
+
+    base = replay(g)
+    edit = Edit.of(g)
+    t_collectives.hide(g, edit, Variant.HIGH, coll, exposed, share)
+    after = replay(g, edit)
+    hidden = share * float(exposed.sum())
+    gain = base.steady_span_us - after.steady_span_us
+    if hidden <= 0 or gain >= OVERLAP_GAIN_SHARE * hidden:
+        return ""
+    on_host = host_share_of_critical_path(g, edit, after)
+    text = (
+        f"; the replay gains only {fmt_us(gain)} of the {fmt_us(hidden)} hidden in the replayed steps: the work after "
+        "the collectives does not start earlier"
+    )
+    if on_host >= 0.5:
+        text += (
+            f": {on_host:.0%} of the replayed steps' critical path is host work (the threads launching the kernels), "
+            "so the host's launches (launch_overhead, host_bound), not the collectives, set the step's pace"
+        )
+    return text
 
 
 def host_bound_plan(ctx: AnalysisContext, f: Finding, present: set[Category]) -> Plan | None:
@@ -412,7 +548,7 @@ def host_bound_plan(ctx: AnalysisContext, f: Finding, present: set[Category]) ->
     CUDA graph for per-op dispatch; other host work has no transform."""
     loader = next((m.value for m in f.evidence if m.label == "of it in data loading ops"), 0.0)
     if isinstance(loader, (int, float)) and loader > 0.2 * f.time_us:
-        p = loader_plan(ctx)
+        p = loader_plan(ctx) or workers_plan(ctx)
         if p is not None:
             return p
     copy_host = next((m.value for m in f.evidence if m.label == "host time in pageable copy calls"), 0.0)

@@ -162,6 +162,19 @@ def loader_intervals(ctx: AnalysisContext) -> np.ndarray:
     return iv[np.argsort(iv[:, 0])]
 
 
+def worker_loader_intervals(ctx: AnalysisContext) -> np.ndarray:
+    """(start, end) of each `__next__` of a DataLoader with worker processes
+    (`_MultiProcessingDataLoaderIter`) in the replayed span, in time order."""
+    host = ctx.model.host
+    rows = window_rows(
+        ctx, np.flatnonzero(name_matches(host["name"], lambda n: "_MultiProcessingDataLoaderIter.__next__" in n))
+    )
+    if not len(rows):
+        return np.empty((0, 2))
+    iv = intervals(ctx, rows.tolist())
+    return iv[np.argsort(iv[:, 0])]
+
+
 def pageable_uploads(ctx: AnalysisContext) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     gpu = ctx.model.gpu
     mc = gpu[(gpu["kind"] == int(Kind.MEMCPY)) & (gpu["launch"] >= 0)]
