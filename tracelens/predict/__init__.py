@@ -35,6 +35,7 @@ from tracelens.predict.host_plans import (
     allocation_plan,
     comm_plan,
     compile_plan,
+    estimate_part,
     graph_plan,
     host_bound_plan,
     shape_plan,
@@ -261,7 +262,7 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
                 fix="estimate", basis="estimate", model=f.gain_note, step_us=step,
                 predicted_step_us=max(step - f.expected_gain_us / max(ctx.n_steps, 1), 0.0),
                 gain_us=f.expected_gain_us / max(ctx.n_steps, 1), gain_low_us=f.expected_gain_us / max(ctx.n_steps, 1),
-                gain_high_us=f.expected_gain_us / max(ctx.n_steps, 1),
+                gain_high_us=f.expected_gain_us / max(ctx.n_steps, 1), part=estimate_part(f),
             )  # fmt: skip
             out.append(
                 replace(

@@ -367,6 +367,29 @@ def allocation_plan(ctx: AnalysisContext) -> Plan | None:
 COLLECTIVE_KERNEL_SHARE = 0.2
 
 
+def _fact(f: Finding, key: str) -> float:
+    v = next((m.value for m in f.evidence if m.id == key), 0.0)
+    return float(v) if isinstance(v, (int, float)) else 0.0
+
+
+def _straggler_first(f: Finding) -> bool:
+    """The communication advice leads with the straggler: waiting for another rank is over
+    a fifth of the idle inside collectives (explain/communication.py's rule)."""
+    return _fact(f, "waiting_for_ranks_us") > 0.2 * max(_fact(f, "idle_in_collectives_us"), 1.0)
+
+
+def estimate_part(f: Finding) -> str:
+    """Which part of a finding an estimated gain is, where it is not what every fix the
+    advice gives would save (issue 34 §4): gloo's wait for a slower rank, which the
+    straggler's fix removes and NCCL does not."""
+    if f.category == Category.COMMUNICATION and _straggler_first(f) and "NCCL backend" in f.advice:
+        return (
+            "the wait for a slower rank (gloo's exchange beyond what its data needs); the transport through the "
+            "host that NCCL removes is not in it"
+        )
+    return ""
+
+
 def comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
     from tracelens.analyzers.communication import GLOO_ALGBW_BYTES_PER_S
     from tracelens.domain import is_collective_kernel
@@ -377,15 +400,11 @@ def comm_plan(ctx: AnalysisContext, f: Finding) -> Plan | None:
     # ranks_* captures, torch 2.11: `gloo:all_reduce` as a user annotation).
     is_op = np.isin(kind, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
     gloo = window_rows(ctx, np.flatnonzero(is_op & name_matches(host["name"], lambda n: n.startswith("gloo:"))))
-    def fact(key: str) -> float:
-        v = next((m.value for m in f.evidence if m.id == key), 0.0)
-        return float(v) if isinstance(v, (int, float)) else 0.0
-
     # The advice leads with the straggler when waiting for another rank is over a fifth of
     # the idle inside collectives (explain/communication.py): NCCL is not its first fix
     # there, and the analyzer's estimate of that wait stays (plain_gloo_wait: 153 ms of
     # 228 ms is the wait, 84 ms the transport NCCL would remove).
-    straggler_first = fact("waiting_for_ranks_us") > 0.2 * max(fact("idle_in_collectives_us"), 1.0)
+    straggler_first = _straggler_first(f)
     if len(gloo) and len(ctx.model.gpu_activity()) and not straggler_first:
         # gloo moves CUDA tensors through the host; NCCL at NVLink/PCIe rates takes a
         # fraction of that. The transport part of each call is its bytes at gloo's rate
