@@ -126,6 +126,9 @@ def test_param_resnet_headlines_the_workers_that_do_not_keep_up() -> None:
     assert "worker processes" in f.advice.splitlines()[0]
     compute = next(f for f in rep.findings if f.category == Category.COMPUTE_BOUND)
     assert f.expected_gain_us > 3 * compute.expected_gain_us
+    # The replay covers the 10 middle steps (395 ms each, the window's mean is 334 ms): the
+    # step after the fix is the replayed one (158 ms, its GPU work 156 ms), not 97 ms.
+    assert f.prediction.predicted_step_us == pytest.approx(rep.summary.predicted_step_us, rel=0.02)
 
 
 @pytest.mark.slow
