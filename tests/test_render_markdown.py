@@ -5,9 +5,9 @@ trace text stays text (no mentions, issue references, emphasis or links made of 
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 from typing import Any
-import re
 
 import pytest
 from support.corpus import REAL_TRACES, SAMPLE_TRACES, report_of, sample

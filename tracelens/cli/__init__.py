@@ -27,6 +27,7 @@ from tracelens.cli import capture, common, diff, mcp, report
 from tracelens.cli.common import _FINISHED, _say
 from tracelens.errors import Interrupted, TracelensError, exit_codes_text
 
+
 def _usage_name(self: Any) -> str:
     """An argument in a usage line as click and man pages write it: `TRACE...` required,
     `[SCRIPT]` optional (typer 0.29 writes a required one `{trace}...`, which reads as a

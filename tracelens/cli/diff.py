@@ -8,7 +8,16 @@ from typing import Annotated, Any
 
 import typer
 
-from tracelens.cli.common import _interrupt_as_error, check_input, _progress, _redactor, _say, _summary, _targets, _write
+from tracelens.cli.common import (
+    _interrupt_as_error,
+    _progress,
+    _redactor,
+    _say,
+    _summary,
+    _targets,
+    _write,
+    check_input,
+)
 
 
 def diff(

@@ -177,7 +177,11 @@ def _report_each(
     width = terminal_width(sys.stdout)
     names = [default_stem(p).removesuffix(".pt.trace") for p in paths]
     pad = min(max(len(n) for n in names), width // 3)
-    say = (lambda line: None) if quiet else typer.echo
+
+    def say(line: str) -> None:
+        if not quiet:
+            typer.echo(line)
+
     say(f"tracelens: {len(paths)} traces, not ranks of one job: a report of each")
     done = 0
     skipped: list[tuple[str, str]] = []

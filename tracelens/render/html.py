@@ -345,7 +345,8 @@ def clocks_svg(
             f'aria-label="{label} in {unit} over time, {bottom:,.0f} to {top:,.0f} {unit}">'
         )
         for i, j in runs:
-            parts.append(f'<rect x="{i * bw:.2f}" y="0" width="{(j - i) * bw:.2f}" height="{height}" class="throttled"/>')
+            x0, w = i * bw, (j - i) * bw
+            parts.append(f'<rect x="{x0:.2f}" y="0" width="{w:.2f}" height="{height}" class="throttled"/>')
         if ref:
             parts.append(f'<line x1="0" x2="{width}" y1="{y(ref):.1f}" y2="{y(ref):.1f}" class="ref"/>')
         parts.append(
