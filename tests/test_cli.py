@@ -569,18 +569,21 @@ def test_folder_of_independent_traces(tmp_path: Path) -> None:
         (folder / f"{name}.pt.trace.json.gz").write_bytes(sample(name).read_bytes())
     (folder / "measured.json").write_text('{"sizes": [1, 2]}')  # a JSON that is no trace
     (folder / "broken.json").write_text('{"traceEvents": [')
+    (folder / "ranks").mkdir()  # a job's folder beside the samples: said, not read
+    (folder / "ranks" / "rank0.json").write_text("{}")
     out = cli("report", folder, "--out-dir", tmp_path / "r", env={"COLUMNS": "80"})
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     lines = out.stdout.splitlines()
-    assert all(len(line) <= 80 for line in lines[1:-3]), lines  # the traces' lines (the last names a path)
+    assert all(len(line) <= 80 for line in lines[1:-4]), lines  # the traces' lines (the last names a path)
     # One line per reported trace, then the skipped ones with their reason, then the count.
     assert sum(line.startswith("  light_idle ") for line in lines) == 1
     assert sum(line.startswith("  host_sync_static ") for line in lines) == 1
     assert any(line.startswith("  skipped measured.json: ") and "traceEvents" in line for line in lines)
     assert any(line.startswith("  skipped broken.json: ") and "truncated" in line for line in lines)
     assert lines[-1].startswith("2 of 4 reported, 2 skipped: ")
-    assert len(lines) == 6
+    assert lines[-2].startswith("  not read: ranks/ (folders of traces")
+    assert len(lines) == 7
     for name in ("light_idle", "host_sync_static"):
         for ext in ("html", "md", "json"):
             assert (tmp_path / "r" / f"{name}.pt.trace.{ext}").is_file()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gc
 import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -159,11 +160,31 @@ def report(
         _report_one(Path(single[0]), html, markdown, json_out, out_dir, quiet, window, steps, perfetto=perfetto,
                     redact=redact)  # fmt: skip
     elif single:
-        _report_each(single, out_dir, quiet, window, steps, redact)
+        _report_each(single, out_dir, quiet, window, steps, redact, _trace_folders_in(traces))
+
+
+def _trace_folders_in(items: list[str]) -> list[str]:
+    """The folders inside the given folders that hold traces themselves (a job's ranks
+    beside independent samples): not read, but said, so none seems forgotten."""
+    out = []
+    for item in items:
+        p = Path(item)
+        if "://" in item or not p.is_dir():
+            continue
+        for sub in sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")):
+            if any(f.name.endswith((".json", ".json.gz")) for f in sub.iterdir() if f.is_file()):
+                out.append(sub.name)
+    return out
 
 
 def _report_each(
-    paths: list[str], out_dir: Path, quiet: bool, window: str | None, steps: str | None, redact: bool
+    paths: list[str],
+    out_dir: Path,
+    quiet: bool,
+    window: str | None,
+    steps: str | None,
+    redact: bool,
+    folders: list[str] | None = None,
 ) -> None:
     """Independent traces (a folder of samples, not ranks of one job): every readable one
     reported under out_dir, one line each (its headline) as it is done, then the ones
@@ -210,8 +231,11 @@ def _report_each(
         line = f"skipped {plain(Path(path).name, limit=120)}: {plain(why, limit=300)}"
         if quiet:
             typer.echo("tracelens: " + line, err=True)
-        else:
-            say("  " + line)
+        else:  # wrapped at the terminal's width, under its own start
+            say(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
+    if folders:
+        shown = ", ".join(plain(f, limit=60) + "/" for f in folders[:5]) + (", ..." if len(folders) > 5 else "")
+        say(f"  not read: {shown} (folders of traces: tracelens report FOLDER reports one)")
     say(f"{done} of {len(paths)} reported" + (f", {len(skipped)} skipped" if skipped else "")
         + f": {plain(out_dir)}/<trace>.html, .md, .json")  # fmt: skip
     if bug:
