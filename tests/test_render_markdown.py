@@ -135,7 +135,7 @@ def test_markdown_structure(name: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", SAMPLE_TRACES, ids=lambda p: p.name.split(".")[0])
+@pytest.mark.parametrize("path", [*SAMPLE_TRACES, *REAL_TRACES], ids=lambda p: p.name.split(".")[0])
 def test_every_sample_markdown_renders_as_meant(path: Path) -> None:
     _check_report_structure(path)
 
