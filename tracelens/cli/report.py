@@ -235,7 +235,8 @@ def _report_each(
             say(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
     if folders:
         shown = ", ".join(plain(f, limit=60) + "/" for f in folders[:5]) + (", ..." if len(folders) > 5 else "")
-        say(f"  not read: {shown} (folders of traces: tracelens report FOLDER reports one)")
+        line = f"not read: {shown} (folders of traces: tracelens report FOLDER reports one)"
+        say(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
     say(f"{done} of {len(paths)} reported" + (f", {len(skipped)} skipped" if skipped else "")
         + f": {plain(out_dir)}/<trace>.html, .md, .json")  # fmt: skip
     if bug:
