@@ -183,6 +183,18 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         same = abs(seg - period) <= SAME_LOOP_TOLERANCE * max(period, 1) and covered > GAP_LOOP_MORE_COVER * names_cover
         if not by_names or outer or same:
             bounds, period, what = by_gaps, round(seg), f"{seq.what} between long idle gaps"
+    inner = ""
+    if bounds is by_names and found is not None:
+        stepped = _outer_period(seq, period, found[1], found[2])
+        if stepped is not None:
+            k = round((stepped[1] - stepped[0]) / max(period, 1))
+            body = seq.codes[stepped[0] : stepped[0] + period]
+            kernels = int((body < seq.sync_from).sum()) if seq.sync_from >= 0 else period
+            inner = (
+                f"{k} repeats of a body of {_plural(kernels, 'kernel')} ({k} layers or rounds of one step, "
+                "which turns over at its longest host gap)"
+            )
+            bounds, period = stepped, stepped[1] - stepped[0]
     if len(bounds) < MIN_ITERATIONS + 1:
         return None
     first_ts = _openings(model, seq, np.asarray(bounds[:-1]))
@@ -192,7 +204,54 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         start = float(first_ts[i])
         end = float(first_ts[i + 1]) if i + 2 < len(bounds) else float(np.max(last_end[a:b]))
         spans.append(StepSpan(i, start, max(end, start)))
-    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what, _inner_body(seq, bounds))
+    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what, inner or _inner_body(seq, bounds))
+
+
+#: The outer step (issue 24 §1): an outer period of k inner periods must repeat at least
+#: this many times ...
+OUTER_MIN_ITERATIONS = 3
+
+
+#: ... its boundary (the same token every k inner periods) must follow at least this much
+#: idle time (GPU idle plus the host's gap between launches: the loop's own Python
+#: between steps) in every outer iteration ...
+OUTER_MIN_GAP_US = 20.0
+
+
+#: ... and at least this many times the typical (median) gap before any other token of
+#: the outer period. Measured on the sample traces: 1.64-181 where a step holds its
+#: layers or rounds (diff_align_*, diff_kv_before, diff_sdpa_*, diff_graph_after, gemm_bf16),
+#: at most 1.01 where the inner period already is the step (diff_loader_*, dyn_graph_break,
+#: capture_train_loader, verdict_trainer).
+OUTER_MIN_RATIO = 1.5
+
+
+def _outer_period(seq: _Tokens, p: int, lo: int, hi: int) -> list[int] | None:
+    """Bounds of the outermost loop whose iterations are k >= 2 inner periods p, when every
+    such iteration turns over at the same token after a gap that sets it apart (the
+    user's step of 8 decode layers, or 50 rounds of tiny ops); None when no multiple does."""
+    gaps = seq.idle + seq.host_gap
+    lo = max(lo, seq.first_launched)
+    n = hi - lo
+    best: tuple[float, int, int] | None = None  # (ratio, outer period, phase)
+    for k in range(2, n // (OUTER_MIN_ITERATIONS * max(p, 1)) + 1):
+        size = k * p
+        reps = n // size
+        m = gaps[lo : lo + reps * size].reshape(reps, size)
+        weakest = m.min(axis=0)
+        typical = np.median(m, axis=0)
+        top = np.sort(typical)
+        others = np.where(typical >= top[-1], top[-2], top[-1])
+        ratio = weakest / np.maximum(others, GAP_FLOOR_US)
+        c = int(np.argmax(ratio))
+        if weakest[c] >= OUTER_MIN_GAP_US and ratio[c] >= OUTER_MIN_RATIO and (best is None or ratio[c] > best[0]):
+            best = (float(ratio[c]), size, c)
+    if best is None:
+        return None
+    _, size, c = best
+    starts = list(range(lo + c, hi, size))
+    bounds = _close_last(starts, len(seq.codes), hi)
+    return bounds if len(bounds) >= OUTER_MIN_ITERATIONS + 1 else None
 
 
 #: An iteration "holds a repeating body" when the body's repeats cover this share of it.
