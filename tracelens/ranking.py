@@ -23,6 +23,7 @@ from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.explain.base import where as where_in
+from tracelens.explain.power_throttle import machine_headline
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
@@ -245,11 +246,23 @@ def _one_off(f: Finding, steps: int) -> bool:
     return isinstance(gaps, int | float) and gaps < ONE_OFF_GAPS_PER_STEP * steps
 
 
+#: Findings about the machine, not the program: a power or thermal cap explains the clocks
+#: (question 6) but is no fix to make first (power_gemm: capped at 700 W, 82% of the clock).
+MACHINE_CONDITIONS = frozenset({Category.POWER_THROTTLE})
+
+
 def primary_finding(findings: list[Finding], window_us: float, steps: int = 1) -> Finding | None:
     """The top-level finding with the largest expected gain, among those whose gain is at
     least the medium-severity share of the window (and that recur: not one-off host work
     in a few of `steps`); a near tie goes to the earlier question."""
-    top = [f for f in findings if f.parent is None and f.expected_gain_us > 0 and not _one_off(f, steps)]
+    top = [
+        f
+        for f in findings
+        if f.parent is None
+        and f.expected_gain_us > 0
+        and not _one_off(f, steps)
+        and f.category not in MACHINE_CONDITIONS
+    ]
     # A gain under the bar is noise next to run-to-run variation: no headline then.
     strong = [f for f in top if f.expected_gain_us >= MEDIUM_SHARE * window_us] if window_us > 0 else top
     if not strong:
@@ -545,6 +558,16 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
                 f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
                 f"would gain {MEDIUM_SHARE:.0%} or more of it."
             )
+            capped = next(
+                (
+                    f
+                    for f in findings
+                    if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE
+                ),
+                None,
+            )
+            if capped is not None:
+                headline = f"{machine_headline(capped)} {headline}"
             replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
             if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
                 # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
@@ -562,6 +585,8 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             primary_advice="",
             primary_gain_us=0.0,
             notes=notes,
+            # the report's unit stays (the ledger's per-step column, "N steps of X ms")
+            per_step_us=ctx.window_us / max(steps, 1) if ctx.unit != "window" else 0.0,
             unit=ctx.unit,
         )
     unit = ctx.unit
