@@ -20,6 +20,9 @@ from tracelens.analyzers.base import Category
 from tracelens.assemble import build_report
 from tracelens.derive.fusion import FusionChain, saved_across_syncs
 from tracelens.derive.host_calls import blocking_call_rows
+from tracelens.derive.steps import _is_sweep
+from tracelens.render import render_html, render_json, render_markdown
+from tracelens.render.terminal import render_terminal
 from tracelens.model import load_trace
 
 
@@ -437,3 +440,31 @@ def test_gap_without_ops_on_the_launching_thread_is_where_the_main_thread_was() 
     f = next(f for f in rep.findings if f.category == Category.HOST_BOUND)
     assert "## backward ##" in f.title and "Shampoo" in f.title
     assert "outside any op" not in f.title
+
+
+# -- brief misc §2: a sweep has no steps ------------------------------------------------------
+def test_a_sweep_of_shapes_is_one_sweep_of_calls() -> None:
+    """matmul_sweep's ranges 'shape_2047x2047x2047' … are one call per shape, no step
+    that repeats: the unit is the sweep, in every output (was "99 µs per step")."""
+    rep = report_of(sample("matmul_sweep"))
+    assert rep.summary.unit == "sweep" and rep.window.steps == 53
+    assert "per sweep to gain" in rep.summary.headline and "of the sweep" in rep.summary.headline
+    assert "one call per configuration of a sweep" in rep.window.reason
+    assert rep.summary.per_step_us == 0.0  # no per-unit column: the sweep is the window
+    outputs = {
+        "terminal": render_terminal(rep),
+        "markdown": render_markdown(rep),
+        "html": render_html(rep),
+        "json": render_json(rep),
+    }
+    for name, text in outputs.items():
+        assert "per step" not in text and "per call" not in text, name
+    assert "one sweep of 53 calls" in outputs["terminal"] and "one sweep of 53 calls" in outputs["markdown"]
+
+
+def test_sweep_or_counter() -> None:
+    assert _is_sweep([f"shape_{n}x{n}x{n}" for n in range(1024, 4096, 64)])
+    assert _is_sweep(["shape_2047x2047x2047", "shape_2048x2048x2048", "shape_2048x2048x2047"])
+    assert not _is_sweep([f"step_{i}" for i in range(8)])
+    assert not _is_sweep([f"epoch_1_batch_{i}" for i in range(5)] + [f"epoch_2_batch_{i}" for i in range(1)])
+    assert not _is_sweep(["train_step"] * 5)

@@ -27,7 +27,7 @@ from tracelens.explain.power_throttle import machine_headline
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
-from tracelens.report.enums import Category, QuestionId, QuestionStatus, Severity
+from tracelens.report.enums import WHOLE_UNITS, Category, QuestionId, QuestionStatus, Severity
 from tracelens.report.findings import Finding, Prediction
 
 
@@ -586,11 +586,11 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             primary_gain_us=0.0,
             notes=notes,
             # the report's unit stays (the ledger's per-step column, "N steps of X ms")
-            per_step_us=ctx.window_us / max(steps, 1) if ctx.unit != "window" else 0.0,
+            per_step_us=ctx.window_us / max(steps, 1) if ctx.unit not in WHOLE_UNITS else 0.0,
             unit=ctx.unit,
         )
     unit = ctx.unit
-    per = max(steps, 1) if unit != "window" else 1
+    per = max(steps, 1) if unit not in WHOLE_UNITS else 1
     kids = [
         f
         for f in findings
@@ -658,8 +658,8 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         primary_advice=advice,
         primary_gain_us=gain,
         notes=notes,
-        per_step_us=ctx.window_us / per if unit != "window" else 0.0,
-        primary_gain_per_step_us=gain / per if unit != "window" else 0.0,
+        per_step_us=ctx.window_us / per if unit not in WHOLE_UNITS else 0.0,
+        primary_gain_per_step_us=gain / per if unit not in WHOLE_UNITS else 0.0,
         unit=unit,
         predicted_step_us=predicted,
         predicted_step_low_us=low,

@@ -7,6 +7,7 @@ from tracelens.analyzers.base import Found
 from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words, where
 from tracelens.explain.shapes import describe
+from tracelens.report.enums import WHOLE_UNITS
 
 LABELS = {
     "idle_us": "GPU idle in allocator calls",
@@ -54,7 +55,7 @@ def _calls(f: AllocFacts) -> tuple[str, list[str]]:
     )
     advice = [
         "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
-        + (f" ({_rate(f)})." if f.steps > 1 and f.unit != "window" else ".")
+        + (f" ({_rate(f)})." if f.steps > 1 and f.unit not in WHOLE_UNITS else ".")
     ]
     if f.empty_cache:
         advice.append(
