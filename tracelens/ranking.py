@@ -467,6 +467,14 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
             f"{prof:.0%} of the window is idle while the host runs torch.profiler's own prof.step(): profiler "
             "overhead that an unprofiled run does not have."
         )
+    harness = dev.share("harness")
+    if harness >= PROFILER_NOTE_SHARE:
+        out.append(
+            f"{harness:.0%} of the window ({fmt_us(dev.by_cause.get('harness', 0.0))}) is idle while the host runs "
+            "the benchmark harness's own method between its timed regions (a cache flush such as PARAM's "
+            "[param|clear_cache], a warm-up range): the benchmark's method, not the program's bottleneck, so no "
+            "finding blames it."
+        )
     return tuple(out)
 
 

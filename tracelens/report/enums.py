@@ -53,6 +53,7 @@ Cause = Literal[
     "allocation",
     "compilation",
     "profiler",
+    "harness",
     "startup",
     "launch_overhead",
     "host_bound",
