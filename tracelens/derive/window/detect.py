@@ -185,7 +185,7 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
             bounds, period, what = by_gaps, round(seg), f"{seq.what} between long idle gaps"
     inner = ""
     if bounds is by_names and found is not None:
-        stepped = _outer_period(seq, period, found[1], found[2])
+        stepped = _outer_period(model, seq, period, found[1], found[2])
         if stepped is not None:
             k = round((stepped[1] - stepped[0]) / max(period, 1))
             body = seq.codes[stepped[0] : stepped[0] + period]
@@ -226,16 +226,26 @@ OUTER_MIN_GAP_US = 20.0
 OUTER_MIN_RATIO = 1.5
 
 
-def _outer_period(seq: _Tokens, p: int, lo: int, hi: int) -> list[int] | None:
+#: ... and it is not the profiler's own: torch.profiler grows its event buffers in blocks,
+#: which stalls the host every power-of-two number of launches (plain_tiny_loop: 85-93 µs
+#: outside any op every 512 kernels, its 60 iterations being 200 kernels each).
+PROFILER_BLOCK_MIN_TOKENS = 256
+
+
+def _outer_period(model: TraceModel, seq: _Tokens, p: int, lo: int, hi: int) -> list[int] | None:
     """Bounds of the outermost loop whose iterations are k >= 2 inner periods p, when every
     such iteration turns over at the same token after a gap that sets it apart (the
-    user's step of 8 decode layers, or 50 rounds of tiny ops); None when no multiple does."""
+    user's step of 8 decode layers, or 50 rounds of tiny ops) and, where the trace has
+    Python frames, a call starts there that starts at no other place of the iteration
+    (the step's function, its record_function); None when no multiple does."""
     gaps = seq.idle + seq.host_gap
     lo = max(lo, seq.first_launched)
     n = hi - lo
-    best: tuple[float, int, int] | None = None  # (ratio, outer period, phase)
+    found: list[tuple[float, int, int]] = []  # (ratio, outer period, phase)
     for k in range(2, n // (OUTER_MIN_ITERATIONS * max(p, 1)) + 1):
         size = k * p
+        if size >= PROFILER_BLOCK_MIN_TOKENS and size & (size - 1) == 0:
+            continue
         reps = n // size
         m = gaps[lo : lo + reps * size].reshape(reps, size)
         weakest = m.min(axis=0)
@@ -244,14 +254,61 @@ def _outer_period(seq: _Tokens, p: int, lo: int, hi: int) -> list[int] | None:
         others = np.where(typical >= top[-1], top[-2], top[-1])
         ratio = weakest / np.maximum(others, GAP_FLOOR_US)
         c = int(np.argmax(ratio))
-        if weakest[c] >= OUTER_MIN_GAP_US and ratio[c] >= OUTER_MIN_RATIO and (best is None or ratio[c] > best[0]):
-            best = (float(ratio[c]), size, c)
-    if best is None:
+        if weakest[c] >= OUTER_MIN_GAP_US and ratio[c] >= OUTER_MIN_RATIO:
+            found.append((float(ratio[c]), size, c))
+    frames = _frame_starts(model)
+    for _, size, c in sorted(found, reverse=True):
+        starts = list(range(lo + c, hi, size))
+        if frames is not None and not _distinct_call(seq, frames, starts, p):
+            continue
+        bounds = _close_last(starts, len(seq.codes), hi)
+        if len(bounds) >= OUTER_MIN_ITERATIONS + 1:
+            return bounds
+    return None
+
+
+#: A call "starts at no other place" when it starts before at most this share of the
+#: iteration's other tokens of the same inner phase.
+DISTINCT_CALL_MAX_SHARE = 0.1
+
+
+def _frame_starts(model: TraceModel) -> tuple[np.ndarray, np.ndarray] | None:
+    """(start times, name codes) of the trace's Python frames, sorted; None without any."""
+    host = model.host
+    py = np.flatnonzero(host["kind"].to_numpy() == Kind.PYTHON)
+    if not len(py):
         return None
-    _, size, c = best
-    starts = list(range(lo + c, hi, size))
-    bounds = _close_last(starts, len(seq.codes), hi)
-    return bounds if len(bounds) >= OUTER_MIN_ITERATIONS + 1 else None
+    ts = host["ts"].to_numpy(dtype=np.float64)[py]
+    codes = host["name"].cat.codes.to_numpy()[py]
+    o = np.argsort(ts, kind="stable")
+    return ts[o], codes[o]
+
+
+def _distinct_call(seq: _Tokens, frames: tuple[np.ndarray, np.ndarray], starts: list[int], p: int) -> bool:
+    """Whether a Python call starts between the launch before each outer boundary and the
+    boundary's own launch, every time, and at (almost) no other token of the same inner
+    phase: the loop really turns over there (the profiler's periodic stall does not)."""
+    f_ts, f_codes = frames
+    n = len(seq.codes)
+
+    def called(i: int) -> set[int]:
+        if i <= 0 or i >= n:
+            return set()
+        a, z = seq.launch_ts[i - 1], seq.launch_ts[i]
+        s, e = np.searchsorted(f_ts, a, side="right"), np.searchsorted(f_ts, z, side="right")
+        return set(f_codes[s:e].tolist())
+
+    at = [called(i) for i in starts if 0 < i < n]
+    if not at:
+        return False
+    common = set.intersection(*at)
+    if not common:
+        return False
+    size = starts[1] - starts[0] if len(starts) > 1 else p
+    others = [called(i + j * p) for i in starts for j in range(1, size // max(p, 1))]
+    if not others:
+        return True
+    return any(sum(c in o for o in others) <= DISTINCT_CALL_MAX_SHARE * len(others) for c in common)
 
 
 #: An iteration "holds a repeating body" when the body's repeats cover this share of it.
