@@ -268,6 +268,17 @@ def short_kernel(name: str, width: int = KERNEL_NAME_CHARS) -> str:
     return s or name[:width]
 
 
+def steps_phrase(report: Any) -> str:
+    """The window's steps in the report's one unit: "10 steps", "53 detected iterations",
+    "1 call", "one sweep of 53 calls" (a range per configuration: no step repeats)."""
+    n, unit = report.window.steps, report.summary.unit
+    if unit == "sweep":
+        return f"one sweep of {plural(n, 'call')}"
+    if unit == "call":
+        return plural(n, "call")
+    return plural(n, "detected iteration" if report.window.source == "detected" else "step")
+
+
 def plural(n: int, word: str, many: str | None = None) -> str:
     """`1 step`, `2 steps`: a count with its noun in agreement."""
     return f"{n:,} {word if n == 1 else (many or word + 's')}"

@@ -79,6 +79,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["short_kernel"] = fmt.short_kernel
     env.filters["waves_svg"] = waves_svg
     env.filters["plural"] = fmt.plural
+    env.filters["steps_phrase"] = fmt.steps_phrase
     env.filters["kname"] = kernel_name
     env.filters["counted"] = counted
     env.filters["flops"] = fmt.flop_count
