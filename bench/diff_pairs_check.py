@@ -35,6 +35,7 @@ PAIRS = {
     "item": "host_sync",
     "pinned": "host_bound",
     "loader": "host_bound",
+    "workers": "host_bound",
     "graph": "launch_overhead",
     "compile": "memory_bound",
     "align": "misaligned_matmul",
