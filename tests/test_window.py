@@ -23,6 +23,8 @@ from tracelens.derive.window import (
     detect_iterations,
     find_window,
 )
+from tracelens.derive.window.spans import IterationsChosen, StepsChosen
+from tracelens.explain.window import window_reason
 from tracelens.model import TraceModel
 
 ALL_TRACES = [*REAL_TRACES, *SAMPLE_TRACES]
@@ -106,7 +108,8 @@ def _overlap(a: Window, b: Window) -> float:
 
 def _check_basic(model: TraceModel, w: Window) -> None:
     assert 0.0 <= w.start_us < w.end_us <= model.span_us + 1.0
-    assert w.reason.endswith(".") and len(w.reason) > 20
+    reason = window_reason(w)
+    assert reason.endswith(".") and len(reason) > 20
     # start-up: the parts add up to the time before the window, kinds are known
     assert w.startup_us == pytest.approx(w.start_us - min(model.host["ts"].min(), model.gpu["ts"].min()), abs=1.0)
     assert sum(p.time_us for p in w.startup) == pytest.approx(w.startup_us, rel=1e-6, abs=1.0)
@@ -206,7 +209,8 @@ def test_warmup_step_is_excluded_when_slow_and_cold() -> None:
     w = find_window(model_of(sample("light_idle")), None)
     assert [s.index for s in w.excluded_steps] == [0]
     assert len(w.steps) == 20 and w.steps[0].index == 1
-    assert "warm-up" in w.reason and "cuda init" in w.reason
+    assert isinstance(w.why, StepsChosen) and w.why.warmup is not None and "cuda_init" in w.why.warmup.cold_kinds
+    assert "warm-up" in window_reason(w) and "cuda init" in window_reason(w)
     assert w.startup_us > 200_000
     kinds = {p.what: p for p in w.startup}
     assert kinds["cuda_init"].time_us > 100_000
@@ -282,7 +286,8 @@ def test_no_kernels_uses_top_level_ops(tmp_path: Path) -> None:
         tr.t += 50
     w = find_window(tr.load(tmp_path), None)
     assert w.source == "detected" and len(w.steps) == 6
-    assert "top-level ops" in w.reason
+    assert isinstance(w.why, IterationsChosen) and w.why.tokens_kind == "top_level_ops"
+    assert "top-level ops" in window_reason(w)
 
 
 def test_one_kernel_is_the_whole_span(tmp_path: Path) -> None:
@@ -359,7 +364,8 @@ def test_slow_first_call_inside_the_first_iteration_is_a_detected_warmup(tmp_pat
     w = find_window(tr.load(tmp_path), None)
     assert w.source == "detected"
     assert len(w.excluded_steps) == 1 and len(w.steps) == 5
-    assert "warm-up" in w.reason and "autotune" in w.reason
+    assert isinstance(w.why, IterationsChosen) and w.why.warmup is not None and "autotune" in w.why.warmup.cold_kinds
+    assert "warm-up" in window_reason(w) and "autotune" in window_reason(w)
     assert {p.what: p.time_us for p in w.startup}["autotune"] == pytest.approx(8_000, abs=1)
 
 
@@ -406,5 +412,5 @@ def test_idle_delimited_loop_of_identical_kernels(tmp_path: Path) -> None:
             tr.op("aten::mm", "gemm", kernel_dur=5)
         tr.t += 5_000
     found = detect_iterations(tr.load(tmp_path), 0)
-    assert found is not None and "idle gaps" in found.what
+    assert found is not None and found.by_gaps
     assert len(found.spans) in (9, 10) and found.period_tokens == 8

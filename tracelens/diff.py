@@ -27,6 +27,7 @@ from tracelens.derive.compare import Comparability, comparability
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.host_calls import blocking_call_rows, one_per_call
 from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fmt_us
+from tracelens.explain.window import window_reason
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -195,7 +196,7 @@ def _side(x: _Analysed) -> Side:
     return Side(
         trace=x.report.trace,
         window_source=w.source,
-        window_reason=w.reason,
+        window_reason=window_reason(w),
         steps=x.steps,
         step_us=x.step_us,
         step_spread_us=float(np.std(x.spans, ddof=1)) if len(x.spans) > 1 else 0.0,

@@ -22,6 +22,7 @@ from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.explain.base import where as where_in
+from tracelens.explain.window import window_reason
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
@@ -400,7 +401,7 @@ STARTUP_NOTE_SHARE = 0.05
 def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     dev = ctx.ledger.primary
     win = ctx.window
-    out = [f"Analysed window: {win.reason.rstrip('.')}."]
+    out = [f"Analysed window: {window_reason(win).rstrip('.')}."]
     if win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us:
         parts = ", ".join(f"{p.what.replace('_', ' ')} {fmt_us(p.time_us)}" for p in win.startup[:4])
         out.append(

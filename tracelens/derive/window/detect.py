@@ -11,7 +11,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.window.spans import Iterations, StepSpan, Window, _plural, _trace_start
+from tracelens.derive.window.spans import (
+    InnerBody,
+    Iterations,
+    IterationsChosen,
+    StepSpan,
+    TokenKind,
+    Window,
+    _trace_start,
+)
 from tracelens.derive.window.startup import _make
 from tracelens.derive.window.steps import _split_warmup
 from tracelens.domain import PROFILER_FRAMES, SYNC_APIS
@@ -169,7 +177,7 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
             bounds = _anchor_bounds(codes, idle_before + seq.host_gap, period, lo, hi, seq.first_launched)
             by_names = _launched(bounds, seq)
     by_gaps = _launched(_gap_bounds(idle_before), seq)
-    what = seq.what
+    by_gap_loop = False
     bounds = by_names
     if by_gaps:
         seg = float(np.median(np.diff(by_gaps)))
@@ -182,7 +190,7 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         outer = seg >= LONGER_LOOP_FACTOR * period and covered >= GAP_LOOP_MIN_COVER * names_cover
         same = abs(seg - period) <= SAME_LOOP_TOLERANCE * max(period, 1) and covered > GAP_LOOP_MORE_COVER * names_cover
         if not by_names or outer or same:
-            bounds, period, what = by_gaps, round(seg), f"{seq.what} between long idle gaps"
+            bounds, period, by_gap_loop = by_gaps, round(seg), True
     if len(bounds) < MIN_ITERATIONS + 1:
         return None
     first_ts = _openings(model, seq, np.asarray(bounds[:-1]))
@@ -192,29 +200,27 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         start = float(first_ts[i])
         end = float(first_ts[i + 1]) if i + 2 < len(bounds) else float(np.max(last_end[a:b]))
         spans.append(StepSpan(i, start, max(end, start)))
-    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what, _inner_body(seq, bounds))
+    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], seq.what, by_gap_loop, _inner_body(seq, bounds))
 
 
 #: An iteration "holds a repeating body" when the body's repeats cover this share of it.
 INNER_MIN_COVER = 0.8
 
 
-def _inner_body(seq: _Tokens, bounds: list[int]) -> str:
+def _inner_body(seq: _Tokens, bounds: list[int]) -> InnerBody | None:
     """What the outermost period holds when its own tokens repeat (a generate call of 24
-    decode passes, each ending in a host sync), in words; "" when nothing repeats."""
+    decode passes, each ending in a host sync); None when nothing repeats."""
     lengths = np.diff(bounds)
     i = int(np.argsort(lengths)[len(lengths) // 2])
     body = seq.codes[bounds[i] : bounds[i + 1]]
     found = _find_repetition(body) if len(body) >= 2 * MIN_ITERATIONS else None
     if found is None or found[2] - found[1] < INNER_MIN_COVER * len(body):
-        return ""
+        return None
     period, lo, hi = found
     repeats = round((hi - lo) / period)
     kernels = int((body[lo : lo + period] < seq.sync_from).sum()) if seq.sync_from >= 0 else period
     ends_in_sync = seq.sync_from >= 0 and bool((body[lo : lo + period] >= seq.sync_from).any())
-    return f"{repeats} repeats of a body of {kernels} kernels" + (
-        ", each with a host sync (in a generation loop: one token each)" if ends_in_sync else ""
-    )
+    return InnerBody(repeats, kernels, ends_in_sync)
 
 
 def _launched(bounds: list[int], seq: _Tokens) -> list[int]:
@@ -234,7 +240,7 @@ class _Tokens:
     idle: np.ndarray  # GPU idle time just before the token
     host_gap: np.ndarray  # host time between this token's launch and the previous one's
     first_launched: int  # first token whose launch the trace holds
-    what: str
+    what: TokenKind
     sync_from: int = -1  # codes from here on are host syncs (-1: none)
 
 
@@ -282,7 +288,7 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
         first = int(np.argmax(has)) if has.any() else 0
         n_names = len(act["name"].cat.categories)
         return _Tokens(
-            codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, first, "kernels and syncs", n_names
+            codes, ts, launch, launch_ts, prev_launch, work_end, idle, host_gap, first, "kernels_and_syncs", n_names
         )
     ops = _top_level_ops(model)
     if len(ops) < MIN_ITERATIONS:
@@ -294,14 +300,14 @@ def _token_sequence(model: TraceModel, device: int | None) -> _Tokens | None:
     idle = np.concatenate([[0.0], np.clip(ts[1:] - run_end[:-1], 0, None)])
     none = np.full(len(ts), -1)
     prev = np.concatenate([[-np.inf], ts[:-1]])
-    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), 0, "top-level ops")
+    return _Tokens(codes, ts, none, ts, prev, end, idle, np.zeros(len(ts)), 0, "top_level_ops")
 
 
 def _openings(model: TraceModel, seq: _Tokens, idx: np.ndarray) -> np.ndarray:
     """Host start of iterations opening at tokens `idx` (increasing). An iteration cannot
     open after its first kernel started, and openings keep the tokens' order (a launch
     the trace links wrongly must not send one back)."""
-    if seq.what == "top-level ops":
+    if seq.what == "top_level_ops":
         return seq.ts[idx].astype(np.float64)
     launch, launch_ts, prev = seq.launch[idx], seq.launch_ts[idx], seq.prev_launch[idx].copy()
     raw = _iteration_openings(model, launch, launch_ts, prev)
@@ -666,13 +672,16 @@ def _cap_last(model: TraceModel, spans: tuple[StepSpan, ...]) -> tuple[StepSpan,
 
 
 def _window_from_iterations(model: TraceModel, t0: float, found: Iterations) -> Window:
-    kept, excluded, why = _split_warmup(model, _cap_last(model, found.spans), MIN_DETECTED_KEPT)
+    kept, excluded, warmup = _split_warmup(model, _cap_last(model, found.spans), MIN_DETECTED_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
-    reason = (
-        f"no step marks: {_plural(len(found.spans), 'iteration')} of a loop found in the trace's {found.what} "
-        f"({found.period_tokens} per iteration, repeating over {found.stretch_tokens} of {found.tokens})"
-        + (f"; one iteration holds {found.inner}" if found.inner else "")
-        + (f"; iteration 0 left out as warm-up ({why})" if excluded else "")
-        + "."
+    why = IterationsChosen(
+        len(found.spans),
+        found.tokens_kind,
+        found.by_gaps,
+        found.period_tokens,
+        found.stretch_tokens,
+        found.tokens,
+        found.inner,
+        warmup,
     )
-    return _make(model, t0, start, end, "detected", kept, excluded, reason)
+    return _make(model, t0, start, end, "detected", kept, excluded, why)
