@@ -42,6 +42,16 @@ from tracelens import __version__
 from tracelens.derive.collectives import bus_factor
 from tracelens.derive.host_time import HOST_CAUSES
 from tracelens.domain import fmt_us
+from tracelens.explain.job import (
+    AdviceFacts,
+    HeadlineFacts,
+    detail_words,
+    headline,
+    reason_label,
+    reason_words,
+    second_cause,
+    straggler_advice,
+)
 from tracelens.job import overhead
 from tracelens.job.model import Collective, RankFailure, RankSummary
 from tracelens.model.links import link_peak
@@ -107,80 +117,6 @@ SAME_CLOCK_US = 2000.0
 #: A transfer time shorter than this many alignment errors is not measured: the clocks
 #: are not known that well (its bandwidth is reported as not measurable).
 MOVED_MIN_ERRORS = 2.0
-
-#: Every reason id in plain words (ledger causes, host causes, and the rest).
-REASON_WORDS = {
-    "host_bound": "host-bound work",
-    "host_python": "Python outside torch ops",
-    "data_loading": "data loading",
-    "host_ops": "torch ops on the host",
-    "host_sync": "host syncs",
-    "launch_overhead": "kernel-launch overhead",
-    "allocation": "device-memory allocation",
-    "compilation": "torch.compile compiling",
-    "power_throttle": "lower GPU clocks (throttling)",
-    "gpu_busy": "more GPU work",
-    "gpu_busy_compute": "more GPU work (compute-bound kernels)",
-    "gpu_busy_memory": "more GPU work (memory-bound kernels)",
-    "gpu_busy_latency": "more GPU work (latency-bound kernels)",
-    "gpu_busy_unknown": "more GPU work (kernels without a model)",
-    "gpu_busy_copy": "more GPU copies",
-    "communication": "waiting in another collective",
-    "idle_other": "GPU waits outside its own work (streams, events)",
-    "profiler": "the profiler's own overhead",
-    "unknown": "unknown",
-}
-
-#: What to do about each reason.
-_ADVICE = {
-    "host_bound": (
-        "its host is busy before the collective while its GPU idles (data loading, preprocessing, Python work "
-        "on that rank): give its DataLoader more workers (num_workers, pin_memory=True, prefetch_factor), move "
-        "the preprocessing off the training loop, and check that rank's input pipeline and storage"
-    ),
-    "host_python": (
-        "its launching thread runs Python outside any torch op before the collective (preprocessing, a "
-        "tokenizer, logging, a Python loop on that rank): move that work off the training loop (a DataLoader "
-        "worker, a background thread), do it on every rank alike, or vectorise it"
-    ),
-    "data_loading": (
-        "it waits for its DataLoader before the collective: give it more workers (num_workers, "
-        "persistent_workers=True, prefetch_factor), pin_memory=True, and check that rank's storage and input files"
-    ),
-    "host_ops": (
-        "its launching thread runs more torch ops on the host before the collective (CPU tensors, "
-        "preprocessing in torch): move them to the device or out of the step, or balance that work across ranks"
-    ),
-    "host_sync": (
-        "it blocks in a host sync (.item(), .cpu(), a mask index) before the collective: keep the value on "
-        "the device or read it after the step"
-    ),
-    "launch_overhead": (
-        "its host launches kernels more slowly than the GPU runs them: fuse small ops, use CUDA graphs or "
-        "torch.compile, and check for a slower or busier CPU on that rank's host"
-    ),
-    "allocation": "it allocates device memory before the collective (cudaMalloc): reuse buffers, set "
-    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True",
-    "compilation": "it is compiling (torch.compile) while the others wait: warm up every rank the same way, "
-    "mark dynamic shapes, or cache the compiled artifacts",
-    "power_throttle": "its GPU runs the same work at lower clocks (power or thermal throttling): check that "
-    "GPU's cooling, power cap and clocks (nvidia-smi -q -d PERFORMANCE) against its peers",
-    "gpu_busy": (
-        "it runs more GPU work than the others before the collective: load imbalance. Give every rank the "
-        "same amount of work (equal batch sizes, sequence lengths bucketed or padded alike, even shards of "
-        "embedding tables or pipeline stages)"
-    ),
-    "communication": "it waits in another collective first (another process group is slower): look at that "
-    "group's straggler",
-    "idle_other": "its GPU waits on something outside the ledger's causes (a stream or event wait): compare "
-    "its per-rank report with a fast rank's",
-    "unknown": "its trace does not say why: compare its per-rank report (--per-rank) with a fast rank's",
-}
-
-
-def reason_words(reason: str) -> str:
-    return REASON_WORDS.get(reason, reason.replace("_", " "))
-
 
 @dataclass
 class _Instance:
@@ -493,18 +429,11 @@ def analyze(
         alignment_error_us=round(align_err, 3) if align_err is not None else None,
         alignment=align_how,
         backend=backend[0][0] if backend else "",
-        headline=_headline(
-            n,
-            world_size,
-            stragglers,
-            unexplained,
-            lost_skew * per_step,
-            exposed_job,
-            job_step,
-            counted,
-            poor,
-            len(instances),
-            _most_late(ranks, late, cost * per_step),
+        headline=headline(
+            _headline_facts(
+                n, world_size, stragglers, unexplained, lost_skew * per_step, exposed_job, job_step, counted, poor,
+                len(instances), _most_late(ranks, late, cost * per_step),
+            )
         ),
         step_us=round(job_step, 3),
         lost_to_slowest_us=round(lost_slowest * per_step, 3),
@@ -593,49 +522,41 @@ def _stragglers(
         c = float(cost_per_step[j])
         if share < STRAGGLER_LATE_SHARE or c < max(STRAGGLER_MIN_STEP_SHARE * max(step_us, 1.0), STRAGGLER_MIN_US):
             continue
-        reason, reason_us, detail, own, also = _reason(j, r, by_rank, counted, n_steps)
+        why = _reason(j, r, by_rank, counted, n_steps)
+        reason, reason_us, own = why.cause, why.amount_us, why.own_us
         key = "gpu_busy" if reason.startswith("gpu_busy") else reason
-        if reason == "host_bound" and detail:  # the host side says which host work
-            key = next((h for h in HOST_CAUSES if detail.startswith(reason_words(h))), key)
+        if reason == "host_bound" and why.host_part is not None:  # the host side says which host work
+            key = why.host_part
         # Explained when the rank's own extra work (every cause that is not waiting) makes
         # up at least half of what it costs: its trace shows why it is late.
         explained = reason == "unknown" or (reason not in WAIT_CAUSES and own >= EXPLAINED_SHARE * c)
         prof = _profiler_share(j, r, by_rank, ranks)
-        words = reason_words(reason) + (
-            f": {detail}" if reason == "host_bound" and detail else f" {detail}" if detail else ""
+        words = reason_label(reason, detail_words(why.host_part, why.frame))
+        also = second_cause(*why.second) if why.second is not None else ""
+        moves = prof >= overhead.MOVES_SHARE * c
+        more = (
+            by_rank[r].events_per_step.get("python", 0.0)
+            - float(np.median([by_rank[o].events_per_step.get("python", 0.0) for o in ranks if o != r]))
+            if moves
+            else 0.0
         )
-        if explained:
-            advice = (
-                f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives: "
-                + _ADVICE.get(key, _ADVICE["unknown"])
-                + "."
+        advice = straggler_advice(
+            AdviceFacts(
+                rank=r,
+                late=late[r],
+                matched=len(counted),
+                key=key,
+                explained=explained,
+                partly=reason != "unknown" and own < MOSTLY_EXPLAINED_SHARE * c,
+                reason_label=words,
+                reason_us=reason_us,
+                own_us=own,
+                cost_us=c,
+                profiler_us=prof if moves else 0.0,
+                more_python_frames=more,
+                us_per_python_frame=overhead.US_PER_PYTHON_FRAME,
             )
-            if reason != "unknown" and own < MOSTLY_EXPLAINED_SHARE * c:
-                advice += (
-                    f" Its own extra work accounts for {fmt_us(own)} of the {fmt_us(c)} per step; the rest is delay "
-                    "its trace does not show (a loaded host delaying its threads, another process on its GPU)."
-                )
-        else:
-            advice = (
-                f"Rank {r} arrives last at {late[r]} of {len(counted)} collectives, but its own trace shows "
-                + (f"only {fmt_us(own)} per step more work than the others' before them" if own > 0 else
-                   "no more work than the others' before them")
-                + f" (the most it has extra is {words}, {fmt_us(reason_us)} per step): it waits for something its "
-                "trace does not show, such as another process on its GPU, its device's copies, or a slower process "
-                "group's collective. Check what shares its GPU and host."
-            )  # fmt: skip
-        if prof >= overhead.MOVES_SHARE * c:
-            more = by_rank[r].events_per_step.get("python", 0.0) - float(
-                np.median([by_rank[o].events_per_step.get("python", 0.0) for o in ranks if o != r])
-            )
-            advice += (
-                f" The profiler itself may account for up to {fmt_us(prof)} of the {fmt_us(c)} per step: this rank "
-                f"recorded {more:,.0f} more Python frames per step than the others (with_stack), each costing its "
-                f"thread about {overhead.US_PER_PYTHON_FRAME:.2f} µs (more on a loaded host). That is an upper "
-                "bound: it holds when the extra Python is a fixed amount of work, while a loop that runs for a set "
-                "time is not lengthened. Capture again with --no-stack (or with_stack=False) to measure the "
-                "straggler without it."
-            )
+        )
         (out if explained else unexplained).append(
             Straggler(rank=r, late_share=round(share, 4), cost_us=round(c, 3), reason=reason,
                       reason_us=round(reason_us, 3), advice=advice, late_count=late[r], matched=len(counted),
@@ -653,13 +574,23 @@ def _profiler_share(j: int, r: int, by_rank: dict[int, RankSummary], ranks: list
     return max(mine - float(np.median(others)), 0.0) if others else 0.0
 
 
-def _reason(
-    j: int, r: int, by_rank: dict[int, RankSummary], counted: list[_Instance], n_steps: int
-) -> tuple[str, float, str, float, str]:
-    """What the straggler had more of than the others before the calls it was last at,
-    per step: (cause, its excess, a detail (the host-side part, the Python frame), the
-    excess of all its own work (causes that are not waiting), a second cause worth
-    naming in words ("" when none))."""
+@dataclass(frozen=True)
+class _Why:
+    """What a straggler had more of than the others before the calls it was last at, per step."""
+
+    cause: str
+    amount_us: float  # its excess
+    own_us: float  # the excess of all its own work (causes that are not waiting)
+    host_part: str | None = None  # for host_bound: the host cause that had most of it
+    frame: str = ""  # the Python frame that work ran in (Python outside torch ops)
+    second: tuple[str, float] | None = None  # a second cause worth naming, and its excess
+
+
+_UNKNOWN = _Why("unknown", 0.0, 0.0)
+
+
+def _reason(j: int, r: int, by_rank: dict[int, RankSummary], counted: list[_Instance], n_steps: int) -> _Why:
+    """What the straggler had more of than the others before the calls it was last at."""
     gpu: dict[str, float] = defaultdict(float)
     host: dict[str, float] = defaultdict(float)
     frames: Counter[str] = Counter()
@@ -684,13 +615,12 @@ def _reason(
     ranked_host = sorted(((v, k) for k, v in host.items() if v > 0), reverse=True)
     host_cause, host_amount = (ranked_host[0][1], ranked_host[0][0]) if ranked_host else ("unknown", 0.0)
     frame = frames.most_common(1)[0][0] if frames else ""
-    in_frame = f", in {frame}" if frame and host_cause == "host_python" else ""
-    host_detail = reason_words(host_cause) + in_frame if host_amount > 0 else ""
+    python_frame = frame if frame and host_cause == "host_python" else ""
 
-    def second(ranked: list[tuple[float, str]], total: float) -> str:
+    def second(ranked: list[tuple[float, str]], total: float) -> tuple[str, float] | None:
         if len(ranked) < 2 or ranked[1][0] < SECOND_CAUSE_SHARE * total:
-            return ""
-        return f"{reason_words(ranked[1][1])}: {fmt_us(ranked[1][0] / n_steps)} more"
+            return None
+        return ranked[1][1], ranked[1][0] / n_steps
 
     if seen_gpu:
         # The GPU busy classes are one question (more GPU work), whichever roof they are near.
@@ -700,18 +630,18 @@ def _reason(
         cand[top_busy] = busy
         ranked = sorted(((v, k) for k, v in cand.items() if v > 0), reverse=True)
         if not ranked:
-            return "unknown", 0.0, "", 0.0, ""
+            return _UNKNOWN
         amount, cause = ranked[0]
         own = sum(v for v, k in ranked if k not in WAIT_CAUSES)
         if cause.startswith("gpu_busy") and by_rank[r].throttled:
             cause = "power_throttle"
-        detail = host_detail if cause == "host_bound" else ""
-        return cause, amount / n_steps, detail, own / n_steps, second(ranked, own)
+        host_part = host_cause if cause == "host_bound" and host_amount > 0 else None
+        in_frame = python_frame if host_part is not None else ""
+        return _Why(cause, amount / n_steps, own / n_steps, host_part, in_frame, second(ranked, own))
     if seen_host and host_amount > 0:
         own = sum(v for v, _ in ranked_host)
-        detail = f"in {frame}" if frame and host_cause == "host_python" else ""
-        return host_cause, host_amount / n_steps, detail, own / n_steps, second(ranked_host, own)
-    return "unknown", 0.0, "", 0.0, ""
+        return _Why(host_cause, host_amount / n_steps, own / n_steps, None, python_frame, second(ranked_host, own))
+    return _UNKNOWN
 
 
 def _collective_rows(
@@ -763,7 +693,7 @@ def _collective_rows(
     return rows
 
 
-def _headline(
+def _headline_facts(
     n: int,
     world: int | None,
     stragglers: list[Straggler],
@@ -774,80 +704,28 @@ def _headline(
     counted: list[_Instance],
     poor: bool,
     matched: int,
-    latest: tuple[int, int, float] | None = None,
-) -> str:
-    if n == 0:
-        return "No rank could be read."
-    if n == 1:
-        if world and world > 1:
-            return (
-                f"Only 1 of {world} ranks' traces could be used (see the inputs below): a job report needs two or "
-                "more ranks of one job to measure skew or name a straggler."
-            )
-        return "One rank only: a job report needs the traces of two or more ranks of one job."
-    if not counted:
-        if matched:
-            return (
-                f"{n} ranks, {matched} collectives matched on every rank, but none inside every rank's analysed "
-                "window: no skew or straggler can be measured."
-            )
-        return f"{n} ranks, but no collective was matched on every rank: no skew or straggler can be measured."
-    if poor:
-        return (
-            f"{n} ranks, {len(counted)} collectives matched by order, but they do not end together after clock "
-            "alignment: these are not the same calls on every rank (sampled or differently cut traces), so no "
-            "straggler is named."
-        )
-
-    def share(us: float) -> str:
-        return f" ({us / step_us:.0%} of a {fmt_us(step_us)} step)" if step_us > 0 else ""
-
-    comm = f" Exposed communication costs the median rank {fmt_us(exposed)} per step{share(exposed)}."
-    if stragglers:
-        s = stragglers[0]
-        why = (
-            "its trace does not say why"
-            if s.reason == "unknown"
-            else f"because of {s.reason_label}: {fmt_us(s.reason_us)} more per step than the others before them"
-            + (f" (and {s.also})" if s.also else "")
-            + (
-                f"; that work accounts for {fmt_us(s.own_us)} of it, the rest is delay its trace does not show"
-                if s.reason != "unknown" and 0 < s.own_us < MOSTLY_EXPLAINED_SHARE * s.cost_us
-                else ""
-            )
-        )
-        more = f" (and {len(stragglers) - 1} more)" if len(stragglers) > 1 else ""
-        prof = (
-            " The profiler's own overhead may be part of it (see its advice)."
-            if s.profiler_us >= overhead.MOVES_SHARE * s.cost_us
-            else ""
-        )
-        return (
-            f"Rank {s.rank} is the straggler{more}: last at {s.late_count} of {s.matched} collectives, it costs the "
-            f"job {fmt_us(s.cost_us)} per step{share(s.cost_us)}, {why}." + prof + comm
-        )
-    med = float(np.median([i.skew for i in counted]))
-    if unexplained:
-        u = unexplained[0]
-        return (
-            f"No straggler of its own making: rank {u.rank} arrives last at {u.late_count} of {u.matched} "
-            f"collectives (costing the job {fmt_us(u.cost_us)} per step) with "
-            + (
-                f"only {fmt_us(u.own_us)} per step more work than the others"
-                if u.own_us > 0
-                else "no more work than the others"
-            )
-            + " in its trace, so what delays it is outside its trace (a shared GPU or host)."
-            + comm
-        )
-    often = ""
-    if latest is not None and latest[1] >= STRAGGLER_LATE_SHARE * len(counted) and latest[2] > 0:
-        often = (
-            f" Rank {latest[0]} is last at {latest[1]} of them, {fmt_us(latest[2])} per step: under the "
-            f"{fmt_us(max(STRAGGLER_MIN_STEP_SHARE * step_us, STRAGGLER_MIN_US))} per step a straggler costs "
-            "(ranks that share a host or a GPU arrive that far apart with the same work)."
-        )
-    return (
-        f"No straggler: across {len(counted)} matched collectives the ranks arrive within {fmt_us(med)} of each "
-        f"other (median); arrival skew costs {fmt_us(lost_skew)} per step." + often + comm
+    latest: tuple[int, int, float] | None,
+) -> HeadlineFacts:
+    s = stragglers[0] if stragglers else None
+    often = (
+        latest
+        if latest is not None and latest[1] >= STRAGGLER_LATE_SHARE * len(counted) and latest[2] > 0
+        else None
+    )
+    return HeadlineFacts(
+        ranks=n,
+        world=world,
+        matched=matched,
+        counted=len(counted),
+        poor=poor,
+        stragglers=tuple(stragglers),
+        unexplained=tuple(unexplained),
+        partly_explained=s is not None and s.reason != "unknown" and 0 < s.own_us < MOSTLY_EXPLAINED_SHARE * s.cost_us,
+        profiler_may_move=s is not None and s.profiler_us >= overhead.MOVES_SHARE * s.cost_us,
+        median_skew_us=float(np.median([i.skew for i in counted])) if counted else 0.0,
+        lost_skew_us=lost_skew,
+        exposed_us=exposed,
+        step_us=step_us,
+        often=often,
+        straggler_floor_us=max(STRAGGLER_MIN_STEP_SHARE * step_us, STRAGGLER_MIN_US),
     )
