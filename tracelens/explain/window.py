@@ -46,6 +46,11 @@ def _warmup(w: WarmupLeftOut) -> str:
 
 
 def _inner(b: InnerBody) -> str:
+    if b.turns_at_gap:
+        return (
+            f"{b.repeats} repeats of a body of {_plural(b.kernels, 'kernel')} ({b.repeats} layers or rounds of one "
+            "step, which turns over at its longest host gap)"
+        )
     return f"{b.repeats} repeats of a body of {b.kernels} kernels" + (
         ", each with a host sync (in a generation loop: one token each)" if b.ends_in_sync else ""
     )
@@ -63,9 +68,11 @@ def choice_reason(why: WindowChoice) -> str:
             marks = f"ProfilerStep#{why.first}" + (f"-{why.last}" if why.count > 1 else "")
         else:
             marks = f"marked by {why.marks}"
+        member = "call" if why.unit == "sweep" else why.unit  # a sweep's members are its calls
+        left_out = "call" if why.unit == "sweep" else "step"
         return (
-            f"the {_plural(why.count, 'profiled ' + why.unit)} ({marks})"
-            + (f"; step {why.warmup.index} left out as warm-up ({_warmup(why.warmup)})" if why.warmup else "")
+            f"the {_plural(why.count, 'profiled ' + member)} ({marks})"
+            + (f"; {left_out} {why.warmup.index} left out as warm-up ({_warmup(why.warmup)})" if why.warmup else "")
             + "."
         )
     if isinstance(why, IterationsChosen):

@@ -63,6 +63,7 @@ class InnerBody:
     repeats: int
     kernels: int  # per repeat
     ends_in_sync: bool  # each repeat ends in a host sync (a generation loop: one token each)
+    turns_at_gap: bool = False  # the repeats are the layers or rounds of one step (it turns over at a host gap)
 
 
 #: What the repetition search coded: the device's kernels and syncs, or the busiest
