@@ -26,12 +26,9 @@ KNOWN_MODULES = {
 KNOWN_FUNCTIONS = {
     "tracelens/derive/graph.py:build_graph": 250,
     "tracelens/cli/capture.py:capture": 228,
-    "tracelens/assemble_snapshot.py:summarize_snapshot": 178,
     "tracelens/analyzers/communication.py:analyze": 156,
     "tracelens/analyzers/host_bound.py:analyze": 155,
-    "tracelens/derive/collectives.py:_build": 149,
     "tracelens/analyzers/host_sync.py:analyze": 147,
-    "tracelens/derive/op_costs.py:_op_cost": 128,
     "tracelens/cli/report.py:report": 127,
     "tracelens/capture/counters.py:run_counters_pass": 124,
     "tracelens/derive/ledger.py:compute_ledger": 123,
