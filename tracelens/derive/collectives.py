@@ -53,6 +53,9 @@ _KIND_MARKERS = (
     ("gather", "gather"),
     ("scatter", "scatter"),
 )
+#: Collectives whose ranks finish together (used to align clocks). A broadcast or a
+#: point-to-point send can end on the sender before the receiver has it.
+SYNC_KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier", "send_recv"})
 
 
 def collective_kind(name: str) -> str:

@@ -9,13 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tracelens.derive.collectives import SYNC_KINDS
 from tracelens.domain import fmt_us
 from tracelens.job.model import Collective, RankFailure, RankSummary
 from tracelens.report.job_report import FailedRank
 
-#: Collectives whose ranks finish together (used to align clocks). A broadcast or a
-#: point-to-point send can end on the sender before the receiver has it.
-SYNC_KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier", "send_recv"})
 #: The alignment is too poor to tell who arrived last when the matched calls still end
 #: further apart than this share of their median duration: the calls matched are not the
 #: same calls (traces sampled or cut differently), so no straggler is named.

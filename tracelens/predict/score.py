@@ -17,6 +17,7 @@ from typing import Literal
 
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.transforms import Variant
+from tracelens.domain import fmt_us_change
 from tracelens.predict import joint, signature
 from tracelens.report import Report
 from tracelens.report.diff_report import PredictionCheck
@@ -57,12 +58,6 @@ class StepPrediction:
 
 def _pct(x: float) -> str:
     return f"{abs(x):.0%}"
-
-
-def _ms(us: float) -> str:
-    sign = "-" if us < 0 else "+"
-    us = abs(us)
-    return f"{sign}{us / 1e3:.2f} ms" if us >= 1e3 else f"{sign}{us:.0f} µs"
 
 
 def score(
@@ -170,7 +165,8 @@ def _text(
         how = f"within {_pct(off)}" if off <= WITHIN_SHARE else f"{_pct(off)} {'short' if c.error > 0 else 'over'}"
         of = "" if c.measured_of == "step" else " in its own time"
         parts.append(
-            f"{c.category} ({c.fix}): predicted {_ms(c.predicted_us)} a step, measured {_ms(c.measured_us)}{of} ({how})"
+            f"{c.category} ({c.fix}): predicted {fmt_us_change(c.predicted_us)} a step, "
+            f"measured {fmt_us_change(c.measured_us)}{of} ({how})"
         )
     rng = f" ({lo / 1e3:.2f} to {hi / 1e3:.2f} ms)" if hi - lo > 0.02 * max(predicted, 1e-9) else ""
     got = f"measured {measured / 1e3:.2f} ms (the prediction {_pct(error)} {'high' if error >= 0 else 'low'})"

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.derive.window.spans import StartupPart, StepSpan, Window, WindowChoice, _merge
-from tracelens.domain import ALLOC_APIS, STARTUP_COMPILE_MARKERS
+from tracelens.domain import ALLOC_APIS, PROFILER_STEP_RE, STARTUP_COMPILE_MARKERS
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report.enums import STARTUP_KINDS as _STARTUP_KINDS
@@ -120,7 +120,7 @@ _MODEL_FRAME_RE = re.compile(
 _AUTOTUNE_FIRST_CALL = ("conv", "cudnn", "miopen", "mm", "linear", "matmul", "gemm", "bmm")
 
 
-_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+_STEP_NAME = PROFILER_STEP_RE
 
 
 def _make(
