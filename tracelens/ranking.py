@@ -22,12 +22,13 @@ from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.explain.base import where as where_in
+from tracelens.explain.headline import prediction_sentence, unprofiled_sentence
 from tracelens.explain.window import window_reason
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
 from tracelens.report.enums import Category, QuestionId, QuestionStatus, Severity
-from tracelens.report.findings import Finding, Prediction
+from tracelens.report.findings import Finding
 
 
 @dataclass(frozen=True)
@@ -627,37 +628,6 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         prediction_basis=pred.basis if pred is not None else "",
         unprofiled_step_us=u_now,
         unprofiled_predicted_step_us=u_after,
-    )
-
-
-def unprofiled_sentence(unit: str, step: float, now: float, after: float) -> str:
-    """What the profiler's own host time changes (derive/profiler_cost.py): the step as the
-    user sees it without the profiler, now and after the fix."""
-    what = "the window" if unit == "window" else f"the {unit}"
-    return (
-        f"Without the profiler (its own host time here is about {fmt_us(step - now)} of the {fmt_us(step)}, "
-        f"estimated from the events it recorded) {what} takes about {fmt_us(now)}, and about {fmt_us(after)} "
-        f"after the fix: {fmt_us(now - after)} saved."
-    )
-
-
-#: A predicted step is given as a range when its ends differ by more than this share.
-RANGE_SHARE = 0.02
-
-
-def prediction_sentence(
-    unit: str, step: float, predicted: float, low: float, high: float, pred: Prediction, blockers: str = ""
-) -> str:
-    """The headline's falsifiable end: what the step should take after the first fix, and
-    how to check it (predicted, then measured)."""
-    what = "the window" if unit == "window" else f"the {unit}"
-    rng = f" ({fmt_us(low)} to {fmt_us(high)})" if high - low > RANGE_SHARE * max(predicted, 1e-9) else ""
-    how = "replayed from this trace" if pred.basis == "replay" else "estimated"
-    part = f"; the gain is {pred.part}" if pred.part else ""
-    after = f" and the {blockers} fix" if blockers else ""
-    return (
-        f"After it{after} {what} should take about {fmt_us(predicted)}{rng} instead of {fmt_us(step)} ({how}{part}); "
-        "check with `tracelens diff` on a new capture."
     )
 
 
