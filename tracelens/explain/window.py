@@ -69,10 +69,9 @@ def choice_reason(why: WindowChoice) -> str:
         else:
             marks = f"marked by {why.marks}"
         member = "call" if why.unit == "sweep" else why.unit  # a sweep's members are its calls
-        left_out = "call" if why.unit == "sweep" else "step"
         return (
             f"the {_plural(why.count, 'profiled ' + member)} ({marks})"
-            + (f"; {left_out} {why.warmup.index} left out as warm-up ({_warmup(why.warmup)})" if why.warmup else "")
+            + (f"; {member} {why.warmup.index} left out as warm-up ({_warmup(why.warmup)})" if why.warmup else "")
             + "."
         )
     if isinstance(why, IterationsChosen):
