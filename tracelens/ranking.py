@@ -22,8 +22,7 @@ from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
-from tracelens.explain.base import where as where_in
-from tracelens.explain.headline import prediction_sentence, unprofiled_sentence
+from tracelens.explain.headline import first_fix, prediction_sentence, unprofiled_sentence
 from tracelens.explain.power_throttle import machine_headline
 from tracelens.explain.window import window_reason
 from tracelens.model.schema import Kind
@@ -545,6 +544,46 @@ def _no_gpu_headline(ctx: AnalysisContext) -> str:
     return "No GPU activity to analyse."
 
 
+def _no_finding_headline(ctx: AnalysisContext, findings: list[Finding], startup: float) -> str:
+    """The headline when no finding leads: start-up dominates, or the GPU's busy share and
+    its largest part (a machine condition first, a replayed graph's latency-bound time)."""
+    dev = ctx.ledger.primary
+    headline = _no_gpu_headline(ctx)
+    if startup >= STARTUP_WINDOW_SHARE:
+        headline = (
+            f"{startup:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
+            "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
+            "state (later steps, or the engine's serving loop) to see what limits it."
+        )
+    elif dev is not None and dev.window_us > 0:
+        biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
+        headline = (
+            f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
+            f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
+            f"would gain {MEDIUM_SHARE:.0%} or more of it."
+        )
+        capped = next(
+            (
+                f
+                for f in findings
+                if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE
+            ),
+            None,
+        )
+        if capped is not None:
+            headline = f"{machine_headline(capped)} {headline}"
+        replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
+        if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
+            # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
+            # its time is the graph's own latency-bound kernels.
+            headline += (
+                " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
+                "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
+                "shortens the step."
+            )
+    return headline
+
+
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     top = primary_finding(findings, ctx.window_us, ctx.n_steps if ctx.unit == "step" else 1)
     dev = ctx.ledger.primary
@@ -554,39 +593,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     if startup >= STARTUP_WINDOW_SHARE:
         top = None
     if top is None:
-        headline = _no_gpu_headline(ctx)
-        if startup >= STARTUP_WINDOW_SHARE:
-            headline = (
-                f"{startup:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
-                "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
-                "state (later steps, or the engine's serving loop) to see what limits it."
-            )
-        elif dev is not None and dev.window_us > 0:
-            biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
-            headline = (
-                f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
-                f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
-                f"would gain {MEDIUM_SHARE:.0%} or more of it."
-            )
-            capped = next(
-                (
-                    f
-                    for f in findings
-                    if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE
-                ),
-                None,
-            )
-            if capped is not None:
-                headline = f"{machine_headline(capped)} {headline}"
-            replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
-            if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
-                # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
-                # its time is the graph's own latency-bound kernels.
-                headline += (
-                    " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
-                    "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
-                    "shortens the step."
-                )
+        headline = _no_finding_headline(ctx, findings, startup)
         return Summary(
             primary=None,
             headline=headline,
@@ -680,15 +687,3 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     )
 
 
-def first_fix(blocker: Finding) -> str:
-    """The blocker's fix in a few words, with what and where (for the headline)."""
-    if blocker.category == Category.HOST_SYNC:
-        calls = list(dict.fromkeys(s.description.split(" (", 1)[0].split(":", 1)[0] for s in blocker.sites))
-        where = f" {where_in(blocker.sources[0])}" if blocker.sources else ""
-        what = ", ".join([c for c in calls if c and c not in ("exec()", "<module>")][:3])
-        return f"remove the host syncs{f' ({what})' if what else ''}{where}"
-    if blocker.category == Category.COMPILATION:
-        return "remove the graph breaks"
-    if blocker.category == Category.SHAPE_DYNAMISM:
-        return "make the input shapes static (pad or bucket them)"
-    return blocker.title

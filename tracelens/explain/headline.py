@@ -1,11 +1,13 @@
-"""The headline's closing sentences, from numbers ranking.py has settled: what the step
-should take after the first fix (and how to check it), and what it takes without the
-profiler's own host time."""
+"""The headline's sentences written from what ranking.py has settled: the blocker's fix in
+a few words, what the step should take after the first fix (and how to check it), and
+what it takes without the profiler's own host time."""
 
 from __future__ import annotations
 
 from tracelens.domain import fmt_us
-from tracelens.report.findings import Prediction
+from tracelens.explain.base import where as where_in
+from tracelens.report.enums import Category
+from tracelens.report.findings import Finding, Prediction
 
 
 def unprofiled_sentence(unit: str, step: float, now: float, after: float) -> str:
@@ -37,3 +39,17 @@ def prediction_sentence(
         f"After it{after} {what} should take about {fmt_us(predicted)}{rng} instead of {fmt_us(step)} ({how}{part}); "
         "check with `tracelens diff` on a new capture."
     )
+
+
+def first_fix(blocker: Finding) -> str:
+    """The blocker's fix in a few words, with what and where (for the headline)."""
+    if blocker.category == Category.HOST_SYNC:
+        calls = list(dict.fromkeys(s.description.split(" (", 1)[0].split(":", 1)[0] for s in blocker.sites))
+        where = f" {where_in(blocker.sources[0])}" if blocker.sources else ""
+        what = ", ".join([c for c in calls if c and c not in ("exec()", "<module>")][:3])
+        return f"remove the host syncs{f' ({what})' if what else ''}{where}"
+    if blocker.category == Category.COMPILATION:
+        return "remove the graph breaks"
+    if blocker.category == Category.SHAPE_DYNAMISM:
+        return "make the input shapes static (pad or bucket them)"
+    return blocker.title
