@@ -31,7 +31,7 @@ import pytest
 from support.corpus import context_of, needs_real, real
 
 from tracelens.derive.ledger import IDLE_CAUSES, compute_ledger
-from tracelens.derive.window import Window
+from tracelens.derive.window import UserWindow, Window
 
 pytestmark = [pytest.mark.hta, pytest.mark.slow, needs_real, pytest.mark.filterwarnings("ignore")]
 
@@ -82,7 +82,8 @@ def test_idle_breakdown_matches_hta(name: str, tmp_path: Path) -> None:
     origin_raw = meta.origin_us - (meta.base_time_ns / 1000.0 if meta.base_time_ns else 0.0)
     a0, a1 = start_raw - origin_raw, end_raw - origin_raw
     # The ledger over HTA's window (its kernels' span), not our steady-state window.
-    dev = compute_ledger(ctx.model, Window(a0, a1, "user", (), (), 0.0, (), "HTA's")).primary
+    hta_window = Window(a0, a1, "user", (), (), 0.0, (), UserWindow(a0 / 1e6, a1 / 1e6, None))
+    dev = compute_ledger(ctx.model, hta_window).primary
     assert dev is not None
     g = dev.gaps
     s = np.clip(g["start"].to_numpy(), a0, a1)

@@ -10,7 +10,7 @@ import pytest
 from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, needs_real, real, report_of, sample
 
 from tracelens.derive.ledger import compute_ledger
-from tracelens.derive.window import Window
+from tracelens.derive.window import UserWindow, Window
 from tracelens.model import TraceModel
 
 # idle share over the profiled steps ("idle/step" in SOURCES.md; "idle" where the trace
@@ -47,7 +47,7 @@ def _sources_window(model: TraceModel) -> Window:
     else:
         act = model.gpu_activity()
         w0, w1 = float(act["ts"].min()), float(act["end"].max())
-    return Window(w0, w1, "user", (), (), 0.0, (), "as SOURCES.md")
+    return Window(w0, w1, "user", (), (), 0.0, (), UserWindow(w0 / 1e6, w1 / 1e6, None))
 
 
 @pytest.mark.slow

@@ -21,6 +21,8 @@ from tracelens.assemble import build_report
 from tracelens.derive.fusion import FusionChain, saved_across_syncs
 from tracelens.derive.host_calls import blocking_call_rows
 from tracelens.derive.steps import _is_sweep
+from tracelens.derive.window.spans import IterationsChosen
+from tracelens.explain.window import window_reason
 from tracelens.model import load_trace
 from tracelens.render import render_html, render_json, render_markdown
 from tracelens.render.terminal import render_terminal
@@ -432,10 +434,15 @@ def test_detected_generate_call_says_it_holds_tokens() -> None:
     (it said only '2 iterations of a loop')."""
     ctx = context_of(sample("plain_hf_generate"))
     assert ctx.window.source == "detected"
-    assert "one iteration holds 24 repeats of a body of" in ctx.window.reason
-    assert "one token each" in ctx.window.reason
+    why = ctx.window.why
+    assert isinstance(why, IterationsChosen) and why.inner is not None
+    assert why.inner.repeats == 24 and why.inner.ends_in_sync
+    assert "one iteration holds 24 repeats of a body of" in window_reason(ctx.window)
+    assert "one token each" in window_reason(ctx.window)
     # a loop whose body is a few GEMMs and one sync does not claim tokens
-    assert "token" not in context_of(sample("plain_gemm_loop")).window.reason
+    gemm = context_of(sample("plain_gemm_loop")).window
+    assert not (isinstance(gemm.why, IterationsChosen) and gemm.why.inner is not None and gemm.why.inner.ends_in_sync)
+    assert "token" not in window_reason(gemm)
 
 
 # -- §7: fp32 on a V100, with shapes --------------------------------------------------------

@@ -23,6 +23,8 @@ from tracelens.derive.window import (
     detect_iterations,
     find_window,
 )
+from tracelens.derive.window.spans import IterationsChosen, StepsChosen
+from tracelens.explain.window import window_reason
 from tracelens.model import TraceModel
 
 ALL_TRACES = [*REAL_TRACES, *SAMPLE_TRACES]
@@ -101,6 +103,11 @@ def _without_steps(model: TraceModel) -> TraceModel:
     return dataclasses.replace(model, steps=model.steps.iloc[0:0])
 
 
+def _outer_step(w: Window) -> bool:
+    """Whether the window's iterations are a step of repeated layers or rounds."""
+    return isinstance(w.why, IterationsChosen) and w.why.inner is not None and w.why.inner.turns_at_gap
+
+
 def _overlap(a: Window, b: Window) -> float:
     inter = max(0.0, min(a.end_us, b.end_us) - max(a.start_us, b.start_us))
     union = max(a.end_us, b.end_us) - min(a.start_us, b.start_us)
@@ -109,7 +116,8 @@ def _overlap(a: Window, b: Window) -> float:
 
 def _check_basic(model: TraceModel, w: Window) -> None:
     assert 0.0 <= w.start_us < w.end_us <= model.span_us + 1.0
-    assert w.reason.endswith(".") and len(w.reason) > 20
+    reason = window_reason(w)
+    assert reason.endswith(".") and len(reason) > 20
     # start-up: the parts add up to the time before the window, kinds are known
     assert w.startup_us == pytest.approx(w.start_us - min(model.host["ts"].min(), model.gpu["ts"].min()), abs=1.0)
     assert sum(p.time_us for p in w.startup) == pytest.approx(w.startup_us, rel=1e-6, abs=1.0)
@@ -178,7 +186,7 @@ def test_detected_iterations_match_the_marked_steps(path: Path) -> None:
         assert got_n > true_n  # a loop inside the step, found more often
     elif path.name in OUTER_STEP:
         # the user's step, not its layers, and the reason says what it holds
-        assert got_n == true_n and "layers or rounds of one step" in w.reason, (got_n, true_n, w.reason)
+        assert got_n == true_n and _outer_step(w), (got_n, true_n, window_reason(w))
     else:
         assert abs(got_n - true_n) <= 1 or abs(got_n - true_n) <= 0.2 * true_n, (got_n, true_n)
 
@@ -194,7 +202,7 @@ def test_outer_step_of_repeated_layers_is_the_step(name: str) -> None:
     marked = find_window(model, None)
     assert w.source == "detected"
     assert len(w.steps) + len(w.excluded_steps) == len(model.steps) == 6
-    assert "layers or rounds of one step" in w.reason
+    assert _outer_step(w) and "layers or rounds of one step" in window_reason(w)
     starts = np.array([s.start_us for s in [*w.excluded_steps, *w.steps]])
     want = np.array([s.start_us for s in [*marked.excluded_steps, *marked.steps]])
     step = float(np.median(np.diff(want)))
@@ -206,7 +214,8 @@ def test_profiler_stalls_are_no_outer_step() -> None:
     profiler's event buffers), which no Python call marks: not an outer step (its real
     iterations, 200 kernels each, have no gap to show them)."""
     w = find_window(_without_steps(model_of(sample("plain_tiny_loop"))), None)
-    assert w.source == "detected" and "layers or rounds of one step" not in w.reason
+    assert w.source == "detected" and not _outer_step(w)
+    assert "layers or rounds of one step" not in window_reason(w)
 
 
 @pytest.mark.parametrize("name", ["host_sync_mask", "host_bound_pinned", "train_step", "conv_train"])
@@ -238,7 +247,8 @@ def test_warmup_step_is_excluded_when_slow_and_cold() -> None:
     w = find_window(model_of(sample("light_idle")), None)
     assert [s.index for s in w.excluded_steps] == [0]
     assert len(w.steps) == 20 and w.steps[0].index == 1
-    assert "warm-up" in w.reason and "cuda init" in w.reason
+    assert isinstance(w.why, StepsChosen) and w.why.warmup is not None and "cuda_init" in w.why.warmup.cold_kinds
+    assert "warm-up" in window_reason(w) and "cuda init" in window_reason(w)
     assert w.startup_us > 200_000
     kinds = {p.what: p for p in w.startup}
     assert kinds["cuda_init"].time_us > 100_000
@@ -314,7 +324,8 @@ def test_no_kernels_uses_top_level_ops(tmp_path: Path) -> None:
         tr.t += 50
     w = find_window(tr.load(tmp_path), None)
     assert w.source == "detected" and len(w.steps) == 6
-    assert "top-level ops" in w.reason
+    assert isinstance(w.why, IterationsChosen) and w.why.tokens_kind == "top_level_ops"
+    assert "top-level ops" in window_reason(w)
 
 
 def test_one_kernel_is_the_whole_span(tmp_path: Path) -> None:
@@ -391,7 +402,8 @@ def test_slow_first_call_inside_the_first_iteration_is_a_detected_warmup(tmp_pat
     w = find_window(tr.load(tmp_path), None)
     assert w.source == "detected"
     assert len(w.excluded_steps) == 1 and len(w.steps) == 5
-    assert "warm-up" in w.reason and "autotune" in w.reason
+    assert isinstance(w.why, IterationsChosen) and w.why.warmup is not None and "autotune" in w.why.warmup.cold_kinds
+    assert "warm-up" in window_reason(w) and "autotune" in window_reason(w)
     assert {p.what: p.time_us for p in w.startup}["autotune"] == pytest.approx(8_000, abs=1)
 
 
@@ -438,5 +450,5 @@ def test_idle_delimited_loop_of_identical_kernels(tmp_path: Path) -> None:
             tr.op("aten::mm", "gemm", kernel_dur=5)
         tr.t += 5_000
     found = detect_iterations(tr.load(tmp_path), 0)
-    assert found is not None and "idle gaps" in found.what
+    assert found is not None and found.by_gaps
     assert len(found.spans) in (9, 10) and found.period_tokens == 8

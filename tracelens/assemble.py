@@ -30,6 +30,7 @@ from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
 from tracelens.domain import cut_name
+from tracelens.explain.window import window_reason
 from tracelens.model.peaks import infer_part
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, has_python_stacks, user_source, user_sources
@@ -230,7 +231,7 @@ def _window_info(ctx: AnalysisContext) -> WindowInfo:
         source=w.source,
         steps=len(w.steps),
         startup_us=w.startup_us,
-        reason=w.reason,
+        reason=window_reason(w),
         excluded_steps=tuple(s.index for s in w.excluded_steps),
         startup=tuple(StartupItem(p.what, p.time_us, p.count, cut_name(p.detail)) for p in w.startup),
     )

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from tracelens.domain import FRAGMENTATION_SHARE
@@ -185,6 +185,96 @@ def _device(snap: MemorySnapshot) -> int:
     return max(reserved, key=lambda d: (reserved[d], -d)) if reserved else 0
 
 
+def _at_peak(
+    entries: Sequence[TraceEntry], start_live: dict[int, _Live], end_live: dict[int, _Live], peak_i: int
+) -> tuple[dict[int, _Live], str]:
+    """The blocks alive at the peak (each with the entry that later freed it), and what
+    the program was running then."""
+    at_peak: dict[int, _Live] = dict(start_live)
+    for e in entries[: peak_i + 1]:
+        if e.action == _ALLOC:
+            at_peak[e.addr] = _Live(e.addr, e.size, e.frames, e.stream, e.pool_id, e.time_us, e, False)
+        elif e.action == _FREED:
+            at_peak.pop(e.addr, None)
+    if not entries:
+        at_peak = dict(end_live)
+    pending = dict(at_peak)
+    for e in entries[peak_i + 1 :]:
+        if e.action in ("free_requested", _FREED):
+            freed = pending.pop(e.addr, None)
+            if freed is not None:
+                freed.free = e
+    # What the program was running at the peak: the peak's own allocation's frames, else
+    # (an allocation with none: autograd's device thread, C++) the latest before it with a
+    # frame of the program's, which is the main thread's line (loss.backward(), say).
+    where = None
+    for e in entries[peak_i::-1] if 0 <= peak_i < len(entries) else ():
+        where = _user_frame(e.frames) or _library_frame(e.frames)
+        if where is not None:
+            break
+    peak_phase = f"{short_path(where.filename)}:{where.line} {where.name}" if where else ""
+    return at_peak, peak_phase
+
+
+def _by_category(
+    at_peak: dict[int, _Live], peak_res: int, peak_alloc: int
+) -> tuple[tuple[SnapshotCategory, ...], tuple[SnapshotSite, ...], dict[int, SnapshotCategoryName], int]:
+    """The peak by category and by source line: (categories, sites, each block's
+    category, the reserved memory free at the peak)."""
+    cats: dict[SnapshotCategoryName, list[int]] = defaultdict(lambda: [0, 0])
+    sites: dict[tuple[object, ...], _Site] = {}
+    cat_of: dict[int, SnapshotCategoryName] = {}
+    for live_b in at_peak.values():
+        c = category_of(live_b.alloc, live_b.frames, live_b.pool, live_b.free, live_b.predates)
+        cat_of[live_b.addr] = c
+        cats[c][0] += live_b.size
+        cats[c][1] += 1
+        user = _user_frame(live_b.frames)
+        lib = _library_frame(live_b.frames)
+        site = sites.get((user, lib))
+        if site is None:
+            site = sites[(user, lib)] = _Site(user, lib)
+        site.bytes += live_b.size
+        site.blocks += 1
+        site.by_category[c] += live_b.size
+    free_cached = max(peak_res - peak_alloc, 0)
+    if free_cached:
+        cats["cached_free"] = [free_cached, 0]
+    total = max(peak_res, peak_alloc, 1)
+    categories = tuple(
+        SnapshotCategory(category=c, bytes=v[0], share=v[0] / total, blocks=v[1])
+        for c, v in sorted(cats.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    )
+    site_out = tuple(
+        SnapshotSite(
+            source=_pysource(x.user) if x.user is not None else None,
+            library=_pysource(x.lib) if x.lib is not None else None,
+            bytes=x.bytes,
+            blocks=x.blocks,
+            category=max(x.by_category.items(), key=lambda kv: kv[1])[0],
+        )
+        for x in sorted(sites.values(), key=lambda x: -x.bytes)[:MAX_SITES]
+    )
+    return categories, site_out, cat_of, free_cached
+
+
+def _largest(
+    at_peak: dict[int, _Live], cat_of: dict[int, SnapshotCategoryName], t0: float | None
+) -> tuple[SnapshotBlock, ...]:
+    """The largest blocks alive at the peak."""
+    return tuple(
+        SnapshotBlock(
+            bytes=b.size,
+            requested=b.alloc.size if b.alloc is not None else b.size,
+            category=cat_of[b.addr],
+            stream=b.stream,
+            allocated_at_us=_rel(b.t, t0),
+            frames=_shown_frames(b.frames),
+        )
+        for b in sorted(at_peak.values(), key=lambda b: (-b.size, b.addr))[:MAX_LARGEST]
+    )
+
+
 def summarize_snapshot(snap: MemorySnapshot) -> SnapshotSummary:
     dev = _device(snap)
     segs = [s for s in snap.segments if s.device == dev]
@@ -262,76 +352,9 @@ def summarize_snapshot(snap: MemorySnapshot) -> SnapshotSummary:
         series_r.append(float(reserved))
     if not entries:
         peak_alloc, peak_res, max_res = end_allocated, end_reserved, end_reserved
-    # -- the blocks alive at the peak, with the entry that later freed each --------------
-    at_peak: dict[int, _Live] = dict(start_live)
-    for e in entries[: peak_i + 1]:
-        if e.action == _ALLOC:
-            at_peak[e.addr] = _Live(e.addr, e.size, e.frames, e.stream, e.pool_id, e.time_us, e, False)
-        elif e.action == _FREED:
-            at_peak.pop(e.addr, None)
-    if not entries:
-        at_peak = dict(end_live)
-    pending = dict(at_peak)
-    for e in entries[peak_i + 1 :]:
-        if e.action in ("free_requested", _FREED):
-            freed = pending.pop(e.addr, None)
-            if freed is not None:
-                freed.free = e
-    # What the program was running at the peak: the peak's own allocation's frames, else
-    # (an allocation with none: autograd's device thread, C++) the latest before it with a
-    # frame of the program's, which is the main thread's line (loss.backward(), say).
-    where = None
-    for e in entries[peak_i::-1] if 0 <= peak_i < len(entries) else ():
-        where = _user_frame(e.frames) or _library_frame(e.frames)
-        if where is not None:
-            break
-    peak_phase = f"{short_path(where.filename)}:{where.line} {where.name}" if where else ""
-    # -- by category and by source line -------------------------------------------------
-    cats: dict[SnapshotCategoryName, list[int]] = defaultdict(lambda: [0, 0])
-    sites: dict[tuple[object, ...], _Site] = {}
-    cat_of: dict[int, SnapshotCategoryName] = {}
-    for live_b in at_peak.values():
-        c = category_of(live_b.alloc, live_b.frames, live_b.pool, live_b.free, live_b.predates)
-        cat_of[live_b.addr] = c
-        cats[c][0] += live_b.size
-        cats[c][1] += 1
-        user = _user_frame(live_b.frames)
-        lib = _library_frame(live_b.frames)
-        site = sites.get((user, lib))
-        if site is None:
-            site = sites[(user, lib)] = _Site(user, lib)
-        site.bytes += live_b.size
-        site.blocks += 1
-        site.by_category[c] += live_b.size
-    free_cached = max(peak_res - peak_alloc, 0)
-    if free_cached:
-        cats["cached_free"] = [free_cached, 0]
-    total = max(peak_res, peak_alloc, 1)
-    categories = tuple(
-        SnapshotCategory(category=c, bytes=v[0], share=v[0] / total, blocks=v[1])
-        for c, v in sorted(cats.items(), key=lambda kv: (-kv[1][0], kv[0]))
-    )
-    site_out = tuple(
-        SnapshotSite(
-            source=_pysource(x.user) if x.user is not None else None,
-            library=_pysource(x.lib) if x.lib is not None else None,
-            bytes=x.bytes,
-            blocks=x.blocks,
-            category=max(x.by_category.items(), key=lambda kv: kv[1])[0],
-        )
-        for x in sorted(sites.values(), key=lambda x: -x.bytes)[:MAX_SITES]
-    )
-    largest = tuple(
-        SnapshotBlock(
-            bytes=b.size,
-            requested=b.alloc.size if b.alloc is not None else b.size,
-            category=cat_of[b.addr],
-            stream=b.stream,
-            allocated_at_us=_rel(b.t, t0),
-            frames=_shown_frames(b.frames),
-        )
-        for b in sorted(at_peak.values(), key=lambda b: (-b.size, b.addr))[:MAX_LARGEST]
-    )
+    at_peak, peak_phase = _at_peak(entries, start_live, end_live, peak_i)
+    categories, site_out, cat_of, free_cached = _by_category(at_peak, peak_res, peak_alloc)
+    largest = _largest(at_peak, cat_of, t0)
     timeline = _binned(series_t, series_a, series_r, "us" if t0 is not None else "entry") if entries else None
     span = (series_t[-1] - series_t[0]) if entries and t0 is not None else 0.0
     summary = SnapshotSummary(

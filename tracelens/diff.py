@@ -18,6 +18,7 @@ import datetime as _dt
 import math
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from typing import Literal
 
 import numpy as np
 
@@ -26,12 +27,22 @@ from tracelens.assemble import build_report
 from tracelens.derive.compare import Comparability, comparability
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.host_calls import blocking_call_rows, one_per_call
-from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name, fmt_us
+from tracelens.domain import ALLOC_APIS, LAUNCH_APIS, MEDIUM_SHARE, cut_name
+from tracelens.explain.diff import (
+    COUNTER_LABELS,
+    VerdictFacts,
+    blocking_text,
+    caveat_text,
+    environment_notes,
+    not_comparable_text,
+    verdict_text,
+)
+from tracelens.explain.window import window_reason
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
 from tracelens.predict.score import score
-from tracelens.report import CAUSES, Report, TraceInfo
+from tracelens.report import CAUSES, Report
 from tracelens.report.diff_report import (
     DIFF_SCHEMA_VERSION,
     CauseChange,
@@ -45,6 +56,7 @@ from tracelens.report.diff_report import (
     Verdict,
 )
 
+CounterUnit = Literal["count", "per_s", "us", "share"]
 #: The noise band of a per-step mean difference: this many standard errors (about 95%).
 NOISE_SIGMAS = 2.0
 #: Changes listed, largest first.
@@ -100,31 +112,23 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
         and not any(f.category.value == before_primary and f.share >= MEDIUM_SHARE for f in a.report.findings)
     )
     changes = _changes(b, a)
+    median_change = float(np.median(a.spans) - np.median(b.spans))
     verdict = Verdict(
         before_step_us=b.step_us,
         after_step_us=a.step_us,
         change_us=change,
         change_share=change / b.step_us if b.step_us > 0 else 0.0,
-        median_change_us=float(np.median(a.spans) - np.median(b.spans)),
+        median_change_us=median_change,
         noise_us=noise,
         within_noise=within,
         main_cause=main,
         before_primary=before_primary,
         after_primary=after_primary,
         primary_gone=gone,
-        text=_not_comparable_text(like.blocking, b, a)
+        text=not_comparable_text(like.blocking, b.step_us, a.step_us)
         if not like.comparable
-        else _verdict_text(
-            b,
-            a,
-            change,
-            noise,
-            within,
-            main,
-            before_primary,
-            gone,
-            changes,
-            float(np.median(a.spans) - np.median(b.spans)),
+        else verdict_text(
+            _verdict_facts(b, a, change, noise, within, main, before_primary, gone, changes, median_change)
         ),
     )
     verdict, checks = _scored(b, a, verdict)
@@ -136,13 +140,16 @@ def build_diff(before: TraceModel, after: TraceModel) -> DiffReport:
         generated_at=_dt.datetime.now(_dt.UTC).replace(microsecond=0).isoformat(),
         before=_side(b),
         after=_side(a),
-        notes=_environment_notes(b.report.trace, a.report.trace, b, a) + tuple(like.caveats),
+        notes=environment_notes(
+            b.report.trace, a.report.trace, (b.ctx.window.source, a.ctx.window.source), (b.steps, a.steps)
+        )
+        + tuple(caveat_text(c) for c in like.caveats),
         verdict=verdict,
         causes=causes,
         changes=changes,
         counters=_counters(b, a),
         comparable=like.comparable,
-        not_comparable=tuple(like.blocking),
+        not_comparable=tuple(blocking_text(x) for x in like.blocking),
     )
 
 
@@ -161,16 +168,6 @@ def _like_for_like(b: _Analysed, a: _Analysed) -> Comparability:
 
     return comparability(
         b.model, a.model, steps(b), steps(a), b.ctx.window.source == "steps", a.ctx.window.source == "steps"
-    )
-
-
-def _not_comparable_text(reasons: list[str], b: _Analysed, a: _Analysed) -> str:
-    """The verdict when the traces do not compare: what is wrong, and the step times only
-    as numbers (no faster, slower or "bottleneck gone")."""
-    why = "; ".join(reasons)
-    return (
-        f"Not like for like: {why[0].upper() + why[1:]}. The per-step numbers below ({fmt_us(b.step_us)} before, "
-        f"{fmt_us(a.step_us)} after) do not measure the change."
     )
 
 
@@ -195,7 +192,7 @@ def _side(x: _Analysed) -> Side:
     return Side(
         trace=x.report.trace,
         window_source=w.source,
-        window_reason=w.reason,
+        window_reason=window_reason(w),
         steps=x.steps,
         step_us=x.step_us,
         step_spread_us=float(np.std(x.spans, ddof=1)) if len(x.spans) > 1 else 0.0,
@@ -369,7 +366,9 @@ def _count_calls(x: _Analysed, predicate: object) -> float:
     return float((is_call & inside & names).sum()) / x.steps
 
 
-def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
+def _counter_values(b: _Analysed, a: _Analysed) -> dict[str, tuple[float, float, CounterUnit]]:
+    """Each counter (explain.diff.COUNTER_LABELS' ids) before and after, per step, and its unit."""
+
     def kernels(x: _Analysed) -> float:
         dev = x.ctx.ledger.primary
         return dev.n_activities / x.steps if dev else 0.0
@@ -384,74 +383,28 @@ def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
         dev = x.ctx.ledger.primary
         return dev.busy_us / dev.window_us if dev and dev.window_us else 0.0
 
-    out = [
-        Counter("GPU activities per step", kernels(b), kernels(a), "count"),
-        Counter("blocking syncs per step", syncs(b), syncs(a), "count"),
-        Counter(
-            "allocator calls per step",
-            _count_calls(b, ALLOC_APIS.__contains__),
-            _count_calls(a, ALLOC_APIS.__contains__),
-            "count",
-        ),
-        Counter(
-            "kernel launch calls per step",
+    def graph(n: str) -> bool:
+        return "GraphLaunch" in n
+
+    return {
+        "activities": (kernels(b), kernels(a), "count"),
+        "syncs": (syncs(b), syncs(a), "count"),
+        "alloc_calls": (_count_calls(b, ALLOC_APIS.__contains__), _count_calls(a, ALLOC_APIS.__contains__), "count"),
+        "launch_calls": (
             _count_calls(b, LAUNCH_APIS.__contains__),
             _count_calls(a, LAUNCH_APIS.__contains__),
             "count",
         ),
-        Counter(
-            "CUDA graph launches per step",
-            _count_calls(b, lambda n: "GraphLaunch" in n),
-            _count_calls(a, lambda n: "GraphLaunch" in n),
-            "count",
-        ),
-        Counter("GPU busy", busy(b), busy(a), "share"),
-    ]
-    return tuple(out)
+        "graph_launches": (_count_calls(b, graph), _count_calls(a, graph), "count"),
+        "busy": (busy(b), busy(a), "share"),
+    }
 
 
-def _environment_notes(tb: TraceInfo, ta: TraceInfo, b: _Analysed, a: _Analysed) -> tuple[str, ...]:
-    notes = []
-    if tb.gpu_name != ta.gpu_name:
-        notes.append(f"Different GPUs: {tb.gpu_name} before, {ta.gpu_name} after: the comparison is not like for like.")
-    for k in sorted(set(tb.versions) | set(ta.versions)):
-        vb, va = tb.versions.get(k, ""), ta.versions.get(k, "")
-        if vb and va and vb != va:
-            notes.append(f"{k} differs: {vb} before, {va} after.")
-    for flag, label in ((tb.has_shapes != ta.has_shapes, "record_shapes"),
-                        (tb.has_python_stacks != ta.has_python_stacks, "with_stack")):  # fmt: skip
-        if flag:
-            notes.append(f"Captured with different options ({label}): profiler overhead differs between the two.")
-    if b.ctx.window.source != a.ctx.window.source:
-        notes.append(
-            f"The windows were found differently ({b.ctx.window.source} before, {a.ctx.window.source} after): "
-            "compare per-step numbers with care."
-        )
-    if b.steps == 1 or a.steps == 1:
-        notes.append("One side has a single step: the step-to-step noise cannot be measured.")
-    return tuple(notes)
+def _counters(b: _Analysed, a: _Analysed) -> tuple[Counter, ...]:
+    return tuple(Counter(COUNTER_LABELS[k], vb, va, unit) for k, (vb, va, unit) in _counter_values(b, a).items())
 
 
-CAUSE_WORDS = {
-    "gpu_busy_compute": "compute-bound kernel time",
-    "gpu_busy_memory": "memory-bound kernel time",
-    "gpu_busy_latency": "latency-bound kernel time",
-    "gpu_busy_unknown": "unmodelled kernel time",
-    "gpu_busy_copy": "copy time",
-    "communication": "communication",
-    "host_sync": "GPU idle after host syncs",
-    "allocation": "allocator idle",
-    "compilation": "compile idle",
-    "profiler": "profiler overhead",
-    "harness": "benchmark-harness idle (cache flush, warm-up)",
-    "startup": "start-up idle (graph capture, first launches)",
-    "launch_overhead": "launch-overhead idle",
-    "host_bound": "host-bound idle",
-    "idle_other": "idle with work queued",
-}
-
-
-def _verdict_text(
+def _verdict_facts(
     b: _Analysed,
     a: _Analysed,
     change: float,
@@ -462,46 +415,29 @@ def _verdict_text(
     gone: bool,
     changes: tuple[Change, ...],
     median_change: float,
-) -> str:
-    if within:
-        head = (
-            f"Within noise: {fmt_us(b.step_us)} -> {fmt_us(a.step_us)} per step ({fmt_us(change)}, the step-to-step "
-            f"noise is ±{fmt_us(noise)})."
-        )
-    else:
-        word = "Faster" if change < 0 else "Slower"
-        median = ""
-        if b.steps > 2 and a.steps > 2 and abs(median_change - change) > 0.1 * abs(change):
-            median = f"; {fmt_us(abs(median_change))} between the median steps"
-        head = (
-            f"{word} by {fmt_us(abs(change))} per step on average ({abs(change) / b.step_us:.0%}): "
-            f"{fmt_us(b.step_us)} -> {fmt_us(a.step_us)}"
-            + (f", noise ±{fmt_us(noise)}" if noise > 0 else "")
-            + median
-            + "."
-        )
-    parts = [head]
-    if main == "launch_overhead" and not within:
-        launches = {c.label: c for c in _counters(b, a)}
-        k = launches["kernel launch calls per step"]
-        g = launches["CUDA graph launches per step"]
-        parts.append(
-            f"Mostly launch-overhead idle: kernel launch calls per step {k.before:,.0f} -> {k.after:,.0f}"
-            + (f", CUDA graph launches {g.before:,.0f} -> {g.after:,.0f}" if g.before or g.after else "")
-            + "."
-        )
-        main = None  # said
-    if main is not None and not within:
+) -> VerdictFacts:
+    """The numbers the verdict states, and the one change it names under the main cause
+    (of the kind that explains it: KIND_OF_CAUSE)."""
+    counts = _counter_values(b, a) if main == "launch_overhead" and not within else {}
+    k = counts.get("launch_calls", (0.0, 0.0, "count"))
+    g = counts.get("graph_launches", (0.0, 0.0, "count"))
+    top = None
+    if main is not None and main != "launch_overhead" and not within:
         want = KIND_OF_CAUSE.get(main, "kernel")
         same_way = [c for c in changes if (c.after_us - c.before_us) * change > 0]
         top = next((c for c in same_way if c.kind == want), same_way[0] if same_way else None)
-        detail = (
-            f"; the largest change underneath: {top.kind} {top.name[:80]} ({top.status}, "
-            f"{fmt_us(top.before_us)} -> {fmt_us(top.after_us)} per step)"
-            if top
-            else ""
-        )
-        parts.append(f"Mostly {CAUSE_WORDS.get(main, main)}{detail}.")
-    if before_primary is not None:
-        parts.append(f"The before's primary bottleneck ({before_primary}) is " + ("gone." if gone else "still there."))
-    return " ".join(parts)
+    return VerdictFacts(
+        before_step_us=b.step_us,
+        after_step_us=a.step_us,
+        change_us=change,
+        noise_us=noise,
+        within_noise=within,
+        median_change_us=median_change,
+        steps=(b.steps, a.steps),
+        main_cause=main,
+        before_primary=before_primary,
+        primary_gone=gone,
+        launch_calls=(k[0], k[1]),
+        graph_launches=(g[0], g[1]),
+        top_change=top,
+    )

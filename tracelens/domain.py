@@ -8,6 +8,7 @@ standard library only.
 from __future__ import annotations
 
 import math
+import re
 
 from tracelens.report.enums import Severity
 
@@ -199,6 +200,10 @@ def is_collective_wait_op(name: str) -> bool:
     return name.startswith(COLLECTIVE_WAIT_OPS)
 
 
+#: torch.profiler's step mark: a user annotation ProfilerStep#N per prof.step().
+PROFILER_STEP_PREFIX = "ProfilerStep#"
+#: A whole step mark's name, N captured.
+PROFILER_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
 #: Python frames of torch.profiler itself (prof.step(), start/stop, its event export): a
 #: gap the host spent in them is the profiler's cost, not the program's.
 PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autograd/profiler_util.py")
@@ -324,6 +329,8 @@ CAUSE_SHORT: dict[str, str] = {
 MAX_NAME_CHARS = 2000
 #: The op name a site carries when no aten op encloses its call (JSON sites[].ops).
 NO_ENCLOSING_OP = "(no enclosing op)"
+#: The longest kernel name a counter record keeps (template names reach tens of kB).
+MAX_COUNTER_NAME_CHARS = 4096
 #: Names longer than this are cut as the trace is read (start and end kept). The longest
 #: real names are C++ template kernels of about 5,100 characters; a 64 KB name is not a
 #: name but it would widen every fixed-width string array made from a name column.
@@ -345,14 +352,24 @@ def cut_middle(text: str, limit: int) -> str:
     return text[:head] + "…" + text[-(keep - head) :]
 
 
-def fmt_us(us: float) -> str:
-    """A duration in µs as people write it: 12 µs, 3.4 ms, 1.23 s."""
+def fmt_us(us: float, *, fine: bool = False) -> str:
+    """A duration in µs as people write it: 12 µs, 3.4 ms, 1.23 s (the one duration
+    formatter); `fine`: one decimal under 10 µs (4.2 µs), as tables of short kernels need."""
     us = float(us)
     if abs(us) >= 1e6:
         return f"{us / 1e6:.2f} s"
     if abs(us) >= 1e3:
         return f"{us / 1e3:.1f} ms"
+    if fine and abs(us) < 10:
+        return f"{us:.1f} µs"
     return f"{us:.0f} µs"
+
+
+def fmt_us_change(us: float) -> str:
+    """A signed change of a duration: +1.23 ms, -450 µs (a prediction's error)."""
+    sign = "-" if us < 0 else "+"
+    us = abs(us)
+    return f"{sign}{us / 1e3:.2f} ms" if us >= 1e3 else f"{sign}{us:.0f} µs"
 
 
 def pct(share: float) -> str:

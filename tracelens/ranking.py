@@ -22,13 +22,14 @@ from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
-from tracelens.explain.base import where as where_in
+from tracelens.explain.headline import first_fix, prediction_sentence, unprofiled_sentence
 from tracelens.explain.power_throttle import machine_headline
+from tracelens.explain.window import window_reason
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
 from tracelens.report.enums import WHOLE_UNITS, Category, QuestionId, QuestionStatus, Severity
-from tracelens.report.findings import Finding, Prediction
+from tracelens.report.findings import Finding
 
 
 @dataclass(frozen=True)
@@ -429,7 +430,7 @@ STARTUP_NOTE_SHARE = 0.05
 def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     dev = ctx.ledger.primary
     win = ctx.window
-    out = [f"Analysed window: {win.reason.rstrip('.')}."]
+    out = [f"Analysed window: {window_reason(win).rstrip('.')}."]
     if win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us:
         parts = ", ".join(f"{p.what.replace('_', ' ')} {fmt_us(p.time_us)}" for p in win.startup[:4])
         out.append(
@@ -543,6 +544,46 @@ def _no_gpu_headline(ctx: AnalysisContext) -> str:
     return "No GPU activity to analyse."
 
 
+def _no_finding_headline(ctx: AnalysisContext, findings: list[Finding], startup: float) -> str:
+    """The headline when no finding leads: start-up dominates, or the GPU's busy share and
+    its largest part (a machine condition first, a replayed graph's latency-bound time)."""
+    dev = ctx.ledger.primary
+    headline = _no_gpu_headline(ctx)
+    if startup >= STARTUP_WINDOW_SHARE:
+        headline = (
+            f"{startup:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
+            "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
+            "state (later steps, or the engine's serving loop) to see what limits it."
+        )
+    elif dev is not None and dev.window_us > 0:
+        biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
+        headline = (
+            f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
+            f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
+            f"would gain {MEDIUM_SHARE:.0%} or more of it."
+        )
+        capped = next(
+            (
+                f
+                for f in findings
+                if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE
+            ),
+            None,
+        )
+        if capped is not None:
+            headline = f"{machine_headline(capped)} {headline}"
+        replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
+        if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
+            # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
+            # its time is the graph's own latency-bound kernels.
+            headline += (
+                " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
+                "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
+                "shortens the step."
+            )
+    return headline
+
+
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     top = primary_finding(findings, ctx.window_us, ctx.n_steps if ctx.unit == "step" else 1)
     dev = ctx.ledger.primary
@@ -552,39 +593,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     if startup >= STARTUP_WINDOW_SHARE:
         top = None
     if top is None:
-        headline = _no_gpu_headline(ctx)
-        if startup >= STARTUP_WINDOW_SHARE:
-            headline = (
-                f"{startup:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
-                "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
-                "state (later steps, or the engine's serving loop) to see what limits it."
-            )
-        elif dev is not None and dev.window_us > 0:
-            biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
-            headline = (
-                f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
-                f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
-                f"would gain {MEDIUM_SHARE:.0%} or more of it."
-            )
-            capped = next(
-                (
-                    f
-                    for f in findings
-                    if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE
-                ),
-                None,
-            )
-            if capped is not None:
-                headline = f"{machine_headline(capped)} {headline}"
-            replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
-            if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
-                # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
-                # its time is the graph's own latency-bound kernels.
-                headline += (
-                    " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
-                    "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
-                    "shortens the step."
-                )
+        headline = _no_finding_headline(ctx, findings, startup)
         return Summary(
             primary=None,
             headline=headline,
@@ -678,46 +687,3 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     )
 
 
-def unprofiled_sentence(unit: str, step: float, now: float, after: float) -> str:
-    """What the profiler's own host time changes (derive/profiler_cost.py): the step as the
-    user sees it without the profiler, now and after the fix."""
-    what = "the window" if unit == "window" else f"the {unit}"
-    return (
-        f"Without the profiler (its own host time here is about {fmt_us(step - now)} of the {fmt_us(step)}, "
-        f"estimated from the events it recorded) {what} takes about {fmt_us(now)}, and about {fmt_us(after)} "
-        f"after the fix: {fmt_us(now - after)} saved."
-    )
-
-
-#: A predicted step is given as a range when its ends differ by more than this share.
-RANGE_SHARE = 0.02
-
-
-def prediction_sentence(
-    unit: str, step: float, predicted: float, low: float, high: float, pred: Prediction, blockers: str = ""
-) -> str:
-    """The headline's falsifiable end: what the step should take after the first fix, and
-    how to check it (predicted, then measured)."""
-    what = "the window" if unit == "window" else f"the {unit}"
-    rng = f" ({fmt_us(low)} to {fmt_us(high)})" if high - low > RANGE_SHARE * max(predicted, 1e-9) else ""
-    how = "replayed from this trace" if pred.basis == "replay" else "estimated"
-    part = f"; the gain is {pred.part}" if pred.part else ""
-    after = f" and the {blockers} fix" if blockers else ""
-    return (
-        f"After it{after} {what} should take about {fmt_us(predicted)}{rng} instead of {fmt_us(step)} ({how}{part}); "
-        "check with `tracelens diff` on a new capture."
-    )
-
-
-def first_fix(blocker: Finding) -> str:
-    """The blocker's fix in a few words, with what and where (for the headline)."""
-    if blocker.category == Category.HOST_SYNC:
-        calls = list(dict.fromkeys(s.description.split(" (", 1)[0].split(":", 1)[0] for s in blocker.sites))
-        where = f" {where_in(blocker.sources[0])}" if blocker.sources else ""
-        what = ", ".join([c for c in calls if c and c not in ("exec()", "<module>")][:3])
-        return f"remove the host syncs{f' ({what})' if what else ''}{where}"
-    if blocker.category == Category.COMPILATION:
-        return "remove the graph breaks"
-    if blocker.category == Category.SHAPE_DYNAMISM:
-        return "make the input shapes static (pad or bucket them)"
-    return blocker.title

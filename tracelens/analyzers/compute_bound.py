@@ -42,6 +42,8 @@ class ComputeFacts:
     #: with fp16 tensor cores but neither TF32 nor bf16 (issue 24 §7), not TF32's.
     amp_fp16: bool = False
     gpu: str = ""  # the peaks' name
+    #: The issue-bound kernels on ATen's non-vectorised path, by name (their sites say so).
+    non_vectorised: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,7 @@ def _compute_finding(ctx: AnalysisContext, roof: Roofline) -> Found[ComputeFacts
         has_fp8=bool(roof.peaks.flops.get("fp8")),
         amp_fp16=amp_fp16,
         gpu=roof.peaks.name,
+        non_vectorised=frozenset(r.name for r in strided),
     )
     return Found(
         category=Category.COMPUTE_BOUND,

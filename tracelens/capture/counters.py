@@ -326,6 +326,38 @@ def _run_child(cmd: list[str], out_path: Path, timeout_s: float) -> tuple[int | 
     return proc.returncode, ""
 
 
+def _counters_data(
+    backend: str,
+    tool: str,
+    metrics: list[str],
+    done: dict[str, Any],
+    window: Limits,
+    seconds: float,
+    kernels: list[Any],
+) -> dict[str, Any]:
+    """What the pass measured, as the trace's `tracelens_counters` value."""
+    first, last = done.get("first_step"), done.get("last_step")
+    return {
+        "format": COUNTERS_FORMAT,
+        "source": backend,
+        "tool": tool,
+        "metrics": metrics or list(KINETO_METRICS),
+        "steps": [first, last] if isinstance(first, int) and isinstance(last, int) else None,
+        "window": {
+            "mode": window.mode.value,
+            "first_step": window.warmup_steps,
+            "steps": window.steps,
+            "window_s": list(window.window_s) if window.window_s else None,
+        },
+        "replay": "kernel",
+        "cache_control": "all" if backend == "ncu" else "none",
+        "clock_control": "none" if backend == "ncu" else "default",
+        "seconds": seconds,
+        "notes": [],
+        "kernels": kernels,
+    }
+
+
 def run_counters_pass(
     target: str,
     args: list[str],
@@ -420,27 +452,8 @@ def run_counters_pass(
                     why += f"; it said: {tail[:400]}"
             result.notes.append(f"no counters: {why}" + (f"; the pass's output is in {log}" if log else ""))
             return result
-        first, last = done.get("first_step"), done.get("last_step")
         seconds = round(time.perf_counter() - t0, 1)
-        result.data = {
-            "format": COUNTERS_FORMAT,
-            "source": backend,
-            "tool": tool,
-            "metrics": metrics or list(KINETO_METRICS),
-            "steps": [first, last] if isinstance(first, int) and isinstance(last, int) else None,
-            "window": {
-                "mode": window.mode.value,
-                "first_step": window.warmup_steps,
-                "steps": window.steps,
-                "window_s": list(window.window_s) if window.window_s else None,
-            },
-            "replay": "kernel",
-            "cache_control": "all" if backend == "ncu" else "none",
-            "clock_control": "none" if backend == "ncu" else "default",
-            "seconds": seconds,
-            "notes": [],
-            "kernels": kernels,
-        }
+        result.data = _counters_data(backend, tool, metrics, done, window, seconds, kernels)
         if backend == "ncu" and len(kernels) >= max_kernels:
             result.data["notes"].append(
                 f"the first {max_kernels:,} kernels of the steps were measured (--launch-count)"

@@ -36,7 +36,7 @@ import numpy as np
 
 from tracelens.domain import dtype_bytes, is_collective_kernel, is_collective_wait_op
 from tracelens.model.schema import CommArgs, Kind
-from tracelens.model.trace import TraceModel, name_matches
+from tracelens.model.trace import HostArrays, TraceModel, name_matches
 
 #: Collective kinds by name fragment (lower case, underscores removed), in match order.
 _KIND_MARKERS = (
@@ -53,6 +53,9 @@ _KIND_MARKERS = (
     ("gather", "gather"),
     ("scatter", "scatter"),
 )
+#: Collectives whose ranks finish together (used to align clocks). A broadcast or a
+#: point-to-point send can end on the sender before the receiver has it.
+SYNC_KINDS = frozenset({"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier", "send_recv"})
 
 
 def collective_kind(name: str) -> str:
@@ -166,33 +169,15 @@ def _backend_of(names: list[str], has_kernels: bool, dist_backend: str) -> str:
     return dist_backend
 
 
-def _build(model: TraceModel) -> Collectives:
+def _kernel_owners(
+    model: TraceModel, root_of: dict[int, int], members: dict[int, list[int]]
+) -> tuple[dict[int, list[int]], list[int], np.ndarray]:
+    """Collective kernels, attached to the call whose op launched them: (call root ->
+    its kernels, kernels with no call, every collective kernel's row). An op that is no
+    c10d one but launched one (vLLM's symm_mem) becomes a call: `root_of` and `members`
+    gain it."""
     host = model.host
-    names = model.arrays
-    dist = model.meta.metadata.get("distributedInfo")
-    dist_backend = str(dist.get("backend", "") or "") if isinstance(dist, dict) else ""
-    kind_col = host["kind"].to_numpy()
-    is_opish = np.isin(kind_col, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
-    comm_mask = is_opish & name_matches(host["name"], is_collective_wait_op)
-    comm_rows = np.flatnonzero(comm_mask)
-    parent = names.parent_list
-    in_comm = set(comm_rows.tolist())
-    root_of: dict[int, int] = {}
-    for r in comm_rows.tolist():
-        x = r
-        while parent[x] >= 0 and parent[x] in in_comm:
-            x = parent[x]
-        root_of[r] = x
-    members: dict[int, list[int]] = {}
-    for r, root in root_of.items():
-        members.setdefault(root, []).append(r)
-
-    ext = host["external_id"].to_numpy()
-    ts, end, tid = host["ts"].to_numpy(), host["end"].to_numpy(), host["tid"].to_numpy()
-    host_args = {a.external_id: a for a in model.comm_args if not a.on_gpu and a.external_id >= 0}
-    gpu_args = {a.correlation: a for a in model.comm_args if a.on_gpu and a.correlation >= 0}
-
-    # Collective kernels, attached to the call whose op launched them.
+    parent = model.arrays.parent_list
     gpu = model.gpu
     kern = gpu[(gpu["kind"] == Kind.KERNEL).to_numpy() & name_matches(gpu["name"], is_collective_kernel)]
     k_rows = kern.index.to_numpy()
@@ -221,7 +206,65 @@ def _build(model: TraceModel) -> Collectives:
             kernels_of.setdefault(owner, []).append(k)
         else:
             orphans.append(k)
+    return kernels_of, orphans, k_rows
 
+
+def _gloo_exchanges(
+    names: HostArrays,
+    ts: np.ndarray,
+    calls: list[dict[str, Any]],
+    kernels_of: dict[int, list[int]],
+    gloo_workers: list[int],
+) -> dict[int, int]:
+    """gloo's worker ops, in start order, to the oldest call of their kind issued before
+    them that has no exchange yet (call root -> worker op row); a worker op whose call was
+    issued before the trace began becomes a call of its own (appended to `calls`)."""
+    exchange_of: dict[int, int] = {}
+    if gloo_workers:
+        pending: dict[str, list[int]] = {}
+        for c in sorted(calls, key=lambda c: float(ts[c["root"]])):
+            if c["root"] not in kernels_of:
+                rn = [names.name(r) for r in c["rows"]]
+                pending.setdefault(_kind_of(_naming_row_name(rn), c["rec"]), []).append(c["root"])
+        for g in sorted(gloo_workers, key=lambda r: float(ts[r])):
+            queue = pending.get(collective_kind(names.name(g)), [])
+            while queue and exchange_of.get(queue[0], -1) >= 0:
+                queue.pop(0)
+            if queue and float(ts[queue[0]]) <= float(ts[g]):
+                exchange_of[queue.pop(0)] = g
+            else:  # its op was issued before the trace began: a call of its own
+                calls.append({"root": g, "rows": [g], "rec": None, "gloo_only": True})
+    return exchange_of
+
+
+def _build(model: TraceModel) -> Collectives:
+    host = model.host
+    names = model.arrays
+    dist = model.meta.metadata.get("distributedInfo")
+    dist_backend = str(dist.get("backend", "") or "") if isinstance(dist, dict) else ""
+    kind_col = host["kind"].to_numpy()
+    is_opish = np.isin(kind_col, [int(Kind.CPU_OP), int(Kind.USER_ANNOTATION)])
+    comm_mask = is_opish & name_matches(host["name"], is_collective_wait_op)
+    comm_rows = np.flatnonzero(comm_mask)
+    parent = names.parent_list
+    in_comm = set(comm_rows.tolist())
+    root_of: dict[int, int] = {}
+    for r in comm_rows.tolist():
+        x = r
+        while parent[x] >= 0 and parent[x] in in_comm:
+            x = parent[x]
+        root_of[r] = x
+    members: dict[int, list[int]] = {}
+    for r, root in root_of.items():
+        members.setdefault(root, []).append(r)
+
+    ext = host["external_id"].to_numpy()
+    ts, end, tid = host["ts"].to_numpy(), host["end"].to_numpy(), host["tid"].to_numpy()
+    host_args = {a.external_id: a for a in model.comm_args if not a.on_gpu and a.external_id >= 0}
+    gpu_args = {a.correlation: a for a in model.comm_args if a.on_gpu and a.correlation >= 0}
+
+    gpu = model.gpu
+    kernels_of, orphans, k_rows = _kernel_owners(model, root_of, members)
     calls: list[dict[str, Any]] = []
     waits = 0
     gloo_workers: list[int] = []
@@ -241,24 +284,7 @@ def _build(model: TraceModel) -> Collectives:
             continue
         calls.append({"root": root, "rows": rows, "rec": rec})
 
-    # gloo's worker ops, in start order, to the oldest call of their kind issued before
-    # them that has no exchange yet.
-    exchange_of: dict[int, int] = {}
-    if gloo_workers:
-        pending: dict[str, list[int]] = {}
-        for c in sorted(calls, key=lambda c: float(ts[c["root"]])):
-            if c["root"] not in kernels_of:
-                rn = [names.name(r) for r in c["rows"]]
-                pending.setdefault(_kind_of(_naming_row_name(rn), c["rec"]), []).append(c["root"])
-        for g in sorted(gloo_workers, key=lambda r: float(ts[r])):
-            queue = pending.get(collective_kind(names.name(g)), [])
-            while queue and exchange_of.get(queue[0], -1) >= 0:
-                queue.pop(0)
-            if queue and float(ts[queue[0]]) <= float(ts[g]):
-                exchange_of[queue.pop(0)] = g
-            else:  # its op was issued before the trace began: a call of its own
-                calls.append({"root": g, "rows": [g], "rec": None, "gloo_only": True})
-
+    exchange_of = _gloo_exchanges(names, ts, calls, kernels_of, gloo_workers)
     g_ts, g_end = gpu["ts"].to_numpy(), gpu["end"].to_numpy()
     g_dev, g_stream, g_corr = gpu["device"].to_numpy(), gpu["stream"].to_numpy(), gpu["correlation"].to_numpy()
     out: list[Call] = []

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -126,13 +127,61 @@ def little_in_common(overlap: tuple[float, float, float | None]) -> bool:
     return k < LITTLE_IN_COMMON and o < LITTLE_IN_COMMON and (f is None or f < SAME_FUNCTIONS_MIN)
 
 
+Side = Literal["before", "after"]
+#: Overlaps of two programs: (kernel GPU time, top-level ops with shapes, source
+#: functions or None when neither has stacks), each a share in [0, 1].
+Overlap = tuple[float, float, float | None]
+
+
+@dataclass(frozen=True)
+class GpuOnOneSide:
+    """One trace has GPU activity (`gpu_us` of it) and the other, `without`, none."""
+
+    without: Side
+    gpu_us: float
+
+
+@dataclass(frozen=True)
+class DifferentPrograms:
+    """The two traces' programs barely overlap (blocking)."""
+
+    overlap: Overlap
+
+
+@dataclass(frozen=True)
+class LittleInCommon:
+    """The two traces overlap little, but not so little that they are different programs."""
+
+    overlap: Overlap
+
+
+@dataclass(frozen=True)
+class StepsMarkedOnOneSide:
+    """Only `marked` marks its steps (ProfilerStep); the other's steps were detected."""
+
+    marked: Side
+
+
+@dataclass(frozen=True)
+class StepsStructuredDifferently:
+    """Median top-level ops per step, before and after, far apart."""
+
+    ops_before: float
+    ops_after: float
+
+
+Blocking = GpuOnOneSide | DifferentPrograms
+Caveat = LittleInCommon | StepsMarkedOnOneSide | StepsStructuredDifferently
+
+
 @dataclass
 class Comparability:
-    """What keeps two traces from comparing like for like."""
+    """What keeps two traces from comparing like for like (typed facts; explain/diff.py
+    words them)."""
 
-    blocking: list[str] = field(default_factory=list)  # the diff's numbers mean nothing
-    caveats: list[str] = field(default_factory=list)  # they stand, with this said
-    overlap: tuple[float, float, float | None] = (0.0, 0.0, None)
+    blocking: list[Blocking] = field(default_factory=list)  # the diff's numbers mean nothing
+    caveats: list[Caveat] = field(default_factory=list)  # they stand, with this said
+    overlap: Overlap = (0.0, 0.0, None)
 
     @property
     def comparable(self) -> bool:
@@ -152,34 +201,16 @@ def comparability(
     out = Comparability()
     sb, sa = program_signature(before), program_signature(after)
     if (sb.gpu_us > 0) != (sa.gpu_us > 0):
-        side, other = ("after", "before") if sb.gpu_us > 0 else ("before", "after")
-        gpu_ms = max(sb.gpu_us, sa.gpu_us) / 1e3
-        out.blocking.append(
-            f"the {side} trace has no GPU activity and the {other} has {gpu_ms:,.1f} ms: "
-            f"the {side} run did not use the GPU (a CPU fallback, a failed capture, CUDA_VISIBLE_DEVICES) or its "
-            "trace lost the GPU events (recorded without ProfilerActivity.CUDA)"
-        )
+        out.blocking.append(GpuOnOneSide("after" if sb.gpu_us > 0 else "before", max(sb.gpu_us, sa.gpu_us)))
     ov = signature_overlap(sb, sa)
     out.overlap = ov
-    k, o, f = ov
-    said = (
-        f"{k:.0%} of their GPU time is in kernels both have, {o:.0%} of their top-level ops (with shapes) are shared"
-        + (f", {f:.0%} of their source functions" if f is not None else "")
-    )
     if not out.blocking and different_programs(ov):
-        out.blocking.append(f"the two traces look like different programs: {said}")
+        out.blocking.append(DifferentPrograms(ov))
     elif not out.blocking and little_in_common(ov):
-        out.caveats.append(f"The two traces have little in common ({said}): check that they run the same program.")
+        out.caveats.append(LittleInCommon(ov))
     if marked_before != marked_after:
-        with_steps = "before" if marked_before else "after"
-        out.caveats.append(
-            f"Only the {with_steps} trace marks its steps (ProfilerStep): the other's steps were detected, so "
-            "per-step numbers compare different units."
-        )
+        out.caveats.append(StepsMarkedOnOneSide("before" if marked_before else "after"))
     ops_b, ops_a = steps_before[2], steps_after[2]
     if ops_b > 0 and ops_a > 0 and max(ops_b, ops_a) / min(ops_b, ops_a) > STEP_OPS_RATIO:
-        out.caveats.append(
-            f"The steps are structured differently: {ops_b:,.0f} top-level ops per step before, {ops_a:,.0f} after; "
-            "if the change did not restructure the step on purpose, the windows may not be the same loop."
-        )
+        out.caveats.append(StepsStructuredDifferently(ops_b, ops_a))
     return out

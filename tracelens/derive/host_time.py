@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from tracelens.derive.intervals import merge_intervals, overlap, subtract
-from tracelens.domain import is_collective_wait_op
+from tracelens.domain import PROFILER_STEP_PREFIX, is_collective_wait_op
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
 
@@ -83,7 +83,8 @@ def main_thread(model: TraceModel) -> int | None:
     host = model.host
     kind = host["kind"].to_numpy()
     tids = host["tid"].to_numpy()
-    steps = (kind == int(Kind.USER_ANNOTATION)) & name_matches(host["name"], lambda n: n.startswith("ProfilerStep#"))
+    is_step = name_matches(host["name"], lambda n: n.startswith(PROFILER_STEP_PREFIX))
+    steps = (kind == int(Kind.USER_ANNOTATION)) & is_step
     found: int | None = None
     if steps.any():
         vals, counts = np.unique(tids[steps], return_counts=True)

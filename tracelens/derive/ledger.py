@@ -49,6 +49,7 @@ the GPU ran dry:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -217,6 +218,41 @@ class Ledger:
 # -- the ledger ----------------------------------------------------------------------------
 
 
+def _busy_classes(
+    act: pd.DataFrame,
+    rows: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    is_comm: np.ndarray,
+    bounds: Mapping[str, str],
+    latency_rows: np.ndarray | None,
+) -> dict[str, np.ndarray]:
+    """A device's busy time by class (BUSY_CAUSES), exclusive, in precedence order: each
+    kernel by its name's bound (latency-bound launches apart), copies, collectives."""
+    kind = act["kind"].to_numpy()
+    cls = np.full(len(act), "gpu_busy_unknown", dtype=object)
+    knames = act["name"].astype(str).to_numpy()
+    bound_cache: dict[str, str] = {}
+    for i in np.flatnonzero(kind == int(Kind.KERNEL)):
+        nm = knames[i]
+        b = bound_cache.get(nm)
+        if b is None:
+            b = bound_cache[nm] = _BOUND_CLASS.get(bounds.get(nm, "unknown"), "gpu_busy_unknown")
+        cls[i] = b
+    if latency_rows is not None and len(latency_rows):
+        cls[np.isin(rows, latency_rows) & (kind == int(Kind.KERNEL))] = "gpu_busy_latency"
+    cls[kind != int(Kind.KERNEL)] = "gpu_busy_copy"
+    cls[is_comm] = "communication"
+    busy_classes: dict[str, np.ndarray] = {}
+    higher = np.empty((0, 2))
+    for c in BUSY_CAUSES:
+        sel = cls == c
+        iv = merge_intervals(starts[sel], ends[sel]) if sel.any() else np.empty((0, 2))
+        busy_classes[c] = subtract(iv, higher)
+        higher = union(higher, iv)
+    return busy_classes
+
+
 def compute_ledger(
     model: TraceModel,
     window: Window,
@@ -287,29 +323,8 @@ def compute_ledger(
         busy = merge_intervals(starts, ends)
         busy_us = total(busy)
 
-        # Busy time by class, exclusive, in precedence order.
-        kind = act["kind"].to_numpy()
         is_comm = comm_gpu[rows]
-        cls = np.full(len(act), "gpu_busy_unknown", dtype=object)
-        knames = act["name"].astype(str).to_numpy()
-        bound_cache: dict[str, str] = {}
-        for i in np.flatnonzero(kind == int(Kind.KERNEL)):
-            nm = knames[i]
-            b = bound_cache.get(nm)
-            if b is None:
-                b = bound_cache[nm] = _BOUND_CLASS.get(bounds.get(nm, "unknown"), "gpu_busy_unknown")
-            cls[i] = b
-        if latency_rows is not None and len(latency_rows):
-            cls[np.isin(rows, latency_rows) & (kind == int(Kind.KERNEL))] = "gpu_busy_latency"
-        cls[kind != int(Kind.KERNEL)] = "gpu_busy_copy"
-        cls[is_comm] = "communication"
-        busy_classes: dict[str, np.ndarray] = {}
-        higher = np.empty((0, 2))
-        for c in BUSY_CAUSES:
-            sel = cls == c
-            iv = merge_intervals(starts[sel], ends[sel]) if sel.any() else np.empty((0, 2))
-            busy_classes[c] = subtract(iv, higher)
-            higher = union(higher, iv)
+        busy_classes = _busy_classes(act, rows, starts, ends, is_comm, bounds, latency_rows)
         comm_total = total(merge_intervals(starts[is_comm], ends[is_comm])) if is_comm.any() else 0.0
         comm_overlapped = comm_total - total(busy_classes["communication"])
 

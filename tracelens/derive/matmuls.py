@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from tracelens.domain import DTYPE_BYTES, DTYPE_SHORT
+from tracelens.domain import DTYPE_BYTES, DTYPE_SHORT, SHORT_DTYPE_BYTES
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -120,7 +120,7 @@ def gemm_from_name(kernel: str) -> GemmName | None:
     if not dtype or "ffma" in low or "simt" in low:
         return None
     align = _ALIGN_RE.search(low)
-    item = {"bf16": 2, "fp16": 2, "fp32": 4}.get(dtype, 1)
+    item = SHORT_DTYPE_BYTES.get(dtype, 1)
     return GemmName(dtype, parse_tile(kernel), int(align.group(1)) if align else 0, item)
 
 

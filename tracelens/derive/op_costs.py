@@ -369,6 +369,64 @@ def op_cost(
     return known[key]
 
 
+def _conv_cost(
+    name: str,
+    shapes: dict[str, Any],
+    tensors: list[TensorArg],
+    in_bytes: float,
+    dtype: str,
+    conv_output: list[int] | None,
+) -> OpCost | None:
+    """A forward convolution: its FLOPs from the input, weight and output sizes."""
+    dims = shapes.get("Input Dims") or []
+    if len(dims) < 2 or not (isinstance(dims[0], list) and isinstance(dims[1], list)):
+        return None
+    x, w = dims[0], dims[1]
+    if len(x) != 4 or len(w) != 4:
+        return None
+    n, _c, h, wd = x
+    k, cg, r, s_ = w
+    # stride, padding, dilation are needed for the output size; traces before ~2023
+    # have no Concrete Inputs, and guessing stride 1 overcounts strided convolutions.
+    hw = _conv_output_hw(shapes, name, h, wd, r, s_)
+    if hw is None and conv_output is not None and len(conv_output) == 4 and conv_output[:2] == [n, k]:
+        hw = (conv_output[2], conv_output[3])
+    if hw is None:
+        return None
+    ho, wo = hw
+    flops = 2.0 * n * k * ho * wo * cg * r * s_
+    item = tensors[0][1]
+    return OpCost(flops, in_bytes + n * k * ho * wo * item, dtype, True, "conv")
+
+
+def _attention_cost(
+    name: str, shapes: dict[str, Any], tensors: list[TensorArg], in_bytes: float, dtype: str
+) -> OpCost | None:
+    """Scaled-dot-product attention, forward or backward (causal halves the FLOPs)."""
+    dims = shapes.get("Input Dims") or []
+    start = 1 if name in ATTENTION_BWD and len(dims) > 3 else 0  # backward: grad_out first
+    q, k = (dims[start], dims[start + 1]) if len(dims) > start + 1 else ([], [])
+    if len(q) != 4 or len(k) != 4:
+        return None
+    if name in BSHD_ATTENTION:
+        b, lq, h, d = q
+        lk = k[1]
+    else:
+        b, h, lq, d = q
+        lk = k[2]
+    conc = [str(c) for c in (shapes.get("Concrete Inputs") or [])]
+    pos = CAUSAL_ARG.get(name)
+    if pos is not None and pos < len(conc) and conc[pos] != "":
+        causal = conc[pos] == "True" or (conc[pos].isdigit() and conc[pos] != "0")
+    else:
+        causal = any(c == "True" for c in conc)
+    flops = 4.0 * b * h * lq * lk * d * (0.5 if causal else 1.0)
+    if name in ATTENTION_BWD:
+        return OpCost(flops * ATTENTION_BWD_FACTOR, in_bytes + in_bytes, dtype, True, "attention")
+    out_bytes = b * h * lq * d * tensors[0][1]
+    return OpCost(flops, in_bytes + out_bytes, dtype, True, "attention")
+
+
 def _op_cost(
     op: str,
     shapes: dict[str, Any],
@@ -392,50 +450,11 @@ def _op_cost(
     in_bytes = float(sum(n * b for n, b, *_ in tensors))
     biggest = max(tensors, key=lambda t: t[0])
     if name in CONV:
-        dims = shapes.get("Input Dims") or []
-        if len(dims) < 2 or not (isinstance(dims[0], list) and isinstance(dims[1], list)):
-            return None
-        x, w = dims[0], dims[1]
-        if len(x) != 4 or len(w) != 4:
-            return None
-        n, _c, h, wd = x
-        k, cg, r, s_ = w
-        # stride, padding, dilation are needed for the output size; traces before ~2023
-        # have no Concrete Inputs, and guessing stride 1 overcounts strided convolutions.
-        hw = _conv_output_hw(shapes, name, h, wd, r, s_)
-        if hw is None and conv_output is not None and len(conv_output) == 4 and conv_output[:2] == [n, k]:
-            hw = (conv_output[2], conv_output[3])
-        if hw is None:
-            return None
-        ho, wo = hw
-        flops = 2.0 * n * k * ho * wo * cg * r * s_
-        item = tensors[0][1]
-        return OpCost(flops, in_bytes + n * k * ho * wo * item, dtype, True, "conv")
+        return _conv_cost(name, shapes, tensors, in_bytes, dtype, conv_output)
     if name in CONV_BWD:
         return _conv_backward_cost(name, shapes, tensors)
     if name in ATTENTION_FWD or name in ATTENTION_BWD:
-        dims = shapes.get("Input Dims") or []
-        start = 1 if name in ATTENTION_BWD and len(dims) > 3 else 0  # backward: grad_out first
-        q, k = (dims[start], dims[start + 1]) if len(dims) > start + 1 else ([], [])
-        if len(q) != 4 or len(k) != 4:
-            return None
-        if name in BSHD_ATTENTION:
-            b, lq, h, d = q
-            lk = k[1]
-        else:
-            b, h, lq, d = q
-            lk = k[2]
-        conc = [str(c) for c in (shapes.get("Concrete Inputs") or [])]
-        pos = CAUSAL_ARG.get(name)
-        if pos is not None and pos < len(conc) and conc[pos] != "":
-            causal = conc[pos] == "True" or (conc[pos].isdigit() and conc[pos] != "0")
-        else:
-            causal = any(c == "True" for c in conc)
-        flops = 4.0 * b * h * lq * lk * d * (0.5 if causal else 1.0)
-        if name in ATTENTION_BWD:
-            return OpCost(flops * ATTENTION_BWD_FACTOR, in_bytes + in_bytes, dtype, True, "attention")
-        out_bytes = b * h * lq * d * tensors[0][1]
-        return OpCost(flops, in_bytes + out_bytes, dtype, True, "attention")
+        return _attention_cost(name, shapes, tensors, in_bytes, dtype)
     out_bytes = biggest[0] * biggest[1]
     inplace = name.endswith("_")
     if op.startswith(("triton_poi_", "triton_red_", "triton_per_")):

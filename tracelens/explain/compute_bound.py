@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.compute_bound import AMP_MATMUL_SAVING, ComputeFacts, Fp32Facts
-from tracelens.derive.kernel_models import legacy_coefficients
 from tracelens.derive.roofline import KernelRoof
 from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
@@ -20,13 +19,13 @@ LABELS = {
 }
 
 
-def kernel_text(r: KernelRoof) -> str:
+def kernel_text(r: KernelRoof, non_vectorised: frozenset[str] = frozenset()) -> str:
     if r.unit == "issue":
         # Instruction-bound: the FLOP count says little (erf, exp, conversions are not FLOPs).
         return (
             f"{r.family or 'kernel'} {r.dtype}: instruction-bound, {r.instructions / (r.time_us * 1e-6) / 1e12:.1f} T "
             f"instructions/s ({pct(r.roof_share)} of the issue roof)"
-            + ("; non-vectorised: a broadcast or strided operand" if legacy_coefficients(r.name) is not None else "")
+            + ("; non-vectorised: a broadcast or strided operand" if r.name in non_vectorised else "")
         )
     return (
         f"{r.family or 'kernel'} {r.dtype}: {r.flops_per_s / 1e12:.0f} TFLOP/s "
@@ -142,5 +141,5 @@ def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float) -> Word
             )
         ),
         labels={**LABELS, "peak_used": f"peak used ({UNIT_NAMES.get(f.unit, f.unit)}, FLOP/s)"},
-        places=[kernel_text(p.facts) for p in found.places],
+        places=[kernel_text(p.facts, f.non_vectorised) for p in found.places],
     )

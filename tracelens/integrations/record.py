@@ -111,7 +111,8 @@ class StepRecorder:
     def start(self) -> StepRecorder:
         if self._started:
             return self
-        from tracelens.capture.runner import _import_torch, _Quiet, _Recorder, all_threads_config
+        from tracelens.capture.recorder import _Quiet, _Recorder, all_threads_config
+        from tracelens.capture.runner import _import_torch
 
         torch = _import_torch()
         from torch.profiler import ProfilerActivity, profile

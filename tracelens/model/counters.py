@@ -26,6 +26,7 @@ from typing import Any
 
 import msgspec
 
+from tracelens.domain import MAX_COUNTER_NAME_CHARS
 from tracelens.model.counter_metrics import COUNTERS_KEY, RANGE_CATEGORY
 from tracelens.model.trace import TraceModel
 
@@ -33,8 +34,6 @@ from tracelens.model.trace import TraceModel
 MAX_RECORDS = 100_000
 #: Metrics kept per record.
 MAX_METRICS = 256
-#: The longest kernel name kept (template names reach tens of kB).
-MAX_NAME_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ def _values(raw: Any) -> dict[str, float]:
     return out
 
 
-def _text(value: Any, limit: int = MAX_NAME_CHARS) -> str:
+def _text(value: Any, limit: int = MAX_COUNTER_NAME_CHARS) -> str:
     return value[:limit] if isinstance(value, str) else ""
 
 

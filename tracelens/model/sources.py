@@ -26,7 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracelens.domain import PROFILER_FRAMES
+from tracelens.domain import PROFILER_FRAMES, PROFILER_STEP_PREFIX
 from tracelens.model.callsite import _FRAME_RE, _PYTHON, _callee_ordinals, _op_key_ids, _refine, _refined
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
@@ -442,7 +442,7 @@ def op_chain(model: TraceModel, row: int, limit: int = 6) -> list[str]:
     r = int(arr.op[row])
     while r >= 0 and len(out) < limit:
         name = arr.name(r)
-        if not name.startswith("ProfilerStep#"):
+        if not name.startswith(PROFILER_STEP_PREFIX):
             out.append(name)
         p = int(arr.parent[r])
         r = int(arr.op[p]) if p >= 0 else -1

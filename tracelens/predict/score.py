@@ -17,6 +17,7 @@ from typing import Literal
 
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.transforms import Variant
+from tracelens.explain.predict import nothing_fixed_text, score_text
 from tracelens.predict import joint, signature
 from tracelens.report import Report
 from tracelens.report.diff_report import PredictionCheck
@@ -53,16 +54,6 @@ class StepPrediction:
     #: profiler cost the before-trace's host little): what CUDA events around the loop
     #: would measure (bench/diff_pairs_check.py checks it against them).
     unprofiled_predicted_step_us: float = 0.0
-
-
-def _pct(x: float) -> str:
-    return f"{abs(x):.0%}"
-
-
-def _ms(us: float) -> str:
-    sign = "-" if us < 0 else "+"
-    us = abs(us)
-    return f"{sign}{us / 1e3:.2f} ms" if us >= 1e3 else f"{sign}{us:.0f} µs"
 
 
 def score(
@@ -141,39 +132,10 @@ def score(
         unprofiled = max(p.unprofiled_step_us - p.unprofiled_gain_us, 0.0) if p.unprofiled_step_us > 0 else 0.0
     if not applied:
         # Nothing the before-report found was fixed: there is no prediction to score.
-        s = b_rep.summary
-        text = (
-            f"No finding of the before-report shrank by half, so there is no fix to score (its headline predicted "
-            f"a {s.predicted_step_us / 1e3:.2f} ms step after fixing {s.primary})."
-            if s.primary and s.predicted_step_us > 0
-            else ""
-        )
+        text = nothing_fixed_text(b_rep.summary.primary, b_rep.summary.predicted_step_us)
         return StepPrediction(0.0, 0.0, 0.0, a_step_us, 0.0, "", (), tuple(checks), text)
     error = (predicted - a_step_us) / a_step_us if a_step_us > 0 else 0.0
-    return StepPrediction(predicted, lo, hi, a_step_us, error, basis, cats, tuple(checks), _text(
-        checks, predicted, lo, hi, a_step_us, error, basis, cats), unprofiled)  # fmt: skip
+    return StepPrediction(predicted, lo, hi, a_step_us, error, basis, cats, tuple(checks), score_text(
+        checks, predicted, lo, hi, a_step_us, error, basis, cats, WITHIN_SHARE), unprofiled)  # fmt: skip
 
 
-def _text(
-    checks: list[PredictionCheck],
-    predicted: float,
-    lo: float,
-    hi: float,
-    measured: float,
-    error: float,
-    basis: str,
-    cats: tuple[str, ...],
-) -> str:
-    parts = []
-    for c in checks:
-        off = abs(c.error)
-        how = f"within {_pct(off)}" if off <= WITHIN_SHARE else f"{_pct(off)} {'short' if c.error > 0 else 'over'}"
-        of = "" if c.measured_of == "step" else " in its own time"
-        parts.append(
-            f"{c.category} ({c.fix}): predicted {_ms(c.predicted_us)} a step, measured {_ms(c.measured_us)}{of} ({how})"
-        )
-    rng = f" ({lo / 1e3:.2f} to {hi / 1e3:.2f} ms)" if hi - lo > 0.02 * max(predicted, 1e-9) else ""
-    got = f"measured {measured / 1e3:.2f} ms (the prediction {_pct(error)} {'high' if error >= 0 else 'low'})"
-    with_ = f"{' and '.join(cats)} fixed together" if basis == "joint" else f"{cats[0]} fixed"
-    step = f"With {with_}, the before-report predicted a {predicted / 1e3:.2f} ms step{rng}; {got}."
-    return " ".join([*(p + "." for p in parts), step])

@@ -6,7 +6,7 @@ import math
 import re
 from typing import Any
 
-from tracelens.domain import cut_middle
+from tracelens.domain import cut_middle, fmt_us
 from tracelens.domain import fmt_bytes as fmt_bytes
 from tracelens.domain import pct as pct
 from tracelens.report.findings import Metric
@@ -61,14 +61,7 @@ def us(value: float) -> str:
     """A duration in µs as a short human string."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    v = float(value)
-    if abs(v) >= 1e6:
-        return f"{v / 1e6:.2f} s"
-    if abs(v) >= 1e3:
-        return f"{v / 1e3:.1f} ms"
-    if abs(v) >= 10:
-        return f"{v:.0f} µs"
-    return f"{v:.1f} µs"
+    return fmt_us(float(value), fine=True)
 
 
 #: Evidence numbers from here up are written with an SI prefix ("989 T"), not as

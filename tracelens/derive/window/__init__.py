@@ -41,20 +41,43 @@ so the parts add up to `startup_us`.
 
 The modules: spans.py (what a window is), steps.py (ProfilerStep marks and the warm-up
 rule), detect.py (iterations found in the trace), startup.py (what came before the
-window), find.py (the rules above, in order).
+window), find.py (the rules above, in order). Why a window was chosen is a typed fact
+(`Window.why`, a `WindowChoice`); tracelens/explain/window.py words it.
 """
 
 from tracelens.derive.window.detect import detect_iterations
 from tracelens.derive.window.find import find_window
-from tracelens.derive.window.spans import Iterations, StartupPart, StepSpan, Window, WindowError
+from tracelens.derive.window.spans import (
+    InnerBody,
+    Iterations,
+    IterationsChosen,
+    StartupPart,
+    StepsChosen,
+    StepSpan,
+    UserSteps,
+    UserWindow,
+    WarmupLeftOut,
+    WholeSpan,
+    Window,
+    WindowChoice,
+    WindowError,
+)
 from tracelens.derive.window.startup import STARTUP_KINDS
 
 __all__: list[str] = [
     "STARTUP_KINDS",
+    "InnerBody",
     "Iterations",
+    "IterationsChosen",
     "StartupPart",
     "StepSpan",
+    "StepsChosen",
+    "UserSteps",
+    "UserWindow",
+    "WarmupLeftOut",
+    "WholeSpan",
     "Window",
+    "WindowChoice",
     "WindowError",
     "detect_iterations",
     "find_window",

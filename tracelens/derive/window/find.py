@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tracelens.derive.window.detect import _window_from_iterations, detect_iterations
-from tracelens.derive.window.spans import StepSpan, Window, WindowError, _trace_start
+from tracelens.derive.window.spans import StepSpan, UserSteps, UserWindow, WholeSpan, Window, WindowError, _trace_start
 from tracelens.derive.window.startup import _make
 from tracelens.derive.window.steps import _marked_steps, _window_from_steps
 from tracelens.model.trace import TraceModel
@@ -31,19 +31,12 @@ def find_window(
     if marked:
         w = _window_from_steps(model, t0, marked)
         if _unplaceable_on_gpu(model, dev, w):
-            return _whole(model, dev, t0, _UNPLACEABLE)
+            return _whole(model, dev, t0, unplaceable=True)
         return w
     found = detect_iterations(model, dev)
     if found is not None:
         return _window_from_iterations(model, t0, found)
     return _whole(model, dev, t0)
-
-
-#: Why the GPU's whole span is analysed although the trace marks its steps.
-_UNPLACEABLE = (
-    "the step marks hold none of the GPU's activity and no kernel is linked to its launch (no usable "
-    "correlation ids), so the steps cannot be placed on the GPU: the GPU's first to last activity."
-)
 
 
 def _unplaceable_on_gpu(model: TraceModel, dev: int | None, w: Window) -> bool:
@@ -59,19 +52,21 @@ def _unplaceable_on_gpu(model: TraceModel, dev: int | None, w: Window) -> bool:
     return not bool(inside.any())
 
 
-def _whole(model: TraceModel, dev: int | None, t0: float, why: str | None = None) -> Window:
+def _whole(model: TraceModel, dev: int | None, t0: float, *, unplaceable: bool = False) -> Window:
+    """The GPU's first to last activity (when the step marks cannot be placed on the GPU
+    too: `unplaceable`), else the host span, else nothing."""
     act = model.gpu_activity()
     on_dev = act[act["device"] == dev] if dev is not None else act
     if len(on_dev):
         start, end = float(on_dev["ts"].min()), float(on_dev["end"].max())
-        reason = why or "no step marks and no repeating loop found: the GPU's first to last activity."
+        why = WholeSpan("unplaceable" if unplaceable else "gpu")
     elif len(model.host):
         start, end = float(model.host["ts"].min()), float(model.host["end"].max())
-        reason = "no step marks, no GPU activity and no repeating loop: the whole host span."
+        why = WholeSpan("host")
     else:
         start = end = t0
-        reason = "the trace has no events to window."
-    return _make(model, t0, start, end, "whole", (), (), reason)
+        why = WholeSpan("empty")
+    return _make(model, t0, start, end, "whole", (), (), why)
 
 
 def _user_window(
@@ -85,9 +80,8 @@ def _user_window(
     end = min(end, span)
     spans = marked or _detected_spans(model, dev)
     inside = tuple(s for s in spans if s.start_us >= start and s.end_us <= end)
-    reason = f"the window asked for: {a:g} s to {b:g} s from the trace's start"
-    reason += f" ({len(inside)} whole step{'' if len(inside) == 1 else 's'} inside)." if spans else "."
-    return _make(model, t0, start, end, "user", inside, (), reason)
+    why = UserWindow(a, b, len(inside) if spans else None)
+    return _make(model, t0, start, end, "user", inside, (), why)
 
 
 def _user_steps(
@@ -100,9 +94,8 @@ def _user_steps(
         have = f"{spans[0].index}-{spans[-1].index}" if spans else "none"
         what = "steps" if marked else "detected iterations"
         raise WindowError(f"--steps {lo}-{hi} selects no step (this trace's {what}: {have})")
-    what = "ProfilerSteps" if marked else "detected iterations"
-    reason = f"the {what} asked for: {chosen[0].index}-{chosen[-1].index}."
-    return _make(model, t0, chosen[0].start_us, chosen[-1].end_us, "user", chosen, (), reason)
+    why = UserSteps(bool(marked), chosen[0].index, chosen[-1].index)
+    return _make(model, t0, chosen[0].start_us, chosen[-1].end_us, "user", chosen, (), why)
 
 
 def _detected_spans(model: TraceModel, dev: int | None) -> tuple[StepSpan, ...]:

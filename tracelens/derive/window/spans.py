@@ -5,6 +5,7 @@ before it by kind, and why it was chosen.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -39,6 +40,94 @@ class StartupPart:
     detail: str  # the top few op/call names
 
 
+#: What a first step's cold start held: the start-up kinds (tracelens.report.enums), an
+#: op's slow first call, and "profiler" (the profiler's own work as the recording begins).
+ColdKind = Literal[StartupKind, "first_call", "profiler"]
+
+
+@dataclass(frozen=True)
+class WarmupLeftOut:
+    """The first step or iteration left out as warm-up, and what made it one."""
+
+    index: int
+    dur_us: float
+    median_us: float  # of the steps kept
+    cold_us: float  # cold-start work inside it
+    cold_kinds: tuple[ColdKind, ...]
+
+
+@dataclass(frozen=True)
+class InnerBody:
+    """What one detected iteration holds when its own tokens repeat (issue 24 §1)."""
+
+    repeats: int
+    kernels: int  # per repeat
+    ends_in_sync: bool  # each repeat ends in a host sync (a generation loop: one token each)
+    turns_at_gap: bool = False  # the repeats are the layers or rounds of one step (it turns over at a host gap)
+
+
+#: What the repetition search coded: the device's kernels and syncs, or the busiest
+#: thread's top-level ops.
+TokenKind = Literal["kernels_and_syncs", "top_level_ops"]
+
+
+@dataclass(frozen=True)
+class StepsChosen:
+    """The profiled steps (source "steps")."""
+
+    count: int
+    unit: str  # the model's step unit ("step", ...)
+    marks: str  # what marks them ("ProfilerStep", or the annotation the loader used)
+    first: int
+    last: int
+    warmup: WarmupLeftOut | None
+
+
+@dataclass(frozen=True)
+class IterationsChosen:
+    """Iterations of a loop found in the trace (source "detected")."""
+
+    iterations: int
+    tokens_kind: TokenKind
+    by_gaps: bool  # delimited by long idle gaps
+    period_tokens: int
+    stretch_tokens: int
+    tokens: int
+    inner: InnerBody | None
+    warmup: WarmupLeftOut | None
+
+
+@dataclass(frozen=True)
+class WholeSpan:
+    """Nothing repeats (source "whole"): the GPU's span, the host's, or nothing; or the
+    step marks hold no GPU work and nothing links kernels to launches ("unplaceable")."""
+
+    basis: Literal["gpu", "host", "empty", "unplaceable"]
+
+
+@dataclass(frozen=True)
+class UserWindow:
+    """--window A:B (seconds from the trace's start); `inside` whole steps, None when the
+    trace has no steps to count."""
+
+    start_s: float
+    end_s: float
+    inside: int | None
+
+
+@dataclass(frozen=True)
+class UserSteps:
+    """--steps A-B, by ProfilerStep number (`marked`) or detected iteration index."""
+
+    marked: bool
+    first: int
+    last: int
+
+
+#: Why the window is what it is: a typed fact; explain/window.py words it.
+WindowChoice = StepsChosen | IterationsChosen | WholeSpan | UserWindow | UserSteps
+
+
 @dataclass(frozen=True)
 class Window:
     start_us: float
@@ -48,7 +137,8 @@ class Window:
     excluded_steps: tuple[StepSpan, ...]  # warm-up steps left out (reported apart)
     startup_us: float  # from the trace's first event to start_us
     startup: tuple[StartupPart, ...]
-    reason: str  # one sentence: which window was chosen and why
+    why: WindowChoice  # which window was chosen and why (explain.window.window_reason words it)
+    queued_us: float = 0.0  # the start moved this much later: the GPU was finishing work queued before
 
     @property
     def dur_us(self) -> float:
@@ -63,12 +153,9 @@ class Iterations:
     period_tokens: int
     tokens: int  # length of the coded sequence
     stretch_tokens: int  # tokens inside the repeating stretch
-    what: str  # what was coded: "kernels and syncs" (... "between long idle gaps"), "top-level ops"
-    inner: str = ""  # what one iteration holds when its body repeats inside it (issue 24 §1)
-
-
-def _plural(n: int, what: str) -> str:
-    return f"{n} {what}" + ("" if n == 1 else "s")
+    tokens_kind: TokenKind  # what was coded
+    by_gaps: bool  # the iterations are delimited by long idle gaps
+    inner: InnerBody | None = None  # what one iteration holds when its body repeats inside it
 
 
 def _trace_start(model: TraceModel) -> float:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.window.spans import StartupPart, StepSpan, Window, _merge
-from tracelens.domain import ALLOC_APIS, STARTUP_COMPILE_MARKERS
+from tracelens.derive.window.spans import StartupPart, StepSpan, Window, WindowChoice, _merge
+from tracelens.domain import ALLOC_APIS, PROFILER_STEP_RE, STARTUP_COMPILE_MARKERS
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report.enums import STARTUP_KINDS as _STARTUP_KINDS
@@ -34,7 +34,7 @@ CUDA_INIT_FREE_MIN_US = 10_000.0
 
 
 #: A window that starts this much later than its first step's host start, because the
-#: GPU was still running work queued before it, says so in its reason.
+#: GPU was still running work queued before it, says so in its reason (`Window.queued_us`).
 QUEUED_NOTE_MIN_US = 100.0
 
 
@@ -120,7 +120,7 @@ _MODEL_FRAME_RE = re.compile(
 _AUTOTUNE_FIRST_CALL = ("conv", "cudnn", "miopen", "mm", "linear", "matmul", "gemm", "bmm")
 
 
-_STEP_NAME = re.compile(r"^ProfilerStep#\d+$")
+_STEP_NAME = PROFILER_STEP_RE
 
 
 def _make(
@@ -131,8 +131,9 @@ def _make(
     source: WindowSource,
     steps: tuple[StepSpan, ...],
     excluded: tuple[StepSpan, ...],
-    reason: str,
+    why: WindowChoice,
 ) -> Window:
+    queued_us = 0.0
     if source in ("steps", "detected") and steps:
         queued_end = _after_queued_work(model, start, end)
         if queued_end >= end:
@@ -140,19 +141,16 @@ def _make(
             # launches are not linked: fuzz seed 2912 case 1249): starting after it would
             # leave an empty window, "0.0 µs analysed". The steps are analysed as marked.
             queued_end = start
+        # The GPU trails the host: when the first step begins on the host, the GPU is
+        # still running work queued before it (warm-up steps). That work is not the
+        # window's; the window starts when it is done (and the reason says so).
         if queued_end - start >= QUEUED_NOTE_MIN_US:
-            # The GPU trails the host: when the first step begins on the host, the GPU is
-            # still running work queued before it (warm-up steps). That work is not the
-            # window's; the window starts when it is done.
-            reason = reason.rstrip(".") + (
-                f"; starting {(queued_end - start) / 1e3:.1f} ms later, when the GPU had finished the work "
-                "queued before the first step."
-            )
+            queued_us = queued_end - start
         start = max(start, queued_end)
         steps = _gpu_aligned(model, steps, start, end)
     startup_us = max(start - t0, 0.0)
     parts = _startup_parts(model, t0, start, end) if startup_us > 0 else ()
-    return Window(start, end, source, steps, excluded, startup_us, parts, reason)
+    return Window(start, end, source, steps, excluded, startup_us, parts, why, queued_us)
 
 
 def _gpu_aligned(model: TraceModel, steps: tuple[StepSpan, ...], start: float, end: float) -> tuple[StepSpan, ...]:

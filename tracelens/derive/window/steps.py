@@ -9,7 +9,7 @@ import numpy as np
 
 from tracelens.derive.host_calls import profiler_intervals
 from tracelens.derive.steps import drop_empty_steps
-from tracelens.derive.window.spans import StepSpan, Window, _merge, _plural
+from tracelens.derive.window.spans import ColdKind, StepsChosen, StepSpan, WarmupLeftOut, Window, _merge
 from tracelens.derive.window.startup import _PRIORITY_INDEX, _classify_host, _make
 from tracelens.model.trace import TraceModel
 
@@ -41,7 +41,9 @@ PROFILER_START_MIN_US = 1_000.0
 
 
 #: Kinds that make a slow first step a warm-up ("other" here is first-call work only).
-_COLD_KINDS = frozenset({"cuda_init", "lazy_loading", "allocation", "autotune", "compile", "first_call"})
+_COLD_KINDS: frozenset[ColdKind] = frozenset(
+    {"cuda_init", "lazy_loading", "allocation", "autotune", "compile", "first_call"}
+)
 
 
 def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
@@ -64,56 +66,47 @@ def _marked_steps(model: TraceModel) -> tuple[StepSpan, ...]:
 
 
 def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]) -> Window:
-    kept, excluded, why = _split_warmup(model, steps, MIN_STEPS_KEPT)
+    kept, excluded, warmup = _split_warmup(model, steps, MIN_STEPS_KEPT)
     start, end = kept[0].start_us, kept[-1].end_us
-    if model.step_marks == "ProfilerStep":
-        marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
-    else:
-        marks = f"marked by {model.step_marks}"
-    member = "call" if model.step_unit == "sweep" else model.step_unit
-    reason = (
-        f"the {_plural(len(kept), 'profiled ' + member)} ({marks})"
-        + (f"; {member} {excluded[0].index} left out as warm-up ({why})" if excluded else "")
-        + "."
-    )
-    return _make(model, t0, start, end, "steps", kept, excluded, reason)
+    why = StepsChosen(len(kept), model.step_unit, model.step_marks, kept[0].index, kept[-1].index, warmup)
+    return _make(model, t0, start, end, "steps", kept, excluded, why)
 
 
 def _split_warmup(
     model: TraceModel, spans: tuple[StepSpan, ...], min_kept: int
-) -> tuple[tuple[StepSpan, ...], tuple[StepSpan, ...], str]:
-    """(kept, excluded warm-up, why) by the first-step rule in the module docstring."""
+) -> tuple[tuple[StepSpan, ...], tuple[StepSpan, ...], WarmupLeftOut | None]:
+    """(kept, excluded warm-up, why it is one) by the first-step rule in the module docstring."""
     if len(spans) < min_kept + 1:
-        return spans, (), ""
+        return spans, (), None
     first, rest = spans[0], spans[1:]
     median = float(np.median([s.dur_us for s in rest]))
     excess = first.dur_us - median
     if first.dur_us < WARMUP_MIN_RATIO * median or excess <= WARMUP_MIN_EXCESS_US:
-        return spans, (), ""
+        return spans, (), None
     cold, names = _cold_start_us(model, first, rest[0].start_us, rest[-1].end_us)
     if cold < COLD_START_MIN_SHARE * excess:
-        return spans, (), ""
+        return spans, (), None
     flagged = StepSpan(first.index, first.start_us, first.end_us, warmup=True)
-    why = f"{first.dur_us / 1e3:.1f} ms vs a median of {median / 1e3:.1f} ms, {cold / 1e3:.1f} ms of {names} inside"
-    return rest, (flagged,), why
+    return rest, (flagged,), WarmupLeftOut(first.index, first.dur_us, median, cold, names)
 
 
-def _cold_start_us(model: TraceModel, span: StepSpan, ref_lo: float, ref_hi: float) -> tuple[float, str]:
-    """Wall time of cold-start work inside `span`, and the names of its kinds."""
+def _cold_start_us(
+    model: TraceModel, span: StepSpan, ref_lo: float, ref_hi: float
+) -> tuple[float, tuple[ColdKind, ...]]:
+    """Wall time of cold-start work inside `span`, and its kinds."""
     parts = _classify_host(model, span.start_us, span.end_us, ref_lo, ref_hi)
     cold = [iv for what, iv in parts.intervals.items() if what in _COLD_KINDS and len(iv)]
-    kinds = [
-        k.replace("_", " ")
-        for k in sorted((w for w in _COLD_KINDS if len(parts.intervals.get(w, ()))), key=lambda k: _PRIORITY_INDEX[k])
-    ]
+    kinds: list[ColdKind] = sorted(
+        (w for w in _COLD_KINDS if len(parts.intervals.get(w, ()))), key=lambda k: _PRIORITY_INDEX[k]
+    )
     # The profiler's own start (tracelens capture's gc.collect as the recording begins)
     # makes a first step no steady state either.
     prof = np.clip(profiler_intervals(model), span.start_us, span.end_us)
     prof = prof[prof[:, 1] > prof[:, 0]] if len(prof) else prof
     if len(prof) and float((prof[:, 1] - prof[:, 0]).sum()) >= PROFILER_START_MIN_US:
         cold.append(prof)
-        kinds.append("the profiler's own work")
+        kinds.append("profiler")
     if not cold:
-        return 0.0, ""
+        return 0.0, ()
     merged = _merge(np.concatenate(cold))
-    return float((merged[:, 1] - merged[:, 0]).sum()), ", ".join(kinds)
+    return float((merged[:, 1] - merged[:, 0]).sum()), tuple(kinds)

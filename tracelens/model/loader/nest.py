@@ -5,11 +5,11 @@ launched it.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tracelens.domain import PROFILER_STEP_PREFIX, PROFILER_STEP_RE
 from tracelens.model.loader.columns import _INT64_MAX, _NO_ROW
 from tracelens.model.schema import Kind
 from tracelens.model.trace import name_matches
@@ -20,11 +20,11 @@ if TYPE_CHECKING:
     # pandas (0.1-0.15 s of import it would otherwise pay before decoding).
     import pandas as pd
 
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP_RE = PROFILER_STEP_RE
 
 
 def _is_step_name(name: str) -> bool:
-    return name.startswith("ProfilerStep#")
+    return name.startswith(PROFILER_STEP_PREFIX)
 
 
 #: Children may end this much after their parent and still nest: 2021 traces round to
