@@ -41,6 +41,7 @@ from functools import cached_property
 
 import numpy as np
 
+from tracelens.derive.graph_order import topological_order
 from tracelens.derive.window import Window
 from tracelens.domain import ASYNC_COPY_APIS, SYNC_APIS
 from tracelens.model.schema import Kind
@@ -407,23 +408,7 @@ def build_graph(
             f"the window's last {uncovered / 1e3:.1f} ms hold no recorded event (the recording stopped mid-iteration): "
             "kept as measured"
         )
-    launcher = np.full(n, -1, dtype=np.int64)
-    ss = e_type == START_START
-    launcher[e_dst[ss]] = e_src[ss]
-    # The host threads that set the window's pace: those that launch GPU work or fork or
-    # join another thread. A thread that does neither (a DataLoader's pin-memory thread
-    # waiting on its workers, a logging thread) is paced by the training thread's
-    # consumption, which the graph does not model: kept as measured, its end would hold
-    # every fix's replay at the measured window (capture_train_loader: the CUDA graph
-    # replay gained 74 µs of a 3.6 ms launch-bound step).
-    paces = np.zeros(n_chains, dtype=bool)
-    paces[chain[e_src[ss]]] = True
-    hh = (kind[e_src] == HOST) & (kind[e_dst] == HOST) & (chain[e_src] != chain[e_dst])
-    paces[chain[e_src[hh]]] = True
-    paces[chain[e_dst[hh]]] = True
-    if not (paces & chain_host).any():
-        paces = chain_host.copy()  # no launches from the window's threads: all of them
-    paces &= chain_host
+    launcher, paces = _launchers_and_pace(n, n_chains, chain, kind, chain_host, e_src, e_dst, e_type)
     return DependencyGraph(
         chain_paces=paces,
         launcher=launcher,
@@ -456,6 +441,38 @@ def build_graph(
         host_node=host_node,
         notes=tuple(notes),
     )
+
+
+def _launchers_and_pace(
+    n: int,
+    n_chains: int,
+    chain: np.ndarray,
+    kind: np.ndarray,
+    chain_host: np.ndarray,
+    e_src: np.ndarray,
+    e_dst: np.ndarray,
+    e_type: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Each GPU node's launching host node (-1: none in the window), and which host chains
+    set the window's pace."""
+    launcher = np.full(n, -1, dtype=np.int64)
+    ss = e_type == START_START
+    launcher[e_dst[ss]] = e_src[ss]
+    # The host threads that set the window's pace: those that launch GPU work or fork or
+    # join another thread. A thread that does neither (a DataLoader's pin-memory thread
+    # waiting on its workers, a logging thread) is paced by the training thread's
+    # consumption, which the graph does not model: kept as measured, its end would hold
+    # every fix's replay at the measured window (capture_train_loader: the CUDA graph
+    # replay gained 74 µs of a 3.6 ms launch-bound step).
+    paces = np.zeros(n_chains, dtype=bool)
+    paces[chain[e_src[ss]]] = True
+    hh = (kind[e_src] == HOST) & (kind[e_dst] == HOST) & (chain[e_src] != chain[e_dst])
+    paces[chain[e_src[hh]]] = True
+    paces[chain[e_dst[hh]]] = True
+    if not (paces & chain_host).any():
+        paces = chain_host.copy()  # no launches from the window's threads: all of them
+    paces &= chain_host
+    return launcher, paces
 
 
 def window_nodes(model: TraceModel, start: float, end: float) -> int:
@@ -668,38 +685,3 @@ def _thread_waits(
         np.array(own, dtype=np.float64).reshape(-1, 2),
     )
 
-
-def topological_order(n: int, chain_first: np.ndarray, src: np.ndarray, dst: np.ndarray) -> list[int]:
-    """Kahn's algorithm over the node-level dependencies (chain predecessor, edges). A
-    node left out is on a cycle (timestamps that contradict the dependencies)."""
-    indeg = np.bincount(dst, minlength=n).astype(np.int64)
-    first = np.zeros(n, dtype=bool)
-    first[chain_first[:-1][chain_first[:-1] < n]] = True
-    indeg += ~first  # the chain predecessor
-    order_e = np.argsort(src, kind="stable")
-    out_start = np.searchsorted(src[order_e], np.arange(n + 1))
-    out_dst = dst[order_e].tolist()
-    starts = out_start.tolist()
-    deg = indeg.tolist()
-    is_last = np.ones(n, dtype=bool)
-    is_last[chain_first[1:] - 1] = True
-    nxt = np.arange(1, n + 1)
-    nxt[chain_first[1:][chain_first[1:] <= n] - 1] = -1
-    nxt_l = nxt.tolist()
-    ready = [int(v) for v in np.flatnonzero(indeg == 0).tolist()]
-    order: list[int] = []
-    push, pop = ready.append, ready.pop
-    while ready:
-        v = pop()
-        order.append(v)
-        for k in range(starts[v], starts[v + 1]):
-            w = out_dst[k]
-            deg[w] -= 1
-            if deg[w] == 0:
-                push(w)
-        w = nxt_l[v]
-        if w >= 0:
-            deg[w] -= 1
-            if deg[w] == 0:
-                push(w)
-    return order

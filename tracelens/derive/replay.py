@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tracelens.derive.graph import END_END, START_START, DependencyGraph, topological_order
+from tracelens.derive.graph import END_END, START_START, DependencyGraph
+from tracelens.derive.graph_order import topological_order
 
 #: Jacobi rounds before the replay switches to one pass in dependency order: a round
 #: costs a few numpy passes over the nodes, the ordered pass about 1 µs of Python a node.
