@@ -101,6 +101,7 @@ if [[ "$PART" == 1 ]]; then
     # The failing cases: the scenario runs' JSON lines (stderr tails included), the fuzz cases' lines.
     grep '"ok": false' "$D/scenarios.jsonl" > "$D/scenarios_failed.jsonl" 2>/dev/null
     grep -E "^case " "$D/fuzz.log" > "$D/fuzz_failed.txt" 2>/dev/null
+    xz -0 -f "$D/scenarios.jsonl"  # ~4 kB a run (the stderr tails): 1,100 runs are ~5 MB raw
 elif [[ "$PART" == 2 ]]; then
     if [[ "$SCALE" == small ]]; then RUNS=2; JOBS=2; BUDGET=30; DEV=cpu; TSTEPS=(--steps 8); QUICK=1
     else RUNS=50; JOBS=6; BUDGET=200; DEV=cuda; TSTEPS=(); QUICK=0; fi
@@ -114,7 +115,7 @@ elif [[ "$PART" == 2 ]]; then
     PB=$(( $(left) - 25 ))
     [[ "$SCALE" == small ]] && (( PB > 150 )) && PB=150
     if (( PB > 40 )); then
-        ONLY="accelerate trainer_probe timm_compile" LIMIT_SCALE=3 BUDGET_S=$PB QUICK=$QUICK PY="$PY" \
+        ONLY="accelerate trainer_probe timm_compile" LIMIT_SCALE=3 PACK_MAX=4000000 BUDGET_S=$PB QUICK=$QUICK PY="$PY" \
             RESULT="$D/programs.tar.xz" timeout -k 5 $((PB + 10)) bash workloads/programs/gpu_run.sh \
             > "$D/programs.log" 2>&1
         echo "programs: rc=$? at t=$((SECONDS - start)) s"
