@@ -80,7 +80,14 @@ def _launcher() -> list[str]:
 
 
 def run_one(
-    index: int, device: str, steps: int | None, timeout_s: float, nice: int, extra: list[str], keep: Path | None
+    index: int,
+    device: str,
+    steps: int | None,
+    timeout_s: float,
+    nice: int,
+    extra: list[str],
+    keep: Path | None,
+    keep_traces: bool = False,
 ) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="tl-torchrun-"))
     out_dir = work / "reports"
@@ -173,7 +180,8 @@ def run_one(
     r["ok"] = not r["problems"]
     if keep is not None and not r["ok"]:
         dest = keep / f"run{index}"
-        shutil.copytree(work, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.pt.trace.json.gz"))
+        skip = () if keep_traces else ("*.pt.trace.json.gz",)
+        shutil.copytree(work, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*skip))
         r["kept"] = str(dest)
     shutil.rmtree(work, ignore_errors=True)
     return r
@@ -240,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nice", type=int, default=10)
     ap.add_argument("--out", type=Path, default=None, help="append one JSON line per run here")
     ap.add_argument("--keep", type=Path, default=None, help="copy failed runs' folders (logs, reports) here")
+    ap.add_argument("--keep-traces", action="store_true", help="... with their traces")
     ap.add_argument("--table", type=Path, default=None, help="print the counts of a --out file and exit")
     args = ap.parse_args(argv)
     if args.table is not None:
@@ -259,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
             with lock:
                 skipped += 1
             return
-        r = run_one(i, args.device, args.steps, args.run_timeout, args.nice, args.extra, args.keep)
+        r = run_one(i, args.device, args.steps, args.run_timeout, args.nice, args.extra, args.keep, args.keep_traces)
         with lock:
             failed += not r["ok"]
             tag = "ok" if r["ok"] else "PROBLEM: " + "; ".join(r["problems"])
