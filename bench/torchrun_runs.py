@@ -164,6 +164,13 @@ def run_one(
             st = job.get("stragglers") or []
             keys = ("rank", "late_share", "cost_us", "reason", "reason_label", "reason_us", "profiler_us", "own_us")
             r["stragglers"] = [{k: s.get(k) for k in keys} for s in st]
+            # The trace read for each rank is its final one: the steps the ranks' reports
+            # analysed overlap (a trace a rank wrote while it ran, the start of the run
+            # set aside, has steps 1-5 where the other rank's final one has 5-24).
+            step_sets = [{st.get("step") for st in rk.get("steps") or []} for rk in doc.get("ranks") or []]
+            r["steps_by_rank"] = [sorted(x for x in ss if isinstance(x, int)) for ss in step_sets]
+            if len(step_sets) == 2 and all(step_sets) and not step_sets[0] & step_sets[1]:
+                r["problems"].append(f"the ranks' analysed steps do not overlap ({r['steps_by_rank']})")
             if job.get("ranks") != 2:
                 r["problems"].append(f"the job report is on {job.get('ranks')} ranks, not 2")
             if doc.get("failed"):
