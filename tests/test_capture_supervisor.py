@@ -201,3 +201,26 @@ def test_every_exit_code_is_in_one_table() -> None:
         res = subprocess.run([sys.executable, "-m", "tracelens", *args], capture_output=True, text=True, timeout=120)
         assert res.returncode == 0
         assert "Exit codes:" in res.stdout and "128+S" in res.stdout and "SIGSEGV" in res.stdout
+
+
+def test_sigterm_while_the_window_changes_recordings_waits_until_the_change_is_done() -> None:
+    """Issue 29's sigterm_in_warmup on the H200 box: SIGTERM raised while step 5 set the
+    start of the run aside and started the steps' recording left neither (5 of 10 runs
+    wrote no trace). Inside the change the signal is held, then acts as it would have."""
+    from tracelens.capture.runner import _deferred_interrupts
+
+    got: list[str] = []
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise RuntimeError("terminated")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with pytest.raises(RuntimeError, match="terminated"), _deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler would run here, between two bytecodes
+            got.append("the change finished")
+        assert got == ["the change finished"]
+        assert signal.getsignal(signal.SIGTERM) is on_term  # the handler is back
+    finally:
+        signal.signal(signal.SIGTERM, old)
