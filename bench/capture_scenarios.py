@@ -315,6 +315,15 @@ def run_one(
     if leftovers:
         result["problems"].append(f"temp files left: {leftovers}")
     states = _state_dirs_of(trace)
+    if states and any(a.whom == "group" and a.sig == signal.SIGKILL for a in sc.acts):
+        # Every process of the run was SIGKILLed: nobody could remove the folder then; the
+        # next capture's start does (supervise.clean_dead_state_dirs), as checked here.
+        sys.path.insert(0, str(REPO))
+        from tracelens.capture.supervise import clean_dead_state_dirs
+
+        clean_dead_state_dirs()
+        result["state_removed_by_next_capture"] = True
+        states = _state_dirs_of(trace)
     if states:
         result["problems"].append(f"the capture's state folder left behind: {states}")
         for d in states:
