@@ -32,6 +32,9 @@ def find_window(
         w = _window_from_steps(model, t0, marked)
         if _unplaceable_on_gpu(model, dev, w):
             return _whole(model, dev, t0, _UNPLACEABLE)
+        outside = _all_outside_steps(model, dev, w)
+        if outside:
+            return _whole(model, dev, t0, _OUTSIDE.format(n=outside, s="y" if outside == 1 else "ies"))
         return w
     found = detect_iterations(model, dev)
     if found is not None:
@@ -57,6 +60,35 @@ def _unplaceable_on_gpu(model: TraceModel, dev: int | None, w: Window) -> bool:
         return False
     inside = (on_dev["end"].to_numpy() > w.start_us) & (on_dev["ts"].to_numpy() < w.end_us)
     return not bool(inside.any())
+
+
+#: Why the GPU's whole span is analysed although the trace marks its steps (issue 29's
+#: fuzz, seed 29 case 2066: a kernel after the last ProfilerStep, with its launch, gave
+#: "No GPU activity to analyse" for a trace that has GPU time).
+_OUTSIDE = (
+    "the step marks hold none of the GPU's activity: its {n} GPU activit{s} (kernels, copies, memsets) ran, and "
+    "were launched, outside them (steps cut apart from the GPU work), so the GPU's first to last activity is analysed."
+)
+
+
+def _all_outside_steps(model: TraceModel, dev: int | None, w: Window) -> int:
+    """How many of `dev`'s GPU activities there are when none of them runs inside the
+    marked steps' window or was launched from inside it, else 0."""
+    act = model.gpu_activity()
+    on_dev = act[act["device"] == dev] if dev is not None else act
+    if not len(on_dev):
+        return 0
+    inside = (on_dev["end"].to_numpy() > w.start_us) & (on_dev["ts"].to_numpy() < w.end_us)
+    if bool(inside.any()):
+        return 0
+    rows = on_dev["launch"].to_numpy()
+    linked = rows[rows >= 0]
+    if len(linked):
+        host_ts = model.host["ts"].to_numpy()
+        at = host_ts[linked[linked < len(host_ts)]]
+        if bool(((at >= w.start_us) & (at < w.end_us)).any()):
+            return 0
+    return len(on_dev)
 
 
 def _whole(model: TraceModel, dev: int | None, t0: float, why: str | None = None) -> Window:
