@@ -953,9 +953,10 @@ def fuzz(
     jobs: int,
     log: Callable[[str], None],
     seed_files: tuple[str, ...] = SEED_FILES,
+    first: int = 0,
 ) -> Summary:
-    """Run cases 0, 1, ... of `seed` until `cases` are done or `seconds` have passed,
-    `jobs` children at a time."""
+    """Run cases first, first + 1, ... of `seed` until `cases` are done or `seconds`
+    have passed, `jobs` children at a time (`first`: a run cut short, continued)."""
     preload()
     seeds = load_seeds(seed_files)
     summary = Summary()
@@ -967,11 +968,12 @@ def fuzz(
         for name, doc in sorted(seeds.items()):
             data = json.dumps(doc).encode("utf-8", "surrogatepass")
             summary.base_cpu[name] = min(run_input(data, ".json", workdir).cpu_s for _ in range(2))
-        index = 0
-        while (cases is None or index < cases) and (seconds is None or time.monotonic() - t0 < seconds):
+        index = first
+        end = None if cases is None else first + cases
+        while (end is None or index < end) and (seconds is None or time.monotonic() - t0 < seconds):
             batch = [make_case(seed, index + j, seeds) for j in range(jobs)]
-            if cases is not None:
-                batch = batch[: cases - index]
+            if end is not None:
+                batch = batch[: end - index]
             index += len(batch)
             for case, outcome in zip(batch, _run_parallel(batch, workdir, summary.base_cpu), strict=True):
                 summary.cases += 1
@@ -1134,6 +1136,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--seed-files", nargs="+", default=None, help="seed traces (.json.gz) instead of the small defaults"
     )
+    ap.add_argument("--first", type=int, default=0, help="start at case N (a run cut short, continued)")
     ap.add_argument(
         "--case",
         type=int,
@@ -1152,9 +1155,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if fails else 0
     seconds = args.seconds if args.seconds is not None or args.cases is not None else 60.0
     files = tuple(str(Path(f).resolve()) for f in args.seed_files) if args.seed_files else SEED_FILES
-    summary = fuzz(args.seed, args.cases, seconds, max(args.jobs, 1), lambda s: print(s, flush=True), files)
+    summary = fuzz(args.seed, args.cases, seconds, max(args.jobs, 1), lambda s: print(s, flush=True), files,
+                   first=args.first)  # fmt: skip
+    from_case = f" from case {args.first}" if args.first else ""
     print(
-        f"fuzz seed {args.seed}: {summary.cases} cases in {summary.seconds:.0f} s, exit 0: {summary.exit0}, "
+        f"fuzz seed {args.seed}{from_case}: {summary.cases} cases in {summary.seconds:.0f} s, exit 0: {summary.exit0}, "
         f"exit 2: {summary.exit2}, failing: {len(summary.failures)}, peak RSS {summary.max_rss / 2**20:.0f} MiB"
     )
     for label, n in sorted(summary.pending.items()):
