@@ -518,3 +518,84 @@ def test_other_lines_go_to_typer(line: list[str]) -> None:
     from tracelens.cli import _fast_report
 
     assert _fast_report([a.format(t=sample("host_sync_mask")) for a in line]) is None
+
+
+# Issue 27: the common slips get a hint (one line, exit 2, no traceback), and a folder of
+# independent traces gets every readable one reported, one line each, the rest listed.
+
+
+def test_usage_lines_name_their_arguments() -> None:
+    for command, want in (("report", "[OPTIONS] TRACE..."), ("diff", "[OPTIONS] BEFORE AFTER"),
+                          ("capture", "[OPTIONS] [SCRIPT]")):  # fmt: skip
+        out = cli(command, "--help")
+        assert out.returncode == 0 and want in out.stdout.splitlines()[0], out.stdout[:200]
+        assert "{" not in out.stdout.splitlines()[0]
+
+
+def test_json_named_where_only_the_gz_exists(tmp_path: Path) -> None:
+    gz = tmp_path / "run.pt.trace.json.gz"
+    gz.write_bytes(sample("light_idle").read_bytes())
+    out = cli("report", tmp_path / "run.pt.trace.json", "--out-dir", tmp_path)
+    assert out.returncode == 2 and one_error_line_problem(out.stderr) is None
+    assert f"did you mean {gz}?" in out.stderr and "Traceback" not in out.stderr
+    out = cli("diff", tmp_path / "run.pt.trace.json", gz, "--out-dir", tmp_path)
+    assert out.returncode == 2 and "did you mean" in out.stderr
+
+
+@pytest.mark.parametrize("name", ["profile.nsys-rep", "profile.sqlite", "old.qdrep"])
+def test_nsight_files_say_what_to_do(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(b"SQLite format 3\x00" + bytes(100))
+    out = cli("report", path, "--out-dir", tmp_path)
+    assert out.returncode == 2 and one_error_line_problem(out.stderr) is None
+    assert "Nsight Systems" in out.stderr and "torch.profiler" in out.stderr and "tracelens capture" in out.stderr
+
+
+def test_a_trace_without_the_command(tmp_path: Path) -> None:
+    trace = sample("light_idle")
+    out = cli(trace, "-q")
+    assert out.returncode == 2 and one_error_line_problem(out.stderr) is None
+    assert f"tracelens report {trace} -q" in out.stderr
+    script = tmp_path / "train.py"
+    script.write_text("print(1)\n")
+    out = cli(script)
+    assert out.returncode == 2 and f"tracelens capture {script}" in out.stderr
+
+
+def test_folder_of_independent_traces(tmp_path: Path) -> None:
+    folder = tmp_path / "mixed"
+    folder.mkdir()
+    for name in ("light_idle", "host_sync_static"):
+        (folder / f"{name}.pt.trace.json.gz").write_bytes(sample(name).read_bytes())
+    (folder / "measured.json").write_text('{"sizes": [1, 2]}')  # a JSON that is no trace
+    (folder / "broken.json").write_text('{"traceEvents": [')
+    (folder / "ranks").mkdir()  # a job's folder beside the samples: said, not read
+    (folder / "ranks" / "rank0.json").write_text("{}")
+    out = cli("report", folder, "--out-dir", tmp_path / "r", env={"COLUMNS": "80"})
+    assert out.returncode == 0, out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    lines = out.stdout.splitlines()
+    assert all(len(line) <= 80 for line in lines[:-1]), lines  # all but the last, which names a path
+    # One line per reported trace, then the skipped ones with their reason, then the count.
+    assert sum(line.startswith("  light_idle ") for line in lines) == 1
+    assert sum(line.startswith("  host_sync_static ") for line in lines) == 1
+    assert any(line.startswith("  skipped measured.json: ") and "traceEvents" in line for line in lines)
+    assert any(line.startswith("  skipped broken.json: ") and "truncated" in line for line in lines)
+    assert lines[-1].startswith("2 of 4 reported, 2 skipped: ")
+    assert lines[-2].startswith("  not read: ranks/ (folders of traces")
+    assert len(lines) == 7
+    for name in ("light_idle", "host_sync_static"):
+        for ext in ("html", "md", "json"):
+            assert (tmp_path / "r" / f"{name}.pt.trace.{ext}").is_file()
+    # -q: nothing on stdout, the skipped ones on stderr.
+    out = cli("report", folder, "-q", "--out-dir", tmp_path / "q")
+    assert out.returncode == 0 and out.stdout == ""
+    assert sorted(line.split(":")[1].strip() for line in out.stderr.splitlines()) == [
+        "skipped broken.json", "skipped measured.json"]  # fmt: skip
+
+
+def test_folder_with_nothing_readable(tmp_path: Path) -> None:
+    (tmp_path / "a.json").write_text("{}")
+    (tmp_path / "b.json").write_text("[1]")
+    out = cli("report", tmp_path, "--out-dir", tmp_path / "r")
+    assert out.returncode == 2 and "none of the 2 traces could be read" in out.stderr

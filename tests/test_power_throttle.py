@@ -72,3 +72,14 @@ def test_report_shows_clocks_and_question_6() -> None:
     # The power sentence does not contradict itself ("draws 513 W of its 700 W limit").
     f = next(f for f in rep.findings if f.category.value == "power_throttle")
     assert "draws about" not in f.advice and "to hold the draw at the 700 W limit" in f.advice
+
+
+def test_power_cap_is_the_machine_not_the_first_fix() -> None:
+    """Brief misc §4: a power cap is the machine's condition. power_gemm has no program
+    change that gains 3% (host_bound's replayed gain is 19 ms of 12.5 s), so there is no
+    primary and the headline says the clocks are capped by power at 700 W, with no gain."""
+    rep = report_of(sample("power_gemm"))
+    assert rep.summary.primary is None
+    assert rep.summary.headline.startswith("Nothing in the program to fix; clocks capped by power at 700 W")
+    assert "to gain" not in rep.summary.headline and rep.summary.primary_gain_us == 0.0
+    assert any(f.category.value == "power_throttle" for f in rep.findings)  # still a finding (question 6)

@@ -274,6 +274,10 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     # that begins in the window may return after it: roofline_cases' last one, 1.5x past).
     ends = host["end"].to_numpy()[rows]
     marks = ends[(ends >= tl.start) & (ends <= tl.end)]
+    bins = len(next(iter(tl.by_cause.values()), ()))
+    counts = (
+        np.histogram(marks, bins=bins, range=(tl.start, tl.end))[0] if bins and tl.end > tl.start else np.zeros(0)
+    )
     if len(marks) > MAX_SYNC_MARKS:
         marks = np.sort(marks)[np.linspace(0, len(marks) - 1, MAX_SYNC_MARKS).astype(int)]
     steps = tuple((int(s.step), float(s.start), float(s.end)) for s in ctx.ledger.steps)
@@ -283,6 +287,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
         by_cause={c: tuple(np.round(tl.by_cause[c], 4).tolist()) for c in CAUSES},
         syncs=tuple(float(m) for m in np.sort(marks)),
         steps=steps,
+        sync_counts=tuple(int(c) for c in counts),
     )
 
 

@@ -443,6 +443,7 @@ CAUSE_WORDS = {
     "allocation": "allocator idle",
     "compilation": "compile idle",
     "profiler": "profiler overhead",
+    "harness": "benchmark-harness idle (cache flush, warm-up)",
     "startup": "start-up idle (graph capture, first launches)",
     "launch_overhead": "launch-overhead idle",
     "host_bound": "host-bound idle",

@@ -206,6 +206,11 @@ PROFILER_FRAMES = ("torch/profiler/", "torch/autograd/profiler.py", "torch/autog
 #: runs under them (derive/host_calls.profiler_intervals); its frames that run the user's
 #: script (run_script, capture) hold the whole run.
 CAPTURE_TOOL_FRAMES = ("tracelens/capture/",)
+#: Ranges of a benchmark harness's own method between its timed regions (brief misc §1):
+#: flushing the cache (PARAM's "[param|clear_cache]": aten::zeros of a large buffer and a
+#: mul over it before every measured iteration), its warm-up iterations. Matched (lower
+#: case) in user annotations and Python frames; the idle under them is the harness's.
+HARNESS_MARKERS = ("clear_cache", "flush_cache", "cache_flush", "flush_l2", "l2_flush", "|warmup|")
 #: Python frames and annotations of torch.compile's compiler at work, for the ledger's
 #: "the host was compiling": Dynamo's frame conversion, Inductor's compile and code
 #: cache, and torch.compile's own timed ranges (recorded as CPU ops in traces without
@@ -287,6 +292,7 @@ CAUSE_LABELS: dict[str, str] = {
     "allocation": "idle: allocator calls",
     "compilation": "idle: compiling",
     "profiler": "idle: profiler overhead",
+    "harness": "idle: benchmark harness (cache flush, warm-up)",
     "startup": "idle: start-up (graph capture, first launches)",
     "launch_overhead": "idle: launch overhead",
     "host_bound": "idle: host-bound",
@@ -304,6 +310,7 @@ CAUSE_SHORT: dict[str, str] = {
     "allocation": "alloc",
     "compilation": "compile",
     "profiler": "profiler",
+    "harness": "harness",
     "startup": "startup",
     "launch_overhead": "launch",
     "host_bound": "host",

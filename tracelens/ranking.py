@@ -17,15 +17,17 @@ import numpy as np
 from tracelens.analyzers import BUILT_CATEGORIES, BUSY, CATEGORY_ORDER, LEDGER_POOL, PARENT_OF, categories_of
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.devices import other_accelerator
+from tracelens.derive.fusion import saved_across_syncs
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
 from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
 from tracelens.explain.base import where as where_in
+from tracelens.explain.power_throttle import machine_headline
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report import Question, Summary
-from tracelens.report.enums import Category, QuestionId, QuestionStatus, Severity
+from tracelens.report.enums import WHOLE_UNITS, Category, QuestionId, QuestionStatus, Severity
 from tracelens.report.findings import Finding, Prediction
 
 
@@ -154,6 +156,8 @@ _SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to
 #: between them) leaves the forward to capture whole, and so does a harness's end-of-step
 #: check (Qwen: ~1,500 kernels to 1).
 MAX_ACTIVITIES_PER_BLOCKING_SYNC = 64
+#: Syncs block fusion when chains a sync cuts hold at least this share of its saving.
+FUSION_CUT_MIN_SHARE = 0.5
 
 
 def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
@@ -169,10 +173,21 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     if sync is not None:
         sync_calls = sum(s.count for s in sync.sites if s.kind in _SYNC_BLOCKERS)
     activities = ctx.ledger.primary.n_activities if ctx.ledger.primary is not None else 0
-    every_step = (
-        sync is not None and sync_calls >= steps and activities <= MAX_ACTIVITIES_PER_BLOCKING_SYNC * sync_calls
-    )
+    per_sync = activities / sync_calls if sync_calls else float("inf")
+    # A CUDA graph of each piece between syncs pays when the pieces hold enough launches
+    # (verdict_rf_steps: one .item() a step, ~98 launches between syncs, is no blocker);
+    # host_sync_mask's ~9 launches between syncs are too few.
+    every_step = sync is not None and sync_calls >= steps and per_sync <= MAX_ACTIVITIES_PER_BLOCKING_SYNC
     units = f"{steps} {ctx.unit}" + ("" if steps == 1 else "s")
+    mem = by_cat.get(Category.MEMORY_BOUND)
+    # Fusion waits on the syncs only where a sync separates the passes of a chain: the
+    # trace must show it (host_sync_mask: none of its 30 chain occurrences has a sync
+    # between its passes, so torch.compile fuses them between the syncs as they are).
+    cut_share = 0.0
+    if every_step and mem is not None and ctx.roofline.chains:
+        total = sum(c.saved_us for c in ctx.roofline.chains)
+        cut = saved_across_syncs(ctx.model, ctx.roofline.chains, ctx.blocking_calls)
+        cut_share = cut / total if total > 0 else 0.0
     breaks = by_cat.get(Category.COMPILATION)
     graph_breaks = breaks is not None and "graph_breaks" in breaks.tags
     shapes = by_cat.get(Category.SHAPE_DYNAMISM)
@@ -183,8 +198,9 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         if f.category == Category.LAUNCH_OVERHEAD and every_step:
             blocker = Category.HOST_SYNC
             reason = (
-                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {units}), "
-                "and torch.compile breaks its graph at each one"
+                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {units}, "
+                f"{per_sync:.0f} GPU launches between syncs on average: too few for a graph of each piece "
+                f"to pay), and torch.compile breaks its graph at each one"
             )
         elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and shapes.time_us > 0:
             blocker = Category.SHAPE_DYNAMISM
@@ -192,11 +208,12 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         elif f.category == Category.MEMORY_BOUND and graph_breaks:
             blocker = Category.COMPILATION
             reason = "torch.compile fuses only inside one graph: the graph breaks come first"
-        elif f.category == Category.MEMORY_BOUND and every_step:
+        elif f.category == Category.MEMORY_BOUND and every_step and cut_share >= FUSION_CUT_MIN_SHARE:
             blocker = Category.HOST_SYNC
             reason = (
                 f"torch.compile fuses only between host syncs and breaks its graph at each one "
-                f"({sync_calls} in {units})"
+                f"({sync_calls} in {units}; a sync separates the passes of chains holding "
+                f"{cut_share:.0%} of the fusion's saving)"
             )
         out.append(replace(f, blocked_by=blocker, blocked_reason=reason) if blocker is not None else f)
     return out
@@ -229,11 +246,23 @@ def _one_off(f: Finding, steps: int) -> bool:
     return isinstance(gaps, int | float) and gaps < ONE_OFF_GAPS_PER_STEP * steps
 
 
+#: Findings about the machine, not the program: a power or thermal cap explains the clocks
+#: (question 6) but is no fix to make first (power_gemm: capped at 700 W, 82% of the clock).
+MACHINE_CONDITIONS = frozenset({Category.POWER_THROTTLE})
+
+
 def primary_finding(findings: list[Finding], window_us: float, steps: int = 1) -> Finding | None:
     """The top-level finding with the largest expected gain, among those whose gain is at
     least the medium-severity share of the window (and that recur: not one-off host work
     in a few of `steps`); a near tie goes to the earlier question."""
-    top = [f for f in findings if f.parent is None and f.expected_gain_us > 0 and not _one_off(f, steps)]
+    top = [
+        f
+        for f in findings
+        if f.parent is None
+        and f.expected_gain_us > 0
+        and not _one_off(f, steps)
+        and f.category not in MACHINE_CONDITIONS
+    ]
     # A gain under the bar is noise next to run-to-run variation: no headline then.
     strong = [f for f in top if f.expected_gain_us >= MEDIUM_SHARE * window_us] if window_us > 0 else top
     if not strong:
@@ -438,6 +467,14 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
             f"{prof:.0%} of the window is idle while the host runs torch.profiler's own prof.step(): profiler "
             "overhead that an unprofiled run does not have."
         )
+    harness = dev.share("harness")
+    if harness >= PROFILER_NOTE_SHARE:
+        out.append(
+            f"{harness:.0%} of the window ({fmt_us(dev.by_cause.get('harness', 0.0))}) is idle while the host runs "
+            "the benchmark harness's own method between its timed regions (a cache flush such as PARAM's "
+            "[param|clear_cache], a warm-up range): the benchmark's method, not the program's bottleneck, so no "
+            "finding blames it."
+        )
     return tuple(out)
 
 
@@ -529,6 +566,16 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
                 f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
                 f"would gain {MEDIUM_SHARE:.0%} or more of it."
             )
+            capped = next(
+                (
+                    f
+                    for f in findings
+                    if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE
+                ),
+                None,
+            )
+            if capped is not None:
+                headline = f"{machine_headline(capped)} {headline}"
             replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
             if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
                 # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
@@ -546,10 +593,12 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             primary_advice="",
             primary_gain_us=0.0,
             notes=notes,
+            # the report's unit stays (the ledger's per-step column, "N steps of X ms")
+            per_step_us=ctx.window_us / max(steps, 1) if ctx.unit not in WHOLE_UNITS else 0.0,
             unit=ctx.unit,
         )
     unit = ctx.unit
-    per = max(steps, 1) if unit != "window" else 1
+    per = max(steps, 1) if unit not in WHOLE_UNITS else 1
     kids = [
         f
         for f in findings
@@ -617,8 +666,8 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         primary_advice=advice,
         primary_gain_us=gain,
         notes=notes,
-        per_step_us=ctx.window_us / per if unit != "window" else 0.0,
-        primary_gain_per_step_us=gain / per if unit != "window" else 0.0,
+        per_step_us=ctx.window_us / per if unit not in WHOLE_UNITS else 0.0,
+        primary_gain_per_step_us=gain / per if unit not in WHOLE_UNITS else 0.0,
         unit=unit,
         predicted_step_us=predicted,
         predicted_step_low_us=low,

@@ -36,7 +36,15 @@ from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import overlap
 from tracelens.derive.memory import MemoryProfile
 from tracelens.derive.shapes import ShapeVariation, shape_variation
-from tracelens.domain import ALLOC_APIS, DTYPE_BYTES, FRAGMENTATION_SHARE, FREE_APIS, NO_ENCLOSING_OP, PINNED_APIS
+from tracelens.domain import (
+    ALLOC_APIS,
+    DTYPE_BYTES,
+    FRAGMENTATION_SHARE,
+    FREE_APIS,
+    HARNESS_MARKERS,
+    NO_ENCLOSING_OP,
+    PINNED_APIS,
+)
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, op_chain, python_stack, user_source, user_sources
 from tracelens.model.trace import TraceModel, name_matches
@@ -93,6 +101,8 @@ class AllocCalls:
     #: (api, enclosing op or what stands for it, source label) -> [GPU idle, calls, host time]
     by_site: dict[tuple[str, str, str], list[float]]
     source_of: dict[tuple[str, str, str], PySource | None]
+    harness_frees: int = 0  # frees inside a benchmark harness's flush (domain.HARNESS_MARKERS)
+    harness: str = ""  # that harness range's name
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,8 @@ class AllocFacts:
     empty_cache: int
     pinned: int
     frees: int
+    harness_frees: int  # of them, inside a benchmark harness's cache flush ...
+    harness: str  # ... this range ("[param|clear_cache]")
     varying: VaryingSite | None
     fragmented: bool  # the cache holds FRAGMENTATION_SHARE of reserved beyond what is allocated at the peak
     growth: CatGrowth | None  # the growing cat re-copying the most
@@ -156,6 +168,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[AllocFacts, AllocSite]]:
         empty_cache=calls.empty_cache,
         pinned=calls.pinned,
         frees=calls.frees,
+        harness_frees=calls.harness_frees,
+        harness=calls.harness,
         varying=_varying_alloc_site(ctx) if calls.calls else None,
         fragmented=bool(
             mem is not None
@@ -190,6 +204,28 @@ def analyze(ctx: AnalysisContext) -> list[Found[AllocFacts, AllocSite]]:
             ),
         )
     ]
+
+
+def _in_harness(model: TraceModel, rows: list[int]) -> tuple[int, str]:
+    """How many of host `rows` run inside a benchmark harness's range (a cache flush,
+    domain.HARNESS_MARKERS), and the innermost such range's name."""
+    if not rows:
+        return 0, ""
+    host = model.host
+    ann = host.index[
+        (host["kind"].to_numpy() == int(Kind.USER_ANNOTATION))
+        & name_matches(host["name"], lambda n: any(m in n.lower() for m in HARNESS_MARKERS))
+    ].to_numpy()
+    if not len(ann):
+        return 0, ""
+    ts, end = host["ts"].to_numpy(), host["end"].to_numpy()
+    n, name = 0, ""
+    for r in rows:
+        inside = ann[(ts[ann] <= ts[r]) & (end[ann] >= end[r])]
+        if len(inside):
+            n += 1
+            name = model.arrays.name(int(inside[np.argmax(ts[inside])]))
+    return n, name
 
 
 def _alloc_calls(ctx: AnalysisContext) -> AllocCalls | None:
@@ -232,9 +268,13 @@ def _alloc_calls(ctx: AnalysisContext) -> AllocCalls | None:
         by_site[key][1] += 1
         by_site[key][2] += float(end[r] - ts[r])
         src_of[key] = src
+    frees = [int(r) for r in rows if model.arrays.name(int(r)).startswith(FREE_APIS)]
+    harness_frees, harness = _in_harness(model, frees)
     return AllocCalls(
         calls=len(rows),
-        frees=sum(1 for r in rows if model.arrays.name(int(r)).startswith(FREE_APIS)),
+        frees=len(frees),
+        harness_frees=harness_frees,
+        harness=harness,
         host_us=float((end[rows] - ts[rows]).sum()) if len(rows) else 0.0,
         empty_cache=empty_cache,
         pinned=pinned,

@@ -39,6 +39,7 @@ from tracelens.derive.context import AnalysisContext
 from tracelens.derive.intervals import merge_intervals, overlap, subtract
 from tracelens.model.links import link_peak
 from tracelens.model.sources import PySource, user_source
+from tracelens.report.enums import WHOLE_UNITS
 
 MAX_SITES = 8
 #: gloo all-reduce bandwidth over loopback, measured on the 2-core development machine
@@ -271,7 +272,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     if impossible:
         evidence.append(Fact("bandwidth_not_possible", "", "text"))  # text: explain/ words facts.why_impossible
     facts = CommunicationFacts(
-        per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 and ctx.unit != "window" else None,
+        per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 and ctx.unit not in WHOLE_UNITS else None,
         unit=ctx.unit,
         exposed_kernel_us=exposed_kernels,
         wait_us=wait_us,

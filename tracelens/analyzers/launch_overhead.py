@@ -22,6 +22,7 @@ from tracelens.domain import LAUNCH_APIS, NO_ENCLOSING_OP
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_sources
 from tracelens.model.trace import name_matches
+from tracelens.report.enums import WHOLE_UNITS
 
 #: Kernels shorter than this cannot hide the host's per-launch cost (launch API median
 #: is 3-12 µs in the real traces), so a stream of them is launch-bound by construction.
@@ -109,7 +110,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[LaunchFacts, Launcher]]:
         if any(key in op for place in places[:3] if place.time_us > 0.2 * launch_idle for op in place.ops)
     )
     facts = LaunchFacts(
-        per_step_us=launch_idle / ctx.n_steps if ctx.n_steps > 1 and ctx.unit != "window" else None,
+        per_step_us=launch_idle / ctx.n_steps if ctx.n_steps > 1 and ctx.unit not in WHOLE_UNITS else None,
         unit=ctx.unit,
         gaps=len(launch_gaps),
         median_kernel_us=median_kernel,

@@ -27,6 +27,19 @@ from tracelens.cli import capture, common, diff, mcp, report
 from tracelens.cli.common import _FINISHED, _say
 from tracelens.errors import Interrupted, TracelensError, exit_codes_text
 
+
+def _usage_name(self: Any) -> str:
+    """An argument in a usage line as click and man pages write it: `TRACE...` required,
+    `[SCRIPT]` optional (typer 0.29 writes a required one `{trace}...`, which reads as a
+    template placeholder; issue 27)."""
+    name = str(self.metavar or self.name or "").upper()
+    name = name if self.required else f"[{name}]"
+    return name + ("..." if self.nargs != 1 else "")
+
+
+if hasattr(typer.core.TyperArgument, "_usage_display_name"):
+    typer.core.TyperArgument._usage_display_name = _usage_name  # type: ignore[method-assign]
+
 app = typer.Typer(
     name="tracelens",
     help=(
@@ -109,6 +122,30 @@ def _fast_report(args: list[str]) -> dict[str, Any] | None:
     return kwargs
 
 
+#: The commands (the first argument), for the hint on a trace given without one.
+_COMMANDS = frozenset({"report", "diff", "capture", "mcp"})
+
+
+def _missing_command(args: list[str]) -> None:
+    """`tracelens trace.json.gz` (no command): say the command, as one line (exit 2),
+    instead of click's "No such command"."""
+    from tracelens.errors import UsageError
+
+    if not args or args[0] in _COMMANDS or args[0].startswith("-"):
+        return
+    first = args[0]
+    low = first.lower()
+    import shlex
+
+    rest = "".join(f" {shlex.quote(a)}" for a in args[1:])
+    if low.endswith(".py") and os.path.isfile(first):
+        raise UsageError(f"{first}: tracelens needs a command first; to profile this script: "
+                         f"tracelens capture {shlex.quote(first)}{rest}")  # fmt: skip
+    if low.endswith((".json", ".json.gz", ".gz", ".pickle", ".pkl")) or os.path.exists(first):
+        raise UsageError(f"{first}: tracelens needs a command first; to explain this trace: "
+                         f"tracelens report {shlex.quote(first)}{rest}")  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the app, mapping user errors to one line and an exit code."""
     if argv is None:  # the console script or `python -m tracelens`: a process of its own
@@ -119,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
         gc.disable()
         early.start(sys.argv[1:])
     try:
+        _missing_command(sys.argv[1:] if argv is None else argv)
         fast = _fast_report(sys.argv[1:] if argv is None else argv)
         if fast is not None:
             report.report(**fast)

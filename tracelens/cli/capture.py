@@ -78,7 +78,7 @@ def capture(
     ctx: typer.Context,
     target: Annotated[
         str | None,
-        typer.Argument(help="The script to run (its own arguments follow it).", show_default=False),
+        typer.Argument(help="The script to run (its own arguments follow it).", show_default=False, metavar="SCRIPT"),
     ] = None,
     module: Annotated[
         str | None, typer.Option("-m", "--module", help="Run a module as `python -m MODULE` does.", show_default=False)

@@ -200,3 +200,34 @@ MAX_ERROR_CHARS = 1000
 _FINISHED: list[object] = []
 #: Whether this process is the command's own (tracelens.cli.main called as the entry point).
 OWN_PROCESS = False
+
+
+#: Files of other profilers, which a user may hand tracelens first: what to do instead.
+_OTHER_PROFILERS = (
+    ((".nsys-rep", ".qdrep", ".sqlite"), "this is Nsight Systems"),
+    ((".ncu-rep",), "this is Nsight Compute"),
+)
+_KINETO_HOW = (
+    "export a Kineto trace with torch.profiler (prof.export_chrome_trace('trace.json.gz')), "
+    "or run the script under `tracelens capture`"
+)
+
+
+def check_input(item: str) -> None:
+    """The common slips, said before any work as one line (exit 2): another profiler's
+    report given as a trace, and a `.json` named where only the `.json.gz` exists (or the
+    other way round)."""
+    from tracelens.errors import TraceInputError
+
+    if "://" in item and not item.startswith("file://"):
+        return
+    p = Path(item.removeprefix("file://"))
+    low = p.name.lower()
+    for suffixes, what in _OTHER_PROFILERS:
+        if low.endswith(suffixes):
+            raise TraceInputError(f"{item}: {what}, not a torch.profiler trace; {_KINETO_HOW}")
+    if p.exists() or any(ch in item for ch in "*?["):
+        return
+    for other in (p.with_name(p.name + ".gz"), p.with_name(p.name[:-3]) if low.endswith(".gz") else None):
+        if other is not None and other.is_file():
+            raise TraceInputError(f"{item}: no such file; did you mean {other}?")

@@ -8,12 +8,21 @@ from typing import Annotated, Any
 
 import typer
 
-from tracelens.cli.common import _interrupt_as_error, _progress, _redactor, _say, _summary, _targets, _write
+from tracelens.cli.common import (
+    _interrupt_as_error,
+    _progress,
+    _redactor,
+    _say,
+    _summary,
+    _targets,
+    _write,
+    check_input,
+)
 
 
 def diff(
-    before: Annotated[Path, typer.Argument(help="The trace before the change.", show_default=False)],
-    after: Annotated[Path, typer.Argument(help="The trace after the change.", show_default=False)],
+    before: Annotated[Path, typer.Argument(help="The trace before the change.", show_default=False, metavar="BEFORE")],
+    after: Annotated[Path, typer.Argument(help="The trace after the change.", show_default=False, metavar="AFTER")],
     html: Annotated[
         Path | None, typer.Option("--html", help="Write the HTML diff here ('-': standard output).", show_default=False)
     ] = None,
@@ -83,6 +92,8 @@ def diff(
     from tracelens.render.progress import progress
 
     _interrupt_as_error()
+    check_input(str(before))
+    check_input(str(after))
     stem = f"{default_stem(before)}-vs-{default_stem(after)}.diff"
     wanted = _targets(html, markdown, json_out, out_dir, stem, [before, after])
     with progress(quiet, _progress, files=2) as bar:

@@ -5,6 +5,8 @@ to tracelens.cli.job).
 from __future__ import annotations
 
 import gc
+import sys
+import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -34,6 +36,7 @@ def report(
             help="A torch.profiler (Kineto) Chrome trace: .json or .json.gz, any torch version, NVIDIA or AMD. "
             "Or the ranks of one job: a folder, a glob, several files, an fsspec URL prefix (s3://, gs://, hf://).",
             show_default=False,
+            metavar="TRACE",
         ),
     ],
     html: Annotated[
@@ -132,6 +135,9 @@ def report(
     _interrupt_as_error()
     from tracelens.model.snapshot import looks_like_snapshot
 
+    for item in traces:
+        common.check_input(item)
+
     if len(traces) == 1 and looks_like_snapshot(traces[0]):
         if window or steps or perfetto:
             raise typer.BadParameter("--window, --steps and --perfetto are for traces, not memory snapshots")
@@ -150,10 +156,106 @@ def report(
     single = report_many(
         traces, html, markdown, json_out, out_dir, quiet, scheduler, workers, per_rank, windowed, redact, perfetto
     )
-    for path in single:
-        _report_one(Path(path), html if len(single) == 1 else None, markdown if len(single) == 1 else None,
-                    json_out if len(single) == 1 else None, out_dir, quiet, window, steps,
-                    perfetto=perfetto if len(single) == 1 else None, redact=redact)  # fmt: skip
+    if len(single) == 1:
+        _report_one(Path(single[0]), html, markdown, json_out, out_dir, quiet, window, steps, perfetto=perfetto,
+                    redact=redact)  # fmt: skip
+    elif single:
+        _report_each(single, out_dir, quiet, window, steps, redact, _trace_folders_in(traces))
+
+
+def _trace_folders_in(items: list[str]) -> list[str]:
+    """The folders inside the given folders that hold traces themselves (a job's ranks
+    beside independent samples): not read, but said, so none seems forgotten."""
+    out = []
+    for item in items:
+        p = Path(item)
+        if "://" in item or not p.is_dir():
+            continue
+        for sub in sorted(c for c in p.iterdir() if c.is_dir() and not c.name.startswith(".")):
+            if any(f.name.endswith((".json", ".json.gz")) for f in sub.iterdir() if f.is_file()):
+                out.append(sub.name)
+    return out
+
+
+def _report_each(
+    paths: list[str],
+    out_dir: Path,
+    quiet: bool,
+    window: str | None,
+    steps: str | None,
+    redact: bool,
+    folders: list[str] | None = None,
+) -> None:
+    """Independent traces (a folder of samples, not ranks of one job): every readable one
+    reported under out_dir, one line each (its headline) as it is done, then the ones
+    skipped and why. Exit 0 when at least one was reported, 2 when none could be (a bug on
+    one trace is said and the rest still reported: exit 1)."""
+    from tracelens.errors import Interrupted, TraceInputError, TracelensError
+    from tracelens.output import default_stem
+    from tracelens.render.format import plain, prose
+    from tracelens.render.terminal import terminal_width
+
+    width = terminal_width(sys.stdout)
+    names = [default_stem(p).removesuffix(".pt.trace") for p in paths]
+    pad = min(max(len(n) for n in names), width // 3)
+
+    def say(line: str) -> None:
+        if not quiet:
+            typer.echo(line)
+
+    say(f"tracelens: {len(paths)} traces, not ranks of one job: a report of each")
+    done = 0
+    skipped: list[tuple[str, str]] = []
+    bug = False
+    for path, name in zip(paths, names, strict=True):
+        try:
+            built = _report_one(Path(path), None, None, None, out_dir, True, window, steps, redact=redact, freeze=False)
+        except Interrupted:
+            raise
+        except TracelensError as exc:
+            skipped.append((path, str(exc)))
+            continue
+        except Exception as exc:  # a bug on one trace: said, and the others still reported
+            bug = True
+            skipped.append((path, f"internal error: {type(exc).__name__}: {exc} (please report it)"))
+            continue
+        done += 1
+        rep: Any = built[2]
+        head = plain(name, limit=pad).ljust(pad)
+        say(f"  {head}  " + prose(_one_line(rep), max(width - pad - 4, 20)))
+        del built, rep
+        gc.collect()
+    for path, why in skipped:
+        # The loader's messages begin with the path; say it once.
+        why = why.removeprefix(f"{path}: ")
+        line = f"skipped {plain(Path(path).name, limit=120)}: {plain(why, limit=300)}"
+        if quiet:
+            typer.echo("tracelens: " + line, err=True)
+        else:  # wrapped at the terminal's width, under its own start
+            say(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
+    if folders:
+        shown = ", ".join(plain(f, limit=60) + "/" for f in folders[:5]) + (", ..." if len(folders) > 5 else "")
+        line = f"not read: {shown} (folders of traces: tracelens report FOLDER reports one)"
+        say(textwrap.fill(line, width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False))
+    say(f"{done} of {len(paths)} reported" + (f", {len(skipped)} skipped" if skipped else "")
+        + f": {plain(out_dir)}/<trace>.html, .md, .json")  # fmt: skip
+    if bug:
+        raise typer.Exit(1)
+    if not done:
+        raise TraceInputError(f"none of the {len(paths)} traces could be read")
+
+
+def _one_line(rep: Any) -> str:
+    """A trace's report in a line: its primary finding's title and what that costs per
+    step, else the headline."""
+    from tracelens.render.format import us
+    from tracelens.render.html import primary_index
+
+    i = primary_index(rep)
+    if rep.summary.primary and i is not None and 0 <= i < len(rep.findings):
+        f = rep.findings[i]
+        return f"{f.title} ({us(f.time_us)}, {f.share:.0%})"
+    return str(rep.summary.headline or "no finding")
 
 
 def _report_snapshot(
@@ -206,6 +308,7 @@ def _report_one(
     steps: str | None,
     perfetto: Path | None = None,
     redact: bool = False,
+    freeze: bool = True,
 ) -> tuple[object, ...]:
     """The report on one trace; returns what it built (the model, its context, the report)."""
     from tracelens.assemble import build_report
@@ -233,7 +336,9 @@ def _report_one(
             # of collections in build_report). Only in the command's own process: a
             # library caller's objects are not ours to freeze. The GC was off since the
             # start (see main).
-            gc.freeze()
+            # Not when it reports many traces, one after another: each model is let go.
+            if freeze:
+                gc.freeze()
             gc.enable()
         bar.analysing()
         ctx = AnalysisContext(

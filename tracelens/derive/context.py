@@ -208,6 +208,8 @@ class AnalysisContext:
             return "window"
         if self.window.source == "detected" or (self.window.source == "user" and self.model.steps.empty):
             return "iteration"
+        if self.model.step_unit == "sweep":
+            return "sweep"
         return "call" if self.model.step_unit == "call" else "step"
 
     @property

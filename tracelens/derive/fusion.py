@@ -131,3 +131,28 @@ def _fusion_chains(
     ]
     chains.sort(key=lambda c: -c.saved_us)
     return tuple(chains)
+
+
+def saved_across_syncs(model: TraceModel, chains: tuple[FusionChain, ...], sync_rows: np.ndarray) -> float:
+    """Of the chains' estimated saving, the part in occurrences whose passes a host sync
+    separates (a blocking call between the launches of the first and the last pass):
+    torch.compile breaks its graph at the sync, so only those fusions wait on removing
+    it; a chain launched between two syncs fuses inside one graph as it is."""
+    if not chains or not len(sync_rows) or not len(model.host):
+        return 0.0
+    h_ts = model.host["ts"].to_numpy(dtype=np.float64)
+    sync_ts = np.sort(h_ts[sync_rows])
+    launch = model.gpu["launch"].to_numpy()
+    cut = 0.0
+    for c in chains:
+        if not c.occurrences:
+            continue
+        each = c.saved_us / len(c.occurrences)
+        for occ in c.occurrences:
+            at = [h_ts[launch[r]] for p in occ for r in p if launch[r] >= 0]
+            if len(at) < 2:
+                continue
+            k = int(np.searchsorted(sync_ts, min(at), side="right"))
+            if k < len(sync_ts) and sync_ts[k] < max(at):
+                cut += each
+    return cut

@@ -17,6 +17,7 @@ from tracelens.domain import (
     CAPTURE_END_APIS,
     CAPTURE_TOOL_FRAMES,
     GRAPH_INSTANTIATE_APIS,
+    HARNESS_MARKERS,
     LAUNCH_APIS,
     PROFILER_FRAMES,
     SYNC_APIS,
@@ -106,6 +107,16 @@ def named_intervals(model: TraceModel, predicate: Callable[[str], bool], kinds: 
     if not kind_mask.any():
         return np.empty((0, 2))
     return _rows_intervals(model, kind_mask & name_matches(host["name"], predicate))
+
+
+def harness_intervals(model: TraceModel) -> np.ndarray:
+    """Host intervals of a benchmark harness's own method between its timed regions
+    (domain.HARNESS_MARKERS: PARAM's [param|clear_cache], warm-up ranges)."""
+    return named_intervals(
+        model,
+        lambda n: any(m in n.lower() for m in HARNESS_MARKERS),
+        (Kind.USER_ANNOTATION, Kind.PYTHON),
+    )
 
 
 def profiler_intervals(model: TraceModel) -> np.ndarray:

@@ -26,6 +26,10 @@ the GPU ran dry:
     allocation       the host was inside cudaMalloc/cudaFree (and their hip twins)
     compilation      the host was inside torch.compile (Dynamo/Inductor frames)
     profiler         the host was inside torch.profiler's own Python (prof.step())
+    harness          the host was inside a benchmark harness's own method between timed
+                     regions: a cache flush (PARAM's [param|clear_cache]) or a warm-up
+                     range (domain.HARNESS_MARKERS): the benchmark's method, not the
+                     program's bottleneck
     startup          the host was doing one-off start-up work inside the window: capturing
                      CUDA/HIP graphs (the launches between BeginCapture and EndCapture
                      are recorded, not run), instantiating them, or a cold first launch
@@ -50,7 +54,13 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from tracelens.derive.host_calls import blocking_call_rows, named_intervals, profiler_intervals, startup_intervals
+from tracelens.derive.host_calls import (
+    blocking_call_rows,
+    harness_intervals,
+    named_intervals,
+    profiler_intervals,
+    startup_intervals,
+)
 from tracelens.derive.intervals import covered, merge_intervals, overlap, subtract, total, union
 from tracelens.derive.roofline import Roofline
 from tracelens.derive.window import StepSpan, Window
@@ -117,6 +127,7 @@ IDLE_CAUSES: tuple[Cause, ...] = (
     "allocation",
     "compilation",
     "profiler",
+    "harness",
     "startup",
     "launch_overhead",
     "host_bound",
@@ -249,6 +260,7 @@ def compute_ledger(
         (Kind.PYTHON, Kind.CPU_OP, Kind.USER_ANNOTATION),
     )
     startup_iv = startup_intervals(model)
+    harness_iv = harness_intervals(model)
     launch_col = model.gpu["launch"].to_numpy()
     gpu_names = model.gpu["name"]
     comm_gpu = name_matches(gpu_names, is_collective_kernel)
@@ -304,7 +316,7 @@ def compute_ledger(
         gaps = _classify_gaps(
             model, act, starts, ends, busy, w0, w1,
             sync_rows, sync_ts, sync_end, sync_thread, sync_in_comm, thread_key,
-            comm_iv, alloc_iv, prof_iv, compile_iv, startup_iv, comm_gpu,
+            comm_iv, alloc_iv, prof_iv, compile_iv, startup_iv, comm_gpu, harness_iv,
         )  # fmt: skip
         regions = _launch_regions(model, act, starts, ends)
         gaps = _apply_regions(gaps, regions)
@@ -351,6 +363,7 @@ def _classify_gaps(
     compile_iv: np.ndarray,
     startup_iv: np.ndarray,
     comm_gpu: np.ndarray,
+    harness_iv: np.ndarray,
 ) -> pd.DataFrame:
     host_ts = model.host["ts"].to_numpy()
     host_end = model.host["end"].to_numpy()
@@ -419,12 +432,13 @@ def _classify_gaps(
     # that the host work after a sync is looked at too.
     # Start-up first: a cudaMalloc inside a graph capture is the capture's (its private
     # memory pool), not the steady state's allocator churn.
-    for iv, name in ((startup_iv, "startup"), (comm_iv, "communication"), (alloc_iv, "allocation"),
-                     (compile_iv, "compilation"), (prof_iv, "profiler")):  # fmt: skip
+    # The harness next: a cache flush's allocation is the benchmark's method.
+    for iv, name in ((startup_iv, "startup"), (harness_iv, "harness"), (comm_iv, "communication"),
+                     (alloc_iv, "allocation"), (compile_iv, "compilation"), (prof_iv, "profiler")):  # fmt: skip
         if len(iv):
             eligible = gaps["host_side"].to_numpy(dtype=bool) & ~np.isin(
                 gaps["cause"].to_numpy(),
-                ["host_sync", "communication", "allocation", "compilation", "profiler", "startup"],
+                ["host_sync", "communication", "allocation", "compilation", "profiler", "startup", "harness"],
             )
             gaps = _carve(gaps, eligible, iv, name)
     # A sync inside a collective (gloo copies CUDA tensors to the host) is its wait.

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from itertools import pairwise
 
 import numpy as np
 import pandas as pd
@@ -81,7 +82,7 @@ class StepMarks:
     """Where the steps came from, and the steps (the loader's step-table shape)."""
 
     kind: str  # "annotation" | "framework" | "optimizer"
-    unit: str  # what one of them is called: "step", or "call" for a single compiled call
+    unit: str  # what one of them is called: "step", "call" for a single compiled call, "sweep" for a sweep's calls
     label: str  # what the report calls the marks: "record_function step_#", "Optimizer.step#AdamW.step"
     table: pd.DataFrame  # step, cpu_ts, cpu_end
 
@@ -194,7 +195,31 @@ def _annotation_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks |
     else:
         label = f"the program's ranges {first!r} … {last!r}"
     unit = "call" if once and _COMPILED_CALL.match(pick) else "step"
+    if not once and _is_sweep(names.tolist()):
+        # a sweep (a range per shape, matmul_sweep's 'shape_2047x2047x2047' …): one call
+        # each of different work, no step that repeats
+        unit, label = "sweep", f"{label}, one call per configuration of a sweep"
     return StepMarks("annotation", unit, label, table)
+
+
+#: A counter's last changing number goes up by one from a range to the next in at least
+#: this share of them (step_0 … step_7, epoch_1_batch_4 …).
+COUNTER_MIN_SHARE = 0.8
+
+
+def _is_sweep(names: list[str]) -> bool:
+    """Ranges that share a name but for its numbers, each name once, the numbers no
+    counter (step_0, step_1 …): parameters of a sweep ('shape_2048x2048x2047')."""
+    if len(set(names)) < len(names) or len(names) < MIN_REPEATS:
+        return False
+    nums = [tuple(int(x) for x in _DIGITS.findall(n)) for n in names]
+    if any(len(t) != len(nums[0]) for t in nums) or not nums[0]:
+        return False
+    counted = 0
+    for a, b in pairwise(nums):
+        diff = [i for i in range(len(a)) if a[i] != b[i]]
+        counted += int(bool(diff) and b[diff[-1]] - a[diff[-1]] == 1 and b > a)
+    return counted < COUNTER_MIN_SHARE * (len(nums) - 1)
 
 
 def _framework_steps(model: TraceModel, thread: tuple[int, int]) -> StepMarks | None:

@@ -7,6 +7,7 @@ from tracelens.analyzers.base import Found
 from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words, where
 from tracelens.explain.shapes import describe
+from tracelens.report.enums import WHOLE_UNITS
 
 LABELS = {
     "idle_us": "GPU idle in allocator calls",
@@ -52,10 +53,21 @@ def _calls(f: AllocFacts) -> tuple[str, list[str]]:
         f"GPU idles {fmt_us(f.idle_us)} ({pct(f.idle_share)} of the window) while the host is in "
         f"{f.calls:,} allocator calls ({fmt_us(f.host_us)} of host time)"
     )
-    advice = [
+    advice = []
+    if f.harness_frees:
+        # the benchmark's own flush empties the cache: what it times allocates again (brief misc §1)
+        advice.append(
+            f"The benchmark harness's cache flush ({f.harness}) frees device memory ({f.harness_frees} cudaFree) "
+            f"before the timed region, so the code it times allocates its memory again ({f.calls - f.harness_frees} "
+            "allocator calls): the measurement is of the allocator, not the model. Flush without handing memory "
+            "back (keep the flush buffer between iterations; no torch.cuda.empty_cache()), or warm the allocator "
+            "after the flush."
+        )
+        return title, advice
+    advice.append(
         "The caching allocator should make allocator calls rare in the steady state; here they keep happening"
-        + (f" ({_rate(f)})." if f.steps > 1 and f.unit != "window" else ".")
-    ]
+        + (f" ({_rate(f)})." if f.steps > 1 and f.unit not in WHOLE_UNITS else ".")
+    )
     if f.empty_cache:
         advice.append(
             f"torch.cuda.empty_cache() runs in the loop ({f.empty_cache} of the calls are inside it): remove it; it "

@@ -6,6 +6,7 @@ from tracelens.analyzers.base import Found
 from tracelens.analyzers.power_throttle import CAPPED_ALL_SHARE, KernelClock, ThrottleFacts
 from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
+from tracelens.report.findings import Finding
 
 LABELS = {
     "sm_clock_busy_mhz": "time-weighted SM clock while busy (MHz)",
@@ -81,4 +82,28 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
         labels=LABELS,
         places=[kernel_text(p.facts) for p in found.places],
         texts={"reasons": ", ".join(f"{n} {pct(s)}" for n, s in f.reasons) or "no reason reported"},
+    )
+
+
+def machine_headline(f: Finding) -> str:
+    """The headline when the clocks' cap is the only large finding: a power or thermal cap
+    is the machine's condition, not the program's, so nothing is offered as a gain."""
+    ev = {m.id: m.value for m in f.evidence if m.id}
+    limit, clock, peak = ev.get("power_limit_w"), ev.get("sm_clock_busy_mhz"), ev.get("max_sm_clock_mhz")
+    reasons = str(ev.get("reasons", ""))
+    cap = (
+        f"clocks capped by power at {float(limit):.0f} W"
+        if "power" in reasons and isinstance(limit, int | float)
+        else "clocks capped by temperature"
+        if "thermal" in reasons
+        else "clocks below their maximum"
+    )
+    clocks = (
+        f" (SM clock {float(clock):.0f} of {float(peak):.0f} MHz while busy; {reasons} of the busy time)"
+        if isinstance(clock, int | float) and isinstance(peak, int | float)
+        else ""
+    )
+    return (
+        f"Nothing in the program to fix; {cap}{clocks}: the machine's condition, not the program's, which "
+        "explains the clocks (question 6)."
     )

@@ -128,6 +128,7 @@ REASON_WORDS = {
     "communication": "waiting in another collective",
     "idle_other": "GPU waits outside its own work (streams, events)",
     "profiler": "the profiler's own overhead",
+    "harness": "the benchmark harness's own work (cache flush, warm-up)",
     "unknown": "unknown",
 }
 

@@ -19,6 +19,7 @@ CAUSE_COLOURS: dict[str, str] = {
     "allocation": "#c2185b",
     "compilation": "#795548",
     "profiler": "#b48ead",
+    "harness": "#d8c3e0",
     "startup": "#c8ccd2",
     "launch_overhead": "#f08c2e",
     "host_bound": "#e8c53a",

@@ -34,6 +34,21 @@ def plain(text: object, limit: int | None = MAX_TEXT) -> str:
     return short(s, limit) if limit is not None else s
 
 
+def prose(text: object, limit: int = 1500) -> str:
+    """Our own sentence (a headline, an advice, a note quoting trace names) made safe to
+    print as `plain` does, and never cut inside a word: past `limit` characters it ends at
+    the last space before it, with `…`. (`plain` cuts names in the middle, which keeps a
+    kernel's start and end but reads as "num_wo…or" in a sentence.)"""
+    s = plain(text, limit=None)
+    if len(s) <= limit:
+        return s
+    head = s[: max(limit - 1, 1)]
+    space = head.rfind(" ")
+    if space > limit // 2:
+        head = head[:space]
+    return head.rstrip(" ,;:(") + "…"
+
+
 def analysed_us(report: Any) -> float:
     """The time a report analysed: its GPU ledger's window, or, in a trace with no GPU
     activity (a CPU-only capture), the window itself: a 20 ms window is not "0.0 µs
@@ -251,6 +266,17 @@ def short_kernel(name: str, width: int = KERNEL_NAME_CHARS) -> str:
     if len(s) > width:
         s = s[: max(width - 1, 1)].rstrip(", <…") + "…"
     return s or name[:width]
+
+
+def steps_phrase(report: Any) -> str:
+    """The window's steps in the report's one unit: "10 steps", "53 detected iterations",
+    "1 call", "one sweep of 53 calls" (a range per configuration: no step repeats)."""
+    n, unit = report.window.steps, report.summary.unit
+    if unit == "sweep":
+        return f"one sweep of {plural(n, 'call')}"
+    if unit == "call":
+        return plural(n, "call")
+    return plural(n, "detected iteration" if report.window.source == "detected" else "step")
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:

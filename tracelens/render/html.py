@@ -7,6 +7,7 @@ autoescaping; the SVG is built here from numbers only.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 from pathlib import Path
@@ -78,6 +79,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["short_kernel"] = fmt.short_kernel
     env.filters["waves_svg"] = waves_svg
     env.filters["plural"] = fmt.plural
+    env.filters["steps_phrase"] = fmt.steps_phrase
     env.filters["kname"] = kernel_name
     env.filters["counted"] = counted
     env.filters["flops"] = fmt.flop_count
@@ -86,6 +88,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.globals["uncovered_reasons"] = fmt.UNCOVERED_REASONS
     env.globals["snapshot_colours"] = SNAPSHOT_COLOURS
     env.globals["time_axis"] = lambda span_us: Markup(_time_axis(span_us))
+    env.globals["max_sync_ticks"] = MAX_SYNC_TICKS
     return env
 
 
@@ -130,7 +133,7 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
     n = len(next(iter(tl.by_cause.values()), ()))
     if n == 0 or tl.end_us <= tl.start_us:
         return Markup("")
-    top_pad = 10
+    top_pad = 14  # room for the sync ticks (or count bars) above the columns
     plot_h = height - top_pad
     bw = width / n
     span = tl.end_us - tl.start_us
@@ -163,9 +166,7 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
         step = next((st for st, s0, s1 in step_at if s0 <= mid < s1), None)
         body = ", ".join(f"{CAUSE_LABELS[k]} {fmt.pct(f)}" for k, f in sorted(shares, key=lambda kv: -kv[1])[:4])
         tips.append(f"{fmt.us(t0)}–{fmt.us(t1)}{f' (step #{step})' if step is not None else ''}: {body or 'no data'}")
-    for t in tl.syncs:
-        x = (t - tl.start_us) / span * width
-        parts.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{top_pad - 2}" class="sync"/>')
+    parts.extend(_sync_marks(tl, width, top_pad - 2, n, tips))
     if len(tl.steps) <= width / 4:
         for _step, s0, _s1 in tl.steps:
             x = (s0 - tl.start_us) / span * width
@@ -177,7 +178,136 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
     return Markup("".join(parts))
 
 
-def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 56) -> Markup:
+#: More host sync returns than this in a timeline are drawn as counts (per step, else per
+#: column), not one tick each: 991 steps of syncs made one solid band (issue 27).
+MAX_SYNC_TICKS = 120
+
+
+#: At most this many count bars when the syncs are counted per group of columns.
+MAX_SYNC_GROUPS = 120
+#: Syncs are counted per step when there are at least this many steps (and bars stay 3
+#: units wide); a few long steps get groups of columns, which keep the time detail.
+MIN_STEP_GROUPS = 30
+
+
+def _sync_marks(tl: Timeline, width: int, tick_h: float, n: int, tips: list[str]) -> list[str]:
+    """The host sync returns above the timeline: a tick each when they are few; else a bar
+    per step (or per group of columns) as tall as its count of syncs, which its tooltip and
+    every column's read-out say."""
+    span = tl.end_us - tl.start_us
+    if span <= 0 or n <= 0:
+        return []
+    syncs = sorted(tl.syncs)
+    if len(tl.sync_counts) == n:
+        counts = [int(c) for c in tl.sync_counts]
+    else:  # a report from before sync_counts: count the marks it has
+        counts = [0] * n
+        for t in syncs:
+            counts[min(max(int((t - tl.start_us) / span * n), 0), n - 1)] += 1
+    total = sum(counts)
+    if not total:
+        return []
+    for i, c in enumerate(counts):
+        if c and i < len(tips):
+            tips[i] += f"; {fmt.plural(c, 'host sync return')}"
+    exact = len(syncs) == total  # every sync is in `syncs`, not a sample of them
+    if total <= MAX_SYNC_TICKS and exact:
+        out = []
+        for t in syncs:
+            x = (t - tl.start_us) / span * width
+            out.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{tick_h}" class="sync"/>')
+        return out
+    steps = sorted((st, s0, s1) for st, s0, s1 in tl.steps)
+    groups: list[tuple[float, float, int, str]] = []
+    if exact and MIN_STEP_GROUPS <= len(steps) <= width / 3:
+        for st, s0, s1 in steps:
+            c = bisect.bisect_left(syncs, s1) - bisect.bisect_left(syncs, s0)
+            groups.append((s0, s1, c, f"step #{st}"))
+    else:
+        k = max(math.ceil(n / MAX_SYNC_GROUPS), 1)
+        for i in range(0, n, k):
+            t0, t1 = i * span / n, min(i + k, n) * span / n
+            groups.append((tl.start_us + t0, tl.start_us + t1, sum(counts[i : i + k]), f"{fmt.us(t0)}–{fmt.us(t1)}"))
+    most = max(c for *_, c, _w in groups) if groups else 0
+    out = []
+    for s0, s1, c, where in groups:
+        if c <= 0 or most <= 0:
+            continue
+        x0 = max((s0 - tl.start_us) / span * width, 0.0)
+        x1 = min((s1 - tl.start_us) / span * width, float(width))
+        w = max(x1 - x0 - (1.0 if x1 - x0 > 3 else 0.0), 0.6)
+        h = max(tick_h * c / most, 1.5)
+        out.append(
+            f'<rect x="{x0:.2f}" y="{tick_h - h:.2f}" width="{w:.2f}" height="{h:.2f}" class="syncs">'
+            f"<title>{escape(fmt.plural(c, 'host sync return'))} in {escape(where)}</title></rect>"
+        )
+    return out
+
+
+#: A busy column whose SM clock is this much below the GPU's maximum is shaded as
+#: throttled in the clock chart (NVML reports the clock the GPU ran at; idle columns
+#: clock down by design and are not shaded).
+THROTTLE_SHARE = 0.95
+#: A column counts as busy when the GPU ran kernels in at least this share of it.
+BUSY_SHARE = 0.5
+
+
+def _clock_range(values: list[float], ref: float, min_span: float = 0.0) -> tuple[float, float]:
+    """The y range of one NVML chart: the data and its reference line with a margin, on
+    round numbers, so a 1,633 vs 1,980 MHz throttle fills the chart instead of its top 17%
+    above a zero baseline. Starts at 0 when the data come near it anyway."""
+    lo, hi = min(values), max(values)
+    if ref > 0:
+        lo, hi = min(lo, ref), max(hi, ref)
+    if hi - lo < min_span:  # centred in the least span
+        mid = (hi + lo) / 2
+        lo, hi = mid - min_span / 2, mid + min_span / 2
+    spread = hi - lo
+    if spread <= 0:
+        spread = abs(hi) * 0.1 or 1.0
+    step = nice_step(spread, 4)
+    bottom = math.floor((lo - spread * 0.1) / step) * step
+    top = math.ceil((hi + spread * 0.1) / step) * step
+    if bottom <= spread * 0.5:
+        bottom = 0.0
+    return max(bottom, 0.0), top if top > bottom else bottom + 1.0
+
+
+def _throttled(cl: ClockTimeline, busy: list[float] | None) -> list[tuple[int, int]]:
+    """Runs of columns [i, j) where the GPU was busy below THROTTLE_SHARE of its max clock."""
+    if cl.max_sm_mhz <= 0 or busy is None:
+        return []
+    n = len(cl.sm_mhz)
+    low = [
+        cl.sm_mhz[i] == cl.sm_mhz[i] and cl.sm_mhz[i] < THROTTLE_SHARE * cl.max_sm_mhz
+        and i < len(busy) and busy[i] >= BUSY_SHARE
+        for i in range(n)
+    ]  # fmt: skip
+    runs, i = [], 0
+    while i < n:
+        if low[i]:
+            j = i
+            while j < n and low[j]:
+                j += 1
+            runs.append((i, j))
+            i = j
+        else:
+            i += 1
+    return runs
+
+
+def busy_columns(tl: Timeline | None) -> list[float] | None:
+    """Each timeline column's busy share (the gpu_busy_* causes), for the clock chart."""
+    if tl is None:
+        return None
+    n = len(next(iter(tl.by_cause.values()), ()))
+    return [sum(float(v[i]) for k, v in tl.by_cause.items() if k.startswith("gpu_busy") and i < len(v))
+            for i in range(n)]  # fmt: skip
+
+
+def clocks_svg(
+    cl: ClockTimeline, width: int = 960, height: int = 56, busy: list[float] | None = None
+) -> Markup:
     """SM clock (MHz), power (W) and temperature (°C) as three small charts, each with its
     own labelled axis, over the timeline's time axis; a tap shows the three values."""
     n = len(cl.sm_mhz)
@@ -189,26 +319,35 @@ def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 56) -> Markup:
         ("power", "W", cl.power_w, cl.power_limit_w, "#d6453d", "limit"),
         ("temperature", "°C", cl.temp_c, 0.0, "#b48ead", ""),
     ]
+    # The least span a chart shows, so a steady 39-41 °C does not fill it as a swing would.
+    min_span = {"SM clock": 200.0, "power": 100.0, "temperature": 10.0}
     parts = ['<figure class="chart clocks" data-kind="columns">']
+    # Shade the same stretches in every chart: the power and temperature beside the drop.
+    runs = _throttled(cl, busy if busy is not None and len(busy) == n else None)
     for label, unit, values, ref, colour, ref_name in rows:
         finite = [float(v) for v in values if v == v]
         if not finite:
             continue
-        top = max(max(finite), ref) * 1.05 or 1.0
+        bottom, top = _clock_range(finite, ref, min_span.get(label, 0.0))
         pad = 3
 
-        def y(v: float, top: float = top, pad: int = pad) -> float:
-            return pad + (height - 2 * pad) * (1 - min(max(v / top, 0.0), 1.0))
+        def y(v: float, top: float = top, bottom: float = bottom, pad: int = pad) -> float:
+            return pad + (height - 2 * pad) * (1 - min(max((v - bottom) / (top - bottom), 0.0), 1.0))
 
         pts = " ".join(f"{(i + 0.5) * bw:.1f},{y(float(v)):.1f}" for i, v in enumerate(values) if v == v)
         ref_txt = f" · {ref_name} {ref:,.0f} {unit} (dashed)" if ref else ""
+        shaded = " · throttled while busy: shaded" if runs and label == "SM clock" else ""
         parts.append(
             f'<div class="strip"><div class="striplabel"><b style="color:{colour}">{label}</b> '
-            f"{min(finite):,.0f}–{max(finite):,.0f} {unit}{ref_txt}</div>"
-            f'<div class="stripplot"><span class="ytick top">{top:,.0f}</span><span class="ytick bottom">0</span>'
+            f"{min(finite):,.0f}–{max(finite):,.0f} {unit}{ref_txt}{shaded}</div>"
+            f'<div class="stripplot"><span class="ytick top">{top:,.0f}</span>'
+            f'<span class="ytick bottom">{bottom:,.0f}</span>'
             f'<svg viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
-            f'aria-label="{label} in {unit} over time">'
+            f'aria-label="{label} in {unit} over time, {bottom:,.0f} to {top:,.0f} {unit}">'
         )
+        for i, j in runs:
+            x0, w = i * bw, (j - i) * bw
+            parts.append(f'<rect x="{x0:.2f}" y="0" width="{w:.2f}" height="{height}" class="throttled"/>')
         if ref:
             parts.append(f'<line x1="0" x2="{width}" y1="{y(ref):.1f}" y2="{y(ref):.1f}" class="ref"/>')
         parts.append(
@@ -222,7 +361,9 @@ def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 56) -> Markup:
         for label, unit, values, *_ in rows:
             if i < len(values) and values[i] == values[i]:
                 vals.append(f"{label} {float(values[i]):,.0f} {unit}")
-        tips.append(f"{fmt.us((i + 0.5) * span / n)}: " + (", ".join(vals) or "no sample"))
+        hot = any(a <= i < b for a, b in runs)
+        tips.append(f"{fmt.us((i + 0.5) * span / n)}: " + (", ".join(vals) or "no sample")
+                    + ("; busy below 95% of the max clock" if hot else ""))  # fmt: skip
     parts.append(_time_axis(span))
     parts.append(_tips(tips))
     parts.append("</figure>")
@@ -381,7 +522,7 @@ def render_html(report: Report) -> str:
     env = environment(autoescape=True)
     template = env.get_template("report.html.j2")
     svg = timeline_svg(report.timeline) if report.timeline else Markup("")
-    clocks = clocks_svg(report.clocks) if report.clocks else Markup("")
+    clocks = clocks_svg(report.clocks, busy=busy_columns(report.timeline)) if report.clocks else Markup("")
     return template.render(
         r=report,
         timeline_svg=svg,

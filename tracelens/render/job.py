@@ -36,6 +36,7 @@ def _env(autoescape: bool) -> jinja2.Environment:
 
     env = environment(autoescape)
     env.filters["md"] = md_cell
+    env.filters["prose"] = md_prose
     env.filters["cause"] = lambda c: CAUSE_LABELS.get(c, c)
     env.globals["colours"] = CAUSE_COLOURS
     env.globals["labels"] = CAUSE_LABELS
@@ -46,12 +47,18 @@ def _env(autoescape: bool) -> jinja2.Environment:
 MAX_MD_PROSE = 1500
 
 
-def md_cell(text: object, limit: int = fmt.MAX_TEXT) -> str:
+def md_cell(text: object, limit: int | None = fmt.MAX_TEXT) -> str:
     """Trace text in a Markdown table cell or line: no pipes, newlines, HTML or links."""
     s = fmt.plain(text, limit=limit)
     for ch in ("\\", "|", "`", "*", "_", "[", "]", "<", ">", "#"):
         s = s.replace(ch, "\\" + ch)
     return s
+
+
+def md_prose(text: object, limit: int = MAX_MD_PROSE) -> str:
+    """One of our sentences (headline, advice, a problem) in Markdown: escaped as `md_cell`
+    does, cut only at a word (issue 27: the advice read "num_wo…or")."""
+    return md_cell(fmt.prose(text, limit), limit=None)
 
 
 def shown_ranks(rep: JobReport) -> list[RankRow]:
@@ -161,23 +168,23 @@ def render_job_terminal(rep: JobReport, written: list[str], *, width: int = 80, 
     o.para(f": {j.ranks} ranks{of}{backend}, {j.steps} steps, median step {fmt.us(j.step_us)}",
            lead="tracelens job report", lead_style={"bold": True}, hang=2)  # fmt: skip
     o.blank()
-    o.para(fmt.plain(j.headline, limit=1000), body_style={"bold": True})
+    o.para(fmt.prose(j.headline, limit=1000), body_style={"bold": True})
     for s in j.stragglers[:MAX_TERMINAL_ITEMS]:
         o.para(
             f"last at {s.late_share:.0%} of collectives, costs the job {fmt.us(s.cost_us)} per step, reason: "
-            f"{fmt.plain(s.reason_label or s.reason, limit=300)}",
+            f"{fmt.prose(s.reason_label or s.reason, limit=300)}",
             indent=2, lead=f"rank {s.rank}: ", hang=4,
         )  # fmt: skip
-        o.para(fmt.plain(s.advice, limit=800), indent=4)
+        o.para(fmt.prose(s.advice, limit=800), indent=4)
     for c in rep.collectives[:MAX_TERMINAL_ITEMS]:
         bw = f", bus {c.busbw_gbps:.2f} GB/s" if c.busbw_gbps else ""
         size = f", {fmt.fmt_bytes(c.bytes)} each" if c.bytes else ""
         o.para(f"{c.count} calls{size}, median skew {fmt.us(c.median_skew_us)}{bw}, exposed "
                f"{fmt.us(c.exposed_us)} per step", indent=2,
                lead=f"{fmt.plain(c.kind)} on {fmt.plain(c.group, limit=60)}: ", hang=4)  # fmt: skip
-    o.para(fmt.plain(j.alignment, limit=600), indent=2, lead="clocks: ", hang=4)
+    o.para(fmt.prose(j.alignment, limit=600), indent=2, lead="clocks: ", hang=4)
     for p in j.problems[:MAX_TERMINAL_ITEMS]:
-        o.para(fmt.plain(p, limit=400), indent=2, lead="! ", lead_style={"fg": "yellow"}, hang=4)
+        o.para(fmt.prose(p, limit=400), indent=2, lead="! ", lead_style={"fg": "yellow"}, hang=4)
     if len(j.problems) > MAX_TERMINAL_ITEMS:
         o.para(f"and {len(j.problems) - MAX_TERMINAL_ITEMS} more problems (see the report)", indent=2, lead="! ")
     # Sorted by what is printed: how late each rank reaches its collectives.

@@ -19,7 +19,7 @@ from typing import TextIO
 import typer
 
 from tracelens.render.causes import CAUSE_SHORT
-from tracelens.render.format import analysed_us, pct, plain, plural, us
+from tracelens.render.format import analysed_us, pct, plain, steps_phrase, us
 from tracelens.report import Report, SnapshotReport
 
 _STATUS_STYLE = {
@@ -170,7 +170,7 @@ def render_terminal(
     t = report.trace
     gt = report.gpu_time.total
     w = report.window
-    steps = plural(w.steps, "detected iteration" if w.source == "detected" else "step") if w.steps else "no steps found"
+    steps = steps_phrase(report) if w.steps else "no steps found"
     o.para(t.file_name, lead="tracelens  ", lead_style={"bold": True}, hang=2)
     o.para(f"{plain(device_label(report))} · {steps} · {us(analysed_us(report))} analysed", indent=0, hang=2)
     if gt.window_us > 0:

@@ -53,6 +53,7 @@ Cause = Literal[
     "allocation",
     "compilation",
     "profiler",
+    "harness",
     "startup",
     "launch_overhead",
     "host_bound",
@@ -77,7 +78,11 @@ UncoveredReason = Literal["no_op", "no_shapes", "no_model", "graph_replay"]
 QuestionStatus = Literal["yes", "minor", "no", "unknown", "not_measurable", "not_built"]
 #: The one unit of a report's per-unit numbers: the user's steps, a detected loop's
 #: iterations, one compiled call, or the window when there is neither.
-ReportUnit = Literal["step", "iteration", "call", "window"]
+ReportUnit = Literal["step", "iteration", "call", "sweep", "window"]
+
+#: Units with no per-unit figures: the window as a whole ("sweep": a range per
+#: configuration of a sweep, matmul_sweep's shapes, where no two calls do the same work).
+WHOLE_UNITS = frozenset({"window", "sweep"})
 #: What a kernel-table row is.
 ActivityKind = Literal["kernel", "memcpy", "memset", "other"]
 #: The unit of an evidence value.

@@ -129,8 +129,10 @@ class Timeline:
     start_us: float
     end_us: float
     by_cause: dict[str, tuple[float, ...]]  # every Cause
-    syncs: tuple[float, ...]
+    syncs: tuple[float, ...]  # at most MAX_SYNC_MARKS, evenly sampled from all of them
     steps: tuple[tuple[int, float, float], ...]
+    #: Host sync returns in each bin, all of them counted (`syncs` may be a sample).
+    sync_counts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -183,6 +183,18 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         same = abs(seg - period) <= SAME_LOOP_TOLERANCE * max(period, 1) and covered > GAP_LOOP_MORE_COVER * names_cover
         if not by_names or outer or same:
             bounds, period, what = by_gaps, round(seg), f"{seq.what} between long idle gaps"
+    inner = ""
+    if bounds is by_names and found is not None:
+        stepped = _outer_period(model, seq, period, found[1], found[2])
+        if stepped is not None:
+            k = round((stepped[1] - stepped[0]) / max(period, 1))
+            body = seq.codes[stepped[0] : stepped[0] + period]
+            kernels = int((body < seq.sync_from).sum()) if seq.sync_from >= 0 else period
+            inner = (
+                f"{k} repeats of a body of {_plural(kernels, 'kernel')} ({k} layers or rounds of one step, "
+                "which turns over at its longest host gap)"
+            )
+            bounds, period = stepped, stepped[1] - stepped[0]
     if len(bounds) < MIN_ITERATIONS + 1:
         return None
     first_ts = _openings(model, seq, np.asarray(bounds[:-1]))
@@ -192,7 +204,111 @@ def detect_iterations(model: TraceModel, device: int | None) -> Iterations | Non
         start = float(first_ts[i])
         end = float(first_ts[i + 1]) if i + 2 < len(bounds) else float(np.max(last_end[a:b]))
         spans.append(StepSpan(i, start, max(end, start)))
-    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what, _inner_body(seq, bounds))
+    return Iterations(tuple(spans), period, n, bounds[-1] - bounds[0], what, inner or _inner_body(seq, bounds))
+
+
+#: The outer step (issue 24 §1): an outer period of k inner periods must repeat at least
+#: this many times ...
+OUTER_MIN_ITERATIONS = 3
+
+
+#: ... its boundary (the same token every k inner periods) must follow at least this much
+#: idle time (GPU idle plus the host's gap between launches: the loop's own Python
+#: between steps) in every outer iteration ...
+OUTER_MIN_GAP_US = 20.0
+
+
+#: ... and at least this many times the typical (median) gap before any other token of
+#: the outer period. Measured on the sample traces: 1.64-181 where a step holds its
+#: layers or rounds (diff_align_*, diff_kv_before, diff_sdpa_*, diff_graph_after, gemm_bf16),
+#: at most 1.01 where the inner period already is the step (diff_loader_*, dyn_graph_break,
+#: capture_train_loader, verdict_trainer).
+OUTER_MIN_RATIO = 1.5
+
+
+#: ... and it is not the profiler's own: torch.profiler grows its event buffers in blocks,
+#: which stalls the host every power-of-two number of launches (plain_tiny_loop: 85-93 µs
+#: outside any op every 512 kernels, its 60 iterations being 200 kernels each).
+PROFILER_BLOCK_MIN_TOKENS = 256
+
+
+def _outer_period(model: TraceModel, seq: _Tokens, p: int, lo: int, hi: int) -> list[int] | None:
+    """Bounds of the outermost loop whose iterations are k >= 2 inner periods p, when every
+    such iteration turns over at the same token after a gap that sets it apart (the
+    user's step of 8 decode layers, or 50 rounds of tiny ops) and, where the trace has
+    Python frames, a call starts there that starts at no other place of the iteration
+    (the step's function, its record_function); None when no multiple does."""
+    gaps = seq.idle + seq.host_gap
+    lo = max(lo, seq.first_launched)
+    n = hi - lo
+    found: list[tuple[float, int, int]] = []  # (ratio, outer period, phase)
+    for k in range(2, n // (OUTER_MIN_ITERATIONS * max(p, 1)) + 1):
+        size = k * p
+        if size >= PROFILER_BLOCK_MIN_TOKENS and size & (size - 1) == 0:
+            continue
+        reps = n // size
+        m = gaps[lo : lo + reps * size].reshape(reps, size)
+        weakest = m.min(axis=0)
+        typical = np.median(m, axis=0)
+        top = np.sort(typical)
+        others = np.where(typical >= top[-1], top[-2], top[-1])
+        ratio = weakest / np.maximum(others, GAP_FLOOR_US)
+        c = int(np.argmax(ratio))
+        if weakest[c] >= OUTER_MIN_GAP_US and ratio[c] >= OUTER_MIN_RATIO:
+            found.append((float(ratio[c]), size, c))
+    frames = _frame_starts(model)
+    for _, size, c in sorted(found, reverse=True):
+        starts = list(range(lo + c, hi, size))
+        if frames is not None and not _distinct_call(seq, frames, starts, p):
+            continue
+        bounds = _close_last(starts, len(seq.codes), hi)
+        if len(bounds) >= OUTER_MIN_ITERATIONS + 1:
+            return bounds
+    return None
+
+
+#: A call "starts at no other place" when it starts before at most this share of the
+#: iteration's other tokens of the same inner phase.
+DISTINCT_CALL_MAX_SHARE = 0.1
+
+
+def _frame_starts(model: TraceModel) -> tuple[np.ndarray, np.ndarray] | None:
+    """(start times, name codes) of the trace's Python frames, sorted; None without any."""
+    host = model.host
+    py = np.flatnonzero(host["kind"].to_numpy() == Kind.PYTHON)
+    if not len(py):
+        return None
+    ts = host["ts"].to_numpy(dtype=np.float64)[py]
+    codes = host["name"].cat.codes.to_numpy()[py]
+    o = np.argsort(ts, kind="stable")
+    return ts[o], codes[o]
+
+
+def _distinct_call(seq: _Tokens, frames: tuple[np.ndarray, np.ndarray], starts: list[int], p: int) -> bool:
+    """Whether a Python call starts between the launch before each outer boundary and the
+    boundary's own launch, every time, and at (almost) no other token of the same inner
+    phase: the loop really turns over there (the profiler's periodic stall does not)."""
+    f_ts, f_codes = frames
+    n = len(seq.codes)
+
+    def called(i: int) -> set[int]:
+        if i <= 0 or i >= n:
+            return set()
+        a, z = seq.launch_ts[i - 1], seq.launch_ts[i]
+        s, e = np.searchsorted(f_ts, a, side="right"), np.searchsorted(f_ts, z, side="right")
+        return set(f_codes[s:e].tolist())
+
+    at = [called(i) for i in starts if 0 < i < n]
+    if not at:
+        return False
+    common = set.intersection(*at)
+    if not common:
+        return False
+    size = starts[1] - starts[0] if len(starts) > 1 else p
+    others = [called(i + j * p) for i in starts for j in range(1, size // max(p, 1))]
+    if not others:
+        return True
+    return any(sum(c in o for o in others) <= DISTINCT_CALL_MAX_SHARE * len(others) for c in common)
 
 
 #: An iteration "holds a repeating body" when the body's repeats cover this share of it.

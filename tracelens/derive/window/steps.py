@@ -70,9 +70,10 @@ def _window_from_steps(model: TraceModel, t0: float, steps: tuple[StepSpan, ...]
         marks = f"ProfilerStep#{kept[0].index}" + (f"-{kept[-1].index}" if len(kept) > 1 else "")
     else:
         marks = f"marked by {model.step_marks}"
+    member = "call" if model.step_unit == "sweep" else model.step_unit
     reason = (
-        f"the {_plural(len(kept), 'profiled ' + model.step_unit)} ({marks})"
-        + (f"; step {excluded[0].index} left out as warm-up ({why})" if excluded else "")
+        f"the {_plural(len(kept), 'profiled ' + member)} ({marks})"
+        + (f"; {member} {excluded[0].index} left out as warm-up ({why})" if excluded else "")
         + "."
     )
     return _make(model, t0, start, end, "steps", kept, excluded, reason)
