@@ -315,6 +315,15 @@ def run_one(
     if leftovers:
         result["problems"].append(f"temp files left: {leftovers}")
     states = _state_dirs_of(trace)
+    if states and any(a.whom == "group" and a.sig == signal.SIGKILL for a in sc.acts):
+        # Every process of the run was SIGKILLed: nobody could remove the folder then; the
+        # next capture's start does (supervise.clean_dead_state_dirs), as checked here.
+        sys.path.insert(0, str(REPO))
+        from tracelens.capture.supervise import clean_dead_state_dirs
+
+        clean_dead_state_dirs()
+        result["state_removed_by_next_capture"] = True
+        states = _state_dirs_of(trace)
     if states:
         result["problems"].append(f"the capture's state folder left behind: {states}")
         for d in states:
@@ -373,11 +382,14 @@ def _machine() -> str:
 def table(path: Path) -> str:
     rows: dict[tuple[str, str], dict[str, int]] = {}
     problems: dict[tuple[str, str], dict[str, int]] = {}
-    machine = ""
+    machines: list[str] = []
     for line in path.read_text().splitlines():
         r = json.loads(line)
         if "machine" in r:
-            machine = r["machine"]
+            when = "at start"
+            if "started" not in r:
+                when = f"at end ({r.get('skipped', 0)} runs not started, {r.get('jobs')} at a time)"
+            machines.append(f"{r['machine']} {when}")
             continue
         key = (r["scenario"], " ".join(r.get("extra", [])) or "-")
         c = rows.setdefault(key, {"runs": 0, "ok": 0, "segv": 0})
@@ -388,7 +400,8 @@ def table(path: Path) -> str:
             d = problems.setdefault(key, {})
             short = p.split(" (")[0][:70]
             d[short] = d.get(short, 0) + 1
-    out = [f"machine: {machine}", "", "| scenario | options | runs | ok | lost something | SIGSEGV | problems |",
+    out = [*(f"machine: {m}" for m in machines), "",
+           "| scenario | options | runs | ok | lost something | SIGSEGV | problems |",
            "|---|---|---:|---:|---:|---:|---|"]  # fmt: skip
     for (name, extra), c in rows.items():
         probs = "; ".join(f"{k} x{v}" for k, v in sorted(problems.get((name, extra), {}).items()))
@@ -400,6 +413,7 @@ def table(path: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global RUN_TIMEOUT_S
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--runs", type=int, default=1, help="runs of each scenario")
     ap.add_argument("--only", default=None, help="comma-separated scenario names")
@@ -417,7 +431,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, default=None, help="print the counts table of a --out file and exit")
     ap.add_argument("--list", action="store_true")
     ap.add_argument("--report", action="store_true", help="let capture report on each trace (default: --no-report)")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=None,
+        help="start no run after this many seconds: as many rounds as fit, counted per scenario",
+    )
+    ap.add_argument(
+        "--run-timeout", type=float, default=None, help=f"a run past this is a hang (default {RUN_TIMEOUT_S:.0f} s)"
+    )
     args = ap.parse_args(argv)
+    if args.run_timeout is not None:
+        RUN_TIMEOUT_S = args.run_timeout
     # Started in the background by a shell (`cmd &`), this process ignores SIGINT, and so
     # would every capture it starts: give them Python's own handling back (a handler,
     # unlike SIG_IGN, is reset to the default by exec).
@@ -438,10 +463,16 @@ def main(argv: list[str] | None = None) -> int:
     # hits every scenario alike.
     todo = [(i, sc) for i in range(args.runs) for sc in chosen]
     lock = threading.Lock()
+    t_begin = time.monotonic()
+    skipped = 0
 
     def one(item: tuple[int, Scenario]) -> None:
-        nonlocal failed
+        nonlocal failed, skipped
         i, sc = item
+        if args.budget_s is not None and time.monotonic() - t_begin > args.budget_s:
+            with lock:
+                skipped += 1
+            return
         r = run_one(sc, args.extra, args.nice, args.keep, args.report, tuple(args.script_arg))
         with lock:
             failed += not r["ok"]
@@ -455,7 +486,11 @@ def main(argv: list[str] | None = None) -> int:
 
     with ThreadPoolExecutor(max(args.jobs, 1)) as pool:
         list(pool.map(one, todo))
+    if skipped:
+        print(f"{skipped} runs not started: the budget of {args.budget_s:g} s was spent", flush=True)
     if out:
+        out.write(json.dumps({"machine": _machine(), "ended": time.strftime("%Y-%m-%d %H:%M:%S"),
+                              "skipped": skipped, "jobs": args.jobs}) + "\n")  # fmt: skip
         out.close()
     return 1 if failed else 0
 

@@ -953,9 +953,10 @@ def fuzz(
     jobs: int,
     log: Callable[[str], None],
     seed_files: tuple[str, ...] = SEED_FILES,
+    first: int = 0,
 ) -> Summary:
-    """Run cases 0, 1, ... of `seed` until `cases` are done or `seconds` have passed,
-    `jobs` children at a time."""
+    """Run cases first, first + 1, ... of `seed` until `cases` are done or `seconds`
+    have passed, `jobs` children at a time (`first`: a run cut short, continued)."""
     preload()
     seeds = load_seeds(seed_files)
     summary = Summary()
@@ -967,11 +968,12 @@ def fuzz(
         for name, doc in sorted(seeds.items()):
             data = json.dumps(doc).encode("utf-8", "surrogatepass")
             summary.base_cpu[name] = min(run_input(data, ".json", workdir).cpu_s for _ in range(2))
-        index = 0
-        while (cases is None or index < cases) and (seconds is None or time.monotonic() - t0 < seconds):
+        index = first
+        end = None if cases is None else first + cases
+        while (end is None or index < end) and (seconds is None or time.monotonic() - t0 < seconds):
             batch = [make_case(seed, index + j, seeds) for j in range(jobs)]
-            if cases is not None:
-                batch = batch[: cases - index]
+            if end is not None:
+                batch = batch[: end - index]
             index += len(batch)
             for case, outcome in zip(batch, _run_parallel(batch, workdir, summary.base_cpu), strict=True):
                 summary.cases += 1
@@ -1091,6 +1093,38 @@ def family_table(summary: Summary) -> str:
     return "\n".join(rows) + f"\nseeds' own CPU time: {seeds}"
 
 
+def _rerun_cases(args: argparse.Namespace) -> int:
+    """The given cases of a run (the same seed and seed files give the same bytes), each
+    judged against its seed's own CPU time; with --save, the failing ones minimised."""
+    preload()
+    files = tuple(str(Path(f).resolve()) for f in args.seed_files) if args.seed_files else SEED_FILES
+    seeds = load_seeds(files)
+    workdir = Path(tempfile.mkdtemp(prefix="tracelens-fuzz-"))
+    failed = 0
+    try:
+        base: dict[str, float] = {}
+        for name, doc in sorted(seeds.items()):
+            data = json.dumps(doc).encode("utf-8", "surrogatepass")
+            base[name] = min(run_input(data, ".json", workdir).cpu_s for _ in range(2))
+        for index in args.case:
+            case = make_case(args.seed, index, seeds)
+            outcome = run_input(case.data, case.suffix, workdir, base.get(case.seed_name))
+            print(f"case {index} ({case.seed_name}: {case.how}): exit {outcome.code}, {outcome.cpu_s:.2f} s CPU "
+                  f"(seed {base.get(case.seed_name, 0.0):.2f} s): {outcome.problem or 'ok'}")  # fmt: skip
+            if outcome.problem:
+                failed += 1
+                if args.save is not None:
+                    args.save.mkdir(parents=True, exist_ok=True)
+                    data = minimise(case, outcome.problem, workdir)
+                    gz = data[:2] == b"\x1f\x8b"
+                    name = f"seed{args.seed}-case{index}{'.json.gz' if gz else '.json'}"
+                    (args.save / name).write_bytes(data)
+                    (args.save / (name + ".txt")).write_text(f"{case.seed_name}: {case.how}\n{outcome.problem}\n")
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--seed", type=int, default=0)
@@ -1102,7 +1136,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--seed-files", nargs="+", default=None, help="seed traces (.json.gz) instead of the small defaults"
     )
+    ap.add_argument("--first", type=int, default=0, help="start at case N (a run cut short, continued)")
+    ap.add_argument(
+        "--case",
+        type=int,
+        action="append",
+        default=None,
+        help="run only case N of --seed (repeatable): a failure of a long run, rerun from its log line",
+    )
     args = ap.parse_args(argv)
+    if args.case:
+        return _rerun_cases(args)
     if args.replay is not None:
         fails = replay(args.replay)
         for p, o in fails:
@@ -1111,9 +1155,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if fails else 0
     seconds = args.seconds if args.seconds is not None or args.cases is not None else 60.0
     files = tuple(str(Path(f).resolve()) for f in args.seed_files) if args.seed_files else SEED_FILES
-    summary = fuzz(args.seed, args.cases, seconds, max(args.jobs, 1), lambda s: print(s, flush=True), files)
+    summary = fuzz(args.seed, args.cases, seconds, max(args.jobs, 1), lambda s: print(s, flush=True), files,
+                   first=args.first)  # fmt: skip
+    from_case = f" from case {args.first}" if args.first else ""
     print(
-        f"fuzz seed {args.seed}: {summary.cases} cases in {summary.seconds:.0f} s, exit 0: {summary.exit0}, "
+        f"fuzz seed {args.seed}{from_case}: {summary.cases} cases in {summary.seconds:.0f} s, exit 0: {summary.exit0}, "
         f"exit 2: {summary.exit2}, failing: {len(summary.failures)}, peak RSS {summary.max_rss / 2**20:.0f} MiB"
     )
     for label, n in sorted(summary.pending.items()):

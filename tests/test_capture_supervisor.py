@@ -201,3 +201,56 @@ def test_every_exit_code_is_in_one_table() -> None:
         res = subprocess.run([sys.executable, "-m", "tracelens", *args], capture_output=True, text=True, timeout=120)
         assert res.returncode == 0
         assert "Exit codes:" in res.stdout and "128+S" in res.stdout and "SIGSEGV" in res.stdout
+
+
+def test_sigterm_while_the_window_changes_recordings_waits_until_the_change_is_done() -> None:
+    """Issue 29's sigterm_in_warmup on the H200 box: SIGTERM raised while step 5 set the
+    start of the run aside and started the steps' recording left neither (5 of 10 runs
+    wrote no trace). Inside the change the signal is held, then acts as it would have."""
+    from tracelens.capture.runner import _deferred_interrupts
+
+    got: list[str] = []
+
+    def on_term(_signum: int, _frame: object) -> None:
+        raise RuntimeError("terminated")
+
+    old = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with pytest.raises(RuntimeError, match="terminated"), _deferred_interrupts():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler would run here, between two bytecodes
+            got.append("the change finished")
+        assert got == ["the change finished"]
+        assert signal.getsignal(signal.SIGTERM) is on_term  # the handler is back
+    finally:
+        signal.signal(signal.SIGTERM, old)
+
+
+def test_state_folders_of_dead_captures_are_removed_at_the_next_start(tmp_path: Path) -> None:
+    """Issue 29 on the H200 box: a SIGKILL of every process of a run (sigkill_all_15s,
+    duration_3_kill) left the supervisor's state folder in /tmp in 20 of 20 runs: nobody
+    is left to remove it. The next capture removes folders whose owners are all gone
+    (pid and start time), never one whose owner lives or one just made."""
+    from tracelens.capture.supervise import UNOWNED_STALE_S, _proc_start, _write_owner, clean_dead_state_dirs
+
+    def folder(name: str) -> Path:
+        d = tmp_path / f"tracelens-capture-{name}"
+        d.mkdir()
+        (d / "recording1.json").write_text("{}")
+        return d
+
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(done.stdout)
+    live = folder("live")
+    _write_owner(live, [os.getpid()])
+    dead = folder("dead")
+    (dead / "owner.json").write_text(json.dumps({"owners": [[dead_pid, 12345]]}))
+    reused = folder("reused")  # this pid, but another start time: the owner is gone
+    (reused / "owner.json").write_text(json.dumps({"owners": [[os.getpid(), (_proc_start(os.getpid()) or 0) + 1]]}))
+    fresh = folder("fresh")  # no owner file yet (a capture starting this moment)
+    old = folder("old")  # no owner file, older than the bound
+    t = time.time() - UNOWNED_STALE_S - 60
+    os.utime(old, (t, t))
+    removed = clean_dead_state_dirs(tmp_path)
+    assert sorted(p.name for p in removed) == sorted(p.name for p in (dead, reused, old))
+    assert live.is_dir() and fresh.is_dir() and not dead.exists() and not old.exists()

@@ -173,6 +173,42 @@ def test_a_dead_rank_is_not_waited_for_and_a_live_one_is_waited_for_longer(tmp_p
     assert got.waited_s < 6
 
 
+def test_a_trace_written_while_its_rank_still_runs_is_not_taken_for_its_final_one(tmp_path: Path) -> None:
+    """The capture writes a rank's trace more than once (the start of the run set aside
+    when the steps recording begins, the recording exported at once): rank 0 read rank 1's
+    first one, steps 1-5 of the run's start, as its final trace (1 of 18 runs of an 8-step
+    ddp_cpu.py job: no collective matched, no straggler). Taken once the rank says its
+    trace is written; a rank still running past the wait gives what it wrote, said so."""
+    folder = tmp_path / "train-ranks"
+    _trace(folder / "rank0.pt.trace.json.gz", "tok-this-run")
+    _trace(folder / "rank1.pt.trace.json.gz", "tok-this-run")  # its early one
+    beat = Heartbeat(folder, _tag(rank=1)).start()
+    clock, said = _Clock(), list[str]()
+
+    def sleep(s: float) -> None:
+        clock.sleep(s)
+        if clock.t >= 4 and beat.phase == "running":  # rank 1's final trace, 4 s later
+            _trace(folder / "rank1.pt.trace.json.gz", "tok-this-run")
+            beat.finish("written")
+
+    try:
+        got = wait_for_ranks(folder, _tag(), said.append, timeout_s=60, now=clock.now, sleep=sleep)
+    finally:
+        beat.finish("written")
+    assert len(got.ready) == 2 and got.problems == [] and 4 <= got.waited_s < 5
+    assert sum("trace so far is on disk; waiting for its final one" in s for s in said) == 1
+    # Still running past the wait: its early trace is used, and the report says so.
+    beat = Heartbeat(folder, _tag(rank=1)).start()
+    try:
+        clock = _Clock()
+        got = wait_for_ranks(folder, _tag(), lambda _s: None, timeout_s=5, max_s=12, now=clock.now, sleep=clock.sleep)
+    finally:
+        beat.finish("written")
+    assert len(got.ready) == 2 and 12 <= got.waited_s < 13
+    assert len(got.problems) == 1 and "still running" in got.problems[0]
+    assert "as written while it ran" in got.problems[0]
+
+
 def test_a_heartbeat_of_another_run_is_no_sign_of_life(tmp_path: Path) -> None:
     folder = tmp_path / "train-ranks"
     _trace(folder / "rank0.pt.trace.json.gz", "tok-this-run")

@@ -282,6 +282,7 @@ def wait_for_ranks(
     foreign: dict[int, str] = {}
     peeked: dict[int, tuple[float, int, bool]] = {}  # rank -> (mtime, size, ours)
     status: dict[int, str] = {}
+    early: dict[int, Path] = {}  # rank -> this run's trace, written while the rank still ran
     said_at = -SAY_EVERY_S
     base = TERMINATED_WAIT_S if terminated else timeout_s
     while True:
@@ -308,19 +309,30 @@ def wait_for_ranks(
                         # Said when seen, not only when the rank never arrives: the file
                         # is usually replaced by this run's a moment later.
                         echo(f"{foreign[r]}: not read; waiting for this run's rank {r}")
-                if peeked[r][2]:
-                    arrived[r] = path
-                    foreign.pop(r, None)
-                    continue
             beat = _read_heartbeat(folder, r)
             if beat is None or beat.get("token") != tag.token:
                 status[r] = "none"
             elif beat.get("phase") == "failed":
                 status[r] = "failed"
+            elif beat.get("phase") == "written":
+                status[r] = "written"
             elif time.time() - float(beat.get("beat", 0.0)) > STALE_S:
                 status[r] = "dead"
             else:
                 status[r] = "alive"
+            if st is not None and peeked[r][2]:
+                foreign.pop(r, None)
+                if status[r] == "alive" and tag.token:
+                    # This run's trace, but its rank still runs: what it wrote so far (the
+                    # start of the run set aside, or a recording exported at once), which
+                    # its final trace replaces. Taken only if the final one never comes.
+                    if r not in early:
+                        echo(f"rank {r}'s trace so far is on disk; waiting for its final one")
+                    early[r] = path
+                    continue
+                arrived[r] = path
+                early.pop(r, None)
+                continue
         missing = [r for r in range(tag.world_size) if r not in arrived]
         still = [r for r in missing if status.get(r) not in ("failed", "dead")
                  and waited < (max_s if status.get(r) == "alive" and not terminated else base)]  # fmt: skip
@@ -335,9 +347,17 @@ def wait_for_ranks(
                  + ", ".join(parts) + extra + (f"; {waited:.0f} s so far" if waited >= 1 else ""))  # fmt: skip
         sleep(POLL_S)
     waited = now() - t0
-    problems = []
+    problems: list[str] = []
+    partial: list[str] = []
     for r in range(tag.world_size):
         if r in arrived:
+            continue
+        if r in early:  # never finished within the wait: what it wrote while running is kept
+            arrived[r] = early[r]
+            partial.append(
+                f"rank {r}: its capture was still running after {waited:.0f} s; its trace as written while it ran "
+                "(an early part of the run, or the recording before the script's end) is used"
+            )
             continue
         why = {
             "failed": "its capture failed before writing a trace",
@@ -351,6 +371,9 @@ def wait_for_ranks(
     if problems:
         echo(f"{len(problems)} of {tag.world_size} ranks' traces did not arrive: reporting on the others ("
              + "; ".join(problems[:4]) + (" ..." if len(problems) > 4 else "") + ")")  # fmt: skip
+    for line in partial:
+        echo(line)
+    problems += partial
     if not tag.token and arrived:
         problems.append(
             "the traces carry no run token (no torchrun store or run id): files in the folder are taken as this run's"

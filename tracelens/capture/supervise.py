@@ -261,6 +261,65 @@ def _wait(pid: int, tty: int | None) -> int:
             os.killpg(pid, signal.SIGCONT)
 
 
+#: The state folder's owners (this process and the script's): who may still use it.
+OWNER_FILE = "owner.json"
+STATE_PREFIX = "tracelens-capture-"
+#: A state folder without an owner file (an older tracelens, or a capture killed before
+#: writing it) is another run's once it is this old.
+UNOWNED_STALE_S = 3600.0
+
+
+def _proc_start(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot, /proc/PID/stat), or None when
+    there is no such process: with the pid, it tells a live owner from a reused pid."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[19]) if len(fields) > 19 and fields[0] != "Z" else None
+
+
+def _write_owner(state_dir: Path, pids: list[int]) -> None:
+    doc = {"owners": [[p, _proc_start(p)] for p in pids]}
+    with contextlib.suppress(OSError):
+        tmp = state_dir / (OWNER_FILE + ".tmp")
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, state_dir / OWNER_FILE)
+
+
+def clean_dead_state_dirs(tmp: Path | None = None, now: float | None = None) -> list[Path]:
+    """Remove the state folders of captures that are gone (issue 29: a SIGKILL of every
+    process of a run, as Slurm or a cgroup's OOM kill does, leaves nobody to remove it,
+    and it holds the profiler's raw export, as large as the trace's JSON). A folder is
+    gone when none of its owners (the supervisor and the script's process) lives, the
+    same pid and start time; one without an owner file when older than UNOWNED_STALE_S.
+    Run at each capture's start; returns what it removed."""
+    base = tmp if tmp is not None else Path(tempfile.gettempdir())
+    when = time.time() if now is None else now
+    removed = []
+    for d in base.glob(STATE_PREFIX + "*"):
+        try:
+            if not d.is_dir() or d.is_symlink() or d.stat().st_uid != os.getuid():
+                continue
+            try:
+                owners = json.loads((d / OWNER_FILE).read_text()).get("owners", [])
+            except FileNotFoundError:
+                if when - d.stat().st_mtime < UNOWNED_STALE_S:
+                    continue
+                owners = []
+            alive = any(
+                isinstance(o, list) and len(o) == 2 and isinstance(o[0], int) and _proc_start(o[0]) == o[1]
+                and o[1] is not None
+                for o in owners
+            )  # fmt: skip
+        except (OSError, ValueError, AttributeError):
+            continue
+        if not alive:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(d)
+    return removed
+
+
 def check_target(opts: CaptureOptions) -> None:
     """A missing script is a bad command line (exit 2), found before anything starts."""
     if opts.module:
@@ -281,9 +340,11 @@ def supervise(opts: CaptureOptions, echo: Callable[[str], None]) -> CaptureResul
     out = (opts.out or default_trace_path(opts.target)).resolve()
     _check_writable(out)
     clean_stale_temps(out.parent)
+    clean_dead_state_dirs()
     opts.out = out
-    state_dir = Path(tempfile.mkdtemp(prefix="tracelens-capture-"))
+    state_dir = Path(tempfile.mkdtemp(prefix=STATE_PREFIX))
     try:
+        _write_owner(state_dir, [os.getpid()])
         (state_dir / OPTIONS_FILE).write_text(json.dumps(options_to_json(opts)))
         _become_subreaper()
         root = str(Path(tracelens.__file__).resolve().parents[1])
@@ -298,6 +359,7 @@ def supervise(opts: CaptureOptions, echo: Callable[[str], None]) -> CaptureResul
             child = subprocess.Popen(cmd, env=env, process_group=0)
         except OSError as exc:
             raise CaptureError(f"cannot start {sys.executable} for the script ({exc.strerror or exc})") from exc
+        _write_owner(state_dir, [os.getpid(), child.pid])
         _give_terminal(tty, child.pid)
         try:
             with _forwarding(child.pid):

@@ -11,7 +11,7 @@
 # Env: RESULT (the .tar.xz to write), PY (python3), QUICK=1 (CPU smoke test: tiny sizes),
 # LIMIT_SCALE (1; multiplies each program's timeout, for slow CPUs),
 # ONLY="timm trainer ..." (a subset), BUDGET_S (140: the whole run's hard limit; each
-# program's timeout is cut to what is left of it).
+# program's timeout is cut to what is left of it), PACK_MAX (12500000: bytes of traces kept in the archive).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 PY="${PY:-python3}"
@@ -30,7 +30,7 @@ pack() {  # the archive so far (the traces are gzip already: a fast xz of the ta
     local used=0 keep=() f sz
     for f in $(cd "$W" && ls -S -r traces/*.gz 2>/dev/null); do
         sz=$(stat -c %s "$W/$f")
-        if (( used + sz <= 12500000 )); then keep+=("$f"); used=$((used + sz)); else echo "$f $sz" >> "$W/logs/left_out.txt"; fi
+        if (( used + sz <= ${PACK_MAX:-12500000} )); then keep+=("$f"); used=$((used + sz)); else echo "$f $sz" >> "$W/logs/left_out.txt"; fi
     done
     tar -C "$W" -cf - "${keep[@]}" $(cd "$W" && ls traces/*.log 2>/dev/null) times logs | xz -0 -T0 > "$RESULT.tmp" && mv "$RESULT.tmp" "$RESULT"
 }

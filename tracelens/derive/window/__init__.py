@@ -12,7 +12,10 @@ Rules, in order:
    inside (CUDA context creation, lazy module loading, cudaMalloc, compilation, autotuning,
    or an op whose first call is FIRST_CALL_RATIO times slower than its later calls) worth
    at least COLD_START_MIN_SHARE of the excess; only when MIN_STEPS_KEPT steps remain.
-   Source "steps".
+   Source "steps". When the steps hold none of the GPU's activity, neither running nor
+   launched inside them (steps cut apart from the GPU work; or no launch links to place
+   them), the GPU's first to last activity is analysed instead (source "whole", the
+   reason says why).
 3. Without step marks the iterations come from the trace itself. The device's kernels,
    copies and memsets in GPU order, plus the blocking syncs where they return, are coded
    by name (the busiest thread's top-level ops when there is no GPU activity). The

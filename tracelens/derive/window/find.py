@@ -4,6 +4,8 @@ iterations, else the whole span (the package docstring gives the rules).
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from tracelens.derive.window.detect import _window_from_iterations, detect_iterations
@@ -31,7 +33,10 @@ def find_window(
     if marked:
         w = _window_from_steps(model, t0, marked)
         if _unplaceable_on_gpu(model, dev, w):
-            return _whole(model, dev, t0, unplaceable=True)
+            return _whole(model, dev, t0, "unplaceable")
+        outside = _all_outside_steps(model, dev, w)
+        if outside:
+            return _whole(model, dev, t0, "outside", outside)
         return w
     found = detect_iterations(model, dev)
     if found is not None:
@@ -52,14 +57,43 @@ def _unplaceable_on_gpu(model: TraceModel, dev: int | None, w: Window) -> bool:
     return not bool(inside.any())
 
 
-def _whole(model: TraceModel, dev: int | None, t0: float, *, unplaceable: bool = False) -> Window:
-    """The GPU's first to last activity (when the step marks cannot be placed on the GPU
-    too: `unplaceable`), else the host span, else nothing."""
+def _all_outside_steps(model: TraceModel, dev: int | None, w: Window) -> int:
+    """How many of `dev`'s GPU activities there are when none of them runs inside the
+    marked steps' window or was launched from inside it, else 0 (issue 29's fuzz, seed 29
+    case 2066: a kernel after the last ProfilerStep, with its launch, gave "No GPU
+    activity to analyse" for a trace that has GPU time)."""
+    act = model.gpu_activity()
+    on_dev = act[act["device"] == dev] if dev is not None else act
+    if not len(on_dev):
+        return 0
+    inside = (on_dev["end"].to_numpy() > w.start_us) & (on_dev["ts"].to_numpy() < w.end_us)
+    if bool(inside.any()):
+        return 0
+    rows = on_dev["launch"].to_numpy()
+    linked = rows[rows >= 0]
+    if len(linked):
+        host_ts = model.host["ts"].to_numpy()
+        at = host_ts[linked[linked < len(host_ts)]]
+        if bool(((at >= w.start_us) & (at < w.end_us)).any()):
+            return 0
+    return len(on_dev)
+
+
+def _whole(
+    model: TraceModel,
+    dev: int | None,
+    t0: float,
+    gpu_basis: Literal["gpu", "unplaceable", "outside"] = "gpu",
+    outside: int = 0,
+) -> Window:
+    """The GPU's first to last activity (`gpu_basis` says why, when the trace marks steps:
+    they cannot be placed on the GPU, or all its `outside` activities ran outside them),
+    else the host span, else nothing."""
     act = model.gpu_activity()
     on_dev = act[act["device"] == dev] if dev is not None else act
     if len(on_dev):
         start, end = float(on_dev["ts"].min()), float(on_dev["end"].max())
-        why = WholeSpan("unplaceable" if unplaceable else "gpu")
+        why = WholeSpan(gpu_basis, outside)
     elif len(model.host):
         start, end = float(model.host["ts"].min()), float(model.host["end"].max())
         why = WholeSpan("host")

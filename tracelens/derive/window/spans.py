@@ -100,9 +100,11 @@ class IterationsChosen:
 @dataclass(frozen=True)
 class WholeSpan:
     """Nothing repeats (source "whole"): the GPU's span, the host's, or nothing; or the
-    step marks hold no GPU work and nothing links kernels to launches ("unplaceable")."""
+    step marks hold no GPU work and nothing links kernels to launches ("unplaceable"); or
+    all `outside` GPU activities ran, and were launched, outside the marked steps."""
 
-    basis: Literal["gpu", "host", "empty", "unplaceable"]
+    basis: Literal["gpu", "host", "empty", "unplaceable", "outside"]
+    outside: int = 0
 
 
 @dataclass(frozen=True)
