@@ -23,9 +23,11 @@ from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import finding_due
 from tracelens.domain import MEDIUM_SHARE, severity_for
 from tracelens.explain.headline import (
+    BlockFacts,
     LeadFacts,
     NoGpuFacts,
     QuietFacts,
+    blocked_reason,
     lead_headline,
     prediction_sentence,
     quiet_headline,
@@ -187,7 +189,6 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     # (verdict_rf_steps: one .item() a step, ~98 launches between syncs, is no blocker);
     # host_sync_mask's ~9 launches between syncs are too few.
     every_step = sync is not None and sync_calls >= steps and per_sync <= MAX_ACTIVITIES_PER_BLOCKING_SYNC
-    units = f"{steps} {ctx.unit}" + ("" if steps == 1 else "s")
     mem = by_cat.get(Category.MEMORY_BOUND)
     # Fusion waits on the syncs only where a sync separates the passes of a chain: the
     # trace must show it (host_sync_mask: none of its 30 chain occurrences has a sync
@@ -202,29 +203,19 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     shapes = by_cat.get(Category.SHAPE_DYNAMISM)
     out = []
     for f in findings:
-        reason = ""
+        why: BlockFacts | None = None
         blocker: Category | None = None
         if f.category == Category.LAUNCH_OVERHEAD and every_step:
             blocker = Category.HOST_SYNC
-            reason = (
-                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {units}, "
-                f"{per_sync:.0f} GPU launches between syncs on average: too few for a graph of each piece "
-                f"to pay), and torch.compile breaks its graph at each one"
-            )
+            why = BlockFacts("syncs_graph", sync_calls, steps, ctx.unit, per_sync=per_sync)
         elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and shapes.time_us > 0:
-            blocker = Category.SHAPE_DYNAMISM
-            reason = "a CUDA graph replays fixed shapes: the changing input shapes come first"
+            blocker, why = Category.SHAPE_DYNAMISM, BlockFacts("shapes_graph")
         elif f.category == Category.MEMORY_BOUND and graph_breaks:
-            blocker = Category.COMPILATION
-            reason = "torch.compile fuses only inside one graph: the graph breaks come first"
+            blocker, why = Category.COMPILATION, BlockFacts("breaks_fusion")
         elif f.category == Category.MEMORY_BOUND and every_step and cut_share >= FUSION_CUT_MIN_SHARE:
             blocker = Category.HOST_SYNC
-            reason = (
-                f"torch.compile fuses only between host syncs and breaks its graph at each one "
-                f"({sync_calls} in {units}; a sync separates the passes of chains holding "
-                f"{cut_share:.0%} of the fusion's saving)"
-            )
-        out.append(replace(f, blocked_by=blocker, blocked_reason=reason) if blocker is not None else f)
+            why = BlockFacts("syncs_fusion", sync_calls, steps, ctx.unit, cut_share=cut_share)
+        out.append(replace(f, blocked_by=blocker, blocked_reason=blocked_reason(why)) if why is not None else f)
     return out
 
 

@@ -6,6 +6,7 @@ profiler's own host time."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from tracelens.derive.devices import OtherAccelerator
 from tracelens.domain import MEDIUM_SHARE, fmt_us
@@ -166,3 +167,37 @@ def lead_headline(f: LeadFacts) -> tuple[str, str]:
         else title
     )
     return headline, advice
+
+
+#: Why a finding's fix waits on another's (ranking.blockers decides which).
+BlockKind = Literal["syncs_graph", "shapes_graph", "breaks_fusion", "syncs_fusion"]
+
+
+@dataclass(frozen=True)
+class BlockFacts:
+    kind: BlockKind
+    sync_calls: int = 0  # blocking host syncs in the window
+    steps: int = 1
+    unit: str = "step"
+    per_sync: float = 0.0  # GPU launches between syncs on average
+    cut_share: float = 0.0  # share of the fusion's saving in chains a sync cuts
+
+
+def blocked_reason(b: BlockFacts) -> str:
+    """Why the blocker's fix comes first, in words (the finding's blocked_reason)."""
+    units = f"{b.steps} {b.unit}" + ("" if b.steps == 1 else "s")
+    if b.kind == "syncs_graph":
+        return (
+            f"a CUDA graph cannot capture a step that syncs ({b.sync_calls} host syncs in {units}, "
+            f"{b.per_sync:.0f} GPU launches between syncs on average: too few for a graph of each piece "
+            f"to pay), and torch.compile breaks its graph at each one"
+        )
+    if b.kind == "shapes_graph":
+        return "a CUDA graph replays fixed shapes: the changing input shapes come first"
+    if b.kind == "breaks_fusion":
+        return "torch.compile fuses only inside one graph: the graph breaks come first"
+    return (
+        f"torch.compile fuses only between host syncs and breaks its graph at each one "
+        f"({b.sync_calls} in {units}; a sync separates the passes of chains holding "
+        f"{b.cut_share:.0%} of the fusion's saving)"
+    )
