@@ -37,7 +37,8 @@ def prediction_sentence(
     """The headline's falsifiable end: what the step should take after the first fix, and
     how to check it (predicted, then measured)."""
     what = "the window" if unit == "window" else f"the {unit}"
-    rng = f" ({fmt_us(low)} to {fmt_us(high)})" if high - low > RANGE_SHARE * max(predicted, 1e-9) else ""
+    wide = high - low > RANGE_SHARE * max(predicted, 1e-9) and fmt_us(low) != fmt_us(high)
+    rng = f" ({fmt_us(low)} to {fmt_us(high)})" if wide else ""  # never "(1.2 ms to 1.2 ms)"
     how = "replayed from this trace" if pred.basis == "replay" else "estimated"
     part = f"; the gain is {pred.part}" if pred.part else ""
     after = f" and the {blockers} fix" if blockers else ""
