@@ -37,6 +37,7 @@ from tracelens.explain.notes import NoteFacts, Unlinked, notes_text
 from tracelens.explain.questions import AnswerCase, AnswerFacts, Missing, RoofCover, Unmeasured, answer_text
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
+from tracelens.predict.blocking import has_fix, sync_cut
 from tracelens.report import Question, Summary
 from tracelens.report.enums import WHOLE_UNITS, Category, QuestionId, QuestionStatus, Severity
 from tracelens.report.findings import Finding
@@ -156,17 +157,6 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     return blockers(ctx, out)
 
 
-#: Construct ids of the host_sync finding that stop a step from being captured in a CUDA
-#: graph or compiled whole (each ends the graph: the program needs the value on the host).
-#: An explicit synchronize is the harness's (TraceLens's synchronize_each_step), outside
-#: the model code a graph or torch.compile would take.
-_SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy"})
-#: Syncs block only when they cut the GPU work into short pieces: at most this many GPU
-#: activities per sync on average (host_sync_mask: ~8; dyn_graph_break's x[mask]: ~26). A
-#: generate loop's one stopping-criteria check per token (~110 kernels of a 4-layer Llama
-#: between them) leaves the forward to capture whole, and so does a harness's end-of-step
-#: check (Qwen: ~1,500 kernels to 1).
-MAX_ACTIVITIES_PER_BLOCKING_SYNC = 64
 #: Syncs block fusion when chains a sync cuts hold at least this share of its saving.
 FUSION_CUT_MIN_SHARE = 0.5
 
@@ -180,15 +170,14 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     by_cat = {f.category: f for f in findings if f.parent is None}
     sync = by_cat.get(Category.HOST_SYNC)
     steps = max(ctx.n_steps, 1)
-    sync_calls = 0
-    if sync is not None:
-        sync_calls = sum(s.count for s in sync.sites if s.kind in _SYNC_BLOCKERS)
-    activities = ctx.ledger.primary.n_activities if ctx.ledger.primary is not None else 0
-    per_sync = activities / sync_calls if sync_calls else float("inf")
     # A CUDA graph of each piece between syncs pays when the pieces hold enough launches
-    # (verdict_rf_steps: one .item() a step, ~98 launches between syncs, is no blocker);
-    # host_sync_mask's ~9 launches between syncs are too few.
-    every_step = sync is not None and sync_calls >= steps and per_sync <= MAX_ACTIVITIES_PER_BLOCKING_SYNC
+    # (verdict_rf_steps: one .item() a step, ~98 launches between syncs, is no blocker;
+    # host_sync_mask's ~9 are too few), and a sync blocks only what it costs and can fix
+    # (predict/blocking: the independent reading's "after it and the compilation fix"
+    # where the compilation finding had nothing to change).
+    sc = sync_cut(ctx, sync)
+    sync_calls, per_sync = sc.calls, sc.per_sync
+    every_step = sc.every_step and sync is not None and has_fix(sync)
     mem = by_cat.get(Category.MEMORY_BOUND)
     # Fusion waits on the syncs only where a sync separates the passes of a chain: the
     # trace must show it (host_sync_mask: none of its 30 chain occurrences has a sync
@@ -199,7 +188,7 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         cut = saved_across_syncs(ctx.model, ctx.roofline.chains, ctx.blocking_calls)
         cut_share = cut / total if total > 0 else 0.0
     breaks = by_cat.get(Category.COMPILATION)
-    graph_breaks = breaks is not None and "graph_breaks" in breaks.tags
+    graph_breaks = breaks is not None and "graph_breaks" in breaks.tags and has_fix(breaks)
     shapes = by_cat.get(Category.SHAPE_DYNAMISM)
     out = []
     for f in findings:
@@ -208,7 +197,7 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         if f.category == Category.LAUNCH_OVERHEAD and every_step:
             blocker = Category.HOST_SYNC
             why = BlockFacts("syncs_graph", sync_calls, steps, ctx.unit, per_sync=per_sync)
-        elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and shapes.time_us > 0:
+        elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and has_fix(shapes):
             blocker, why = Category.SHAPE_DYNAMISM, BlockFacts("shapes_graph")
         elif f.category == Category.MEMORY_BOUND and graph_breaks:
             blocker, why = Category.COMPILATION, BlockFacts("breaks_fusion")
