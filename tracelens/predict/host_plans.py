@@ -130,7 +130,7 @@ def graph_plan(ctx: AnalysisContext, present: set[Category]) -> Plan | None:
     return Plan(
         "cuda_graph",
         "each step's launches replaced by one cudaGraphLaunch (1.39 µs of host time a kernel under the profiler); "
-        "the kernels run back to back 0.26 µs apart (H200)",
+        "the kernels run back to back 0.26 µs apart (as measured on an H200, whatever this trace's GPU)",
         apply,
         tuple(blocked),
     )
@@ -147,7 +147,7 @@ def pinned_plan(ctx: AnalysisContext) -> Plan | None:
     return Plan(
         "pinned_async_copy",
         "host-to-device copies from pinned memory with non_blocking=True: the call returns at once, the copy runs at "
-        "the pinned rate (55 GB/s on the H200) while the host launches on",
+        "the pinned rate (55 GB/s as measured on an H200) while the host launches on",
         apply,
     )
 
