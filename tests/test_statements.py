@@ -41,3 +41,23 @@ def test_param_resnet_pageable_uploads_are_uploads() -> None:
     text = _host_sync_text(real("resnet_kineto.json.gz"))
     assert "host-to-device copies from pageable memory (2,235 MB" in text
     assert "device-to-host" not in text and "argmax" not in text
+
+
+def test_machine_condition_offers_no_gain() -> None:
+    """power_gemm: the headline says nothing in the program is fixable (power cap at 700 W),
+    so the power_throttle finding keeps its 2.08 s (the one ledger) but offers no gain; its
+    card said "expected gain: 2.06 s (1.03 s to 2.06 s)"."""
+    from tracelens.render import render_html, render_markdown
+
+    rep = report_of(sample("power_gemm"))
+    f = next(f for f in rep.findings if f.category == Category.POWER_THROTTLE)
+    assert f.time_us > 1e6 and f.share > 0.1
+    assert f.expected_gain_us == f.expected_gain_low_us == f.expected_gain_high_us == 0.0
+    assert f.prediction is not None and f.prediction.gain_us == 0.0
+    assert f.prediction.predicted_step_us == f.prediction.step_us
+    assert f.gain_note.startswith("none: the clocks are capped by the machine")
+    md = render_markdown(rep)
+    card = md[md.index("power_throttle: Clocks throttled") :]
+    assert "**expected gain:** none: the clocks are capped by the machine" in card
+    assert "2.06 s" not in card.split("What to change")[0]
+    assert "expected gain <b>none</b>" in render_html(rep)
