@@ -61,3 +61,23 @@ def test_machine_condition_offers_no_gain() -> None:
     assert "**expected gain:** none: the clocks are capped by the machine" in card
     assert "2.06 s" not in card.split("What to change")[0]
     assert "expected gain <b>none</b>" in render_html(rep)
+
+
+def test_a_sleep_is_named_not_counted_as_launch_or_loading_work() -> None:
+    """light_idle: every 50.3 ms gap is the program's own `time.sleep(0.05)` (main(),
+    light_idle.py:30), which was "Python code in main()" with DataLoader-workers advice,
+    and "2615.9 µs of host time per kernel" in the launch finding (the 1.0 s launch-bound
+    region over its 383 kernels, sleeps included)."""
+    rep = report_of(sample("light_idle"))
+    hb = next(f for f in rep.findings if f.category == Category.HOST_BOUND)
+    assert "time.sleep() in main() (workloads/light_idle.py:30)" in hb.title
+    assert hb.sites[0].description == "time.sleep() in main()" and hb.sites[0].count >= 19
+    asleep = next(m.value for m in hb.evidence if m.id == "sleep_us")
+    assert isinstance(asleep, float) and asleep > 0.9 * hb.time_us
+    assert hb.advice.startswith("The host sleeps") and "time.sleep() in main() (workloads/light_idle.py:30)" in hb.advice
+    assert "DataLoader" not in hb.advice and "vectorise" not in hb.advice
+    assert "time.sleep()" in rep.summary.headline
+    launch = next(f for f in rep.findings if f.category == Category.LAUNCH_OVERHEAD)
+    per_kernel = next(m.value for m in launch.evidence if m.id == "region_host_per_kernel_us")
+    assert isinstance(per_kernel, float) and 10 < per_kernel < 100  # 36.6 µs, not 2615.9
+    assert "2615.9" not in launch.title
