@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, real, report_of, sample
 
 from tracelens.derive import transforms
 from tracelens.derive.replay import Edit, replay
@@ -19,6 +19,7 @@ from tracelens.diff import build_diff
 from tracelens.render.diff import render_diff_json, render_diff_markdown, render_diff_terminal
 from tracelens.render.json import render_json
 from tracelens.render.markdown import render_markdown
+from tracelens.report.findings import Finding
 
 ALL = [*REAL_TRACES, *SAMPLE_TRACES]
 #: The unmodified replay reproduces the measured window to within this (issue 25: 2%).
@@ -157,6 +158,54 @@ def test_graph_capture_is_blocked_by_the_syncs() -> None:
     assert 0 < launch.prediction.gain_us < sync.prediction.gain_us
     both = sync.prediction.predicted_step_us - launch.prediction.gain_us
     assert launch.prediction.predicted_step_us == pytest.approx(both, rel=0.02)
+
+
+def _launch_and_headline(path: Path) -> tuple[Finding, str]:
+    r = report_of(path)
+    launch = next(f for f in r.findings if f.category.value == "launch_overhead" and f.parent is None)
+    return launch, r.summary.headline
+
+
+@pytest.mark.parametrize(
+    ("trace", "spurious"),
+    [
+        # HTA's compiled DDP step: compilation says "Nothing to change here" (0 µs of idle).
+        ("df_index_resolver.json.gz", ("compilation", "host_sync")),
+        # vLLM enforce-eager: 2 syncs for 768 kernels (host_sync's gain 0 µs), compilation 0 µs.
+        ("eager_trace.json.gz", ("compilation", "host_sync")),
+    ],
+)
+def test_no_blocker_without_a_fix_inside_the_step(trace: str, spurious: tuple[str, ...]) -> None:
+    """A finding blocks another only when it owns time and has a fix, and syncs block a CUDA
+    graph only when they cut the captured step into pieces too short to pay (issue 24; the
+    independent reading's problem 1): no "and the compilation fix" clause, no blocked_by."""
+    launch, headline = _launch_and_headline(real(trace))
+    assert launch.blocked_by is None
+    assert launch.prediction is not None
+    named = launch.prediction.blocked_by.split(",")
+    for cat in spurious:
+        assert cat not in named
+        assert f"{cat} fix" not in headline and f"{cat}, " not in headline.split("instead of")[0]
+
+
+@pytest.mark.parametrize("name", ["capture_compile", "capture_train_loader"])
+def test_sample_without_a_real_blocker_predicts_its_own_fix(name: str) -> None:
+    """capture_compile's compilation has nothing to change; capture_train_loader's one
+    torch.cuda.synchronize() a step sits between steps, not inside the graph."""
+    launch, headline = _launch_and_headline(sample(name))
+    assert launch.blocked_by is None and launch.prediction is not None
+    assert launch.prediction.blocked_by == ""
+    assert "After it the step should take" in headline and " fix the step" not in headline
+
+
+@pytest.mark.parametrize("name", ["diff_item_before", "dyn_graph_break"])
+def test_syncs_inside_the_step_still_block_the_graph(name: str) -> None:
+    """One .item() (diff_item_before: ~45 launches between syncs) or x[mask] (dyn_graph_break:
+    ~27) a step cuts the step a graph would capture: the syncs' fix still comes first."""
+    launch, headline = _launch_and_headline(sample(name))
+    assert launch.blocked_by is not None and launch.blocked_by.value == "host_sync"
+    assert launch.prediction is not None and "host_sync" in launch.prediction.blocked_by.split(",")
+    assert "Fix first: remove the host syncs" in headline and "and the host_sync fix" in headline
 
 
 def test_sdpa_gain_keeps_the_launches_it_still_needs() -> None:

@@ -74,7 +74,8 @@ def test_a_sleep_is_named_not_counted_as_launch_or_loading_work() -> None:
     assert hb.sites[0].description == "time.sleep() in main()" and hb.sites[0].count >= 19
     asleep = next(m.value for m in hb.evidence if m.id == "sleep_us")
     assert isinstance(asleep, float) and asleep > 0.9 * hb.time_us
-    assert hb.advice.startswith("The host sleeps") and "time.sleep() in main() (workloads/light_idle.py:30)" in hb.advice
+    assert hb.advice.startswith("The host sleeps")
+    assert "time.sleep() in main() (workloads/light_idle.py:30)" in hb.advice
     assert "DataLoader" not in hb.advice and "vectorise" not in hb.advice
     assert "time.sleep()" in rep.summary.headline
     launch = next(f for f in rep.findings if f.category == Category.LAUNCH_OVERHEAD)

@@ -20,13 +20,25 @@ from tracelens.derive.devices import other_accelerator
 from tracelens.derive.fusion import saved_across_syncs
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
-from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, finding_due
-from tracelens.domain import MEDIUM_SHARE, fmt_us, pct, severity_for
-from tracelens.explain.headline import first_fix, prediction_sentence, unprofiled_sentence
-from tracelens.explain.power_throttle import machine_gain_note, machine_headline
-from tracelens.explain.window import window_reason
+from tracelens.derive.queued import finding_due
+from tracelens.domain import MEDIUM_SHARE, severity_for
+from tracelens.explain.headline import (
+    BlockFacts,
+    LeadFacts,
+    NoGpuFacts,
+    QuietFacts,
+    blocked_reason,
+    lead_headline,
+    prediction_sentence,
+    quiet_headline,
+    unprofiled_sentence,
+)
+from tracelens.explain.notes import NoteFacts, Unlinked, notes_text
+from tracelens.explain.power_throttle import machine_gain_note
+from tracelens.explain.questions import AnswerCase, AnswerFacts, Missing, RoofCover, Unmeasured, answer_text
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
+from tracelens.predict.blocking import has_fix, sync_cut
 from tracelens.report import Question, Summary
 from tracelens.report.enums import WHOLE_UNITS, Category, QuestionId, QuestionStatus, Severity
 from tracelens.report.findings import Finding, Prediction
@@ -164,17 +176,6 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     return blockers(ctx, out)
 
 
-#: Construct ids of the host_sync finding that stop a step from being captured in a CUDA
-#: graph or compiled whole (each ends the graph: the program needs the value on the host).
-#: An explicit synchronize is the harness's (TraceLens's synchronize_each_step), outside
-#: the model code a graph or torch.compile would take.
-_SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy"})
-#: Syncs block only when they cut the GPU work into short pieces: at most this many GPU
-#: activities per sync on average (host_sync_mask: ~8; dyn_graph_break's x[mask]: ~26). A
-#: generate loop's one stopping-criteria check per token (~110 kernels of a 4-layer Llama
-#: between them) leaves the forward to capture whole, and so does a harness's end-of-step
-#: check (Qwen: ~1,500 kernels to 1).
-MAX_ACTIVITIES_PER_BLOCKING_SYNC = 64
 #: Syncs block fusion when chains a sync cuts hold at least this share of its saving.
 FUSION_CUT_MIN_SHARE = 0.5
 
@@ -188,16 +189,14 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     by_cat = {f.category: f for f in findings if f.parent is None}
     sync = by_cat.get(Category.HOST_SYNC)
     steps = max(ctx.n_steps, 1)
-    sync_calls = 0
-    if sync is not None:
-        sync_calls = sum(s.count for s in sync.sites if s.kind in _SYNC_BLOCKERS)
-    activities = ctx.ledger.primary.n_activities if ctx.ledger.primary is not None else 0
-    per_sync = activities / sync_calls if sync_calls else float("inf")
     # A CUDA graph of each piece between syncs pays when the pieces hold enough launches
-    # (verdict_rf_steps: one .item() a step, ~98 launches between syncs, is no blocker);
-    # host_sync_mask's ~9 launches between syncs are too few.
-    every_step = sync is not None and sync_calls >= steps and per_sync <= MAX_ACTIVITIES_PER_BLOCKING_SYNC
-    units = f"{steps} {ctx.unit}" + ("" if steps == 1 else "s")
+    # (verdict_rf_steps: one .item() a step, ~98 launches between syncs, is no blocker;
+    # host_sync_mask's ~9 are too few), and a sync blocks only what it costs and can fix
+    # (predict/blocking: the independent reading's "after it and the compilation fix"
+    # where the compilation finding had nothing to change).
+    sc = sync_cut(ctx, sync)
+    sync_calls, per_sync = sc.calls, sc.per_sync
+    every_step = sc.every_step and sync is not None and has_fix(sync)
     mem = by_cat.get(Category.MEMORY_BOUND)
     # Fusion waits on the syncs only where a sync separates the passes of a chain: the
     # trace must show it (host_sync_mask: none of its 30 chain occurrences has a sync
@@ -208,33 +207,23 @@ def blockers(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         cut = saved_across_syncs(ctx.model, ctx.roofline.chains, ctx.blocking_calls)
         cut_share = cut / total if total > 0 else 0.0
     breaks = by_cat.get(Category.COMPILATION)
-    graph_breaks = breaks is not None and "graph_breaks" in breaks.tags
+    graph_breaks = breaks is not None and "graph_breaks" in breaks.tags and has_fix(breaks)
     shapes = by_cat.get(Category.SHAPE_DYNAMISM)
     out = []
     for f in findings:
-        reason = ""
+        why: BlockFacts | None = None
         blocker: Category | None = None
         if f.category == Category.LAUNCH_OVERHEAD and every_step:
             blocker = Category.HOST_SYNC
-            reason = (
-                f"a CUDA graph cannot capture a step that syncs ({sync_calls} host syncs in {units}, "
-                f"{per_sync:.0f} GPU launches between syncs on average: too few for a graph of each piece "
-                f"to pay), and torch.compile breaks its graph at each one"
-            )
-        elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and shapes.time_us > 0:
-            blocker = Category.SHAPE_DYNAMISM
-            reason = "a CUDA graph replays fixed shapes: the changing input shapes come first"
+            why = BlockFacts("syncs_graph", sync_calls, steps, ctx.unit, per_sync=per_sync)
+        elif f.category == Category.LAUNCH_OVERHEAD and shapes is not None and has_fix(shapes):
+            blocker, why = Category.SHAPE_DYNAMISM, BlockFacts("shapes_graph")
         elif f.category == Category.MEMORY_BOUND and graph_breaks:
-            blocker = Category.COMPILATION
-            reason = "torch.compile fuses only inside one graph: the graph breaks come first"
+            blocker, why = Category.COMPILATION, BlockFacts("breaks_fusion")
         elif f.category == Category.MEMORY_BOUND and every_step and cut_share >= FUSION_CUT_MIN_SHARE:
             blocker = Category.HOST_SYNC
-            reason = (
-                f"torch.compile fuses only between host syncs and breaks its graph at each one "
-                f"({sync_calls} in {units}; a sync separates the passes of chains holding "
-                f"{cut_share:.0%} of the fusion's saving)"
-            )
-        out.append(replace(f, blocked_by=blocker, blocked_reason=reason) if blocker is not None else f)
+            why = BlockFacts("syncs_fusion", sync_calls, steps, ctx.unit, cut_share=cut_share)
+        out.append(replace(f, blocked_by=blocker, blocked_reason=blocked_reason(why)) if why is not None else f)
     return out
 
 
@@ -297,53 +286,33 @@ def primary_finding(findings: list[Finding], window_us: float, steps: int = 1) -
     return top_f
 
 
-def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> str:
-    """Empty if the trace can answer the question, else what capture option is missing."""
-    model = ctx.model
-    kinds = model.host["kind"]
+def _measurable(ctx: AnalysisContext, step: DiagnosticStep) -> Missing:
+    """Empty if the trace can answer the question, else what it lacks."""
+    kinds = ctx.model.host["kind"]
     if ctx.ledger.primary is None:
-        return (
-            "the trace has no GPU kernels (a CPU-only run, or a capture without ProfilerActivity.CUDA in its "
-            "activities)"
-        )
+        return "no_gpu"
     if step.id in ("host_waits", "launch") and not bool((kinds == Kind.RUNTIME).any()):
-        return (
-            "the trace has no CUDA/HIP runtime calls on the host, so launches and syncs cannot be seen: "
-            "capture with ProfilerActivity.CPU as well as CUDA"
-        )
+        return "no_runtime"
     return ""
 
 
-def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> str:
-    """Parts of a question this trace cannot answer, and the capture option that would."""
+def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> Unmeasured:
+    """Parts of a question this trace cannot answer (explain/questions.py words them)."""
     if step.id not in ("compute", "memory") or ctx.ledger.primary is None:
         # No GPU work: peaks, clocks and shapes are beside the point.
-        return ""
-    roof = ctx.roofline
-    out = ""
-    if roof.peaks is None:
-        out += " Roofline: this GPU is not in the peak table (set TRACELENS_PEAKS to give its peaks)."
-    elif roof.measured_us > 0:
-        out += (
-            f" Roofline: hardware counters cover {roof.measured_us / roof.total_us:.0%} of kernel time and models "
-            f"{roof.coverage - roof.measured_us / roof.total_us:.0%} (communication excluded); the rest is reported "
-            "as unknown."
-        )
-    elif roof.modelled_us + roof.unmodelled_us > 0:
-        out += (
-            f" Roofline models cover {roof.coverage:.0%} of kernel time (communication excluded); the rest is "
-            "reported as unknown."
-        )
+        return Unmeasured()
+    r = ctx.roofline
+    measured = r.peaks is not None and r.measured_us > 0
+    roof = RoofCover(
+        peaks_known=r.peaks is not None,
+        measured=measured,
+        measured_share=r.measured_us / r.total_us if measured else 0.0,
+        coverage=r.coverage,
+        modelled=r.modelled_us + r.unmodelled_us > 0,
+    )
     if step.id == "memory":
-        return out
-    if ctx.model.counters.empty:
-        out += (
-            " Power throttling: not measurable from this trace (no GPU clock/power samples); `tracelens capture` "
-            "records NVML clocks, power and throttle reasons beside the profiler."
-        )
-    if not trace_has_shapes(ctx.model):
-        out += " Matmul shapes: not measurable (no Input Dims); capture with record_shapes=True."
-    return out
+        return Unmeasured(roof)
+    return Unmeasured(roof, no_clock_samples=ctx.model.counters.empty, no_shapes=not trace_has_shapes(ctx.model))
 
 
 #: Ops scanned for recorded shapes (a trace records them for every op or for none).
@@ -380,6 +349,48 @@ def _model_coverage(ctx: AnalysisContext, step: DiagnosticStep) -> float | None:
     return float(roof.coverage)
 
 
+#: The status each answer's case gives the question.
+CASE_STATUS: dict[AnswerCase, QuestionStatus] = {
+    "not_built": "not_built",
+    "missing": "not_measurable",
+    "yes": "yes",
+    "minor": "minor",
+    "peaks_unknown": "unknown",
+    "low_coverage": "not_measurable",
+    "no_cost": "no",
+    "nothing": "no",
+}
+
+
+def _answer(ctx: AnalysisContext, step: DiagnosticStep, found: list[Finding], time_us: float) -> AnswerFacts:
+    """Which case the question's answer is in, with the facts its words need."""
+    built = any(c in BUILT_CATEGORIES for c in step.categories)
+    missing = _measurable(ctx, step)
+    base = AnswerFacts(
+        case="nothing",
+        not_built=step.not_built,
+        built=built,
+        time_us=time_us,
+        share=ctx.share(time_us),
+        unmeasured=_unmeasured_parts(ctx, step),
+    )
+    if not built:
+        return replace(base, case="not_built")
+    if missing:
+        return replace(base, case="missing", missing=missing)
+    if any(f.severity.rank >= YES_SEVERITY.rank for f in found):
+        return replace(base, case="yes", title=max(found, key=lambda f: f.time_us).title)
+    if found and time_us > 0:
+        return replace(base, case="minor")
+    if step.id in ("compute", "memory") and _peaks_unknown(ctx):
+        return replace(base, case="peaks_unknown")
+    if (cov := _model_coverage(ctx, step)) is not None and cov < MIN_MODEL_COVERAGE:
+        return replace(base, case="low_coverage", coverage=cov)
+    if found:
+        return replace(base, case="no_cost", title=found[0].title)
+    return base
+
+
 def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ...]:
     out: list[Question] = []
     for step in DIAGNOSTIC_ORDER:
@@ -387,49 +398,17 @@ def questions(ctx: AnalysisContext, ranked: list[Finding]) -> tuple[Question, ..
         found = [ranked[i] for i in idx]
         # Children's time is inside their parent's: count the top level only.
         time_us = sum(f.time_us for f in found if f.parent is None or f.parent not in step.categories)
-        built = any(c in BUILT_CATEGORIES for c in step.categories)
-        missing = _measurable(ctx, step)
-        status: QuestionStatus
-        partly = f" {step.not_built}" if built and step.not_built else ""
-        partly += _unmeasured_parts(ctx, step)
-        if not built:
-            status, answer = "not_built", step.not_built
-        elif missing:
-            status, answer = "not_measurable", f"Not measurable from this trace: {missing}.{partly}"
-        elif any(f.severity.rank >= YES_SEVERITY.rank for f in found):
-            top = max(found, key=lambda f: f.time_us)
-            status = "yes"
-            answer = f"Yes: {fmt_us(time_us)} ({ctx.share(time_us):.0%} of the analysed time). {top.title}.{partly}"
-        elif found and time_us > 0:
-            status = "minor"
-            share = pct(ctx.share(time_us))
-            answer = f"A little: {fmt_us(time_us)} ({share} of the analysed time), below the bar.{partly}"
-        elif step.id in ("compute", "memory") and _peaks_unknown(ctx):
-            # No roof to judge the kernels against: that is no evidence of a no.
-            status = "unknown"
-            answer = f"Unknown: this GPU's peaks are not known, so no kernel could be judged against a roof.{partly}"
-        elif (cov := _model_coverage(ctx, step)) is not None and cov < MIN_MODEL_COVERAGE:
-            status = "not_measurable"
-            answer = (
-                f"Not measurable from this trace: no finding, but with the models covering {pct(cov)} of kernel "
-                f"time that is no evidence of a no.{partly}"
-            )
-        elif found:
-            # A finding with no cost still says what it saw (a graph break whose wait is the
-            # host_sync finding's time, a trace that already replays CUDA graphs).
-            status, answer = "no", f"No cost measured here: {found[0].title}.{partly}"
-        else:
-            status, answer = "no", f"No: nothing measurable in this trace.{partly}"
+        facts = _answer(ctx, step, found, time_us)
         out.append(
             Question(
                 number=step.number,
                 id=step.id,
                 question=step.question,
                 categories=step.categories,
-                status=status,
+                status=CASE_STATUS[facts.case],
                 time_us=time_us,
                 share=ctx.share(time_us),
-                answer=answer,
+                answer=answer_text(facts),
                 finding_indexes=idx,
             )
         )
@@ -448,53 +427,23 @@ STARTUP_NOTE_SHARE = 0.05
 def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     dev = ctx.ledger.primary
     win = ctx.window
-    out = [f"Analysed window: {window_reason(win).rstrip('.')}."]
-    if win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us:
-        parts = ", ".join(f"{p.what.replace('_', ' ')} {fmt_us(p.time_us)}" for p in win.startup[:4])
-        out.append(
-            f"Start-up before the window ({fmt_us(win.startup_us)}) is reported apart and not blamed"
-            + (f": {parts}." if parts else ".")
-        )
+    facts = NoteFacts(win, startup_before=win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us)
     if dev is None or dev.window_us <= 0:
-        return tuple(out)
+        return notes_text(facts)
     other = dev.share("idle_other")
+    # (when its stalls are large, the queued_idle finding says this)
     if other >= OTHER_IDLE_NOTE_SHARE and not finding_due(ctx.queued_waits, dev.window_us):
-        # (when its stalls are large, the queued_idle finding says this)
-        out.append(
-            f"The GPU also idles {other:.0%} of the window with its next kernel already queued: it waits on "
-            "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
-            + _queued_wait_words(ctx)
-        )
-    startup = dev.share("startup")
-    if startup >= STARTUP_NOTE_SHARE:
-        out.append(
-            f"{startup:.0%} of the window is one-off start-up work on the host (CUDA/HIP graph capture, whose "
-            "launches are recorded into the graph and do not run; graph instantiation; cold first launches): "
-            "a serving engine's or a first iteration's set-up, not a bottleneck of the steady state."
-        )
+        facts = replace(facts, other_idle=other, queued=ctx.queued_waits)
+    if (startup := dev.share("startup")) >= STARTUP_NOTE_SHARE:
+        facts = replace(facts, startup_share=startup)
     unlinked_us, unlinked_n = _unlinked_gpu(ctx)
     if unlinked_n:
-        out.append(
-            f"{unlinked_n:,} GPU kernels and copies in the window ({fmt_us(unlinked_us)}, "
-            f"{unlinked_us / dev.window_us:.0%} of it) have no usable correlation id: their GPU time is in the "
-            "ledger, but the launches, ops and source lines behind them are unknown, so host syncs, launch "
-            "overhead and the roofline are judged without them."
-        )
-    prof = dev.share("profiler")
-    if prof >= PROFILER_NOTE_SHARE:
-        out.append(
-            f"{prof:.0%} of the window is idle while the host runs torch.profiler's own prof.step(): profiler "
-            "overhead that an unprofiled run does not have."
-        )
-    harness = dev.share("harness")
-    if harness >= PROFILER_NOTE_SHARE:
-        out.append(
-            f"{harness:.0%} of the window ({fmt_us(dev.by_cause.get('harness', 0.0))}) is idle while the host runs "
-            "the benchmark harness's own method between its timed regions (a cache flush such as PARAM's "
-            "[param|clear_cache], a warm-up range): the benchmark's method, not the program's bottleneck, so no "
-            "finding blames it."
-        )
-    return tuple(out)
+        facts = replace(facts, unlinked=Unlinked(unlinked_n, unlinked_us, unlinked_us / dev.window_us))
+    if (prof := dev.share("profiler")) >= PROFILER_NOTE_SHARE:
+        facts = replace(facts, profiler_share=prof)
+    if (harness := dev.share("harness")) >= PROFILER_NOTE_SHARE:
+        facts = replace(facts, harness_share=harness, harness_us=dev.by_cause.get("harness", 0.0))
+    return notes_text(facts)
 
 
 def _unlinked_gpu(ctx: AnalysisContext) -> tuple[float, int]:
@@ -525,81 +474,39 @@ LARGEST_CAUSE_SHARE = 0.2
 STARTUP_WINDOW_SHARE = 0.5
 
 
-def _queued_wait_words(ctx: AnalysisContext) -> str:
-    """What the queued-work idle coincides with (issue 24 §8), for the note below the
-    queued_idle finding's share: the long gaps, how far ahead their work was launched."""
-    q = ctx.queued_waits
-    if q is None or not q.long_gaps:
-        return ""
-    words = f" {q.long_gaps} gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more hold {fmt_us(q.long_us)} of it"
-    if q.lead_median_us is not None and q.launch_apis:
-        words += (
-            f"; their next work had been launched a median {fmt_us(q.lead_median_us)} earlier "
-            f"(by {', '.join(q.launch_apis)})"
-        )
-    if q.blocked_what and q.blocked_us >= BLOCKED_MIN_SHARE * q.idle_us:
-        words += f"; {fmt_us(q.blocked_us)} of the idle coincides with the host in {q.blocked_what[0][0]}"
-    return words + "."
-
-
-def _no_gpu_headline(ctx: AnalysisContext) -> str:
+def _no_gpu(ctx: AnalysisContext) -> NoGpuFacts:
     """Why there is nothing on a GPU to analyse: another accelerator, or counters without a timeline."""
     acc = other_accelerator(ctx.model)
     if acc is not None and not ctx.model.meta.active_devices:
-        return (
-            f"This trace is from an {acc.label} accelerator, not a GPU: its {acc.device_events:,} device events and "
-            f"{acc.runtime_events:,} runtime calls are outside what tracelens analyses (the time ledger, roofline, "
-            "launch overhead and host syncs read CUDA/ROCm kernels, copies and runtime calls). Host-side findings only."
-        )
+        return NoGpuFacts(accelerator=acc)
     kc = ctx.kernel_counters
     if kc is not None and not kc.timeline:
-        return (
-            f"No kernel timeline: {len(kc.launches)} kernels were measured by hardware counters (CUPTI profiler "
-            "mode: torch.profiler's profiler_metrics replays each kernel and records no kernel activity), so there is "
-            "no GPU time to attribute. Their FLOPs and bytes are in the counters section; record the timing without "
-            "profiler_metrics (tracelens capture --counters records both)."
-        )
-    return "No GPU activity to analyse."
+        return NoGpuFacts(counted_kernels=len(kc.launches))
+    return NoGpuFacts()
 
 
 def _no_finding_headline(ctx: AnalysisContext, findings: list[Finding], startup: float) -> str:
-    """The headline when no finding leads: start-up dominates, or the GPU's busy share and
-    its largest part (a machine condition first, a replayed graph's latency-bound time)."""
+    """The headline when no finding leads (explain/headline.py words it)."""
     dev = ctx.ledger.primary
-    headline = _no_gpu_headline(ctx)
+    facts = QuietFacts(_no_gpu(ctx))
     if startup >= STARTUP_WINDOW_SHARE:
-        headline = (
-            f"{startup:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
-            "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
-            "state (later steps, or the engine's serving loop) to see what limits it."
-        )
+        facts = replace(facts, startup_share=startup)
     elif dev is not None and dev.window_us > 0:
         biggest = max(dev.by_cause, key=lambda c: dev.by_cause[c])
-        headline = (
-            f"The GPU is busy {dev.busy_us / dev.window_us:.0%} of the analysed time (largest part: "
-            f"{biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {dev.share(biggest):.0%}); no finding "
-            f"would gain {MEDIUM_SHARE:.0%} or more of it."
-        )
         capped = next(
-            (
-                f
-                for f in findings
-                if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE
-            ),
+            (f for f in findings if f.category in MACHINE_CONDITIONS and f.parent is None and f.share >= MEDIUM_SHARE),
             None,
         )
-        if capped is not None:
-            headline = f"{machine_headline(capped)} {headline}"
         replays = any(f.category == Category.COMPILATION and "cuda_graphs" in f.tags for f in findings)
-        if biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE:
-            # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
-            # its time is the graph's own latency-bound kernels.
-            headline += (
-                " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
-                "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
-                "shortens the step."
-            )
-    return headline
+        facts = replace(
+            facts,
+            busy_share=dev.busy_us / dev.window_us,
+            biggest=biggest,
+            biggest_share=dev.share(biggest),
+            machine=capped,
+            graph_latency=biggest == "gpu_busy_latency" and replays and dev.share(biggest) >= LARGEST_CAUSE_SHARE,
+        )
+    return quiet_headline(facts)
 
 
 def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
@@ -632,31 +539,12 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         if f.parent == top.category and f.expected_gain_us >= PART_IN_HEADLINE_SHARE * top.expected_gain_us > 0
     ]
     part = max(kids, key=lambda f: f.expected_gain_us) if kids else None
-    title = top.title + (f"; the largest part: {part.title}" if part is not None else "")
-    if top.parent is not None:
-        title = f"{top.title} (part of {top.parent.value})"
-    gain, advice = top.expected_gain_us, top.advice
+    gain = top.expected_gain_us
     blocker = next((f for f in findings if f.parent is None and f.category == top.blocked_by), None)
     if blocker is not None:
         # The blocker's fix is fix 1 and the gain is the two together (issue 24 §2).
         gain = min(top.expected_gain_us + blocker.expected_gain_us, ctx.window_us)
-        first = first_fix(blocker)
-        advice = (
-            f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{blocker.advice}\n2. Then: {top.advice}"
-        )
-        headline = (
-            f"{title}. Fix first: {first}, since {top.blocked_reason}. Both fixed, about "
-            f"{fmt_us(gain / per)} per {unit} to gain ({gain / ctx.window_us:.0%} of the {unit})."
-            if ctx.window_us > 0
-            else title
-        )
-    else:
-        headline = (
-            f"{title}. Fix this first: about {fmt_us(gain / per)} per {unit} to gain "
-            f"({gain / ctx.window_us:.0%} of the {unit})."
-            if ctx.window_us > 0
-            else title
-        )
+    headline, advice = lead_headline(LeadFacts(top, part, blocker, gain, per, unit, ctx.window_us))
     pred = top.prediction
     predicted = low = high = 0.0
     u_now = u_after = 0.0
@@ -703,5 +591,3 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         unprofiled_step_us=u_now,
         unprofiled_predicted_step_us=u_after,
     )
-
-

@@ -34,6 +34,7 @@ from itertools import pairwise
 import numpy as np
 import pandas as pd
 
+from tracelens.domain import PROFILER_STEP_PREFIX
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
 
@@ -64,7 +65,7 @@ _ENGINE_STEP = re.compile(
 )
 #: Ranges torch itself records in every loop: the DataLoader's and the optimizer's
 #: (the optimizer's are rule 3), never the user's own marks.
-_TORCH_OWN_RANGES = ("ProfilerStep#", "enumerate(DataLoader)", "Optimizer.", "Optimizer#")
+_TORCH_OWN_RANGES = (PROFILER_STEP_PREFIX, "enumerate(DataLoader)", "Optimizer.", "Optimizer#")
 #: Python frames of the frameworks' own step functions (`file(LINE): function`).
 _FRAMEWORK_FRAMES = (
     # Lightning 2.x: one _TrainingEpochLoop.advance per batch (1.x: run_training_batch)

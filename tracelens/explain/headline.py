@@ -1,11 +1,17 @@
-"""The headline's sentences written from what ranking.py has settled: the blocker's fix in
-a few words, what the step should take after the first fix (and how to check it), and
-what it takes without the profiler's own host time."""
+"""The headline's sentences written from what ranking.py has settled: the leading finding
+with its gain (the blocker's fix in a few words first), or why none leads; what the step
+should take after the first fix (and how to check it), and what it takes without the
+profiler's own host time."""
 
 from __future__ import annotations
 
-from tracelens.domain import fmt_us
+from dataclasses import dataclass
+from typing import Literal
+
+from tracelens.derive.devices import OtherAccelerator
+from tracelens.domain import MEDIUM_SHARE, fmt_us
 from tracelens.explain.base import where as where_in
+from tracelens.explain.power_throttle import machine_headline
 from tracelens.report.enums import Category
 from tracelens.report.findings import Finding, Prediction
 
@@ -54,3 +60,145 @@ def first_fix(blocker: Finding) -> str:
     if blocker.category == Category.SHAPE_DYNAMISM:
         return "make the input shapes static (pad or bucket them)"
     return blocker.title
+
+
+@dataclass(frozen=True)
+class NoGpuFacts:
+    """Why there is nothing on a GPU to analyse."""
+
+    accelerator: OtherAccelerator | None = None  # another accelerator's trace
+    counted_kernels: int | None = None  # kernels measured by counters, with no timeline
+
+
+def no_gpu_headline(f: NoGpuFacts) -> str:
+    """Why there is nothing on a GPU to analyse: another accelerator, or counters without a timeline."""
+    acc = f.accelerator
+    if acc is not None:
+        return (
+            f"This trace is from an {acc.label} accelerator, not a GPU: its {acc.device_events:,} device events and "
+            f"{acc.runtime_events:,} runtime calls are outside what tracelens analyses (the time ledger, roofline, "
+            "launch overhead and host syncs read CUDA/ROCm kernels, copies and runtime calls). Host-side findings only."
+        )
+    if f.counted_kernels is not None:
+        return (
+            f"No kernel timeline: {f.counted_kernels} kernels were measured by hardware counters (CUPTI profiler "
+            "mode: torch.profiler's profiler_metrics replays each kernel and records no kernel activity), so there is "
+            "no GPU time to attribute. Their FLOPs and bytes are in the counters section; record the timing without "
+            "profiler_metrics (tracelens capture --counters records both)."
+        )
+    return "No GPU activity to analyse."
+
+
+@dataclass(frozen=True)
+class QuietFacts:
+    """The facts of a headline with no finding leading."""
+
+    no_gpu: NoGpuFacts
+    startup_share: float | None = None  # start-up dominates the window
+    busy_share: float | None = None  # None: no GPU time in the window
+    biggest: str = ""  # the largest ledger cause
+    biggest_share: float = 0.0
+    machine: Finding | None = None  # a machine condition at the bar
+    graph_latency: bool = False  # the largest part is latency-bound kernels of replayed graphs
+
+
+def quiet_headline(f: QuietFacts) -> str:
+    """The headline when no finding leads: start-up dominates, or the GPU's busy share and
+    its largest part (a machine condition first, a replayed graph's latency-bound time)."""
+    if f.startup_share is not None:
+        return (
+            f"{f.startup_share:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
+            "graph instantiation, cold first launches), not a steady-state bottleneck: profile the steady "
+            "state (later steps, or the engine's serving loop) to see what limits it."
+        )
+    if f.busy_share is None:
+        return no_gpu_headline(f.no_gpu)
+    headline = (
+        f"The GPU is busy {f.busy_share:.0%} of the analysed time (largest part: "
+        f"{f.biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {f.biggest_share:.0%}); no finding "
+        f"would gain {MEDIUM_SHARE:.0%} or more of it."
+    )
+    if f.machine is not None:
+        headline = f"{machine_headline(f.machine)} {headline}"
+    if f.graph_latency:
+        # Issue 24 §4: a replayed graph whose host runs ahead has no host problem;
+        # its time is the graph's own latency-bound kernels.
+        headline += (
+            " That time is latency-bound kernels replayed from CUDA graphs, with the host running ahead: "
+            "fusing the graph's body into fewer, larger kernels (torch.compile before capture) is what "
+            "shortens the step."
+        )
+    return headline
+
+
+@dataclass(frozen=True)
+class LeadFacts:
+    """The facts of a headline a finding leads: the finding, its largest part, its blocker
+    (whose fix comes first), the gain and the report's unit."""
+
+    top: Finding
+    part: Finding | None
+    blocker: Finding | None
+    gain_us: float
+    per: int  # the window's units (steps), 1 for a whole-window unit
+    unit: str
+    window_us: float
+
+
+def lead_headline(f: LeadFacts) -> tuple[str, str]:
+    """The headline and the advice (the blocker's fix first) when a finding leads."""
+    top = f.top
+    title = top.title + (f"; the largest part: {f.part.title}" if f.part is not None else "")
+    if top.parent is not None:
+        title = f"{top.title} (part of {top.parent.value})"
+    if f.blocker is None:
+        headline = (
+            f"{title}. Fix this first: about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain "
+            f"({f.gain_us / f.window_us:.0%} of the {f.unit})."
+            if f.window_us > 0
+            else title
+        )
+        return headline, top.advice
+    first = first_fix(f.blocker)
+    advice = f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{f.blocker.advice}\n2. Then: {top.advice}"
+    headline = (
+        f"{title}. Fix first: {first}, since {top.blocked_reason}. Both fixed, about "
+        f"{fmt_us(f.gain_us / f.per)} per {f.unit} to gain ({f.gain_us / f.window_us:.0%} of the {f.unit})."
+        if f.window_us > 0
+        else title
+    )
+    return headline, advice
+
+
+#: Why a finding's fix waits on another's (ranking.blockers decides which).
+BlockKind = Literal["syncs_graph", "shapes_graph", "breaks_fusion", "syncs_fusion"]
+
+
+@dataclass(frozen=True)
+class BlockFacts:
+    kind: BlockKind
+    sync_calls: int = 0  # blocking host syncs in the window
+    steps: int = 1
+    unit: str = "step"
+    per_sync: float = 0.0  # GPU launches between syncs on average
+    cut_share: float = 0.0  # share of the fusion's saving in chains a sync cuts
+
+
+def blocked_reason(b: BlockFacts) -> str:
+    """Why the blocker's fix comes first, in words (the finding's blocked_reason)."""
+    units = f"{b.steps} {b.unit}" + ("" if b.steps == 1 else "s")
+    if b.kind == "syncs_graph":
+        return (
+            f"a CUDA graph cannot capture a step that syncs ({b.sync_calls} host syncs in {units}, "
+            f"{b.per_sync:.0f} GPU launches between syncs on average: too few for a graph of each piece "
+            f"to pay), and torch.compile breaks its graph at each one"
+        )
+    if b.kind == "shapes_graph":
+        return "a CUDA graph replays fixed shapes: the changing input shapes come first"
+    if b.kind == "breaks_fusion":
+        return "torch.compile fuses only inside one graph: the graph breaks come first"
+    return (
+        f"torch.compile fuses only between host syncs and breaks its graph at each one "
+        f"({b.sync_calls} in {units}; a sync separates the passes of chains holding "
+        f"{b.cut_share:.0%} of the fusion's saving)"
+    )

@@ -24,6 +24,7 @@ from tracelens.derive.transforms import loader as t_loader
 from tracelens.derive.transforms import profiler as t_profiler
 from tracelens.domain import fmt_us
 from tracelens.model.trace import name_matches
+from tracelens.predict.blocking import can_block
 from tracelens.predict.gpu_plans import (
     fusion_plan,
     kernel_factor_plan,
@@ -254,7 +255,9 @@ def beyond_own_time(fix: str, gain_us: float, time_us: float) -> str:
 
 def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     """The findings with their gains from the replay (or their estimate, marked so)."""
-    present = {f.category for f in findings}
+    # A plan waits only on findings that can block it (predict/blocking.py): eager_trace's
+    # 2 syncs for 768 kernels and capture_compile's "nothing to change" compilation do not.
+    present = can_block(ctx, findings)
     step = ctx.window_us / max(ctx.n_steps, 1)
     plans: dict[Category, Plan] = {}
     for f in findings:

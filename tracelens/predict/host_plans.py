@@ -114,7 +114,7 @@ def graph_plan(ctx: AnalysisContext, present: set[Category]) -> Plan | None:
     op_iv = op_intervals(ctx)
     blocked: list[Category] = []
     sync_rows, _ = user_syncs(ctx)
-    if len(sync_rows):
+    if len(sync_rows) and Category.HOST_SYNC in present:
         blocked.append(Category.HOST_SYNC)
     if len(alloc_rows(ctx)) and Category.ALLOCATION in present:
         blocked.append(Category.ALLOCATION)

@@ -1,0 +1,96 @@
+"""The report's notes, written from what ranking.py has settled: the analysed window,
+start-up left out, idle waiting on queued work, one-off start-up inside the window,
+activities without a correlation id, and the profiler's and a harness's own time."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, QueuedWaits
+from tracelens.derive.window.spans import Window
+from tracelens.domain import fmt_us
+from tracelens.explain.window import window_reason
+
+
+@dataclass(frozen=True)
+class Unlinked:
+    """The primary GPU's activities in the window without a usable correlation id."""
+
+    count: int
+    time_us: float
+    share: float
+
+
+@dataclass(frozen=True)
+class NoteFacts:
+    """What the notes say; a field left None (or empty) has no note."""
+
+    window: Window
+    startup_before: bool = False  # start-up before the window is worth a note
+    other_idle: float | None = None  # share idle with the next kernel queued
+    queued: QueuedWaits | None = None
+    startup_share: float | None = None
+    unlinked: Unlinked | None = None
+    profiler_share: float | None = None
+    harness_share: float | None = None
+    harness_us: float = 0.0
+
+
+def queued_wait_words(q: QueuedWaits | None) -> str:
+    """What the queued-work idle coincides with (issue 24 §8), for the note below the
+    queued_idle finding's share: the long gaps, how far ahead their work was launched."""
+    if q is None or not q.long_gaps:
+        return ""
+    words = f" {q.long_gaps} gaps of {fmt_us(QUEUED_GAP_MIN_US)} or more hold {fmt_us(q.long_us)} of it"
+    if q.lead_median_us is not None and q.launch_apis:
+        words += (
+            f"; their next work had been launched a median {fmt_us(q.lead_median_us)} earlier "
+            f"(by {', '.join(q.launch_apis)})"
+        )
+    if q.blocked_what and q.blocked_us >= BLOCKED_MIN_SHARE * q.idle_us:
+        words += f"; {fmt_us(q.blocked_us)} of the idle coincides with the host in {q.blocked_what[0][0]}"
+    return words + "."
+
+
+def notes_text(n: NoteFacts) -> tuple[str, ...]:
+    win = n.window
+    out = [f"Analysed window: {window_reason(win).rstrip('.')}."]
+    if n.startup_before:
+        parts = ", ".join(f"{p.what.replace('_', ' ')} {fmt_us(p.time_us)}" for p in win.startup[:4])
+        out.append(
+            f"Start-up before the window ({fmt_us(win.startup_us)}) is reported apart and not blamed"
+            + (f": {parts}." if parts else ".")
+        )
+    if n.other_idle is not None:
+        out.append(
+            f"The GPU also idles {n.other_idle:.0%} of the window with its next kernel already queued: it waits on "
+            "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
+            + queued_wait_words(n.queued)
+        )
+    if n.startup_share is not None:
+        out.append(
+            f"{n.startup_share:.0%} of the window is one-off start-up work on the host (CUDA/HIP graph capture, "
+            "whose launches are recorded into the graph and do not run; graph instantiation; cold first launches): "
+            "a serving engine's or a first iteration's set-up, not a bottleneck of the steady state."
+        )
+    if n.unlinked is not None:
+        u = n.unlinked
+        out.append(
+            f"{u.count:,} GPU kernels and copies in the window ({fmt_us(u.time_us)}, "
+            f"{u.share:.0%} of it) have no usable correlation id: their GPU time is in the "
+            "ledger, but the launches, ops and source lines behind them are unknown, so host syncs, launch "
+            "overhead and the roofline are judged without them."
+        )
+    if n.profiler_share is not None:
+        out.append(
+            f"{n.profiler_share:.0%} of the window is idle while the host runs torch.profiler's own prof.step(): "
+            "profiler overhead that an unprofiled run does not have."
+        )
+    if n.harness_share is not None:
+        out.append(
+            f"{n.harness_share:.0%} of the window ({fmt_us(n.harness_us)}) is idle while the host runs "
+            "the benchmark harness's own method between its timed regions (a cache flush such as PARAM's "
+            "[param|clear_cache], a warm-up range): the benchmark's method, not the program's bottleneck, so no "
+            "finding blames it."
+        )
+    return tuple(out)
