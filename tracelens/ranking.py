@@ -34,13 +34,14 @@ from tracelens.explain.headline import (
     unprofiled_sentence,
 )
 from tracelens.explain.notes import NoteFacts, Unlinked, notes_text
+from tracelens.explain.power_throttle import machine_gain_note
 from tracelens.explain.questions import AnswerCase, AnswerFacts, Missing, RoofCover, Unmeasured, answer_text
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.predict.blocking import has_fix, sync_cut
 from tracelens.report import Question, Summary
 from tracelens.report.enums import WHOLE_UNITS, Category, QuestionId, QuestionStatus, Severity
-from tracelens.report.findings import Finding
+from tracelens.report.findings import Finding, Prediction
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,23 @@ def _capped(f: Finding, room_us: float, window_us: float, parent: Category | Non
     )  # fmt: skip
 
 
+def _no_gain(f: Finding, step_us: float) -> Finding:
+    """A machine condition keeps its time (the one ledger) but offers no gain: no change to
+    the program removes a power cap (power_gemm printed "expected gain: 2.06 s")."""
+    note = machine_gain_note(f.time_us)
+    old = f.prediction or Prediction("none", "estimate", note, step_us, step_us, 0.0, 0.0, 0.0)
+    # The step after "the fix" is the step now, with and without the profiler.
+    pred = replace(
+        old, fix="none", basis="estimate", model=note, predicted_step_us=old.step_us, gain_us=0.0,
+        gain_low_us=0.0, gain_high_us=0.0, blocked_by="", part="",
+        unprofiled_predicted_step_us=old.unprofiled_step_us, unprofiled_gain_us=0.0,
+    )  # fmt: skip
+    return replace(
+        f, expected_gain_us=0.0, expected_gain_low_us=0.0, expected_gain_high_us=0.0,
+        gain_note=note, prediction=pred,
+    )  # fmt: skip
+
+
 def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
     """Fit the findings to the ledger: children name their parent and stay inside its
     time, top-level findings draw on disjoint ledger causes (so their shares add up to at
@@ -131,7 +149,8 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
             busy_left -= take if c in BUSY_CAUSES else 0.0
             left -= take
         settled[i] = g
-    out = [settled[i] for i in range(len(top))]
+    step = window / max(ctx.n_steps, 1)
+    out = [_no_gain(settled[i], step) if top[i].category in MACHINE_CONDITIONS else settled[i] for i in range(len(top))]
     parents = {f.category: f for f in out}
     kids_of: dict[Category, list[Finding]] = {}
     for f in children:

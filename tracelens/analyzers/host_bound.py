@@ -33,7 +33,11 @@ PER_OP_GAP_US = 300.0
 PER_OP_MIN_GAPS = 100
 #: What the host ran in a host-bound gap: an op, the time between the ops inside a
 #: container range, a Python frame of the program, or nothing recorded at all.
-HostWorkKind = Literal["op", "between_ops", "python", "untraced"]
+#: Or the program's own sleep (time.sleep): neither slow host work nor data loading.
+HostWorkKind = Literal["op", "between_ops", "python", "sleep", "untraced"]
+#: The Python frames of a sleep the program asks for (torch.profiler's with_stack names
+#: time.sleep `<built-in function sleep>`).
+SLEEP_FRAMES = frozenset({"<built-in function sleep>", "time.sleep"})
 
 
 @dataclass(frozen=True)
@@ -59,6 +63,8 @@ class HostBoundFacts:
     #: What the first place (an annotation) holds: (op name, or "" for the host time
     #: between its ops; µs), the most first.
     main_parts: tuple[tuple[str, float], ...] = ()
+    #: Of the idle, the host asleep in time.sleep (light_idle: 50.1 ms of each 51 ms gap).
+    sleep_us: float = 0.0
 
 
 _DATALOADER_MARKERS = ("DataLoader", "dataloader", "_MultiProcessingDataLoaderIter", "__next__")
@@ -189,6 +195,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
     tid = host["tid"].to_numpy()
     tree = _RangeTree(model)
     frames = _UserFrames(model)
+    sleeps = _Sleeps(model)
     main_thread = _main_thread(model)
 
     charged: dict[int | None, float] = defaultdict(float)  # range row -> µs of idle
@@ -205,6 +212,16 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
         here: dict[int | None, float] = defaultdict(float)
         covered = tree.charge(tree.top.get(thread), float(start), float(end), here)
         rest = (end - start) - covered
+        asleep_rows: set[int] = set()
+        if rest > 0 and sleeps.by_thread:
+            # The host asleep in the program's own time.sleep (no op covers it).
+            asleep: dict[int | None, float] = defaultdict(float)
+            slept = sleeps.charge(thread, float(start), float(end), asleep)
+            scale = min(rest / slept, 1.0) if slept > 0 else 0.0
+            for row, us in asleep.items():
+                here[row] += us * scale
+                asleep_rows.add(int(row or 0))
+            rest = 0.0 if scale < 1.0 else rest - slept
         if rest > 0:
             frame = frames.enclosing(thread, float(start), float(end))
             if frame is None and thread != main_thread:
@@ -222,7 +239,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
                 here[frame] += rest
         for row, us in here.items():
             charged[row] += us
-            if srow >= 0 and (row is None or row < 0 or kind_list[row] == Kind.PYTHON):
+            if srow >= 0 and (row is None or row < 0 or (kind_list[row] == Kind.PYTHON and row not in asleep_rows)):
                 after_sync_untraced += us
 
     # Group the charged ranges by what the host ran + source, under the annotation that
@@ -251,6 +268,9 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
                 key = ("op", model.arrays.name(inner), "")
                 parts_of[model.arrays.name(inner)][""] += us
                 src = src_of.get(key) or src
+        elif kinds[row] == python_kind and model.arrays.name(row) in SLEEP_FRAMES:
+            src = user_source(model, row)
+            key = ("sleep", src.function if src else "", src.label if src else "")
         elif kinds[row] == python_kind:
             src = parse_frame(model.arrays.name(row), line_is_def=True)
             key = ("python", src.function, src.label) if src else ("untraced", "", "")
@@ -284,6 +304,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
         if kind != "untraced" and any(m in name for m in _DATALOADER_MARKERS)
     )
     untraced_us = grouped.get(("untraced", "", ""), [0.0, 0.0])[0]
+    sleep_us = sum(us for (kind, _, _), (us, _) in grouped.items() if kind == "sleep")
     median_gap = float(hb["dur"].median())
     loader_names = [
         name for (kind, name, _) in grouped if kind != "untraced" and any(m in name for m in _DATALOADER_MARKERS)
@@ -302,6 +323,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
         loader_workers=any("_MultiProcessingDataLoaderIter" in n for n in loader_names),
         training=_is_training(model),
         main_parts=tuple(sorted(main_parts.items(), key=lambda kv: -kv[1])),
+        sleep_us=sleep_us,
     )
     return [
         Found(
@@ -321,6 +343,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
                 Fact("pageable_bytes", copy_bytes, "bytes"),
                 Fact("pageable_host_us", copy_host_us, "us"),
                 Fact("pageable_gpu_us", copy_gpu_us, "us"),
+                *((Fact("sleep_us", sleep_us, "us"),) if sleep_us > 0 else ()),
             ),
             places=places,
             sources=tuple(dict.fromkeys(p.source for p in places if p.source is not None)),
@@ -418,6 +441,42 @@ class _UserFrames:
             return None
         dur = np.where(ok, te - ts, np.inf)
         return int(rows[int(np.argmin(dur))])
+
+
+class _Sleeps:
+    """The program's time.sleep calls per thread (Python frames), to name a gap the host
+    spent asleep: the program's own wait, not host work to speed up."""
+
+    def __init__(self, model: TraceModel) -> None:
+        host = model.host
+        self.by_thread: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        is_py = model.arrays.kind == Kind.PYTHON
+        if not is_py.any():
+            return
+        rows = np.flatnonzero(is_py & name_matches(host["name"], SLEEP_FRAMES.__contains__))
+        pid, tid = host["pid"].to_numpy()[rows], host["tid"].to_numpy()[rows]
+        ts, end = host["ts"].to_numpy(), host["end"].to_numpy()
+        for key in {(int(a), int(b)) for a, b in zip(pid.tolist(), tid.tolist(), strict=True)}:
+            sel = rows[(pid == key[0]) & (tid == key[1])]
+            sel = sel[np.argsort(ts[sel], kind="stable")]
+            self.by_thread[key] = (sel, ts[sel], end[sel])
+
+    def charge(self, thread: tuple[int, int], start: float, end: float, out: dict[int | None, float]) -> float:
+        """Add each sleep's overlap with [start, end) to `out`; returns the time asleep."""
+        entry = self.by_thread.get(thread)
+        if entry is None or end <= start:
+            return 0.0
+        rows, ts, te = entry
+        # One thread's sleeps do not nest: their ends are in start order too.
+        lo = int(te.searchsorted(start, side="right"))
+        hi = int(ts.searchsorted(end, side="left"))
+        asleep = 0.0
+        for row, t0, t1 in zip(rows[lo:hi].tolist(), ts[lo:hi].tolist(), te[lo:hi].tolist(), strict=True):
+            ov = min(t1, end) - max(t0, start)
+            if ov > 0:
+                out[row] += ov
+                asleep += ov
+        return asleep
 
 
 def _main_thread(model: TraceModel) -> tuple[int, int]:

@@ -63,6 +63,21 @@ SyncConstruct = Literal[
 ]
 
 
+#: Which way a finding's pageable copies go: all uploads, all read-backs, both, or
+#: copies whose kind the trace does not say.
+CopyDirection = Literal["host_to_device", "device_to_host", "both", "unknown"]
+
+
+def direction_of(name: str) -> CopyDirection:
+    """A memcpy's direction from its own kind (Kineto's `Memcpy HtoD (...)`, ROCm's
+    `CopyHostToDevice`, ...)."""
+    if "HtoD" in name or "HostToDevice" in name:
+        return "host_to_device"
+    if "DtoH" in name or "DeviceToHost" in name:
+        return "device_to_host"
+    return "unknown"
+
+
 @dataclass(frozen=True)
 class SyncSite:
     construct: SyncConstruct
@@ -80,10 +95,13 @@ class HostSyncFacts:
     calls: tuple[tuple[str, SyncConstruct], ...]
     constructs: tuple[SyncConstruct, ...]  # in order of the idle they cause
     idle_us: float = 0.0  # GPU idle after them
-    #: Their blocking device-to-host copies to pageable memory, where slow enough to count
-    #: (0: not counted): GPU time and bytes.
+    #: Their blocking copies to or from pageable memory, where slow enough to count
+    #: (0: not counted): GPU time and bytes, and which way they go (from each memcpy's own
+    #: kind: `Memcpy HtoD (Pageable -> Device)` is an upload, `Memcpy DtoH (Device ->
+    #: Pageable)` a read-back; issue 24/27: uploads were called device-to-host).
     copy_us: float = 0.0
     copy_bytes: float = 0.0
+    copy_direction: CopyDirection = "unknown"
 
 
 _DATA_DEPENDENT_OPS = (
@@ -225,7 +243,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     tail_us = sum(g.tail_us for g in ranked)
     # The blocking pageable copies' own transfer time: the host waits for the copy itself
     # (a 256 MB .cpu() at 0.9 GB/s is most of a step, with the GPU busy copying).
-    copy_us, copy_bytes = _pageable_copies(ctx, [r for g in ranked for r in (g.rows or [])])
+    copy_us, copy_bytes, direction = _pageable_copies(ctx, [r for g in ranked for r in (g.rows or [])])
     copy_gain = 0.0
     if copy_us >= SLOW_COPY_MIN_SHARE * ctx.window_us:
         copy_gain = max(copy_us - copy_bytes / PINNED_COPY_BYTES_PER_S * 1e6, 0.0)
@@ -262,7 +280,9 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
             category=Category.HOST_SYNC,
             time_us=idle_us + copy_us,
             expected_gain_us=idle_us + copy_gain,
-            facts=HostSyncFacts(count, host_us, busy_anyway, calls, constructs, idle_us, copy_us, copy_bytes),
+            facts=HostSyncFacts(
+                count, host_us, busy_anyway, calls, constructs, idle_us, copy_us, copy_bytes, direction
+            ),
             evidence=(
                 Fact("sync_calls", count, "count"),
                 Fact("host_blocked_us", host_us, "us"),
@@ -280,21 +300,23 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     ]
 
 
-def _pageable_copies(ctx: AnalysisContext, rows: list[int]) -> tuple[float, float]:
-    """GPU time (primary device, inside the window) and bytes of the pageable memcpys
-    that these blocking calls launched."""
+def _pageable_copies(ctx: AnalysisContext, rows: list[int]) -> tuple[float, float, CopyDirection]:
+    """GPU time (primary device, inside the window), bytes and direction of the pageable
+    memcpys that these blocking calls launched."""
     dev = ctx.ledger.primary
     if dev is None or not rows:
-        return 0.0, 0.0
+        return 0.0, 0.0, "unknown"
     gpu = ctx.model.gpu
     mc = gpu[(gpu["kind"] == Kind.MEMCPY).to_numpy() & np.isin(gpu["launch"].to_numpy(), rows)]
     mc = mc[(mc["device"] == dev.device) & (mc["ts"] < dev.window_end) & (mc["end"] > dev.window_start)]
     mc = mc[name_matches(mc["name"], lambda n: "Pageable" in n)] if len(mc) else mc
     if not len(mc):
-        return 0.0, 0.0
+        return 0.0, 0.0, "unknown"
     ts = np.clip(mc["ts"].to_numpy(), dev.window_start, dev.window_end)
     end = np.clip(mc["end"].to_numpy(), dev.window_start, dev.window_end)
-    return float((end - ts).sum()), float(mc["bytes"].clip(lower=0).sum())
+    ways = {direction_of(n) for n in mc["name"].astype(str)} - {"unknown"}
+    direction: CopyDirection = ways.pop() if len(ways) == 1 else ("both" if ways else "unknown")
+    return float((end - ts).sum()), float(mc["bytes"].clip(lower=0).sum()), direction
 
 
 def _calls_of(model: TraceModel, sync_rows: np.ndarray) -> dict[int, list[int]]:

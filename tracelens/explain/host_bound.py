@@ -25,7 +25,12 @@ LABELS = {
     "pageable_bytes": "pageable copy bytes",
     "pageable_host_us": "host time in pageable copy calls",
     "pageable_gpu_us": "GPU time of pageable copies",
+    "sleep_us": "of it asleep in time.sleep (the program's own wait)",
 }
+#: The sleep leads the advice, and the generic host-work line is left out, when it holds
+#: at least this share of the idle (light_idle: the whole gap is the program's sleep).
+SLEEP_ADVICE_SHARE = 0.2
+SLEEP_ONLY_SHARE = 0.5
 #: The part of a gap not covered by any recorded op on the launching thread.
 UNTRACED = "(Python or other host work outside any op)"
 
@@ -37,11 +42,21 @@ def work_text(w: HostWork) -> str:
         return f"between ops inside {w.name}"
     if w.kind == "python":
         return f"Python code in {w.name}()"
+    if w.kind == "sleep":
+        return f"time.sleep() in {w.name}()" if w.name else "time.sleep()"
     return "host work in " + w.name
 
 
-def _advice(f: HostBoundFacts, total: float) -> str:
+def _advice(f: HostBoundFacts, total: float, sleep_at: str = "") -> str:
     parts = []
+    if f.sleep_us > SLEEP_ADVICE_SHARE * total:
+        # A sleep is the program's own wait: no host work to speed up, no data to load.
+        parts.append(
+            f"The host sleeps {fmt_us(f.sleep_us)} of the idle in time.sleep(){sleep_at}: the program waits on "
+            "purpose while the GPU has nothing queued, which is neither slow host work nor data loading. Remove "
+            "the sleep from the loop if nothing needs it; if it paces the loop (polling, rate limiting, a "
+            "simulated delay), queue the next step's GPU work before sleeping so the GPU runs while the host waits."
+        )
     if f.loader_us > 0.2 * total and f.loader_workers:
         # With workers the loop waits for them: the advice is about the workers.
         parts.append(
@@ -76,18 +91,29 @@ def _advice(f: HostBoundFacts, total: float) -> str:
             "the steady-state step from a CUDA graph (torch.compile(mode='reduce-overhead'), torch.cuda.graphs, or "
             "the serving engine's graph mode) removes that per-op host time."
         )
-    parts.append(
-        "Move per-step host work off the critical path: precompute, vectorise Python loops, do "
-        "preprocessing in DataLoader workers or on the GPU, and keep the GPU's queue full by "
-        "launching the next step's work before host-side bookkeeping."
-    )
+    if f.sleep_us < SLEEP_ONLY_SHARE * total:
+        parts.append(
+            "Move per-step host work off the critical path: precompute, vectorise Python loops, do "
+            "preprocessing in DataLoader workers or on the GPU, and keep the GPU's queue full by "
+            "launching the next step's work before host-side bookkeeping."
+        )
     return "\n".join(parts)
+
+
+def _sleep_at(places: tuple[Place[HostWork], ...]) -> str:
+    """ " in main() (workloads/light_idle.py:30)": where the costliest sleep is called."""
+    p = next((p for p in places if p.facts.kind == "sleep"), None)
+    if p is None:
+        return ""
+    return (f" in {p.facts.name}()" if p.facts.name else "") + (f" ({p.source.call_label})" if p.source else "")
 
 
 def _where(main: Place[HostWork] | None) -> str:
     if main is None or main.source is None:
         return ""
     # "Python code in f()" already names the function: add only the file and line.
+    if main.facts.kind == "sleep":
+        return f" ({main.source.call_label})"  # the line that sleeps, where the source says
     return f" ({main.source.label})" if main.facts.kind == "python" else f" {where(main.source)}"
 
 
@@ -126,7 +152,7 @@ def words(found: Found[HostBoundFacts, HostWork], share: float) -> Words:
             f"GPU idles {fmt_us(found.time_us)} ({pct(share)} of the analysed time) while the host works; "
             + _where_words(what + _where(main), found.places, found.time_us)
         ),
-        advice=_advice(found.facts, found.time_us),
+        advice=_advice(found.facts, found.time_us, _sleep_at(found.places)),
         gain_note=(
             "at best all of it, if the host work overlaps GPU work instead of alternating with it; "
             "the step then takes max(host, GPU) instead of their sum"

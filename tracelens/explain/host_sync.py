@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tracelens.analyzers.base import Found
-from tracelens.analyzers.host_sync import HostSyncFacts, SyncConstruct, SyncSite
+from tracelens.analyzers.host_sync import CopyDirection, HostSyncFacts, SyncConstruct, SyncSite
 from tracelens.domain import NO_ENCLOSING_OP, fmt_us
 from tracelens.explain.base import Words, where
 
@@ -68,6 +68,34 @@ ADVICE: dict[SyncConstruct, str] = {
 }
 
 
+#: The pageable copies' words by direction (from each memcpy's own kind): what they are,
+#: and the fix that fits that direction (issue 24/27: uploads were given read-back advice).
+_COPY_WORDS: dict[CopyDirection, tuple[str, str]] = {
+    "device_to_host": (
+        "device-to-host copies to pageable memory",
+        "copy into a pinned buffer allocated once (torch.empty(..., pin_memory=True), then "
+        "buf.copy_(t, non_blocking=True) and an event wait), which runs at the link's rate, and copy only "
+        "what the host needs, as late as it needs it (the argmax ids, not the logits).",
+    ),
+    "host_to_device": (
+        "host-to-device copies from pageable memory",
+        "from pinned memory (DataLoader(pin_memory=True), t.pin_memory(), or a pinned staging buffer allocated "
+        "once) and with non_blocking=True they run at the link's rate and the host does not wait for them.",
+    ),
+    "both": (
+        "copies between the device and pageable host memory (both ways)",
+        "pin the host side of each: uploads from pinned memory with non_blocking=True (DataLoader(pin_memory=True) "
+        "or t.pin_memory()), read-backs into a pinned buffer allocated once with an event wait, and read back "
+        "only what the host needs.",
+    ),
+    "unknown": (
+        "copies through pageable host memory",
+        "pin the host side (t.pin_memory(), or a pinned buffer allocated once) and copy with non_blocking=True, "
+        "which runs at the link's rate.",
+    ),
+}
+
+
 def construct_label(c: SyncConstruct) -> str:
     return c.replace("_", " ")
 
@@ -101,15 +129,12 @@ def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
         lead = ""
     if f.copy_us > 0:
         rate = f.copy_bytes / (f.copy_us / 1e6)
+        what_copies, fix = _COPY_WORDS[f.copy_direction]
         title += (
-            f"; {fmt_us(f.copy_us)} of the wait is their device-to-host copies to pageable memory "
+            f"; {fmt_us(f.copy_us)} of the wait is their {what_copies} "
             f"({f.copy_bytes / 1e6:,.0f} MB at {rate / 1e9:.1f} GB/s)"
         )
-        lead = (
-            f"The copies themselves take {fmt_us(f.copy_us)}: copy into a pinned buffer allocated once "
-            "(torch.empty(..., pin_memory=True), then buf.copy_(t, non_blocking=True) and an event wait), which runs "
-            "at the link's rate, and copy only what the host needs (the argmax ids, not the logits). " + lead
-        )
+        lead = f"The copies themselves take {fmt_us(f.copy_us)}: {fix} " + lead
     # One line per construct, most costly first (renderers keep the line breaks).
     advice = lead + "\n".join(f"• {DESCRIPTION[c][0].upper()}{DESCRIPTION[c][1:]}: {ADVICE[c]}" for c in f.constructs)
     return Words(

@@ -85,6 +85,16 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
     )
 
 
+def machine_gain_note(time_us: float) -> str:
+    """Why a machine condition offers no gain (issue 24/27: power_gemm's headline said nothing
+    to fix while its card printed "expected gain: 2.06 s")."""
+    return (
+        "none: the clocks are capped by the machine (its power limit, cooling or supply), not by the "
+        f"program's code, so no change to the program is offered as a gain; the {fmt_us(time_us)} stay "
+        "this finding's time in the ledger"
+    )
+
+
 def machine_headline(f: Finding) -> str:
     """The headline when the clocks' cap is the only large finding: a power or thermal cap
     is the machine's condition, not the program's, so nothing is offered as a gain."""
