@@ -263,6 +263,11 @@ STARTUP_COMPILE_MARKERS = (
     "torch/jit/_script",
 )
 
+#: The Python frames of a sleep the program asks for (torch.profiler's with_stack names
+#: time.sleep `<built-in function sleep>`): neither slow host work nor data loading.
+SLEEP_FRAMES = frozenset({"<built-in function sleep>", "time.sleep"})
+
+
 # --- severity ------------------------------------------------------------------------------
 
 #: Severity is the share of the analysed window a finding costs. A tenth of the run is the

@@ -19,6 +19,7 @@ import numpy as np
 
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
+from tracelens.domain import SLEEP_FRAMES
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, is_machinery, parse_frame, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -35,9 +36,6 @@ PER_OP_MIN_GAPS = 100
 #: container range, a Python frame of the program, or nothing recorded at all.
 #: Or the program's own sleep (time.sleep): neither slow host work nor data loading.
 HostWorkKind = Literal["op", "between_ops", "python", "sleep", "untraced"]
-#: The Python frames of a sleep the program asks for (torch.profiler's with_stack names
-#: time.sleep `<built-in function sleep>`).
-SLEEP_FRAMES = frozenset({"<built-in function sleep>", "time.sleep"})
 
 
 @dataclass(frozen=True)
