@@ -240,49 +240,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
             if srow >= 0 and (row is None or row < 0 or (kind_list[row] == Kind.PYTHON and row not in asleep_rows)):
                 after_sync_untraced += us
 
-    # Group the charged ranges by what the host ran + source, under the annotation that
-    # covers them (not a step mark): "host work in [param|clear_cache]", its ops as parts.
-    step_starts = set(model.steps["cpu_ts"].to_numpy().tolist()) if len(model.steps) else set()
-    grouped: dict[tuple[HostWorkKind, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
-    parts_of: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # "": between its ops
-    src_of: dict[tuple[HostWorkKind, str, str], PySource | None] = {}
-    # Plain ints: a numpy int8 compared with an IntEnum member costs ~3 µs (60k rows
-    # charged on a 50-step training trace), a list item compared with an int ~0.03 µs.
-    kinds = host["kind"].to_numpy().tolist()
-    python_kind = int(Kind.PYTHON)
-    annotation_kind = int(Kind.USER_ANNOTATION)
-    host_ts = host["ts"].to_numpy()
-    for row, us in charged.items():
-        key: tuple[HostWorkKind, str, str]
-        if row is None:
-            key = ("untraced", "", "")
-            src = None
-        elif row < 0:
-            inner = ~row
-            src = user_source(model, inner)
-            key = ("between_ops", model.arrays.name(inner), src.label if src else "")
-            if kinds[inner] == annotation_kind and float(host_ts[inner]) not in step_starts:
-                # time inside an annotation between its ops is the annotation's too
-                key = ("op", model.arrays.name(inner), "")
-                parts_of[model.arrays.name(inner)][""] += us
-                src = src_of.get(key) or src
-        elif kinds[row] == python_kind and model.arrays.name(row) in SLEEP_FRAMES:
-            src = user_source(model, row)
-            key = ("sleep", src.function if src else "", src.label if src else "")
-        elif kinds[row] == python_kind:
-            src = parse_frame(model.arrays.name(row), line_is_def=True)
-            key = ("python", src.function, src.label) if src else ("untraced", "", "")
-        else:
-            src = user_source(model, row)
-            key = ("op", model.arrays.name(row), src.label if src else "")
-            ann = _covering_annotation(model, row, step_starts)
-            if ann is not None:
-                parts_of[model.arrays.name(ann)][model.arrays.name(row)] += us
-                key = ("op", model.arrays.name(ann), "")
-                src = src_of.get(key) or src
-        grouped[key][0] += us
-        grouped[key][1] += 1
-        src_of.setdefault(key, src)
+    grouped, parts_of, src_of = _group_charged(model, charged)
     ranked = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)
     places = tuple(
         Place(
@@ -348,6 +306,60 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
             device=dev.device,
         )
     ]
+
+
+def _group_charged(
+    model: TraceModel, charged: dict[int | None, float]
+) -> tuple[
+    dict[tuple[HostWorkKind, str, str], list[float]],
+    dict[str, dict[str, float]],
+    dict[tuple[HostWorkKind, str, str], PySource | None],
+]:
+    """The charged ranges grouped by what the host ran + source, under the annotation that
+    covers them (not a step mark): "host work in [param|clear_cache]", its ops as parts;
+    each group's [µs, calls], the annotations' parts, and each group's source."""
+    step_starts = set(model.steps["cpu_ts"].to_numpy().tolist()) if len(model.steps) else set()
+    grouped: dict[tuple[HostWorkKind, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0])
+    parts_of: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))  # "": between its ops
+    src_of: dict[tuple[HostWorkKind, str, str], PySource | None] = {}
+    # Plain ints: a numpy int8 compared with an IntEnum member costs ~3 µs (60k rows
+    # charged on a 50-step training trace), a list item compared with an int ~0.03 µs.
+    kinds = model.host["kind"].to_numpy().tolist()
+    python_kind = int(Kind.PYTHON)
+    annotation_kind = int(Kind.USER_ANNOTATION)
+    host_ts = model.host["ts"].to_numpy()
+    for row, us in charged.items():
+        key: tuple[HostWorkKind, str, str]
+        if row is None:
+            key = ("untraced", "", "")
+            src = None
+        elif row < 0:
+            inner = ~row
+            src = user_source(model, inner)
+            key = ("between_ops", model.arrays.name(inner), src.label if src else "")
+            if kinds[inner] == annotation_kind and float(host_ts[inner]) not in step_starts:
+                # time inside an annotation between its ops is the annotation's too
+                key = ("op", model.arrays.name(inner), "")
+                parts_of[model.arrays.name(inner)][""] += us
+                src = src_of.get(key) or src
+        elif kinds[row] == python_kind and model.arrays.name(row) in SLEEP_FRAMES:
+            src = user_source(model, row)
+            key = ("sleep", src.function if src else "", src.label if src else "")
+        elif kinds[row] == python_kind:
+            src = parse_frame(model.arrays.name(row), line_is_def=True)
+            key = ("python", src.function, src.label) if src else ("untraced", "", "")
+        else:
+            src = user_source(model, row)
+            key = ("op", model.arrays.name(row), src.label if src else "")
+            ann = _covering_annotation(model, row, step_starts)
+            if ann is not None:
+                parts_of[model.arrays.name(ann)][model.arrays.name(row)] += us
+                key = ("op", model.arrays.name(ann), "")
+                src = src_of.get(key) or src
+        grouped[key][0] += us
+        grouped[key][1] += 1
+        src_of.setdefault(key, src)
+    return grouped, parts_of, src_of
 
 
 def _is_training(model: TraceModel) -> bool:

@@ -244,11 +244,9 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     # The blocking pageable copies' own transfer time: the host waits for the copy itself
     # (a 256 MB .cpu() at 0.9 GB/s is most of a step, with the GPU busy copying).
     copy_us, copy_bytes, direction = _pageable_copies(ctx, [r for g in ranked for r in (g.rows or [])])
-    copy_gain = 0.0
-    if copy_us >= SLOW_COPY_MIN_SHARE * ctx.window_us:
-        copy_gain = max(copy_us - copy_bytes / PINNED_COPY_BYTES_PER_S * 1e6, 0.0)
-    else:
-        copy_us = 0.0
+    slow = copy_us >= SLOW_COPY_MIN_SHARE * ctx.window_us  # else not counted
+    copy_us = copy_us if slow else 0.0
+    copy_gain = max(copy_us - copy_bytes / PINNED_COPY_BYTES_PER_S * 1e6, 0.0)
     places = tuple(
         Place(
             count=g.count,
