@@ -40,23 +40,13 @@ if str(REPO) not in sys.path:
 
 from tracelens.capture.ranks import peek_run, write_gz_head  # noqa: E402
 
+# The live processes of a run's session: the scenarios harness's own reader of /proc.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from capture_scenarios import _session_alive  # noqa: E402
+
 SCRIPT = REPO / "workloads" / "ranks" / "ddp_cpu.py"
 STALE_TOKEN = "tok-of-an-earlier-run"
 SLOW_RANK = 1
-
-
-def _session_alive(sid: int) -> list[int]:
-    alive = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[3]) == sid and fields[0] != "Z":  # fields[3]: session id
-            alive.append(int(d.name))
-    return alive
 
 
 def _plant(folder: Path) -> Path:
