@@ -21,7 +21,10 @@
 #
 # Env: OUT (default ./gpu_out), PY (python3), SCALE (1; CPU smoke test: SCALE=small),
 # PART_S (the whole call's own limit in seconds, pip included: 470 for all, else 530),
-# SCEN_JOBS (16), FUZZ_JOBS (6), TORCHRUN_JOBS (5), DEVICE (cuda: ddp_cpu.py's --device).
+# SCEN_JOBS (16), FUZZ_JOBS (6), TORCHRUN_JOBS (5), DEVICE (cuda: ddp_cpu.py's --device),
+# SCEN_RUNS and TORCHRUN_RUNS (50 each: the runs of each scenario / torchrun runs in this
+# call; two calls of 25 make the 50 when one call's budget cannot), FUZZ (1; 0 skips the
+# fuzz run, e.g. once its 3,000 cases are done).
 set -uo pipefail
 PART="${1:?usage: bash bench/gpu_batch.sh 1|2|all}"
 PY="${PY:-python3}"
@@ -84,10 +87,14 @@ start_part1() {  # issue 29: the capture scenarios (CPU) and the fuzz run, in th
     D1="$OUT/part1"; mkdir -p "$D1"; cp "$D/versions.txt" "$D1/" 2>/dev/null
     local l; l=$(left)
     if [[ "$SCALE" == small ]]; then RUNS=1; JOBS=2; FCASES=12; FJOBS=1; SBUDGET=40; SONLY=(--only raise,exit_code,sigterm_12s)
-    else RUNS=50; JOBS="${SCEN_JOBS:-16}"; FCASES=3000; FJOBS="${FUZZ_JOBS:-6}"; SBUDGET=$((l - 130)); SONLY=(); fi
-    timeout -k 5 $((l - 15)) "$PY" tests/fuzz.py --seed 29 --cases "$FCASES" --seconds $((l - 70)) \
-        --jobs "$FJOBS" --seed-files "${SEEDS[@]}" > "$D1/fuzz.log" 2>&1 &
-    pids+=($!)
+    else RUNS="${SCEN_RUNS:-50}"; JOBS="${SCEN_JOBS:-16}"; FCASES=3000; FJOBS="${FUZZ_JOBS:-6}"; SBUDGET=$((l - 130)); SONLY=(); fi
+    if [[ "${FUZZ:-1}" == 1 ]]; then
+        timeout -k 5 $((l - 15)) "$PY" tests/fuzz.py --seed 29 --cases "$FCASES" --seconds $((l - 70)) \
+            --jobs "$FJOBS" --seed-files "${SEEDS[@]}" > "$D1/fuzz.log" 2>&1 &
+        pids+=($!)
+    else
+        echo "fuzz: not run (FUZZ=0)" > "$D1/fuzz.log"
+    fi
     # OMP_NUM_THREADS left as torch sets it; the scenarios' script runs on the CPU
     # (issue 29's "done when" is CPU capture).
     timeout -k 5 $((l - 15)) "$PY" bench/capture_scenarios.py --runs "$RUNS" --jobs "$JOBS" --nice 0 \
@@ -113,7 +120,7 @@ start_part2() {  # issue 33: the torchrun runs, in the background
     D2="$OUT/part2"; mkdir -p "$D2"; cp "$D/versions.txt" "$D2/" 2>/dev/null
     local l; l=$(left)
     if [[ "$SCALE" == small ]]; then TRUNS=2; TJOBS=2; TBUDGET=30; DEV=cpu; TSTEPS=(--steps 8)
-    else TRUNS=50; TJOBS="${TORCHRUN_JOBS:-5}"; TBUDGET=$((l - 140)); DEV=cuda; TSTEPS=(); fi
+    else TRUNS="${TORCHRUN_RUNS:-50}"; TJOBS="${TORCHRUN_JOBS:-5}"; TBUDGET=$((l - 140)); DEV=cuda; TSTEPS=(); fi
     DEV="${DEVICE:-$DEV}"
     timeout -k 5 $((l - 15)) "$PY" bench/torchrun_runs.py --runs "$TRUNS" --jobs "$TJOBS" --device "$DEV" \
         "${TSTEPS[@]}" --nice 0 --budget-s "$TBUDGET" --run-timeout 120 --out "$D2/torchrun.jsonl" --keep "$D2/kept" \
