@@ -259,6 +259,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
             stack=g.stack,
             steps=tuple(sorted(g.steps or ())),
             kind=g.construct,
+            call=g.call,
         )
         for g in ranked[:MAX_SITES]
     )
