@@ -23,7 +23,6 @@ KNOWN_MODULES: dict[str, int] = {}
 KNOWN_FUNCTIONS = {
     "tracelens/derive/graph.py:build_graph": 250,
     "tracelens/analyzers/communication.py:analyze": 156,
-    "tracelens/analyzers/host_bound.py:analyze": 155,
 }
 
 
