@@ -471,3 +471,48 @@ def test_h200_dataloader_capture_has_every_threads_ops() -> None:
     assert len(by_tid) >= 3
     main = next(t for t, names in by_tid.items() if "Optimizer.step#AdamW.step" in names)
     assert any("aten::pin_memory" in names for t, names in by_tid.items() if t != main)
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        ([], "give a script, or -m MODULE"),
+        (["--steps", "5-9", "--all", "x.py"], "--steps, --schedule, --window and --all are alternatives"),
+        (["--window", "1:2", "--schedule", "1,1,1", "x.py"], "are alternatives"),
+        (["--duration", "0", "x.py"], "--duration must be > 0"),
+        (["--max-events", "0", "x.py"], "--max-events must be >= 1"),
+        (["--counters-steps", "0", "x.py"], "--counters-steps must be >= 1"),
+        (["--counters-backend", "nsys", "x.py"], "--counters-backend is auto, ncu or kineto"),
+        (["--steps", "9-5", "x.py"], "expected 0 <= N <= M"),
+        (["--schedule", "1,1,1,2", "x.py"], "REPEAT must be 1"),
+    ],
+)
+def test_capture_usage_errors_before_anything_runs(args: list[str], error: str) -> None:
+    """Each option check of `tracelens capture`, in process (typer's runner): exit 2 with
+    the check's message, before a script is looked for (x.py does not exist)."""
+    from typer.testing import CliRunner
+
+    from tracelens.cli import app
+
+    res = CliRunner().invoke(app, ["capture", *args])
+    assert res.exit_code == 2, res.output
+    assert error in " ".join(res.output.split()), res.output
+
+
+def test_capture_limits_follow_the_options() -> None:
+    """The recording's limits from --steps, --schedule, --window, --all, --duration and
+    --max-events (cli/capture.py's _limits)."""
+    from tracelens.capture.window import MAX_EVENTS, Mode
+    from tracelens.cli.capture import _limits
+
+    default = _limits(None, None, None, False, None, None)
+    assert default.max_events == MAX_EVENTS and default.mode != Mode.ALL
+    by_steps = _limits("5-9", None, None, False, None, None)
+    assert (by_steps.mode, by_steps.warmup_steps, by_steps.steps, by_steps.duration_s) == (Mode.STEPS, 5, 5, None)
+    by_schedule = _limits(None, "1,2,3", None, False, 4.0, 100)
+    assert (by_schedule.warmup_steps, by_schedule.steps, by_schedule.duration_s) == (3, 3, 4.0)
+    assert by_schedule.max_events == 100
+    whole = _limits(None, None, None, True, None, None)
+    assert whole.mode == Mode.ALL and whole.max_events is None and whole.steps is None
+    timed = _limits(None, None, "1:3", False, None, None)
+    assert timed.mode == Mode.TIME and timed.window_s == (1.0, 3.0)

@@ -91,3 +91,23 @@ def test_ledger_causes_are_the_contracts() -> None:
     from tracelens.derive.ledger import BUSY_CAUSES, IDLE_CAUSES
 
     assert tuple(dict.fromkeys(BUSY_CAUSES + IDLE_CAUSES)) == CAUSES
+
+
+def test_a_sync_site_carries_its_call_as_a_field() -> None:
+    """Site.call: the host_sync finding's sites say their Python call as data, and the
+    headline names the fix from that field, never from the site's description."""
+    from dataclasses import replace
+
+    from tracelens.explain.headline import first_fix
+    from tracelens.report import Category
+
+    (f,) = [f for f in report_of(sample("host_sync_mask")).findings if f.category == Category.HOST_SYNC]
+    calls = {s.kind: s.call for s in f.sites}
+    assert calls["item"] == "Tensor.item()" and calls["data_dependent_shape"] == "tensor[bool_mask]"
+    assert all(s.description.startswith(f"{s.call} (") for s in f.sites if s.call)
+    # The headline reads the field: a description saying another call changes nothing,
+    # and a changed call shows (the construct's label stands in where there is none).
+    renamed = replace(f, sites=tuple(replace(s, description="other.call() (item): x > y") for s in f.sites))
+    assert first_fix(renamed) == first_fix(f) and "Tensor.item()" in first_fix(f)
+    moved = replace(f, sites=(replace(f.sites[0], call="y.cpu()"), replace(f.sites[0], call="", kind="branch")))
+    assert first_fix(moved).startswith("remove the host syncs (y.cpu(), branch)")

@@ -22,11 +22,7 @@ KNOWN_MODULES: dict[str, int] = {}
 #: changed by other work when this list was made (2026-12-02), so their splits wait for it.
 KNOWN_FUNCTIONS = {
     "tracelens/derive/graph.py:build_graph": 250,
-    "tracelens/cli/capture.py:capture": 228,
     "tracelens/analyzers/communication.py:analyze": 156,
-    "tracelens/analyzers/host_bound.py:analyze": 155,
-    "tracelens/analyzers/host_sync.py:analyze": 147,
-    "tracelens/cli/report.py:report": 132,  # 127 when listed; +5 with the words merge (folders of traces)
 }
 
 

@@ -37,6 +37,7 @@ from tracelens.explain.diff import (
     not_comparable_text,
     verdict_text,
 )
+from tracelens.explain.host_sync import site_head
 from tracelens.explain.window import window_reason
 from tracelens.model.schema import Kind
 from tracelens.model.sources import user_source
@@ -287,7 +288,7 @@ def _sync_table(x: _Analysed) -> dict[str, tuple[float, float, str]]:
         if f.category.value != "host_sync":
             continue
         for site in f.sites:
-            key = site.description.split(":")[0]
+            key = site_head(site.call, site.kind)
             t, n, src = out.get(key, (0.0, 0.0, ""))
             if site.time_us >= best.get(key, -1.0):
                 best[key] = site.time_us

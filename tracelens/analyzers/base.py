@@ -49,6 +49,7 @@ class Place(Generic[P]):
     kernels: tuple[str, ...] = ()
     steps: tuple[int, ...] = ()
     kind: str = ""  # a finding-specific id, e.g. the sync construct
+    call: str = ""  # the Python call made here ("" where none or unknown), e.g. x.item()
 
 
 @dataclass(frozen=True)

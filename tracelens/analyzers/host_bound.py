@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 import numpy as np
+import pandas as pd
 
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
@@ -176,18 +177,9 @@ def _pageable_copies(model: TraceModel, w0: float, w1: float) -> tuple[int, floa
     return len(copies), float(copies["dur"].sum()), host_us, nbytes
 
 
-def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
-    dev = ctx.ledger.primary
-    if dev is None:
-        return []
-    model = ctx.model
-    gaps = dev.gaps
-    hb = gaps[gaps["cause"] == "host_bound"]
-    total = float(hb["dur"].sum())
-    if total <= 0:
-        return []
-    after_sync = float(hb.loc[hb["sync_row"] >= 0, "dur"].sum())
-
+def _charge_gaps(model: TraceModel, hb: pd.DataFrame) -> tuple[dict[int | None, float], float]:
+    """Each host-bound gap's idle charged to what the host was doing then: {range row (None
+    outside any): µs}, and of the idle after a sync, the part outside any op."""
     host = model.host
     pid = host["pid"].to_numpy()
     tid = host["tid"].to_numpy()
@@ -239,6 +231,21 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
             charged[row] += us
             if srow >= 0 and (row is None or row < 0 or (kind_list[row] == Kind.PYTHON and row not in asleep_rows)):
                 after_sync_untraced += us
+    return charged, after_sync_untraced
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
+    dev = ctx.ledger.primary
+    if dev is None:
+        return []
+    model = ctx.model
+    gaps = dev.gaps
+    hb = gaps[gaps["cause"] == "host_bound"]
+    total = float(hb["dur"].sum())
+    if total <= 0:
+        return []
+    after_sync = float(hb.loc[hb["sync_row"] >= 0, "dur"].sum())
+    charged, after_sync_untraced = _charge_gaps(model, hb)
 
     grouped, parts_of, src_of = _group_charged(model, charged)
     ranked = sorted(grouped.items(), key=lambda kv: kv[1][0], reverse=True)

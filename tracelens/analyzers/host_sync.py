@@ -149,19 +149,28 @@ def _memcpys_by_op(model: TraceModel) -> dict[int, list[str]]:
     return out
 
 
-def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
-    model = ctx.model
-    host = model.host
-    sync_rows = blocking_call_rows(model)
-    if not len(sync_rows):
-        return []
-    launches = model.gpu["launch"].to_numpy()
-    launched = launches[launches >= 0]
-    last_launch_ts = float(host["ts"].to_numpy()[launched].max()) if len(launched) else np.inf
+@dataclass
+class _Group:
+    """The syncs of one construct, runtime call, op chain and source: one site."""
 
-    # GPU idle attributed to each sync, over all devices.
-    # and the host-bound idle that followed it (the host did other work after the sync
-    # returned; counted under host_bound, reported here as context).
+    construct: SyncConstruct
+    api: str
+    ops: tuple[str, ...]
+    source: PySource | None
+    stack: tuple[PySource, ...]
+    call: str = ""
+    count: int = 0
+    host_us: float = 0.0
+    idle_us: float = 0.0
+    tail_us: float = 0.0
+    steps: set[int] | None = None
+    rows: list[int] | None = None
+
+
+def _idle_after_syncs(ctx: AnalysisContext) -> tuple[dict[int, float], dict[int, float]]:
+    """GPU idle the ledger attributes to each sync row, and the host-bound idle that
+    followed it (the host did other work after the sync returned; counted under
+    host_bound, reported here as context)."""
     idle_by_sync: dict[int, float] = defaultdict(float)
     tail_by_sync: dict[int, float] = defaultdict(float)
     # Only the primary GPU: the finding's share is of its window (other GPUs' idle would
@@ -176,7 +185,18 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
                 idle_by_sync[int(row)] += float(dur)
             elif cause == "host_bound":
                 tail_by_sync[int(row)] += float(dur)
+    return idle_by_sync, tail_by_sync
 
+
+def _group_syncs(
+    ctx: AnalysisContext, sync_rows: np.ndarray, idle_by_sync: dict[int, float], tail_by_sync: dict[int, float]
+) -> tuple[dict[tuple[str, str, tuple[str, ...], str], _Group], int]:
+    """The window's blocking calls grouped into sites, and how many were the profiler's own."""
+    model = ctx.model
+    host = model.host
+    launches = model.gpu["launch"].to_numpy()
+    launched = launches[launches >= 0]
+    last_launch_ts = float(host["ts"].to_numpy()[launched].max()) if len(launched) else np.inf
     window = ctx.ledger.primary
     w0 = window.window_start if window else -np.inf
     w1 = window.window_end if window else np.inf
@@ -185,21 +205,6 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
     dur = host["dur"].to_numpy()
     steps = host["step"].to_numpy()
     op_col = host["op"].to_numpy()
-
-    @dataclass
-    class _Group:
-        construct: SyncConstruct
-        api: str
-        ops: tuple[str, ...]
-        source: PySource | None
-        stack: tuple[PySource, ...]
-        call: str = ""
-        count: int = 0
-        host_us: float = 0.0
-        idle_us: float = 0.0
-        tail_us: float = 0.0
-        steps: set[int] | None = None
-        rows: list[int] | None = None
 
     groups: dict[tuple[str, str, tuple[str, ...], str], _Group] = {}
     profiler_syncs = 0
@@ -233,7 +238,15 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
         grp.tail_us += sum(tail_by_sync.get(r, 0.0) for r in parts)
         if steps[row] >= 0 and grp.steps is not None:
             grp.steps.add(int(steps[row]))
+    return groups, profiler_syncs
 
+
+def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
+    sync_rows = blocking_call_rows(ctx.model)
+    if not len(sync_rows):
+        return []
+    idle_by_sync, tail_by_sync = _idle_after_syncs(ctx)
+    groups, profiler_syncs = _group_syncs(ctx, sync_rows, idle_by_sync, tail_by_sync)
     if not groups:
         return []
     ranked = sorted(groups.values(), key=lambda g: (g.idle_us, g.host_us), reverse=True)
@@ -259,6 +272,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
             stack=g.stack,
             steps=tuple(sorted(g.steps or ())),
             kind=g.construct,
+            call=g.call,
         )
         for g in ranked[:MAX_SITES]
     )

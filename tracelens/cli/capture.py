@@ -18,6 +18,7 @@ from tracelens.cli.report import _report_one
 from tracelens.errors import TracelensError
 
 if TYPE_CHECKING:
+    from tracelens.capture.options import CaptureResult
     from tracelens.capture.ranks import RunTag
     from tracelens.capture.runner import CaptureOptions
     from tracelens.capture.window import Limits
@@ -74,96 +75,111 @@ def _counters_pass(opts: CaptureOptions, limits: Limits, steps: int, backend: st
     opts.counters = measured.data
 
 
+# The options of `tracelens capture` that take more than a line to declare.
+_Target = Annotated[
+    str | None,
+    typer.Argument(help="The script to run (its own arguments follow it).", show_default=False, metavar="SCRIPT"),
+]
+_Module = Annotated[
+    str | None, typer.Option("-m", "--module", help="Run a module as `python -m MODULE` does.", show_default=False)
+]
+_Out = Annotated[
+    Path | None,
+    typer.Option(
+        "--out", "-o", help="Trace path (default reports/<script>-<time>.pt.trace.json.gz).", show_default=False
+    ),
+]
+_Steps = Annotated[
+    str | None,
+    typer.Option(
+        "--steps",
+        help="Record steps N-M (default: 5-24 after a warm-up). Steps are tracelens.capture.step() calls, "
+        "else optimizer.step() calls, else the ends of the outermost nn.Module calls; step 0 is the part "
+        "before the first mark.",
+        show_default=False,
+    ),
+]
+_Schedule = Annotated[
+    str | None,
+    typer.Option(
+        "--schedule",
+        help="torch.profiler-style WAIT,WARMUP,ACTIVE[,1]: as --steps W+U-(W+U+A-1).",
+        show_default=False,
+    ),
+]
+_Window = Annotated[
+    str | None,
+    typer.Option("--window", help="Record from START to END seconds into the run (START:END).", show_default=False),
+]
+_Duration = Annotated[
+    float | None,
+    typer.Option(
+        "--duration",
+        help="Longest recording in seconds (default 10; none with --steps, --window).",
+        show_default=False,
+    ),
+]
+_MaxEvents = Annotated[
+    int | None,
+    typer.Option(
+        "--max-events",
+        help="Most timed events kept in the trace (default 1,000,000; the rest are cut).",
+        show_default=False,
+    ),
+]
+_All = Annotated[bool, typer.Option("--all", help="Record the whole run, start-up included, with no limits.")]
+_Verbose = Annotated[
+    bool, typer.Option("--verbose", help="Show the profiler's own messages (else they go to a .capture.log).")
+]
+_StopAfterRecording = Annotated[
+    bool,
+    typer.Option(
+        "--stop-after-recording",
+        help="End the script once its recording is written (for a loop that never ends by itself).",
+    ),
+]
+_Counters = Annotated[
+    bool,
+    typer.Option(
+        "--counters",
+        help="First run the script for a few steps with per-kernel hardware counters (FLOPs by precision, "
+        "DRAM bytes, instructions; Nsight Compute's kernel replay, or torch's CUPTI range profiler), then the "
+        "timing pass as usual; the counters go into the trace and the roofline uses them.",
+    ),
+]
+_CountersSteps = Annotated[
+    int, typer.Option("--counters-steps", help="Steps the counters pass measures (from the window's first).")
+]
+_CountersBackend = Annotated[
+    str, typer.Option("--counters-backend", help="auto (ncu if on PATH, else kineto), ncu or kineto.")
+]
+
+
 def capture(
     ctx: typer.Context,
-    target: Annotated[
-        str | None,
-        typer.Argument(help="The script to run (its own arguments follow it).", show_default=False, metavar="SCRIPT"),
-    ] = None,
-    module: Annotated[
-        str | None, typer.Option("-m", "--module", help="Run a module as `python -m MODULE` does.", show_default=False)
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(
-            "--out", "-o", help="Trace path (default reports/<script>-<time>.pt.trace.json.gz).", show_default=False
-        ),
-    ] = None,
-    steps: Annotated[
-        str | None,
-        typer.Option(
-            "--steps",
-            help="Record steps N-M (default: 5-24 after a warm-up). Steps are tracelens.capture.step() calls, "
-            "else optimizer.step() calls, else the ends of the outermost nn.Module calls; step 0 is the part "
-            "before the first mark.",
-            show_default=False,
-        ),
-    ] = None,
-    schedule: Annotated[
-        str | None,
-        typer.Option(
-            "--schedule",
-            help="torch.profiler-style WAIT,WARMUP,ACTIVE[,1]: as --steps W+U-(W+U+A-1).",
-            show_default=False,
-        ),
-    ] = None,
-    window: Annotated[
-        str | None,
-        typer.Option("--window", help="Record from START to END seconds into the run (START:END).", show_default=False),
-    ] = None,
-    duration: Annotated[
-        float | None,
-        typer.Option(
-            "--duration",
-            help="Longest recording in seconds (default 10; none with --steps, --window).",
-            show_default=False,
-        ),
-    ] = None,
-    max_events: Annotated[
-        int | None,
-        typer.Option(
-            "--max-events",
-            help="Most timed events kept in the trace (default 1,000,000; the rest are cut).",
-            show_default=False,
-        ),
-    ] = None,
-    record_all: Annotated[
-        bool, typer.Option("--all", help="Record the whole run, start-up included, with no limits.")
-    ] = False,
+    target: _Target = None,
+    module: _Module = None,
+    out: _Out = None,
+    steps: _Steps = None,
+    schedule: _Schedule = None,
+    window: _Window = None,
+    duration: _Duration = None,
+    max_events: _MaxEvents = None,
+    record_all: _All = False,
     stack: Annotated[bool, typer.Option("--stack/--no-stack", help="Record Python stacks (with_stack).")] = True,
     shapes: Annotated[bool, typer.Option("--shapes/--no-shapes", help="Record input shapes (record_shapes).")] = True,
     memory: Annotated[bool, typer.Option("--memory", help="Record allocator events (profile_memory).")] = False,
     nvml: Annotated[bool, typer.Option("--nvml/--no-nvml", help="Sample clocks, power and throttle reasons.")] = True,
     nvml_interval_ms: Annotated[float, typer.Option("--nvml-interval-ms", help="NVML sampling period.")] = 10.0,
     report_after: Annotated[bool, typer.Option("--report/--no-report", help="Report on the trace afterwards.")] = True,
-    verbose: Annotated[
-        bool, typer.Option("--verbose", help="Show the profiler's own messages (else they go to a .capture.log).")
-    ] = False,
-    stop_after_recording: Annotated[
-        bool,
-        typer.Option(
-            "--stop-after-recording",
-            help="End the script once its recording is written (for a loop that never ends by itself).",
-        ),
-    ] = False,
+    verbose: _Verbose = False,
+    stop_after_recording: _StopAfterRecording = False,
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where traces and reports go by default.")] = Path(
         "reports"
     ),
-    counters: Annotated[
-        bool,
-        typer.Option(
-            "--counters",
-            help="First run the script for a few steps with per-kernel hardware counters (FLOPs by precision, "
-            "DRAM bytes, instructions; Nsight Compute's kernel replay, or torch's CUPTI range profiler), then the "
-            "timing pass as usual; the counters go into the trace and the roofline uses them.",
-        ),
-    ] = False,
-    counters_steps: Annotated[
-        int, typer.Option("--counters-steps", help="Steps the counters pass measures (from the window's first).")
-    ] = 1,
-    counters_backend: Annotated[
-        str, typer.Option("--counters-backend", help="auto (ncu if on PATH, else kineto), ncu or kineto.")
-    ] = "auto",
+    counters: _Counters = False,
+    counters_steps: _CountersSteps = 1,
+    counters_backend: _CountersBackend = "auto",
 ) -> None:
     """Run a Python script under torch.profiler (CPU + GPU, shapes, stacks) with an NVML
     clock/power sampler beside it, write one trace, then report on it.
@@ -183,45 +199,11 @@ def capture(
       tracelens capture --all -m mypkg.infer --batch 8
     """
     from tracelens.capture.runner import CaptureOptions
-    from tracelens.capture.runner import capture as run_capture
-    from tracelens.capture.window import MAX_EVENTS, Limits, Mode
 
     if target is None and module is None:
         raise typer.BadParameter("give a script, or -m MODULE")
-    if out is not None and os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
-        raise typer.BadParameter("under torchrun each rank writes OUT-DIR/<script>-ranks/rank<R>.pt.trace.json.gz: "
-                                 "give --out-dir, not --out")  # fmt: skip
-    if sum(x is not None for x in (steps, schedule, window)) + record_all > 1:
-        raise typer.BadParameter("--steps, --schedule, --window and --all are alternatives")
-    if duration is not None and duration <= 0:
-        raise typer.BadParameter("--duration must be > 0")
-    if max_events is not None and max_events < 1:
-        raise typer.BadParameter("--max-events must be >= 1")
-    if counters_steps < 1:
-        raise typer.BadParameter("--counters-steps must be >= 1")
-    if counters_backend not in ("auto", "ncu", "kineto"):
-        raise typer.BadParameter("--counters-backend is auto, ncu or kineto")
-    limits = Limits()
-    if steps or schedule:
-        if steps:
-            lo, hi = _parse_steps(steps)
-        else:
-            assert schedule is not None
-            wait, warm, active, _repeat = _parse_schedule(schedule)
-            lo, hi = wait + warm, wait + warm + active - 1
-        limits = Limits(mode=Mode.STEPS, warmup_steps=lo, steps=hi - lo + 1, duration_s=None)
-    elif window:
-        limits = Limits(mode=Mode.TIME, window_s=_parse_window(window), duration_s=None, steps=None)
-    elif record_all:
-        limits = Limits(mode=Mode.ALL, steps=None, duration_s=None, max_events=None)
-    if duration is not None:
-        limits.duration_s = duration
-    if max_events is not None:
-        limits.max_events = max_events
-    elif record_all:
-        limits.max_events = None
-    else:
-        limits.max_events = MAX_EVENTS
+    _check_options(out, steps, schedule, window, record_all, duration, max_events, counters_steps, counters_backend)
+    limits = _limits(steps, schedule, window, record_all, duration, max_events)
     name = module or target
     assert name is not None
     from tracelens.capture.ranks import Heartbeat, ranks_folder, run_tag, torchrun_env
@@ -250,20 +232,111 @@ def capture(
     if counters:
         _counters_pass(opts, limits, counters_steps, counters_backend)
     try:
-        if os.environ.get("TRACELENS_CAPTURE_IN_PROCESS") == "1":
-            # For debugging tracelens itself: no supervising parent (a crash of the script
-            # then loses what was not yet written).
-            result = run_capture(opts, echo=_progress_raw)
-        else:
-            from tracelens.capture.supervise import supervise
-
-            result = supervise(opts, echo=_progress_raw)
+        result = _run(opts)
     except BaseException:
         if beat is not None:
             beat.finish("failed")
         raise
     if beat is not None:
         beat.finish("written" if result.trace is not None else "failed")
+    trace = _tell_result(result)
+    if result.stats is not None and result.stats.ops == 0 and result.stats.kernels == 0:
+        _progress("the trace holds no torch ops, so there is nothing to report")
+    elif report_after:
+        try:
+            if rank_env is None or tag is None or rank_folder is None:
+                from tracelens.output import default_stem
+
+                perfetto = out_dir / f"{default_stem(trace)}.perfetto.json.gz"
+                _report_one(trace, None, None, None, out_dir, False, None, None, perfetto=perfetto)
+            elif rank_env.rank == 0:  # under torchrun: rank 0 reports once on this run's traces
+                _report_job(trace, result.exit_code, rank_folder, tag, out_dir)
+        except Exception as exc:  # the trace is the product; a failed report must not hide it
+            msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
+            _progress(f"the report failed ({msg}); the trace is kept at {trace}")
+    from tracelens.capture.runner import exit_process
+
+    exit_process(result.exit_code)
+
+
+def _check_options(
+    out: Path | None,
+    steps: str | None,
+    schedule: str | None,
+    window: str | None,
+    record_all: bool,
+    duration: float | None,
+    max_events: int | None,
+    counters_steps: int,
+    counters_backend: str,
+) -> None:
+    """Options that do not go together, or values out of range: a usage error each."""
+    if out is not None and os.environ.get("RANK") and os.environ.get("WORLD_SIZE"):
+        raise typer.BadParameter("under torchrun each rank writes OUT-DIR/<script>-ranks/rank<R>.pt.trace.json.gz: "
+                                 "give --out-dir, not --out")  # fmt: skip
+    if sum(x is not None for x in (steps, schedule, window)) + record_all > 1:
+        raise typer.BadParameter("--steps, --schedule, --window and --all are alternatives")
+    if duration is not None and duration <= 0:
+        raise typer.BadParameter("--duration must be > 0")
+    if max_events is not None and max_events < 1:
+        raise typer.BadParameter("--max-events must be >= 1")
+    if counters_steps < 1:
+        raise typer.BadParameter("--counters-steps must be >= 1")
+    if counters_backend not in ("auto", "ncu", "kineto"):
+        raise typer.BadParameter("--counters-backend is auto, ncu or kineto")
+
+
+def _limits(
+    steps: str | None,
+    schedule: str | None,
+    window: str | None,
+    record_all: bool,
+    duration: float | None,
+    max_events: int | None,
+) -> Limits:
+    """What the recording keeps: the steps, the time window or the whole run, and its bounds."""
+    from tracelens.capture.window import MAX_EVENTS, Limits, Mode
+
+    limits = Limits()
+    if steps or schedule:
+        if steps:
+            lo, hi = _parse_steps(steps)
+        else:
+            assert schedule is not None
+            wait, warm, active, _repeat = _parse_schedule(schedule)
+            lo, hi = wait + warm, wait + warm + active - 1
+        limits = Limits(mode=Mode.STEPS, warmup_steps=lo, steps=hi - lo + 1, duration_s=None)
+    elif window:
+        limits = Limits(mode=Mode.TIME, window_s=_parse_window(window), duration_s=None, steps=None)
+    elif record_all:
+        limits = Limits(mode=Mode.ALL, steps=None, duration_s=None, max_events=None)
+    if duration is not None:
+        limits.duration_s = duration
+    if max_events is not None:
+        limits.max_events = max_events
+    elif record_all:
+        limits.max_events = None
+    else:
+        limits.max_events = MAX_EVENTS
+    return limits
+
+
+def _run(opts: CaptureOptions) -> CaptureResult:
+    """The capture, under a supervising parent (or in this process, to debug tracelens)."""
+    from tracelens.capture.runner import capture as run_capture
+
+    if os.environ.get("TRACELENS_CAPTURE_IN_PROCESS") == "1":
+        # For debugging tracelens itself: no supervising parent (a crash of the script
+        # then loses what was not yet written).
+        return run_capture(opts, echo=_progress_raw)
+    from tracelens.capture.supervise import supervise
+
+    return supervise(opts, echo=_progress_raw)
+
+
+def _tell_result(result: CaptureResult) -> Path:
+    """The capture's notes, what was recorded and where the trace is; the trace's path (a
+    capture that wrote none ends the process with the script's exit code)."""
     for note in result.notes:
         _progress(note)
     if result.trace is None:
@@ -285,23 +358,7 @@ def capture(
         _progress(f"trace written: {result.trace} ({st.bytes / 1e6:.1f} MB, {st.events:,} events{timing})")
     if result.log is not None:
         _progress(f"the profiler's messages: {result.log}")
-    if st is not None and st.ops == 0 and st.kernels == 0:
-        _progress("the trace holds no torch ops, so there is nothing to report")
-    elif report_after:
-        try:
-            if rank_env is None or tag is None or rank_folder is None:
-                from tracelens.output import default_stem
-
-                perfetto = out_dir / f"{default_stem(result.trace)}.perfetto.json.gz"
-                _report_one(result.trace, None, None, None, out_dir, False, None, None, perfetto=perfetto)
-            elif rank_env.rank == 0:  # under torchrun: rank 0 reports once on this run's traces
-                _report_job(result.trace, result.exit_code, rank_folder, tag, out_dir)
-        except Exception as exc:  # the trace is the product; a failed report must not hide it
-            msg = str(exc) if isinstance(exc, TracelensError) else f"{type(exc).__name__}: {exc}"
-            _progress(f"the report failed ({msg}); the trace is kept at {result.trace}")
-    from tracelens.capture.runner import exit_process
-
-    exit_process(result.exit_code)
+    return result.trace
 
 
 def _report_job(trace: Path, exit_code: int, rank_folder: Path, tag: RunTag, out_dir: Path) -> None:

@@ -28,96 +28,107 @@ from tracelens.cli.common import (
     _write,
 )
 
+# The options of `tracelens report` that take more than a line to declare.
+_Traces = Annotated[
+    list[str],
+    typer.Argument(
+        help="A torch.profiler (Kineto) Chrome trace: .json or .json.gz, any torch version, NVIDIA or AMD. "
+        "Or the ranks of one job: a folder, a glob, several files, an fsspec URL prefix (s3://, gs://, hf://).",
+        show_default=False,
+        metavar="TRACE",
+    ),
+]
+_Html = Annotated[
+    Path | None,
+    typer.Option(
+        "--html", help="Write the self-contained HTML report here ('-': standard output).", show_default=False
+    ),
+]
+_Markdown = Annotated[
+    Path | None,
+    typer.Option(
+        "--markdown",
+        "--md",
+        help="Write the Markdown summary (for a GitHub issue) here ('-': standard output).",
+        show_default=False,
+    ),
+]
+_JsonOut = Annotated[
+    Path | None,
+    typer.Option(
+        "--json", help="Write the JSON report (for machines) here ('-': standard output).", show_default=False
+    ),
+]
+_OutDir = Annotated[
+    Path,
+    typer.Option("--out-dir", help="Where the reports go when no --html/--markdown/--json is given."),
+]
+_Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")]
+_Window = Annotated[
+    str | None,
+    typer.Option(
+        "--window",
+        help="Analyse START:END seconds from the trace's start instead of the steady state tracelens finds.",
+        show_default=False,
+    ),
+]
+_Steps = Annotated[
+    str | None,
+    typer.Option(
+        "--steps",
+        help="Analyse steps N-M (ProfilerStep numbers, or detected iteration indexes) instead.",
+        show_default=False,
+    ),
+]
+_Scheduler = Annotated[
+    str | None,
+    typer.Option(
+        "--scheduler",
+        help="Many ranks: send the per-rank work to this Dask distributed scheduler (tcp://HOST:8786) "
+        "instead of local processes.",
+        show_default=False,
+    ),
+]
+_Workers = Annotated[
+    int | None,
+    typer.Option("--workers", help="Many ranks: local worker processes (default: one per core).", show_default=False),
+]
+_PerRank = Annotated[
+    bool, typer.Option("--per-rank", help="Many ranks: also write each rank's own report (under OUT-DIR).")
+]
+_Perfetto = Annotated[
+    Path | None,
+    typer.Option(
+        "--perfetto",
+        help="Also write the trace annotated with tracelens' tracks (the cause of each idle gap, findings, "
+        "steps) for ui.perfetto.dev or chrome://tracing; .gz compresses it.",
+        show_default=False,
+    ),
+]
+_Redact = Annotated[
+    bool,
+    typer.Option(
+        "--redact",
+        help="Replace user paths (home, working directory, scripts) and host names in "
+        "every output, for attaching to a public issue.",
+    ),
+]
+
 
 def report(
-    traces: Annotated[
-        list[str],
-        typer.Argument(
-            help="A torch.profiler (Kineto) Chrome trace: .json or .json.gz, any torch version, NVIDIA or AMD. "
-            "Or the ranks of one job: a folder, a glob, several files, an fsspec URL prefix (s3://, gs://, hf://).",
-            show_default=False,
-            metavar="TRACE",
-        ),
-    ],
-    html: Annotated[
-        Path | None,
-        typer.Option(
-            "--html", help="Write the self-contained HTML report here ('-': standard output).", show_default=False
-        ),
-    ] = None,
-    markdown: Annotated[
-        Path | None,
-        typer.Option(
-            "--markdown",
-            "--md",
-            help="Write the Markdown summary (for a GitHub issue) here ('-': standard output).",
-            show_default=False,
-        ),
-    ] = None,
-    json_out: Annotated[
-        Path | None,
-        typer.Option(
-            "--json", help="Write the JSON report (for machines) here ('-': standard output).", show_default=False
-        ),
-    ] = None,
-    out_dir: Annotated[
-        Path,
-        typer.Option("--out-dir", help="Where the reports go when no --html/--markdown/--json is given."),
-    ] = Path("reports"),
-    quiet: Annotated[
-        bool, typer.Option("--quiet", "-q", help="Print nothing but errors: no summary, no progress.")
-    ] = False,
-    window: Annotated[
-        str | None,
-        typer.Option(
-            "--window",
-            help="Analyse START:END seconds from the trace's start instead of the steady state tracelens finds.",
-            show_default=False,
-        ),
-    ] = None,
-    steps: Annotated[
-        str | None,
-        typer.Option(
-            "--steps",
-            help="Analyse steps N-M (ProfilerStep numbers, or detected iteration indexes) instead.",
-            show_default=False,
-        ),
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(
-            "--scheduler",
-            help="Many ranks: send the per-rank work to this Dask distributed scheduler (tcp://HOST:8786) "
-            "instead of local processes.",
-            show_default=False,
-        ),
-    ] = None,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            "--workers", help="Many ranks: local worker processes (default: one per core).", show_default=False
-        ),
-    ] = None,
-    per_rank: Annotated[
-        bool, typer.Option("--per-rank", help="Many ranks: also write each rank's own report (under OUT-DIR).")
-    ] = False,
-    perfetto: Annotated[
-        Path | None,
-        typer.Option(
-            "--perfetto",
-            help="Also write the trace annotated with tracelens' tracks (the cause of each idle gap, findings, "
-            "steps) for ui.perfetto.dev or chrome://tracing; .gz compresses it.",
-            show_default=False,
-        ),
-    ] = None,
-    redact: Annotated[
-        bool,
-        typer.Option(
-            "--redact",
-            help="Replace user paths (home, working directory, scripts) and host names in "
-            "every output, for attaching to a public issue.",
-        ),
-    ] = False,
+    traces: _Traces,
+    html: _Html = None,
+    markdown: _Markdown = None,
+    json_out: _JsonOut = None,
+    out_dir: _OutDir = Path("reports"),
+    quiet: _Quiet = False,
+    window: _Window = None,
+    steps: _Steps = None,
+    scheduler: _Scheduler = None,
+    workers: _Workers = None,
+    per_rank: _PerRank = False,
+    perfetto: _Perfetto = None,
+    redact: _Redact = False,
 ) -> None:
     """Explain a trace: ranked findings with their cost, source and fix.
 

@@ -61,6 +61,7 @@ def finding(found: Found[Any, Any], words: Words, share: float) -> Finding:
                 steps=p.steps,
                 kind=p.kind,
                 advice=tip,
+                call=p.call,
             )
             for p, text, tip in zip(found.places, words.places, advice, strict=True)
         ),

@@ -11,6 +11,7 @@ from typing import Literal
 from tracelens.derive.devices import OtherAccelerator
 from tracelens.domain import MEDIUM_SHARE, fmt_us
 from tracelens.explain.base import where as where_in
+from tracelens.explain.host_sync import call_name
 from tracelens.explain.power_throttle import machine_headline
 from tracelens.report.enums import Category
 from tracelens.report.findings import Finding, Prediction
@@ -51,7 +52,7 @@ def prediction_sentence(
 def first_fix(blocker: Finding) -> str:
     """The blocker's fix in a few words, with what and where (for the headline)."""
     if blocker.category == Category.HOST_SYNC:
-        calls = list(dict.fromkeys(s.description.split(" (", 1)[0].split(":", 1)[0] for s in blocker.sites))
+        calls = list(dict.fromkeys(call_name(s.call, s.kind) for s in blocker.sites))
         where = f" {where_in(blocker.sources[0])}" if blocker.sources else ""
         what = ", ".join([c for c in calls if c and c not in ("exec()", "<module>")][:3])
         return f"remove the host syncs{f' ({what})' if what else ''}{where}"

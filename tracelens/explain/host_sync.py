@@ -96,20 +96,29 @@ _COPY_WORDS: dict[CopyDirection, tuple[str, str]] = {
 }
 
 
-def construct_label(c: SyncConstruct) -> str:
+def construct_label(c: SyncConstruct | str) -> str:
     return c.replace("_", " ")
+
+
+def call_name(call: str, construct: SyncConstruct | str) -> str:
+    """A sync as a title or the headline names it: its Python call, else its construct."""
+    return call or construct_label(construct)
+
+
+def site_head(call: str, construct: SyncConstruct | str) -> str:
+    """A sync site's name without its op chain: `x.item() (item)`, or the construct alone."""
+    return f"{call} ({construct_label(construct)})" if call else construct_label(construct)
 
 
 def site_text(s: SyncSite) -> str:
     chain = " > ".join(reversed(s.ops)) if s.ops else NO_ENCLOSING_OP
-    head = f"{s.call} ({construct_label(s.construct)})" if s.call else construct_label(s.construct)
-    return f"{head}: {chain} > {s.api}"
+    return f"{site_head(s.call, s.construct)}: {chain} > {s.api}"
 
 
 def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
     f = found.facts
     at = f" {where(found.sources[0])}" if found.sources else ""
-    names = [call or construct_label(c) for call, c in f.calls]
+    names = [call_name(call, c) for call, c in f.calls]
     what = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
     idle_us = f.idle_us
     if f.busy_anyway:

@@ -74,6 +74,9 @@ class Site:
     steps: tuple[int, ...] = ()
     kind: str = ""  # a finding-specific label, e.g. the sync construct
     advice: str = ""  # what to change here, where it differs by site
+    #: The Python call made here, as the trace or its source names it (a host sync's
+    #: `x.item()`, `tensor[bool_mask]`); "" where the finding has none or it is unknown.
+    call: str = ""
 
 
 @dataclass(frozen=True)
