@@ -45,6 +45,10 @@ the GPU ran dry:
     host_bound       the launch came later than that: the host was doing other work
     idle_other       the next kernel was already queued (a cross-stream wait, an event,
                      the device's own latency) or its launch is not in the trace
+    unrecorded       in a down-sampled trace (model/sampling.py: events removed after the
+                     capture), the idle that would be host_bound, launch_overhead or
+                     idle_other: kernels that ran there and host ops that ran before the
+                     next launch were dropped, so the trace does not say what it was
 """
 
 from __future__ import annotations
@@ -133,7 +137,13 @@ IDLE_CAUSES: tuple[Cause, ...] = (
     "launch_overhead",
     "host_bound",
     "idle_other",
+    "unrecorded",
 )
+#: In a down-sampled trace these causes are `unrecorded`: each reads the host's events
+#: between launches (or the queue's) as all that ran, and there they are not
+#: (sampled_rank-0: 355 ms of "host work in ## backward ##" is the autograd thread's
+#: dropped ops and kernels).
+UNRECORDED_FROM = ("host_bound", "launch_overhead", "idle_other")
 #: The kernel classes of busy time, highest precedence first (see the module docstring).
 _BOUND_CLASS = {"compute": "gpu_busy_compute", "memory": "gpu_busy_memory", "latency": "gpu_busy_latency"}
 
@@ -257,10 +267,13 @@ def compute_ledger(
     model: TraceModel,
     window: Window,
     roofline: Roofline | None = None,
+    down_sampled: bool = False,
 ) -> Ledger:
     """The ledger of every active GPU over `window`. The roofline gives each kernel name's
     bound (compute, memory, latency or unknown; all unknown without one) and the launches
-    latency-bound on their own whatever their name's bound (its `latency_rows`)."""
+    latency-bound on their own whatever their name's bound (its `latency_rows`). In a
+    down-sampled trace the idle the host's launches or queued work would explain is
+    `unrecorded` (UNRECORDED_FROM)."""
     bounds = {k.name: k.bound for k in roofline.kernels} if roofline is not None else {}
     latency_rows = roofline.latency_rows if roofline is not None else None
     act_all = model.gpu_activity()
@@ -336,6 +349,8 @@ def compute_ledger(
         regions = _launch_regions(model, act, starts, ends)
         gaps = _apply_regions(gaps, regions)
         gaps = _dispatch_gaps(model, gaps, thread_key)
+        if down_sampled:
+            gaps["cause"] = gaps["cause"].where(~gaps["cause"].isin(UNRECORDED_FROM), "unrecorded")
         gaps["dur"] = gaps["end"] - gaps["start"]
         by_cause: dict[str, float] = {c: 0.0 for c in CAUSES}
         for c in BUSY_CAUSES:
