@@ -45,10 +45,8 @@ the GPU ran dry:
     host_bound       the launch came later than that: the host was doing other work
     idle_other       the next kernel was already queued (a cross-stream wait, an event,
                      the device's own latency) or its launch is not in the trace
-    unrecorded       in a down-sampled trace (model/sampling.py: events removed after the
-                     capture), the idle that would be host_bound, launch_overhead or
-                     idle_other: kernels that ran there and host ops that ran before the
-                     next launch were dropped, so the trace does not say what it was
+    unrecorded       a down-sampled trace's (model/sampling.py) host_bound, launch_overhead
+                     and idle_other: the kernels and host ops that ran there were dropped
 """
 
 from __future__ import annotations
@@ -139,10 +137,8 @@ IDLE_CAUSES: tuple[Cause, ...] = (
     "idle_other",
     "unrecorded",
 )
-#: In a down-sampled trace these causes are `unrecorded`: each reads the host's events
-#: between launches (or the queue's) as all that ran, and there they are not
-#: (sampled_rank-0: 355 ms of "host work in ## backward ##" is the autograd thread's
-#: dropped ops and kernels).
+#: `unrecorded` in a down-sampled trace (sampled_rank-0: 355 ms of "host work in ##
+#: backward ##" is the autograd thread's dropped ops and kernels).
 UNRECORDED_FROM = ("host_bound", "launch_overhead", "idle_other")
 #: The kernel classes of busy time, highest precedence first (see the module docstring).
 _BOUND_CLASS = {"compute": "gpu_busy_compute", "memory": "gpu_busy_memory", "latency": "gpu_busy_latency"}
@@ -271,9 +267,7 @@ def compute_ledger(
 ) -> Ledger:
     """The ledger of every active GPU over `window`. The roofline gives each kernel name's
     bound (compute, memory, latency or unknown; all unknown without one) and the launches
-    latency-bound on their own whatever their name's bound (its `latency_rows`). In a
-    down-sampled trace the idle the host's launches or queued work would explain is
-    `unrecorded` (UNRECORDED_FROM)."""
+    latency-bound on their own whatever their name's bound (its `latency_rows`)."""
     bounds = {k.name: k.bound for k in roofline.kernels} if roofline is not None else {}
     latency_rows = roofline.latency_rows if roofline is not None else None
     act_all = model.gpu_activity()
