@@ -148,9 +148,13 @@ def test_a_fixed_set_of_shapes_per_step_is_no_dynamism() -> None:
 @pytest.mark.slow
 @needs_real
 def test_a_small_part_is_not_named_in_the_headline() -> None:
-    """HTA's sampled DLRM rank: 361 ms host-bound, of which a 6 ms shape-dynamism part;
-    the headline is the host-bound time, not 'the largest part: <the 6 ms>'."""
+    """HTA's sampled DLRM rank: it read 361 ms host-bound, of which a 6 ms shape-dynamism
+    part, and the headline had to be the host-bound time, not 'the largest part: <the 6
+    ms>'. The trace is down-sampled (tests/test_sampling.py): that idle is unrecorded now,
+    so neither the host-bound finding nor its part is left, and the communication headline
+    names no part either. (This was the corpus's only host-bound headline with a small
+    part: the rule needs a synthetic case.)"""
     rep = report_of(real("sampled_rank-0.json.gz"))
-    assert rep.summary.primary == "host_bound"
+    assert rep.summary.primary == "communication"
     assert "the largest part" not in rep.summary.headline
-    assert any(f.category.value == "shape_dynamism" and f.parent is not None for f in rep.findings)
+    assert not any(f.category.value in ("shape_dynamism", "host_bound") for f in rep.findings)

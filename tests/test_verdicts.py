@@ -400,18 +400,28 @@ def test_queued_idle_names_what_it_waits_on() -> None:
     assert "cudaMemcpyAsync in aten::copy_" in f.title and "cudaDeviceSynchronize" not in f.title
     assert 0.3 * f.time_us < f.expected_gain_us < 0.8 * f.time_us
     assert "non_blocking=True" in f.advice
+    # what the copies wait on (issue 24 §8, the independent reading): stream 27, the copies'
+    # stream, runs again only after the 22-26 ms SendRecv kernel of the all-reduce on
+    # stream 84 ends, 9.7 ms later, at the end of each 139-147 ms wait
+    w = context_of(real("rank0.json.gz")).queued_waits.waits_on[0]  # type: ignore[union-attr]
+    assert (w.stream, w.copy_stream, w.kind) == (84, 27, "all_reduce") and "SendRecv" in w.kernel
+    assert 22e3 < w.kernel_median_us < 27e3 and 9e3 < w.after_median_us < 10.5e3 and w.calls >= 4
+    assert "ran again only after the all-reduce on stream 84" in f.title
     # the note no longer repeats it
     assert not any("already queued" in n for n in rep.summary.notes)
 
 
 def test_queued_idle_without_stalls_is_a_note_not_a_finding() -> None:
-    """sampled_rank-0 idles 21% with queued work, but only 4% in stalls of 1 ms or more;
-    diff_graph_after's 35% is a replayed graph's sub-µs gaps between tiny kernels (the
-    device's own latency: fuse the body). Neither gets a queued_idle finding; the note
-    says what the idle is."""
-    for rep in (report_of(real("sampled_rank-0.json.gz")), report_of(sample("diff_graph_after"))):
-        assert not any(f.category == Category.QUEUED_IDLE for f in rep.findings)
-        assert any("already queued" in n for n in rep.summary.notes)
+    """diff_graph_after's 35% is a replayed graph's sub-µs gaps between tiny kernels (the
+    device's own latency: fuse the body): no queued_idle finding; the note says what the
+    idle is. (sampled_rank-0's queued idle, 21%, is down-sampled: unrecorded, with no
+    finding and no such note, tests/test_sampling.py.)"""
+    rep = report_of(sample("diff_graph_after"))
+    assert not any(f.category == Category.QUEUED_IDLE for f in rep.findings)
+    assert any("already queued" in n for n in rep.summary.notes)
+    rep = report_of(real("sampled_rank-0.json.gz"))
+    assert not any(f.category == Category.QUEUED_IDLE for f in rep.findings)
+    assert not any("already queued" in n for n in rep.summary.notes)
 
 
 # -- the capture tool's own work is not the program's ----------------------------------------
@@ -463,12 +473,14 @@ def test_v100_fp32_convolutions_headline_amp_with_shapes() -> None:
 def test_gap_without_ops_on_the_launching_thread_is_where_the_main_thread_was() -> None:
     """HTA's sampled_rank-0 (a down-sampled DLRM trace): the next kernels are launched by
     autograd's thread, which recorded nothing in the gaps; the main thread was in
-    `## backward ##` and Optimizer.step#Shampoo.step. The finding names those (it said
-    'most in (Python or other host work outside any op)')."""
+    `## backward ##` and Optimizer.step#Shampoo.step. The finding named those (it said
+    'most in (Python or other host work outside any op)'). But the trace is down-sampled:
+    the autograd thread's gaps are its dropped ops and kernels, so the independent reading
+    has them 'unrecorded', and no host_bound finding blames `## backward ##`
+    (tests/test_sampling.py)."""
     rep = report_of(real("sampled_rank-0.json.gz"))
-    f = next(f for f in rep.findings if f.category == Category.HOST_BOUND)
-    assert "## backward ##" in f.title and "Shampoo" in f.title
-    assert "outside any op" not in f.title
+    assert not any(f.category == Category.HOST_BOUND for f in rep.findings)
+    assert not any("## backward ##" in f.title for f in rep.findings)
 
 
 # -- gains that follow the advice (issue 34 §4) -----------------------------------------------

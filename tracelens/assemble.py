@@ -30,6 +30,7 @@ from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
 from tracelens.domain import cut_name
+from tracelens.explain.notes import down_sampled_words
 from tracelens.explain.window import window_reason
 from tracelens.model.peaks import infer_part
 from tracelens.model.schema import Kind
@@ -135,6 +136,10 @@ def build_report(
         graphs=graph_summary(ctx),
         serving=serving_summary(ctx),
     )
+    if ctx.down_sampled is not None and (dev := ctx.ledger.primary) is not None:
+        lost = dev.by_cause.get("unrecorded", 0.0)
+        note = down_sampled_words(ctx.down_sampled, lost, dev.share("unrecorded"))
+        report = replace(report, summary=replace(report.summary, notes=(*report.summary.notes, note)))
     snap, snap_note = snapshot_of_trace(model.meta.path)
     if snap is not None or snap_note:
         notes = report.summary.notes + ((snap_note,) if snap_note else ())

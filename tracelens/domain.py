@@ -267,6 +267,21 @@ STARTUP_COMPILE_MARKERS = (
 #: time.sleep `<built-in function sleep>`): neither slow host work nor data loading.
 SLEEP_FRAMES = frozenset({"<built-in function sleep>", "time.sleep"})
 
+# --- distributed training frameworks' ranges ---------------------------------------------
+
+#: TorchRec's record_function ranges around its collectives (torchrec.distributed):
+#: the input dist, the sparse features' (KJT) all-to-alls of a batch...
+TORCHREC_INPUT_DIST_MARKERS = ("sparse_data_dist", "## sdd_", "KJT", "all2all_data", "input_dist")
+#: ...the pooled embeddings' all-to-all (forward and backward) and reduce-scatter...
+TORCHREC_EMBEDDING_MARKERS = ("alltoall_fwd_single", "alltoall_bwd_single", "alltoall_pooled", "reduce_scatter_base")
+#: ...and a train pipeline that starts the next batch's input dist a batch ahead
+#: (TrainPipelineSparseDist's `## sparse_data_dist ##`, its successors' `## sdd_... ##`).
+TORCHREC_PIPELINE_MARKERS = ("## sparse_data_dist ##", "## sdd_")
+#: The op of DistributedDataParallel's forward, where it broadcasts the model's buffers
+#: from rank 0 (broadcast_buffers=True) by flattening them into one tensor and back.
+DDP_FORWARD = "DistributedDataParallel.forward"
+DDP_BUFFER_OPS = frozenset({"aten::flatten_dense_tensors", "aten::unflatten_dense_tensors"})
+
 
 # --- severity ------------------------------------------------------------------------------
 
@@ -307,6 +322,7 @@ CAUSE_LABELS: dict[str, str] = {
     "launch_overhead": "idle: launch overhead",
     "host_bound": "idle: host-bound",
     "idle_other": "idle: other (queued work waits)",
+    "unrecorded": "idle: not recorded (events removed from the trace)",
 }
 #: Short names for the terminal's one-line ledger.
 CAUSE_SHORT: dict[str, str] = {
@@ -325,6 +341,7 @@ CAUSE_SHORT: dict[str, str] = {
     "launch_overhead": "launch",
     "host_bound": "host",
     "idle_other": "other",
+    "unrecorded": "unrecorded",
 }
 
 # --- how names and numbers are written -------------------------------------------------------

@@ -28,7 +28,7 @@ What one rank's trace can and cannot say:
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 import numpy as np
@@ -36,9 +36,19 @@ import numpy as np
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.collectives import Call, bus_factor
 from tracelens.derive.context import AnalysisContext
+from tracelens.derive.host_calls import is_profiler_sync, last_launch_ts
 from tracelens.derive.intervals import merge_intervals, overlap, subtract
+from tracelens.domain import (
+    DDP_BUFFER_OPS,
+    DDP_FORWARD,
+    TORCHREC_EMBEDDING_MARKERS,
+    TORCHREC_INPUT_DIST_MARKERS,
+    TORCHREC_PIPELINE_MARKERS,
+)
 from tracelens.model.links import link_peak
+from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
+from tracelens.model.trace import TraceModel, name_matches
 from tracelens.report.enums import WHOLE_UNITS
 
 MAX_SITES = 8
@@ -46,6 +56,47 @@ MAX_SITES = 8
 #: (1.24 GB/s at 4 MB, 0.88 at 16 MB, 0.54 at 1 MB): a host collective that takes much
 #: longer than its bytes at this rate is waiting for another rank, not moving data.
 GLOO_ALGBW_BYTES_PER_S = 0.5e9
+#: A kind issued at least this many times a step with a median kernel this short is many
+#: small collectives, each paying NCCL's fixed latency and the host's issue cost: HTA's
+#: df_index_resolver issues 404 all-reduces a step (median kernel 11 µs, 92 µs of host
+#: time each); control.json's 10 a step and nccl_data's 7 are not.
+MANY_CALLS_PER_STEP = 50
+SMALL_KERNEL_US = 50.0
+#: DDP's buffer broadcast is worth its advice from this share of the window in host time
+#: (nccl_data: 88.1 ms of flatten, broadcast and unflatten in a 667 ms window, 13%;
+#: resnet_act_checkpoint: 0.28 ms of 56 ms, 0.5%).
+BUFFER_SYNC_MIN_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class ManySmall:
+    """One kind of collective issued many times a step, each small."""
+
+    kind: str
+    per_step: float
+    calls: int
+    kernel_median_us: float
+    host_median_us: float  # the issuing op's host time
+    issued_in: str  # the op the calls are issued from ("" where none)
+
+
+@dataclass(frozen=True)
+class TorchRecComm:
+    """Exposed collective kernel time by TorchRec phase (domain.TORCHREC_*)."""
+
+    pipelined: bool  # a train pipeline starts the next batch's input dist a batch ahead
+    input_dist_us: float  # the sparse features' (KJT) all-to-alls
+    embeddings_us: float  # the pooled embeddings' all-to-all / reduce-scatter, forward and backward
+
+
+@dataclass(frozen=True)
+class BufferSync:
+    """DistributedDataParallel's broadcast of the model's buffers before each forward."""
+
+    broadcasts: int
+    per_step: float
+    nbytes: int  # per broadcast
+    host_us: float  # host time flattening, broadcasting and unflattening the buffers
 
 
 #: Why a bus bandwidth above the link's peak was measured (explain/communication words it).
@@ -67,6 +118,14 @@ class CommunicationFacts:
     link_name: str  # the link peak's name ("" where unknown)
     link_bytes_per_s: float  # per direction (0 where unknown)
     gloo_on_gpu: bool  # gloo moves this GPU program's tensors through the host
+    many_small: ManySmall | None = None
+    torchrec: TorchRecComm | None = None
+    buffer_sync: BufferSync | None = None
+    #: exposed collective kernel time while a host thread sits in a blocking call (it
+    #: cannot launch until the collective ends: on the step's critical path)
+    host_blocked_us: float = 0.0
+    host_paced_us: float = 0.0  # the ledger's launch_overhead + host_bound: the host sets the pace
+    down_sampled: bool = False  # events were removed from the trace (model/sampling.py)
 
 
 @dataclass(frozen=True)
@@ -223,31 +282,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     other_busy = dev.busy_us - exposed_kernels
     gain = min(exposed_kernels, other_busy) + peer_wait + overhead_gain
     gain = min(gain, comm_time)
-    sites: list[Place[CollectiveRow]] = []
-    for r in rows[:MAX_SITES]:
-        idle = float(
-            overlap(wait_iv, np.array([c.start for c in r.calls]), np.array([c.end for c in r.calls])).sum()
-        ) + float(overlap(dev.busy_classes["communication"], np.array([c.start for c in r.calls]),
-                          np.array([c.end for c in r.calls])).sum())  # fmt: skip
-        # The op that issued the calls names their source; gloo's exchange runs on its own
-        # thread, where no Python frame says who asked for it.
-        src: PySource | None = (
-            None if r.backend == "gloo" else next((user_source(model, c.root) for c in r.calls if c.root >= 0), None)
-        )
-        row = CollectiveRow(
-            r.kind, r.group, r.backend, r.group_size, r.nbytes, r.sizes_from, r.bw_bytes, r.time_us,
-            bus_factor(r.kind, r.group_size),
-        )  # fmt: skip
-        sites.append(
-            Place(
-                count=len(r.calls),
-                facts=row,
-                time_us=idle,
-                ops=(r.kind,),
-                kind=r.kind,
-                source=src,
-            )
-        )
+    sites = _sites(model, rows, wait_iv, dev.busy_classes["communication"])
     evidence = [
         Fact("communication_us", comm_time, "us"),
         Fact("collective_kernel_us", dev.comm_us, "us"),
@@ -286,6 +321,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
         link_bytes_per_s=peak.bytes_per_s if peak is not None else 0.0,
         gloo_on_gpu=any(c.backend == "gloo" for c in calls) and bool(model.gpu_activity().shape[0]),
     )
+    facts = _with_program(ctx, facts, calls, dev.busy_classes["communication"])
     return [
         Found(
             category=Category.COMMUNICATION,
@@ -298,3 +334,116 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
             device=dev.device,
         )
     ]
+
+
+def _sites(model: TraceModel, rows: list[_Row], wait_iv: np.ndarray, exposed: np.ndarray) -> list[Place[CollectiveRow]]:
+    """One place per (group, kind): its idle and exposed time, its source."""
+    sites: list[Place[CollectiveRow]] = []
+    for r in rows[:MAX_SITES]:
+        lo, hi = np.array([c.start for c in r.calls]), np.array([c.end for c in r.calls])
+        idle = float(overlap(wait_iv, lo, hi).sum()) + float(overlap(exposed, lo, hi).sum())
+        # The op that issued the calls names their source; gloo's exchange runs on its own
+        # thread, where no Python frame says who asked for it.
+        src: PySource | None = (
+            None if r.backend == "gloo" else next((user_source(model, c.root) for c in r.calls if c.root >= 0), None)
+        )
+        row = CollectiveRow(
+            r.kind, r.group, r.backend, r.group_size, r.nbytes, r.sizes_from, r.bw_bytes, r.time_us,
+            bus_factor(r.kind, r.group_size),
+        )  # fmt: skip
+        sites.append(Place(count=len(r.calls), facts=row, time_us=idle, ops=(r.kind,), kind=r.kind, source=src))
+    return sites
+
+
+def _exposed_of(exposed: np.ndarray, calls: list[Call]) -> np.ndarray:
+    """Each call's collective kernel time that no other GPU work overlaps."""
+    if not calls or not len(exposed):
+        return np.zeros(len(calls))
+    return overlap(exposed, np.array([c.gpu_ts for c in calls]), np.array([c.gpu_end for c in calls]))
+
+
+def _with_program(
+    ctx: AnalysisContext, facts: CommunicationFacts, calls: list[Call], exposed: np.ndarray
+) -> CommunicationFacts:
+    """The facts that fit the advice to the program: many small calls, TorchRec's phases,
+    DDP's buffer broadcast, and how much of the exposed time the host waits for."""
+    model, dev = ctx.model, ctx.ledger.primary
+    with_k = [c for c in calls if c.kernels]
+    exp = _exposed_of(exposed, with_k)
+    blocked = 0.0
+    rows = ctx.blocking_calls
+    if len(rows) and len(exposed):
+        last = last_launch_ts(model)
+        rows = np.array([r for r in rows.tolist() if not is_profiler_sync(model, r, last)], dtype=np.int64)
+        ts, end = model.host["ts"].to_numpy(), model.host["end"].to_numpy()
+        if len(rows):
+            blocked = float(overlap(merge_intervals(ts[rows], end[rows]), exposed[:, 0], exposed[:, 1]).sum())
+    paced = dev.by_cause.get("launch_overhead", 0.0) + dev.by_cause.get("host_bound", 0.0) if dev else 0.0
+    return replace(
+        facts,
+        many_small=_many_small(ctx, with_k),
+        torchrec=_torchrec(model, with_k, exp),
+        buffer_sync=_buffer_sync(ctx, calls),
+        host_blocked_us=blocked,
+        host_paced_us=paced,
+        down_sampled=ctx.down_sampled is not None,
+    )
+
+
+def _many_small(ctx: AnalysisContext, calls: list[Call]) -> ManySmall | None:
+    by: dict[str, list[Call]] = defaultdict(list)
+    for c in calls:
+        by[c.kind].append(c)
+    if not by:
+        return None
+    kind, cs = max(by.items(), key=lambda kv: len(kv[1]))
+    per_step = len(cs) / max(ctx.n_steps, 1)
+    kmed = float(np.median([c.gpu_end - c.gpu_ts for c in cs]))
+    if per_step < MANY_CALLS_PER_STEP or kmed > SMALL_KERNEL_US:
+        return None
+    hosted = [c for c in cs if c.root >= 0]
+    hmed = float(np.median([c.host_end - c.host_ts for c in hosted])) if hosted else 0.0
+    model = ctx.model
+    parents = [model.arrays.parent_list[c.root] for c in hosted]
+    named = [model.arrays.name(p) for p in parents if p >= 0]
+    issued_in = max(set(named), key=named.count) if named else ""
+    return ManySmall(kind, per_step, len(cs), kmed, hmed, issued_in)
+
+
+def _chain_names(model: TraceModel, row: int) -> list[str]:
+    return [model.arrays.name(r) for r in model.host_chain(row)] if row >= 0 else []
+
+
+def _torchrec(model: TraceModel, calls: list[Call], exposed: np.ndarray) -> TorchRecComm | None:
+    """Exposed time by TorchRec phase, from the ranges around each call's op."""
+    inp = emb = 0.0
+    for c, e in zip(calls, exposed.tolist(), strict=True):
+        chain = _chain_names(model, c.root)
+        if any(m in n for n in chain for m in TORCHREC_EMBEDDING_MARKERS):
+            emb += e
+        elif any(m in n for n in chain for m in TORCHREC_INPUT_DIST_MARKERS):
+            inp += e
+    if inp <= 0 and emb <= 0:
+        return None
+    host = model.host
+    ann = host["kind"].to_numpy() == int(Kind.USER_ANNOTATION)
+    pipelined = bool((ann & name_matches(host["name"], lambda n: n.startswith(TORCHREC_PIPELINE_MARKERS))).any())
+    return TorchRecComm(pipelined, inp, emb)
+
+
+def _buffer_sync(ctx: AnalysisContext, calls: list[Call]) -> BufferSync | None:
+    """DDP's broadcast of the buffers: broadcasts issued inside its forward, with the host
+    time of the flatten / unflatten around them."""
+    model = ctx.model
+    mine = [c for c in calls if c.kind == "broadcast" and c.root >= 0 and DDP_FORWARD in _chain_names(model, c.root)]
+    if not mine:
+        return None
+    host = model.host
+    parent = host["parent"].to_numpy()
+    fwd = {r for c in mine for r in model.host_chain(c.root) if model.arrays.name(r) == DDP_FORWARD}
+    around = np.flatnonzero(name_matches(host["name"], DDP_BUFFER_OPS.__contains__) & np.isin(parent, list(fwd)))
+    host_us = float(host["dur"].to_numpy()[around].sum()) + sum(c.host_end - c.host_ts for c in mine)
+    if host_us < BUFFER_SYNC_MIN_SHARE * ctx.window_us:
+        return None
+    nbytes = int(np.median([c.nbytes for c in mine]))
+    return BufferSync(len(mine), len(mine) / max(ctx.n_steps, 1), nbytes, host_us)

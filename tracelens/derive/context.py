@@ -10,6 +10,7 @@ is derived here.
     kernel_counters  hardware counters paired with the kernels (derive/counters.py)
     roofline         every kernel's FLOPs, bytes, roof and bound; fusion chains (derive/roofline.py)
     ledger           every µs of the window to one cause (derive/ledger.py)
+    down_sampled     the signs that events were removed from the trace (model/sampling.py)
     eager_attention  attention written as matmul > softmax > matmul (derive/eager_attention.py)
     matmuls          the matmul table: shapes, kernels, tiles, waves (derive/matmuls.py)
     memory_profile   the [memory] events of the window (derive/memory.py)
@@ -54,6 +55,7 @@ from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
 from tracelens.derive.steps import find_step_marks, with_steps
 from tracelens.derive.transforms import profiler as t_profiler
 from tracelens.derive.window import Window, find_window
+from tracelens.model.sampling import DownSampled, down_sampled
 from tracelens.model.trace import TraceModel
 from tracelens.report import MatmulRow
 from tracelens.report.enums import ReportUnit
@@ -132,7 +134,13 @@ class AnalysisContext:
 
     @cached_property
     def ledger(self) -> Ledger:
-        return compute_ledger(self.model, self.window, self.roofline)
+        return compute_ledger(self.model, self.window, self.roofline, down_sampled=self.down_sampled is not None)
+
+    @cached_property
+    def down_sampled(self) -> DownSampled | None:
+        """The signs that events were removed from the trace after the capture (None:
+        it reads as complete)."""
+        return down_sampled(self.model)
 
     @cached_property
     def replay_span(self) -> tuple[float, float, float, int]:
@@ -162,7 +170,9 @@ class AnalysisContext:
     def graph(self) -> DependencyGraph | None:
         """The window's dependency graph, for the replay's predictions (issue 25)."""
         dev = self.ledger.primary
-        if dev is None:
+        if dev is None or self.down_sampled is not None:
+            # A down-sampled trace holds a fraction of the step's kernels and host ops: a
+            # replay of what is left is no step of the program (the findings' estimates stay).
             return None
         start, end, host_end, _ = self.replay_span
         return build_graph(self.model, start, end, dev.device, host_end)
@@ -259,7 +269,7 @@ class AnalysisContext:
     @cached_property
     def queued_waits(self) -> QueuedWaits | None:
         """The primary GPU's idle with its next work already queued, and what it coincides with."""
-        return queued_waits(self.model, self.ledger.primary, self.blocking_calls)
+        return queued_waits(self.model, self.ledger.primary, self.blocking_calls, self.collectives)
 
     @cached_property
     def collectives(self) -> Collectives:

@@ -45,6 +45,8 @@ the GPU ran dry:
     host_bound       the launch came later than that: the host was doing other work
     idle_other       the next kernel was already queued (a cross-stream wait, an event,
                      the device's own latency) or its launch is not in the trace
+    unrecorded       a down-sampled trace's (model/sampling.py) host_bound, launch_overhead
+                     and idle_other: the kernels and host ops that ran there were dropped
 """
 
 from __future__ import annotations
@@ -133,7 +135,11 @@ IDLE_CAUSES: tuple[Cause, ...] = (
     "launch_overhead",
     "host_bound",
     "idle_other",
+    "unrecorded",
 )
+#: `unrecorded` in a down-sampled trace (sampled_rank-0: 355 ms of "host work in ##
+#: backward ##" is the autograd thread's dropped ops and kernels).
+UNRECORDED_FROM = ("host_bound", "launch_overhead", "idle_other")
 #: The kernel classes of busy time, highest precedence first (see the module docstring).
 _BOUND_CLASS = {"compute": "gpu_busy_compute", "memory": "gpu_busy_memory", "latency": "gpu_busy_latency"}
 
@@ -257,6 +263,7 @@ def compute_ledger(
     model: TraceModel,
     window: Window,
     roofline: Roofline | None = None,
+    down_sampled: bool = False,
 ) -> Ledger:
     """The ledger of every active GPU over `window`. The roofline gives each kernel name's
     bound (compute, memory, latency or unknown; all unknown without one) and the launches
@@ -336,6 +343,8 @@ def compute_ledger(
         regions = _launch_regions(model, act, starts, ends)
         gaps = _apply_regions(gaps, regions)
         gaps = _dispatch_gaps(model, gaps, thread_key)
+        if down_sampled:
+            gaps["cause"] = gaps["cause"].where(~gaps["cause"].isin(UNRECORDED_FROM), "unrecorded")
         gaps["dur"] = gaps["end"] - gaps["start"]
         by_cause: dict[str, float] = {c: 0.0 for c in CAUSES}
         for c in BUSY_CAUSES:

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from tracelens.derive.collectives import Collectives, collective_kind
 from tracelens.derive.host_calls import is_profiler_sync, last_launch_ts
 from tracelens.derive.intervals import merge_intervals, overlap
 from tracelens.derive.ledger import DeviceLedger
-from tracelens.domain import ASYNC_COPY_APIS
+from tracelens.domain import ASYNC_COPY_APIS, is_collective_kernel
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel, name_matches
 
@@ -40,6 +41,28 @@ QUEUED_IDLE_MIN_SHARE = 0.20
 BLOCKED_MIN_SHARE = 0.25
 #: Host calls named as what the idle coincides with (most overlap first).
 MAX_CALLS_NAMED = 3
+#: A blocking copy's stream "runs again" at the start of the run of its activities, each
+#: within this of the one before, that ends with the copy (rank0.json: the input dist's
+#: kernels and the copy on stream 27 run back to back, 0.1-0.7 ms apart, at the end of
+#: each 139-147 ms wait).
+RESUME_GAP_US = 1_000.0
+#: The copy waited on its stream when it ran again this late into the call.
+RESUME_LATE_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class WaitsOn:
+    """A collective on another stream that ended before a blocking copy's stream ran
+    again: what the copy, and the queued work behind the host's wait, waited on
+    (rank0.json: stream 27 ran again 9.7 ms after each 24-26 ms all-to-all on stream 84)."""
+
+    kind: str  # the collective's kind (derive/collectives.collective_kind)
+    kernel: str
+    stream: int  # the collective's stream
+    copy_stream: int
+    calls: int  # blocking calls whose stream ran again after it
+    kernel_median_us: float
+    after_median_us: float  # from the collective's end to the copy's stream running again
 
 
 @dataclass(frozen=True)
@@ -58,9 +81,12 @@ class QueuedWaits:
     blocked_call_median_us: float  # the median length of those calls
     copy_bytes: float  # bytes their device-to-host copies moved
     stream_waits: int  # cudaStreamWaitEvent/hipStreamWaitEvent calls in the window
+    waits_on: tuple[WaitsOn, ...] = ()  # the collectives the blocking copies waited on, most kernel time first
 
 
-def queued_waits(model: TraceModel, dev: DeviceLedger | None, blocking_rows: np.ndarray) -> QueuedWaits | None:
+def queued_waits(
+    model: TraceModel, dev: DeviceLedger | None, blocking_rows: np.ndarray, calls: Collectives | None = None
+) -> QueuedWaits | None:
     """The queued-work idle of `dev` and what it coincides with, or None when it has none."""
     if dev is None:
         return None
@@ -93,6 +119,7 @@ def queued_waits(model: TraceModel, dev: DeviceLedger | None, blocking_rows: np.
         blocked_call_median_us=med,
         copy_bytes=nbytes,
         stream_waits=waits,
+        waits_on=_waits_on(model, np.array(rows, dtype=np.int64), calls),
     )
 
 
@@ -135,6 +162,57 @@ def _blocked(
     return blocked, tuple(int(r) for r in rows), what, float(np.median(durs)), nbytes
 
 
+def _waits_on(model: TraceModel, rows: np.ndarray, calls: Collectives | None) -> tuple[WaitsOn, ...]:
+    """For each blocking call whose device-to-host copy ran only late in the call: the
+    last collective kernel on another stream that ended before the copy's stream ran
+    again (inside the call)."""
+    gpu = model.gpu
+    if not len(rows) or not len(gpu):
+        return ()
+    host = model.host
+    h_ts, h_end = host["ts"].to_numpy(), host["end"].to_numpy()
+    act = model.gpu_activity()
+    a_ts, a_end, a_stream = act["ts"].to_numpy(), act["end"].to_numpy(), act["stream"].to_numpy()
+    a_dev = act["device"].to_numpy()
+    is_coll = name_matches(act["name"], is_collective_kernel)
+    launch = gpu["launch"].to_numpy()
+    # A kernel's kind is its call's (an all-to-all runs as NCCL SendRecv kernels).
+    kind_of = {k: c.kind for c in calls.calls for k in c.kernels} if calls is not None else {}
+    a_rows = act.index.to_numpy()
+    g_stream, g_dev, g_ts = gpu["stream"].to_numpy(), gpu["device"].to_numpy(), gpu["ts"].to_numpy()
+    is_copy = gpu["kind"].to_numpy() == int(Kind.MEMCPY)
+    found: dict[tuple[str, int, int], list[tuple[float, float, str]]] = {}
+    for r in rows.tolist():
+        copies = np.flatnonzero((launch == r) & is_copy)
+        if not len(copies):
+            continue
+        c = copies[0]
+        s, dev, t = int(g_stream[c]), int(g_dev[c]), float(g_ts[c])
+        mine = np.flatnonzero((a_stream == s) & (a_dev == dev) & (a_ts <= t) & (a_end > h_ts[r]))
+        mine = mine[np.argsort(a_ts[mine], kind="stable")]
+        if not len(mine):
+            continue
+        i = len(mine) - 1
+        while i > 0 and a_ts[mine[i]] - a_end[mine[i - 1]] < RESUME_GAP_US:
+            i -= 1
+        resume = float(a_ts[mine[i]])
+        if resume - h_ts[r] < RESUME_LATE_SHARE * (h_end[r] - h_ts[r]):
+            continue
+        cand = np.flatnonzero(is_coll & (a_dev == dev) & (a_stream != s) & (a_end <= resume) & (a_end >= h_ts[r]))
+        if not len(cand):
+            continue
+        k = cand[np.argmax(a_end[cand])]
+        name = str(act["name"].iat[k])
+        key = (kind_of.get(int(a_rows[k]), collective_kind(name)), int(a_stream[k]), s)
+        found.setdefault(key, []).append((float(a_end[k] - a_ts[k]), resume - float(a_end[k]), name))
+    out = sorted(found.items(), key=lambda kv: -sum(d for d, _, _ in kv[1]))
+    return tuple(
+        WaitsOn(kind, v[0][2], stream, copy_stream, len(v), float(np.median([d for d, _, _ in v])),
+                float(np.median([a for _, a, _ in v])))
+        for (kind, stream, copy_stream), v in out
+    )  # fmt: skip
+
+
 def finding_due(q: QueuedWaits | None, window_us: float) -> bool:
     """Whether the queued-work stalls are large enough for a finding of their own."""
     return q is not None and window_us > 0 and q.stall_us >= QUEUED_IDLE_MIN_SHARE * window_us
@@ -145,6 +223,7 @@ __all__ = [
     "QUEUED_GAP_MIN_US",
     "QUEUED_IDLE_MIN_SHARE",
     "QueuedWaits",
+    "WaitsOn",
     "finding_due",
     "queued_waits",
 ]

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 from tracelens.analyzers.base import Found
-from tracelens.analyzers.communication import CollectiveRow, CommunicationFacts, ImpossibleWhy
+from tracelens.analyzers.communication import (
+    BufferSync,
+    CollectiveRow,
+    CommunicationFacts,
+    ImpossibleWhy,
+    ManySmall,
+    TorchRecComm,
+)
 from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
@@ -60,15 +67,98 @@ def row_text(r: CollectiveRow, calls: int) -> str:
     return f"{r.kind} on group {r.group} ({r.backend or 'backend unknown'}{n}): {size}, {bw}"
 
 
+def _many_small(m: ManySmall) -> str:
+    where = f" from {m.issued_in}" if m.issued_in else ""
+    return (
+        f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step ({m.calls:,} in the window) are issued one by one"
+        f"{where}: "
+        f"a median kernel of {fmt_us(m.kernel_median_us)} and {fmt_us(m.host_median_us)} of host time each, so "
+        "each pays NCCL's fixed latency and the host's issue cost for a few bytes. Bucket them into a few large "
+        "ones: DistributedDataParallel's gradient buckets (bucket_cap_mb, 25 MB by default) instead of one call "
+        "per tensor, torch.distributed's coalescing (one call on a flattened buffer, the coalescing manager); "
+        "under torch.compile let DDP bucket them (torch._dynamo.config.optimize_ddp) rather than reducing each "
+        "gradient inside the compiled graph."
+    )
+
+
+def _torchrec(t: TorchRecComm) -> str:
+    parts = []
+    if t.input_dist_us > 0:
+        if t.pipelined:
+            parts.append(
+                f"The input dist (the sparse features' KJT all-to-alls, {fmt_us(t.input_dist_us)} exposed) already "
+                "runs a batch ahead (the trace's sparse_data_dist ranges are TorchRec's TrainPipelineSparseDist), "
+                "yet no compute kernel runs beside that part of it: start it earlier in the step or give it more to "
+                "hide under (TrainPipelineSemiSync, or prefetching the next batch's embeddings)."
+            )
+        else:
+            parts.append(
+                f"The input dist (the sparse features' KJT all-to-alls, {fmt_us(t.input_dist_us)} exposed) runs in "
+                "line with the step: use TorchRec's TrainPipelineSparseDist to overlap the input dist with compute "
+                "(it starts the next batch's input dist on its own stream during this batch's forward and "
+                "backward)."
+            )
+    if t.embeddings_us > 0:
+        parts.append(
+            f"The pooled embeddings' all-to-all (alltoall_fwd_single / alltoall_bwd_single, "
+            f"{fmt_us(t.embeddings_us)} exposed) sits between the embedding lookups and the dense part that needs "
+            "it: send fewer bytes with TorchRec's quantized comms (QCommsConfig(forward_precision=CommType.FP16, "
+            "backward_precision=CommType.BF16) through get_qcomm_codecs_registry) or a sharding plan that moves "
+            "less (row-wise or data-parallel for small tables), or overlap it with the dense compute of another "
+            "batch (TrainPipelineSemiSync)."
+        )
+    return " ".join(parts)
+
+
+def _bound(f: CommunicationFacts) -> str:
+    """What bounds the gain of hiding the exposed kernels."""
+    if f.exposed_kernel_us <= 0 or f.down_sampled:
+        return ""
+    text = ""
+    if f.host_blocked_us > 0:
+        text = (
+            f"The host sits in blocking calls (a synchronize, a device-to-host copy) for {fmt_us(f.host_blocked_us)} "
+            "of the exposed time, waiting for a collective to end: that part is on the step's critical path."
+        )
+    rest = f.exposed_kernel_us - f.host_blocked_us
+    if f.host_paced_us >= 0.5 * rest > 0:
+        what = f"The rest ({fmt_us(rest)})" if f.host_blocked_us > 0 else "It"
+        text += (
+            f" {what} runs while the host is still launching the step's work (the GPU waits "
+            f"{fmt_us(f.host_paced_us)} on the host's launches and host work): hiding it shortens the step only as "
+            "far as the host keeps up, so the launch and host-work fixes come first there."
+        )
+    return text.strip()
+
+
+def _broadcast(b: BufferSync) -> str:
+    return (
+        f"DistributedDataParallel broadcasts the model's buffers from rank 0 before every forward "
+        f"({b.per_step:.0f} broadcasts a step, {_size(b.nbytes)} each, with {fmt_us(b.host_us)} of host time "
+        "flattening and unflattening them): when the buffers need no sync each step (BatchNorm running stats "
+        "each rank may keep, or no buffers that change), construct DistributedDataParallel(..., "
+        "broadcast_buffers=False); use SyncBatchNorm where the statistics must agree."
+    )
+
+
 def _advice(f: CommunicationFacts) -> str:
     parts = []
+    if f.down_sampled:
+        parts.append(
+            "This trace is down-sampled (see the notes): each collective kernel's own time holds, but compute "
+            "kernels that could hide them were dropped, so the overlapped share and the gain are rough."
+        )
     if f.peer_wait_us > 0.2 * max(f.wait_us, 1.0):
         parts.append(
             f"{fmt_us(f.peer_wait_us)} of it is gloo's exchange waiting beyond what the data needs: this rank waits "
             "for a slower one. Report on every rank's trace together (tracelens report DIR) to name the straggler "
             "and why it is late (data loading, a host sync, more work, lower clocks)."
         )
-    if f.issue_us > 0.2 * max(f.wait_us, 1.0) and f.issuing_calls:
+    if f.buffer_sync is not None:
+        parts.append(_broadcast(f.buffer_sync))
+    if f.many_small is not None:
+        parts.append(_many_small(f.many_small))
+    elif f.issue_us > 0.2 * max(f.wait_us, 1.0) and f.issuing_calls:
         n = f.issuing_calls
         parts.append(
             f"{fmt_us(f.issue_us)} of GPU idle is the host issuing {n} collectives ({fmt_us(f.issue_us / n)} "
@@ -76,7 +166,11 @@ def _advice(f: CommunicationFacts) -> str:
             "bucket_cap_mb, torch.distributed's coalescing manager, FSDP's larger wrap units), or keep the GPU busy "
             "meanwhile (async_op=True)."
         )
-    if f.exposed_kernel_us > 0:
+    if f.torchrec is not None:
+        parts.append(_torchrec(f.torchrec))
+    if f.exposed_kernel_us > 0 and f.many_small is None and (
+        f.torchrec is None or f.torchrec.input_dist_us + f.torchrec.embeddings_us < 0.5 * f.exposed_kernel_us
+    ):
         parts.append(
             f"{pct(f.overlapped_share)} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
             "(bucket_cap_mb, gradient_as_bucket_view=True) start all-reduces during backward; FSDP's "
@@ -84,6 +178,8 @@ def _advice(f: CommunicationFacts) -> str:
             "wait() only where the result is needed. How much of a kernel's time is waiting for other ranks one "
             "rank's trace cannot tell: report on every rank's trace together to measure it."
         )
+    if bound := _bound(f):
+        parts.append(bound)
     if f.impossible and f.link_name:
         which = ", ".join(f"{kind} on group {group}" for kind, group in f.impossible[:3])
         parts.append(
@@ -98,6 +194,12 @@ def _advice(f: CommunicationFacts) -> str:
     return "\n".join(parts) or "Overlap collectives with compute."
 
 
+def _joined(parts: list[str]) -> str:
+    if len(parts) > 1:
+        return ", ".join(parts[:-1]) + " and " + parts[-1]
+    return "".join(parts) or "collectives overlap other work"
+
+
 def words(found: Found[CommunicationFacts, CollectiveRow], share: float) -> Words:
     f = found.facts
     parts = []
@@ -105,11 +207,16 @@ def words(found: Found[CommunicationFacts, CollectiveRow], share: float) -> Word
         parts.append(f"{fmt_us(f.exposed_kernel_us)} of collective kernels nothing overlaps")
     if f.wait_us > 0:
         parts.append(f"{fmt_us(f.wait_us)} idle inside collectives")
+    if f.many_small is not None:
+        m = f.many_small
+        parts.append(
+            f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step, a median kernel of {fmt_us(m.kernel_median_us)}"
+        )
     title = (
         f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the window"
         + (f", {fmt_us(f.per_step_us)} per {f.unit}" if f.per_step_us is not None else "")
         + "): "
-        + " and ".join(parts or ["collectives overlap other work"])
+        + _joined(parts)
     )
     return Words(
         title=title,

@@ -48,6 +48,7 @@ CAUSE_WORDS = {
     "launch_overhead": "launch-overhead idle",
     "host_bound": "host-bound idle",
     "idle_other": "idle with work queued",
+    "unrecorded": "idle the trace does not describe (events removed)",
 }
 
 

@@ -28,6 +28,7 @@ REASON_WORDS = {
     "gpu_busy_copy": "more GPU copies",
     "communication": "waiting in another collective",
     "idle_other": "GPU waits outside its own work (streams, events)",
+    "unrecorded": "time its trace does not describe (a down-sampled trace)",
     "profiler": "the profiler's own overhead",
     "harness": "the benchmark harness's own work (cache flush, warm-up)",
     "unknown": "unknown",

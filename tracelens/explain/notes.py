@@ -10,6 +10,7 @@ from tracelens.derive.queued import BLOCKED_MIN_SHARE, QUEUED_GAP_MIN_US, Queued
 from tracelens.derive.window.spans import Window
 from tracelens.domain import fmt_us
 from tracelens.explain.window import window_reason
+from tracelens.model.sampling import DownSampled
 
 
 @dataclass(frozen=True)
@@ -94,3 +95,19 @@ def notes_text(n: NoteFacts) -> tuple[str, ...]:
             "finding blames it."
         )
     return tuple(out)
+
+
+def down_sampled_words(d: DownSampled, unrecorded_us: float, share: float) -> str:
+    """The note of a down-sampled trace (model/sampling.py): what was removed, and what the
+    report can and cannot say about it."""
+    return (
+        f"This trace is down-sampled: events were removed after the capture. Of its {d.host_ops:,} host ops "
+        f"{d.host_ops - d.silent_ops:,} launched GPU work (a complete trace has views, allocations and other ops "
+        f"that launch nothing), none of the {d.allocating_ops} ops that allocate their output has its aten::empty "
+        f"child, and its {d.runtime_calls:,} runtime calls are all launches. So kernels that ran and host ops "
+        f"that ran between the remaining ones are missing: the GPU idle the trace shows holds dropped kernels, "
+        f"and the host time between its ops holds dropped ops. That idle ({fmt_us(unrecorded_us)}, {share:.0%} of "
+        "the window) is 'unrecorded' in the ledger, not host work or launch overhead, and no step is replayed; "
+        "each remaining event's own time (a collective kernel's, say) still holds. Profile again without "
+        "removing events for the whole picture."
+    )

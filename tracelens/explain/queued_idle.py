@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.queued_idle import BlockedIn, QueuedFacts
-from tracelens.derive.queued import QUEUED_GAP_MIN_US, QUEUED_STALL_MIN_US, QueuedWaits
+from tracelens.derive.queued import QUEUED_GAP_MIN_US, QUEUED_STALL_MIN_US, QueuedWaits, WaitsOn
 from tracelens.domain import fmt_us, pct
 from tracelens.explain.base import Words
 
@@ -26,6 +26,15 @@ def _advice(q: QueuedWaits, blocked: bool) -> str:
         "kernel waits on an event recorded on another stream (cudaStreamWaitEvent: "
         f"{q.stream_waits} in the window), on a peer rank, or on work another stream has not been given yet."
     )
+    if blocked and q.waits_on:
+        w = q.waits_on[0]
+        what = w.kind.replace("_", "-")
+        lead += (
+            f" Here the queued work and the host's copy wait on the {what} on stream {w.stream}: the copy's "
+            f"stream {w.copy_stream} runs only after it, so the host, blocked in the copy, launches nothing "
+            f"meanwhile; look at why the {what} takes as long as it does too (its other ranks: report on every "
+            "rank's trace together)."
+        )
     if not blocked:
         return (
             lead + " Find the stream the next kernel waits on in the trace's flow and stream rows, and launch "
@@ -38,6 +47,16 @@ def _advice(q: QueuedWaits, blocked: bool) -> str:
         "kernels behind it. Copy into a pinned buffer with non_blocking=True and wait on an event only where "
         "the value is read (or move the read to the end of the step), then check which stream the queued "
         "work waits on."
+    )
+
+
+def _waits_on(w: WaitsOn) -> str:
+    what = w.kind.replace("_", "-")
+    kernel = w.kernel.split("(")[0]
+    return (
+        f"the copies' stream {w.copy_stream} ran again only after the {what} on stream {w.stream} ended ({kernel}, "
+        f"{fmt_us(w.kernel_median_us)} a call; {fmt_us(w.after_median_us)} later; {w.calls} of the copies): the "
+        f"copy waits on that {what} through the streams' event waits, and the host with it"
     )
 
 
@@ -58,6 +77,8 @@ def words(found: Found[QueuedFacts, BlockedIn], share: float) -> Words:
             for w, n, t, longest in q.blocked_what
         )
         title += f"; {fmt_us(blocked)} of it while the host sat in blocking calls: {parts}{copies}"
+        if q.waits_on:
+            title += "; " + _waits_on(q.waits_on[0])
     return Words(
         title=title,
         advice=_advice(q, blocked > 0),

@@ -24,6 +24,7 @@ CAUSE_COLOURS: dict[str, str] = {
     "launch_overhead": "#f08c2e",
     "host_bound": "#e8c53a",
     "idle_other": "#9aa3ad",
+    "unrecorded": "#e4e7eb",
 }
 
 #: Colours of a memory snapshot's categories (render/snapshot.py, the _snapshot partials).

@@ -58,6 +58,7 @@ Cause = Literal[
     "launch_overhead",
     "host_bound",
     "idle_other",
+    "unrecorded",
 ]
 CAUSES: tuple[Cause, ...] = get_args(Cause)
 
