@@ -22,10 +22,14 @@ work of their own), so it is read from the trace: the median duration of its che
 view-like ops. A Python frame costs US_PER_PYTHON_EVENT (PyG: 36,000 frames a step and
 43 ms of profiler time; bench/profiler_overhead.py on branch comm measured 0.46 µs in a
 one-frame loop on the H200 host, the floor), a runtime call US_PER_RUNTIME_EVENT (CUPTI's
-callback). Checked, step without the profiler replayed vs measured with CUDA events
-(H200): timm +7%, PyG +13%, Trainer +23% (profiled: +65%, +152%, +91%); the diff pairs'
-host-bound sides -25% (graph, no cheap ops: the default op cost) to +28% (ragged after),
-profiled +40% to +113%.
+callback). torch.profiler's own Python frames (prof.step() between steps: 60-70 µs a
+step in the H200 pairs' traces, 135 µs in diff_graph_u_after's first) are its cost whole,
+not per event; a CUDA-graph launch costs it the launch's time beyond
+GRAPH_LAUNCH_UNPROFILED_US. Checked, step without the profiler replayed vs measured with
+CUDA events (H200): timm +7%, PyG +13%, Trainer +23% (profiled: +65%, +152%, +91%; before
+the profiler's frames and graph launches were modelled); the diff pairs' 42 sides
+(bench/bench_replay.py --accuracy): 30 within 15%, the host-bound ones -26% (graph
+before, no cheap ops: the default op cost) to +70% (kv_u after), profiled +40% to +142%.
 """
 
 from __future__ import annotations

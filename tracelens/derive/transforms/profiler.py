@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tracelens.derive.graph import CLOCK_SLACK_US, END_START, EXPLAINED_US, GPU, HOST, START_START, DependencyGraph
+from tracelens.derive.graph import CLOCK_SLACK_US, END_START, GPU, HOST, START_START, DependencyGraph
 from tracelens.derive.profiler_cost import HIGH_SCALE, LOW_SCALE, ProfilerCost
 from tracelens.derive.replay import Edit
 from tracelens.derive.transforms import Variant
