@@ -28,7 +28,7 @@ not per event; a CUDA-graph launch costs it the launch's time beyond
 GRAPH_LAUNCH_UNPROFILED_US. Checked, step without the profiler replayed vs measured with
 CUDA events (H200): timm +7%, PyG +13%, Trainer +23% (profiled: +65%, +152%, +91%; before
 the profiler's frames and graph launches were modelled); the diff pairs' 42 sides
-(bench/bench_replay.py --accuracy): 30 within 15%, the host-bound ones -26% (graph
+(bench/bench_replay.py --accuracy): 29 within 15% (24 within 10%), the host-bound ones -26% (graph
 before, no cheap ops: the default op cost) to +70% (kv_u after), profiled +40% to +142%.
 """
 
