@@ -261,11 +261,13 @@ def shape_plan(ctx: AnalysisContext) -> Plan | None:
         else np.empty(0)
     )
     intervals = np.array(iv, dtype=np.float64)
+    planned = [s for s in step_spans(ctx) if ((intervals[:, 0] < s[1]) & (intervals[:, 1] > s[0])).any()]
 
     def apply(edit: Edit, v: Variant) -> None:
         scale = {Variant.LOW: 1.1, Variant.HIGH: 0.0}.get(v, 1.0)
         factors = 1.0 + (k_f - 1.0) * scale
         t_host.apply(graph_of(ctx), edit, v, intervals, low_share=0.95, kernel_rows=k_rows, kernel_factors=factors)
+        t_host.warm_host(graph_of(ctx), edit, v, np.array(planned, dtype=np.float64))
 
     return Plan(
         "static_shapes",
