@@ -37,7 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from tracelens import __version__, assemble, predict  # noqa: E402
-from tracelens.analyzers import run_all  # noqa: E402
 from tracelens.derive.context import AnalysisContext  # noqa: E402
 from tracelens.derive.replay import replay  # noqa: E402
 from tracelens.model import load_trace  # noqa: E402
@@ -142,7 +141,7 @@ def one(path: Path) -> tuple[float, float, float, float, int, int, float]:
     finally:
         assemble.attach_predictions = real  # type: ignore[assignment]
     ctx = AnalysisContext(model)
-    findings = run_all(ctx)
+    findings = assemble.findings_of(ctx)  # worded, as build_report hands them to predict.attach
     t0 = time.perf_counter()
     g = ctx.graph
     _ = ctx.replayed
