@@ -48,3 +48,8 @@ def nothing_fixed_text(primary: str | None, predicted_step_us: float) -> str:
         if primary and predicted_step_us > 0
         else ""
     )
+
+
+def common_steps_text(lo: int, hi: int) -> str:
+    """The steps a prediction was scored on, where the two windows held different steps."""
+    return f"(Scored on steps {lo}-{hi}, the ones both windows hold.)"

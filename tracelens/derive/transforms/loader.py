@@ -14,7 +14,10 @@ workloads/diff_pairs.py), LOW W = 2 and 1.5x the receiving cost, HIGH W = 8 and 
 Measured on the H200 (torch 2.11, the `loader` pair of workloads/diff_pairs.py: 32 x
 3x160x160 fp32 batches, 9.8 MB, a conv net training step; num_workers 0 -> 4): the
 training thread's `__next__` went from 11.7 ms to 1.81 ms a step (the receiving cost) and
-the batch's pageable copy from 1.04 to 1.93 ms of GPU time.
+the batch's pageable copy from 1.04 to 1.93 ms of GPU time, and its cudaMemcpyAsync call
+(the host staging the batch from the worker's pages) from 1.19 to 2.19 ms a step (1.85x):
+the call is as much slower as its copy (SHM_COPY_SLOWDOWN, fitted on `loader`; loader_u,
+not fitted: 1.47 -> 2.36 ms, 1.61x).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import numpy as np
 
 from tracelens.derive.graph import DependencyGraph
 from tracelens.derive.replay import Edit
-from tracelens.derive.transforms import Variant, remove_host_time
+from tracelens.derive.transforms import Variant, launch_nodes_of, remove_host_time
 
 #: Receiving one batch from a worker on the training thread, under the profiler (H200:
 #: 1.81 ms for a 9.8 MB batch; the fixed part is a guess at a small batch's cost).
@@ -58,7 +61,12 @@ def apply(
     remove_host_time(g, edit, np.column_stack([iv[:, 0] + keep, iv[:, 1]]))
     nodes = g.node_of_gpu_rows(np.asarray(copy_rows, dtype=np.int64))
     nodes = nodes[nodes >= 0]
-    edit.dur[nodes] = edit.dur[nodes] * (1.0 + (SHM_COPY_SLOWDOWN - 1.0) * scale)
+    slower = 1.0 + (SHM_COPY_SLOWDOWN - 1.0) * scale
+    edit.dur[nodes] = edit.dur[nodes] * slower
+    # A pageable copy's call stages the batch on the host, from the same pages: as much slower.
+    calls = np.unique(launch_nodes_of(g, nodes))
+    calls = calls[calls >= 0]
+    edit.dur[calls] = edit.dur[calls] * slower
     floor = float(load.sum()) / workers
     edit.min_span_us = max(edit.min_span_us, floor)
     return floor
