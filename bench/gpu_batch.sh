@@ -123,7 +123,7 @@ start_part2() {  # issue 33: the torchrun runs, in the background
     else TRUNS="${TORCHRUN_RUNS:-50}"; TJOBS="${TORCHRUN_JOBS:-5}"; TBUDGET=$((l - 140)); DEV=cuda; TSTEPS=(); fi
     DEV="${DEVICE:-$DEV}"
     timeout -k 5 $((l - 15)) "$PY" bench/torchrun_runs.py --runs "$TRUNS" --jobs "$TJOBS" --device "$DEV" \
-        "${TSTEPS[@]}" --nice 0 --budget-s "$TBUDGET" --run-timeout 120 --out "$D2/torchrun.jsonl" --keep "$D2/kept" \
+        "${TSTEPS[@]}" --nice 0 --budget-s "$TBUDGET" --run-timeout "${TORCHRUN_TIMEOUT:-120}" --out "$D2/torchrun.jsonl" --keep "$D2/kept" \
         > "$D2/torchrun.log" 2>&1 &
     pids+=($!)
 }
@@ -146,7 +146,7 @@ summary_part2() {
     {
         echo "# part 2: issue 33 on $(sed -n 2p "$D2/versions.txt")"
         echo; echo '```'; cat "$D2/versions.txt"; echo "ran with: $WITH"; echo '```'
-        echo; echo "## torchrun: 2 gloo ranks on $DEV, $TJOBS runs at a time, start budget $TBUDGET s, run timeout 120 s"
+        echo; echo "## torchrun: 2 gloo ranks on $DEV, $TJOBS runs at a time, start budget $TBUDGET s, run timeout ${TORCHRUN_TIMEOUT:-120} s"
         echo; "$PY" bench/torchrun_runs.py --table "$D2/torchrun.jsonl" 2>&1
         if [[ -f "$D2/programs.log" ]]; then
             echo; echo "## issue 31 programs (workloads/programs/gpu_run.sh, results in programs.tar.xz)"; echo; echo '```'
