@@ -241,7 +241,7 @@ def _alloc_calls(ctx: AnalysisContext) -> AllocCalls | None:
     end = host["end"].to_numpy()
     rows = all_rows[(end[all_rows] > dev.window_start) & (ts[all_rows] < dev.window_end)]
     before = all_rows[ts[all_rows] < dev.window_start]
-    gaps = dev.gaps[dev.gaps["cause"] == "allocation"]
+    gaps = dev.gaps_of("allocation")
     iv = gaps[["start", "end"]].to_numpy() if len(gaps) else np.empty((0, 2))
     idle_in = overlap(iv, ts[rows], end[rows]) if len(iv) and len(rows) else np.zeros(len(rows))
     by_site: dict[tuple[str, str, str], list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])

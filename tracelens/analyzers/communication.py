@@ -212,7 +212,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     found = ctx.collectives
     calls = [c for c in found.between(dev.window_start, dev.window_end) if c.device in (-1, dev.device)]
     exposed_kernels = float(sum(b - a for a, b in dev.busy_classes["communication"]))
-    waits = dev.gaps[dev.gaps["cause"] == "communication"]
+    waits = dev.gaps_of("communication")
     wait_iv = waits[["start", "end"]].to_numpy() if len(waits) else np.empty((0, 2))
     wait_us = float(waits["dur"].sum())
     world = model.meta.world_size

@@ -155,7 +155,7 @@ def _sync_idle_in(ctx: AnalysisContext, rows: list[int]) -> float:
     dev = ctx.ledger.primary
     if dev is None or not rows:
         return 0.0
-    gaps = dev.gaps[dev.gaps["cause"] == "host_sync"]
+    gaps = dev.gaps_of("host_sync")
     if gaps.empty:
         return 0.0
     roots = set(rows)

@@ -239,8 +239,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
     if dev is None:
         return []
     model = ctx.model
-    gaps = dev.gaps
-    hb = gaps[gaps["cause"] == "host_bound"]
+    hb = dev.gaps_of("host_bound")
     total = float(hb["dur"].sum())
     if total <= 0:
         return []

@@ -67,7 +67,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[LaunchFacts, Launcher]]:
         return []
     model = ctx.model
     gaps = dev.gaps
-    launch_gaps = gaps[gaps["cause"] == "launch_overhead"]
+    launch_gaps = dev.gaps_of("launch_overhead")
     launch_idle = float(launch_gaps["dur"].sum())
     if launch_idle <= 0:
         return []

@@ -172,6 +172,9 @@ class DeviceLedger:
     def share(self, cause: str) -> float:
         return self.by_cause.get(cause, 0.0) / self.window_us if self.window_us > 0 else 0.0
 
+    def gaps_of(self, cause: str) -> pd.DataFrame:  # the idle gaps the ledger charged to `cause`
+        return self.gaps[self.gaps["cause"] == cause]
+
 
 @dataclass(frozen=True)
 class StepLedger:
@@ -657,15 +660,12 @@ def _dispatch_gaps(model: TraceModel, gaps: pd.DataFrame, thread_key: np.ndarray
             covered[sel] = overlap(iv, g_start[sel], g_end[sel])
     dispatch = covered < COVER_SHARE * (g_end - g_start)
     cause[cand[dispatch]] = "launch_overhead"
-    gaps = gaps.copy()
-    gaps["cause"] = cause
-    return gaps
+    return gaps.assign(cause=cause)
 
 
 def cause_intervals(dev: DeviceLedger, cause: str) -> np.ndarray:
     """The sorted intervals of one cause (busy classes and idle gaps of that cause)."""
-    g = dev.gaps[dev.gaps["cause"] == cause]
-    idle = g[["start", "end"]].to_numpy() if len(g) else np.empty((0, 2))
+    idle = dev.gaps_of(cause)[["start", "end"]].to_numpy(dtype=float).reshape(-1, 2)
     busy = dev.busy_classes.get(cause, np.empty((0, 2)))
     return union(busy, idle) if len(idle) and len(busy) else (busy if len(busy) else idle)
 

@@ -90,7 +90,7 @@ def queued_waits(
     """The queued-work idle of `dev` and what it coincides with, or None when it has none."""
     if dev is None:
         return None
-    g = dev.gaps[dev.gaps["cause"] == "idle_other"]
+    g = dev.gaps_of("idle_other")
     if g.empty:
         return None
     host = model.host

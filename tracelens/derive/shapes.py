@@ -134,7 +134,7 @@ def shape_sites(model: TraceModel, dev: DeviceLedger | None, window: Window) -> 
         n: float(np.median(repeat_durs[n])) if repeat_durs[n] else min(dur[r] for r, m, _, _ in picked if m == n)
         for n in varying
     }
-    gaps = dev.gaps[dev.gaps["cause"] == "host_bound"]
+    gaps = dev.gaps_of("host_bound")
     gap_iv = gaps[["start", "end"]].to_numpy() if len(gaps) else np.empty((0, 2))
     alloc_rows = np.flatnonzero(
         np.isin(kind, [int(Kind.RUNTIME), int(Kind.DRIVER)]) & name_matches(host["name"], ALLOC_APIS.__contains__)
