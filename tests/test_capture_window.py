@@ -4,6 +4,8 @@ part of a run `tracelens capture` records by default and with --steps/--window/-
 from __future__ import annotations
 
 from tracelens.capture.window import (
+    DURATION_S,
+    FIRST_STEP_GRACE,
     FRAMEWORK_WARMUP_S,
     STEPS,
     WARMUP_S,
@@ -42,6 +44,33 @@ def test_duration_ends_slow_steps_early() -> None:
     acts = _steps(w, 30, dt=0.5)
     assert Action.STOP in acts and w.kept is not None and w.kept.reason == "2 s"
     assert w.kept.last_step is not None and w.kept.last_step - w.kept.first_step < STEPS
+
+
+def test_the_cap_counts_from_when_the_profiler_runs() -> None:
+    """Under load the profiler's start took 7-52 s: the cap starts when it is running
+    (the H200 box's 15 scenario runs whose trace held no torch op)."""
+    w = Window(Limits())
+    w.begin()
+    acts = _steps(w, WARMUP_STEPS, t0=0.1)
+    assert acts[-1] is Action.START
+    w.started(10.5)  # the start returned 10.4 s later
+    assert w.next_deadline() == 10.5 + DURATION_S * FIRST_STEP_GRACE  # no step inside yet
+    assert w.tick(11.0) is Action.NONE
+    assert w.accept("optimizer") and w.step(11.2) is Action.STEP
+    assert w.next_deadline() == 10.5 + DURATION_S  # a step is held: the plain cap
+    assert w.tick(10.5 + DURATION_S) is Action.STOP
+    assert w.kept is not None and w.kept.last_step == WARMUP_STEPS + 1
+
+
+def test_a_step_longer_than_the_cap_is_waited_for_up_to_the_grace() -> None:
+    w = Window(Limits(duration_s=2.0))
+    w.begin()
+    _steps(w, WARMUP_STEPS)
+    assert w.current is not None
+    t_start = w.current.t_start
+    assert w.tick(t_start + 2.0) is Action.NONE  # the first step inside is not over yet
+    assert w.tick(t_start + 2.0 * FIRST_STEP_GRACE) is Action.STOP  # but not for ever
+    assert w.kept is not None and w.kept.reason == "2 s"
 
 
 def test_no_marks_records_by_time_and_later_marks_take_over() -> None:

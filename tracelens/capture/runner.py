@@ -165,6 +165,7 @@ class _Capture:
             if not self.recorder.start(cur.first_step if cur else self.window.steps, provisional):
                 self.window.start_failed()
             else:
+                self.window.started(self.now())
                 self.on_started(cur)
         elif action is Action.STOP:
             self.recorder.stop()
@@ -584,6 +585,7 @@ def _run(
             # used up the 5 s warm-up by time before the script began, so that the start of
             # the run set aside held 22 ms.
             cap.t0 = t0 = time.perf_counter()
+            window.started(0.0)  # the recording of the start, on the script's clock
             if state is not None:  # the supervisor times the script's end from the same start
                 state({"event": "started", "epoch_s": time.time()})
             timer.start()
