@@ -652,5 +652,3 @@ def _run(
                 samples = sampler.stop() if sampler is not None else None
     with _no_interrupts():
         return _finish(opts, out, notes, window, recorder, quiet, samples, exit_code, wall, writer, exports)
-
-
