@@ -72,3 +72,51 @@ def test_diff_gate_options_in_the_docs_exist() -> None:
     used |= set(re.findall(r"(?<![\w-])(--[a-z][a-z-]+)", yaml[yaml.index("#### A CI gate") :][:2500]))
     used -= _option_names(_command("capture"))
     assert used and used <= ours
+
+
+def _schema(name: str) -> dict[str, Any]:
+    import json
+
+    out = json.loads((REPO / "tracelens" / "report" / "schemas" / name).read_text())
+    assert isinstance(out, dict)
+    return out
+
+
+def _props(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    """The properties of a schema node, through $ref, anyOf (nullable) and array items."""
+    for _ in range(8):
+        if "$ref" in node:
+            node = schema["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+        elif "anyOf" in node:
+            node = next(n for n in node["anyOf"] if n.get("type") != "null")
+        elif node.get("type") == "array":
+            node = node["items"]
+        else:
+            break
+    props = node.get("properties", {})
+    assert isinstance(props, dict)
+    return props
+
+
+def test_the_skill_file_names_fields_the_json_has() -> None:
+    """Every dotted field docs/agents.md tells an agent to read (`summary.primary`,
+    `verdict.within_noise`, `snapshot.sites[]`, ...) and every field it lists for
+    `findings[]` is in the report's or the diff's JSON schema."""
+    text = (REPO / "docs" / "agents.md").read_text()
+    report, diff = _schema("report-v2.schema.json"), _schema("diff-v1.schema.json")
+    # Where a path starts: the diff's verdict, a finding's prediction, else the report.
+    roots = {"verdict": (diff, "DiffReport"), "causes": (diff, "DiffReport"), "prediction": (report, "Finding")}
+    dotted = set(re.findall(r"`([a-z_]+(?:\.[a-z_]+)+)(?:\[\])?`", text)) - {"torch.profiler"}
+    assert len(dotted) >= 10
+    for path in sorted(dotted):
+        head, *rest = path.split(".")
+        schema, top = roots.get(head, (report, "Report"))
+        props = _props(schema, schema["$defs"][top])
+        for part in (head, *rest):
+            assert part in props, f"docs/agents.md: {path} ({part})"
+            props = _props(schema, props[part])
+    bullet = text[text.index("- `findings[]`") :].split("\n- ", 1)[0]
+    finding = _props(report, report["$defs"]["Finding"])
+    names = set(re.findall(r"`([a-z_]+)(?:\[\])?`", bullet)) - {"findings", "replay", "estimate", "file", "line",
+                                                                 "function"}  # fmt: skip
+    assert len(names) >= 10 and names <= set(finding), names - set(finding)

@@ -17,7 +17,7 @@ exec > >(tee -a "$DEST/run.log") 2>&1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 python3 -c "import torch; print(torch.__version__, torch.cuda.nccl.version(), torch.cuda.device_count())" || true
 t0=$SECONDS
-timeout -k 10 75 python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
+timeout -k 5 55 python3 -m torch.distributed.run --standalone --nproc-per-node 2 \
     workloads/inputs/graph_train.py --out "$DEST"
 echo "rc=$? in $((SECONDS - t0)) s"
 ls -lR "$DEST"
