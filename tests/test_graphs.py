@@ -217,3 +217,81 @@ def test_a_collective_inside_a_graph_is_seen_with_its_bytes(tmp_path: Path) -> N
     assert {(m.module, m.phase) for m in g.modules} >= {("layers.0.mlp", "forward")}
     # the ledger sees the replayed NCCL kernel as communication
     assert rep.gpu_time.total.get("communication") > 0
+
+
+def test_a_collective_captured_into_a_graph_gets_its_bytes_from_the_capture_trace(tmp_path: Path) -> None:
+    """Edge case, synthetic (as above: one GPU launches no NCCL kernel): a replay with no
+    annotations, its capture trace beside it in capture_traces/. The NCCL launch at
+    capture sits under its record_param_comms, whose fields (what the H200's 1-rank
+    capture recorded: allreduce, 1,024,000 bf16 elements) give the replayed kernel its
+    collective and bytes; before, a captured node took a collective from annotations only."""
+    nelems = 1_024_000
+    nccl = "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)"
+    gemm = "nvjet_sm90_tst_128x128_64x6_2x1_v_bz_NNT"
+    props = [{"id": 0, "name": "NVIDIA H200", "numSms": 132, "computeMajor": 9, "computeMinor": 0}]
+    comm_args = {"External id": 11, "Collective name": "allreduce", "In msg nelems": nelems,
+                 "Out msg nelems": nelems, "Group size": 2, "dtype": "BFloat16", "Process Group Name": "0",
+                 "Process Group Description": "default_pg", "Process Group Ranks": "[0, 1]"}  # fmt: skip
+    cap: list[dict[str, object]] = [
+        {"ph": "X", "cat": "user_annotation", "name": "capture_8_train", "pid": 1, "tid": 1, "ts": 0.0,
+         "dur": 1000.0, "args": {"External id": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 10.0, "dur": 50.0,
+         "args": {"External id": 10, "Input Dims": [[2048, 1024], [1024, 1024]],
+                  "Input type": ["c10::BFloat16", "c10::BFloat16"]}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": 20.0, "dur": 5.0,
+         "args": {"External id": 10, "correlation": 1}},
+        {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": 100.0, "dur": 80.0,
+         "args": comm_args},
+        {"ph": "X", "cat": "cpu_op", "name": "nccl:all_reduce", "pid": 1, "tid": 1, "ts": 110.0, "dur": 60.0,
+         "args": {"External id": 12}},
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernelExC", "pid": 1, "tid": 1, "ts": 120.0,
+         "dur": 5.0, "args": {"External id": 12, "correlation": 2}},
+    ]  # fmt: skip
+    (tmp_path / "capture_traces").mkdir()
+    (tmp_path / "capture_traces" / "capture.pt.trace.json").write_text(
+        json.dumps({"traceEvents": cap, "deviceProperties": props})
+    )
+    events: list[dict[str, object]] = []
+    for i in range(3):
+        t = 100.0 + i * 1500
+        events += [
+            {"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1, "ts": t - 50,
+             "dur": 1500.0},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "pid": 1, "tid": 1, "ts": t, "dur": 10.0,
+             "args": {"correlation": 100 + i}},
+            {"ph": "X", "cat": "kernel", "name": gemm, "pid": 0, "tid": 7, "ts": t + 20, "dur": 300.0,
+             "args": {"correlation": 100 + i, "device": 0, "stream": 7, "graph id": 3}},
+            {"ph": "X", "cat": "kernel", "name": nccl, "pid": 0, "tid": 7, "ts": t + 330, "dur": 400.0,
+             "args": {"correlation": 100 + i, "device": 0, "stream": 7, "graph id": 3}},
+        ]  # fmt: skip
+    path = tmp_path / "replay.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events, "deviceProperties": props}))
+    rep = report_of(path)
+    g = rep.graphs
+    assert g is not None and g.replays == 3 and g.captured_share == pytest.approx(1.0)
+    assert g.annotated_share == 0
+    (c,) = g.collectives
+    assert (c.collective, c.group, c.group_size, c.dtype, c.calls) == ("allreduce", "default_pg", 2, "BFloat16", 3)
+    assert c.bytes == 2 * nelems
+    assert c.algbw_gbps == pytest.approx(2 * nelems / 400e-6 / 1e9, rel=1e-6)
+    assert rep.gpu_time.total.get("communication") > 0
+
+
+COMM = DATA / "graph_comm" / "rank0"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not (COMM / "graph_train_replay.pt.trace.json.gz").exists(),
+    reason="2-GPU sample not made yet: workloads/inputs/run_h200x2_graph_comm.sh on nvidia-h200-x2",
+)
+def test_h200x2_allreduce_replayed_from_a_graph() -> None:
+    """Rank 0 of graph_train.py under torchrun on 2 H200s: the head's weight and bias
+    gradients (1,024,000 and 1,000 bf16 elements) all-reduced by NCCL inside the captured
+    step, replayed 10 times; its capture trace in capture_traces/ beside the replay."""
+    rep = report_of(COMM / "graph_train_replay.pt.trace.json.gz")
+    g = rep.graphs
+    assert g is not None and g.replays == 10 and g.captured_share > 0.99
+    got = {(c.collective, c.bytes, c.group_size, c.dtype): c.calls for c in g.collectives}
+    assert got == {("allreduce", 2 * 1_024_000, 2, "BFloat16"): 10, ("allreduce", 2 * 1_000, 2, "BFloat16"): 10}
+    assert rep.gpu_time.total.get("communication") > 0

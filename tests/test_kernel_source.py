@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
-from support.corpus import model_of, report_of, sample
+from support.corpus import model_of, needs_real, real, report_of, sample
 
 from tracelens.derive.kernel_source import kernel_identifier, kernel_sources
 
@@ -51,6 +51,10 @@ def test_kernel_identifier() -> None:
     assert kernel_identifier("void (anonymous namespace)::multimem_all_reduce_kernel<c10::BFloat16, 16>(x)") == (
         "multimem_all_reduce_kernel"
     )
+    # vLLM's SFINAE return type: the `>` of `(8)>(0)` closes no template
+    enable_if = ("std::enable_if<(((8)>(0)))&&vllm::_typeConvert<c10::BFloat16>::exists, void>::type "
+                 "vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(c10::BFloat16*, long, int)")  # fmt: skip
+    assert kernel_identifier(enable_if) == "fused_add_rms_norm_kernel"
 
 
 @pytest.mark.slow
@@ -89,3 +93,57 @@ def test_h200_inductor_and_user_triton_kernels(monkeypatch: pytest.MonkeyPatch) 
     assert src[user.line - 2] == "@triton.jit"  # type: ignore[operator]
     assert user.launched_from is not None and user.launched_from.function == "scale_shift"
     assert "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_bias_TNN" not in got  # cuBLAS: not the user's
+
+
+#: A stand-in for vLLM's csrc/layernorm_kernels.cu, written here in the shape of its
+#: definitions (a SFINAE return type on its own line before the name; a plain one).
+_LAYERNORM_CU = """#include <torch/all.h>
+namespace vllm {
+template <typename scalar_t, int VEC_SIZE, int NUM_DIMS>
+__global__ void rms_norm_kernel(scalar_t* __restrict__ out, const scalar_t* __restrict__ input) {
+  // ...
+}
+
+template <typename scalar_t, int width>
+__global__ std::enable_if_t<(width > 0) && _typeConvert<scalar_t>::exists>
+fused_add_rms_norm_kernel(scalar_t* __restrict__ input, const int64_t input_stride) {
+  // ...
+}
+}  // namespace vllm
+"""
+
+
+@pytest.mark.slow
+@needs_real
+def test_vllm_extension_kernels_name_their_custom_op(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """TraceLens's vLLM trace (B200, with stacks): the kernels of vLLM's compiled `_C`
+    extension get their custom op and the Python call that launched it, and with the .cu
+    sources under TRACELENS_SOURCES their `__global__` line. PyTorch's own symmetric-memory
+    all-reduce (`symm_mem::multimem_all_reduce_`) and the NCCL kernel of vLLM's Python
+    custom op `vllm::all_gather` are not an extension's source (both were before)."""
+    trace = real("eager_trace.json.gz")
+    model = model_of(trace)
+    names = [str(n) for n in model.gpu["name"].cat.categories]
+    monkeypatch.delenv("TRACELENS_SOURCES", raising=False)
+    monkeypatch.chdir(tmp_path)
+    away = {k.function: k for k in kernel_sources(model, names) if k.kind == "extension"}
+    assert {"rms_norm_kernel", "fused_add_rms_norm_kernel", "rotary_embedding_kernel"} <= set(away)
+    rms = away["rms_norm_kernel"]
+    assert rms.library == "_C::rms_norm" and not rms.found and rms.line is None and rms.file == ""
+    assert rms.launched_from is not None and rms.launched_from.file.endswith("vllm/_custom_ops.py")
+    assert away["fused_add_rms_norm_kernel"].library == "_C::fused_add_rms_norm"
+    assert away["reshape_and_cache_flash_kernel"].library == "_C_cache_ops::reshape_and_cache_flash"
+    assert "multimem_all_reduce_kernel" not in away
+    assert not any(k.function.startswith("nccl") for k in away.values())
+
+    csrc = tmp_path / "src" / "csrc"
+    csrc.mkdir(parents=True)
+    (csrc / "layernorm_kernels.cu").write_text(_LAYERNORM_CU)
+    monkeypatch.setenv("TRACELENS_SOURCES", str(tmp_path / "src"))
+    got = {k.function: k for k in kernel_sources(model, names) if k.kind == "extension"}
+    lines = _LAYERNORM_CU.splitlines()
+    for ident in ("rms_norm_kernel", "fused_add_rms_norm_kernel"):
+        k = got[ident]
+        assert k.found and k.file == str(csrc / "layernorm_kernels.cu")
+        assert lines[k.line - 1].startswith("__global__")  # type: ignore[operator]
+    assert not got["rotary_embedding_kernel"].found  # its .cu is not there: no line made up

@@ -37,7 +37,7 @@ import msgspec
 import numpy as np
 
 from tracelens.model.graph_annotations import NAME_KEYS, STACK_KEYS, read_graph_args
-from tracelens.model.schema import Kind
+from tracelens.model.schema import CommArgs, Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel
 
@@ -291,6 +291,7 @@ class _Launch:
     phase: Phase
     source: PySource | None
     op_row: int
+    collective: dict[str, str] = field(default_factory=dict)  # its record_param_comms' fields
 
 
 @dataclass(frozen=True)
@@ -346,13 +347,14 @@ def _regions_of(path: str, notes: list[str]) -> list[_Region]:
         windows = [(float(ts[r]), float(end[r])) for r, _ in spans] or [(-np.inf, np.inf)]
     regions: list[_Region] = []
     backward = _Backward(path, cap)
+    comms = {a.external_id: a for a in cap.comm_args if not a.on_gpu and a.external_id >= 0}
     for lo, hi in windows:
         around = [(r, n) for r, n in spans if ts[r] <= lo and end[r] >= hi]
         m = _CAPTURE_RANGE.match(around[-1][1]) if around else None
         name = around[-1][1] if around else os.path.basename(path)
         batch = int(m.group(1)) if m else (int(file_bs.group(1)) if file_bs else None)
         inside = calls[(ts[calls] >= lo) & (ts[calls] <= hi)]
-        launches = tuple(_launch(cap, int(c), api_kind[int(arrays.name_codes[c])], backward) for c in inside)
+        launches = tuple(_launch(cap, int(c), api_kind[int(arrays.name_codes[c])], backward, comms) for c in inside)
         if launches:
             regions.append(_Region(file=path, name=name, batch=batch, launches=launches))
     return regions
@@ -362,7 +364,7 @@ def _codes(table: list[str], names: frozenset[str]) -> list[int]:
     return [i for i, n in enumerate(table) if n in names]
 
 
-def _launch(cap: TraceModel, row: int, kind: str, backward: _Backward) -> _Launch:
+def _launch(cap: TraceModel, row: int, kind: str, backward: _Backward, comms: dict[int, CommArgs]) -> _Launch:
     arrays = cap.arrays
     op_row = int(arrays.op[row])
     op = arrays.name(op_row) if op_row >= 0 else ""
@@ -370,9 +372,15 @@ def _launch(cap: TraceModel, row: int, kind: str, backward: _Backward) -> _Launc
     module = ""
     phase: Phase = ""
     source = user_source(cap, row)
+    collective: dict[str, str] = {}
+    ext = cap.host["external_id"].to_numpy()
     for r in cap.host_chain(row):
         k = int(arrays.kind[r])
         name = arrays.name(r)
+        if not collective and k == int(Kind.CPU_OP) and int(ext[r]) in comms:
+            # A collective captured into the graph: its record_param_comms says what the
+            # replayed NCCL kernel moves, as an annotation's collective fields would.
+            collective = _comm_fields(comms[int(ext[r])])
         if not module and k == int(Kind.USER_ANNOTATION) and name.startswith(_MODULE_RANGE):
             module = name[len(_MODULE_RANGE) :]
         if k == int(Kind.USER_ANNOTATION) and name.startswith(_OPTIMIZER_RANGE) and not phase:
@@ -387,7 +395,16 @@ def _launch(cap: TraceModel, row: int, kind: str, backward: _Backward) -> _Launc
                 source = source or fwd[1]
     if not phase and module:
         phase = "forward"
-    return _Launch(kind=kind, op=op, shapes=shapes, module=module, phase=phase, source=source, op_row=op_row)
+    return _Launch(kind=kind, op=op, shapes=shapes, module=module, phase=phase, source=source, op_row=op_row,
+                   collective=collective)  # fmt: skip
+
+
+def _comm_fields(a: CommArgs) -> dict[str, str]:
+    """A record_param_comms' fields under the names the annotations give them."""
+    fields = {"Collective name": a.collective, "In msg nelems": a.in_nelems, "Out msg nelems": a.out_nelems,
+              "Group size": a.group_size, "dtype": a.dtype, "Process Group Name": a.pg_name,
+              "Process Group Description": a.pg_desc, "Process Group Ranks": a.pg_ranks}  # fmt: skip
+    return {k: str(v) for k, v in fields.items() if v is not None}
 
 
 class _Backward:
@@ -543,7 +560,7 @@ def _apply_captures(
                 module=(base.module if base and base.module else x.module),
                 phase=(base.phase if base and base.phase else x.phase),
                 source=(base.source if base and base.source else x.source),
-                collective=base.collective if base else {},
+                collective=base.collective if base and base.collective else x.collective,
                 graph=reg.name,
                 group=op_group[x.op_row] if x.op_row >= 0 else -1,
                 annotated=bool(base and base.annotated),

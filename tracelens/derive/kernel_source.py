@@ -71,8 +71,11 @@ _INDUCTOR_LAUNCHERS = "_inductor/runtime/"
 _TORCH_NAMESPACES = frozenset(
     {"aten", "prim", "prims", "c10d", "_c10d_functional", "c10d_functional", "torch", "profiler", "inductor",
      "autograd", "cuda", "quantized", "_quantized", "sparse", "mkldnn", "onednn", "fbgemm", "higher_order",
-     "record_param_comms", "triton", "_inductor_test", "nccl", "gloo", "cudnn", "cublas"}
+     "record_param_comms", "triton", "_inductor_test", "nccl", "gloo", "cudnn", "cublas", "symm_mem"}
 )  # fmt: skip
+#: Kernels of a communication library, whichever op launched them (NCCL's
+#: ncclDevKernel_*/ncclKernel_*, RCCL's): not a user extension's source.
+_LIBRARY_KERNEL_PREFIXES = ("nccl", "rccl")
 _NAMESPACED = re.compile(r"^([A-Za-z_][\w]*)::([\w.]+)$")
 
 
@@ -143,19 +146,28 @@ def _def_patterns(name: str) -> list[re.Pattern[str]]:
 
 def kernel_identifier(name: str) -> str:
     """The function identifier of a (demangled) kernel name: `void ns::foo_kernel<T>(...)`
-    -> `foo_kernel`; a plain name is itself."""
+    -> `foo_kernel`; a plain name is itself. Template arguments are dropped, nested ones
+    and comparisons inside them too (vLLM's `std::enable_if<(((8)>(0)))&&..., void>::type
+    vllm::fused_add_rms_norm_kernel<c10::BFloat16, 8>(...)` -> `fused_add_rms_norm_kernel`:
+    a `>` inside parentheses closes no template), and the head ends at the argument list."""
     s = name.replace("(anonymous namespace)", "")
     out: list[str] = []
-    depth = 0
-    for ch in s:  # drop template arguments, nested ones too
+    open_: list[str] = []  # the '<' and '(' not closed yet
+    for ch in s:
         if ch == "<":
-            depth += 1
-        elif ch == ">" and depth:
-            depth -= 1
-        elif not depth:
+            open_.append(ch)
+        elif ch == ">" and open_ and open_[-1] == "<":
+            open_.pop()
+        elif ch == "(":
+            if not open_:
+                break  # the argument list
+            open_.append(ch)
+        elif ch == ")" and open_ and open_[-1] == "(":
+            open_.pop()
+        elif not open_:
             out.append(ch)
-    head = "".join(out).split("(", 1)[0].strip()
-    ident = head.rsplit("::", 1)[-1].split()[-1] if head else ""
+    head = "".join(out).strip()
+    ident = head.rsplit("::", 1)[-1].split()[-1] if head.rsplit("::", 1)[-1].strip() else ""
     return ident or name
 
 
@@ -251,12 +263,20 @@ def _source_of(model: TraceModel, row: int, name: str, reader: _Reader) -> Kerne
             launched_from=site,
             library="",
         )
-    # 3. A compiled extension's custom op.
+    # 3. A compiled extension's custom op: the innermost namespaced op above the launch
+    # decides (a cuBLAS GEMM of an aten::mm called inside `myext::fused` is aten's), and a
+    # communication library's kernel is never the extension's (vLLM's `vllm::all_gather`
+    # launches NCCL's ncclDevKernel_AllGather_RING_LL).
+    if name.lower().startswith(_LIBRARY_KERNEL_PREFIXES):
+        return None
     for op in ops:
         m = _NAMESPACED.match(op)
-        if m and m.group(1) not in _TORCH_NAMESPACES and not m.group(1).startswith("_c10d"):
-            site = next((f for f in frames if not is_machinery(f.file)), None)
-            return _extension(name, op, site, reader)
+        if m is None:
+            continue
+        if m.group(1) in _TORCH_NAMESPACES or m.group(1).startswith("_c10d"):
+            return None
+        site = next((f for f in frames if not is_machinery(f.file)), None)
+        return _extension(name, op, site, reader)
     return None
 
 

@@ -15,10 +15,16 @@ Writes into --out:
   annotations, ``graph_train_annotations.pickle`` (node id -> annotation dicts).
 
 When a single-rank NCCL group can be made, the step all-reduces the head's gradients
-inside the graph (communication captured in a graph).
+inside the graph (communication captured in a graph). One GPU launches no NCCL kernel for
+that all_reduce; under torchrun (WORLD_SIZE > 1) each rank joins the real group, its
+all_reduces launch NCCL kernels that the graph replays, and each rank writes into
+``--out/rank<r>/`` with its capture trace already in ``capture_traces/`` beside the
+replay, as tracelens looks for it:
 
     python workloads/inputs/graph_train.py --out /tmp/graph_train            # CUDA
     python workloads/inputs/graph_train.py --device cpu --out /tmp/gt_cpu    # smoke test
+    NCCL_NVLS_ENABLE=0 python -m torch.distributed.run --standalone --nproc-per-node 2 \
+        workloads/inputs/graph_train.py --out /tmp/graph_comm                 # 2 GPUs
 """
 
 from __future__ import annotations
@@ -152,15 +158,24 @@ def main() -> int:
     ap.add_argument("--device", default="cuda")
     args = ap.parse_args()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
         sys.exit("CUDA requested but not available")
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:  # under torchrun: a real NCCL group, a folder per rank
+        if not cuda:
+            sys.exit("WORLD_SIZE > 1 needs CUDA")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        out = out / f"rank{rank}"
+    out.mkdir(parents=True, exist_ok=True)
+    captures = out / "capture_traces" if world > 1 else out
+    captures.mkdir(parents=True, exist_ok=True)
     api = api_report()
     print("api", json.dumps(api), flush=True)
     dev = torch.device(args.device)
     b, t, d = (BATCH, SEQ, DIM) if cuda else (2, 16, 64)
-    torch.manual_seed(0)
+    torch.manual_seed(0)  # the same weights on every rank
     model = Net(d, HEADS if cuda else 4, CLASSES if cuda else 10).to(dev, torch.bfloat16)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, capturable=cuda, foreach=True)
     static_x = torch.randn(b, t, d, device=dev, dtype=torch.bfloat16)
@@ -174,7 +189,7 @@ def main() -> int:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", "29531")
             dist.init_process_group(
-                "nccl", rank=0, world_size=1, device_id=torch.device("cuda", torch.cuda.current_device())
+                "nccl", rank=rank, world_size=world, device_id=torch.device("cuda", torch.cuda.current_device())
             )
             comm = dist
             api["nccl"] = True
@@ -241,8 +256,8 @@ def main() -> int:
         ):
             static_loss = step()
     except Exception as exc:
-        if comm is None:
-            raise
+        if comm is None or world > 1:
+            raise  # a 2-rank run is for the captured collective: no sample without it
         # A collective that cannot be captured here: capture the step without it.
         api["capture_with_comm"] = f"{type(exc).__name__}: {exc}"
         print("capture with the all_reduce failed:", exc, flush=True)
@@ -257,7 +272,7 @@ def main() -> int:
         ):
             static_loss = step()
     api["capture_s"] = time.perf_counter() - t0
-    export(prof, out / "graph_train_capture.pt.trace.json.gz")
+    export(prof, captures / "graph_train_capture.pt.trace.json.gz")
     for h in ann_handles:
         h.remove()
     if annotate and ga is not None:
