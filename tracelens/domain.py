@@ -285,6 +285,13 @@ def is_library_file(file: str) -> bool:
     return file.replace("\\", "/").startswith(LIBRARY_PACKAGES)
 
 
+#: Python functions in which the host waits rather than works (the stdlib's selectors and
+#: threading, multiprocessing's connections): a gap under one belongs to what it waits
+#: for, which the container names (diff_workers_before: selectors' select() inside the
+#: workers' DataLoader __next__ is the loop waiting for its workers, not code to speed up).
+WAIT_FUNCTIONS = frozenset({"select", "poll", "_poll", "wait", "acquire", "join", "recv", "_recv", "_recv_bytes"})
+
+
 # --- distributed training frameworks' ranges ---------------------------------------------
 
 #: TorchRec's record_function ranges around its collectives (torchrec.distributed):

@@ -20,7 +20,7 @@ import pandas as pd
 
 from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
-from tracelens.domain import DDP_BUFFER_OPS, SLEEP_FRAMES
+from tracelens.domain import DDP_BUFFER_OPS, SLEEP_FRAMES, WAIT_FUNCTIONS
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, is_machinery, parse_frame, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -184,6 +184,7 @@ def _pageable_copies(model: TraceModel, w0: float, w1: float) -> tuple[int, floa
 
 
 def _into_frame(
+    model: TraceModel,
     tree: _RangeTree, frames: _UserFrames, thread: tuple[int, int], start: float, end: float,
     here: dict[int | None, float], inside_of: dict[int, int],
 ) -> None:  # fmt: skip
@@ -197,6 +198,9 @@ def _into_frame(
     frame = frames.enclosing(thread, start, end)
     if frame is None:
         return
+    src = parse_frame(model.arrays.name(frame))
+    if src is None or src.function in WAIT_FUNCTIONS:
+        return  # a wait: the container names what it waits for
     f0, f1 = float(tree.ts[frame]), float(tree.end[frame])
     left = min(f1, end) - max(f0, start)
     # the innermost container first (the shortest that holds the frame)
@@ -238,7 +242,7 @@ def _charge_gaps(model: TraceModel, hb: pd.DataFrame) -> tuple[dict[int | None, 
         here: dict[int | None, float] = defaultdict(float)
         covered = tree.charge(tree.top.get(thread), float(start), float(end), here)
         if frames.by_thread:
-            _into_frame(tree, frames, thread, float(start), float(end), here, inside_of)
+            _into_frame(model, tree, frames, thread, float(start), float(end), here, inside_of)
         rest = (end - start) - covered
         asleep_rows: set[int] = set()
         if rest > 0 and sleeps.by_thread:
