@@ -740,3 +740,29 @@ def test_readme_sample_text_matches_the_report() -> None:
     launch = next(f for f in rep.findings if f.category == Category.LAUNCH_OVERHEAD)
     assert f"{launches} GPU launches between syncs" in launch.blocked_reason
     assert rep.summary.primary == "memory_bound" and "elementwise" in para
+
+
+def test_graph_breaks_block_fusion_and_shapes_block_graphs() -> None:
+    """§2's other blockers, on dyn_graph_break's own findings: a compilation finding with
+    graph breaks and a fix blocks fusion (the memory-bound fix) with its reason; a
+    shape-dynamism finding with a fix blocks the CUDA graph of the launch finding when no
+    sync does. (In the sample its compilation finding owns no time, so neither holds
+    there: the findings are edited to hold them.)"""
+    from dataclasses import replace
+
+    from tracelens.ranking import blockers
+
+    ctx = context_of(sample("dyn_graph_break"))
+    rep = build_report(ctx.model, ctx=ctx)
+    by = {f.category: f for f in rep.findings}
+    comp = replace(by[Category.COMPILATION], time_us=500.0)
+    assert "graph_breaks" in comp.tags
+    mem = replace(by[Category.LAUNCH_OVERHEAD], category=Category.MEMORY_BOUND, blocked_by=None)
+    out = {f.category: f for f in blockers(ctx, [comp, mem])}
+    assert out[Category.MEMORY_BOUND].blocked_by == Category.COMPILATION
+    assert "the graph breaks come first" in out[Category.MEMORY_BOUND].blocked_reason
+    shapes = replace(by[Category.HOST_BOUND], category=Category.SHAPE_DYNAMISM)
+    launch = replace(by[Category.LAUNCH_OVERHEAD], blocked_by=None)
+    out = {f.category: f for f in blockers(ctx, [shapes, launch])}
+    assert out[Category.LAUNCH_OVERHEAD].blocked_by == Category.SHAPE_DYNAMISM
+    assert "changing input shapes come first" in out[Category.LAUNCH_OVERHEAD].blocked_reason
