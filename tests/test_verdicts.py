@@ -766,3 +766,26 @@ def test_graph_breaks_block_fusion_and_shapes_block_graphs() -> None:
     out = {f.category: f for f in blockers(ctx, [shapes, launch])}
     assert out[Category.LAUNCH_OVERHEAD].blocked_by == Category.SHAPE_DYNAMISM
     assert "changing input shapes come first" in out[Category.LAUNCH_OVERHEAD].blocked_reason
+
+
+def test_diff_compares_the_users_steps_on_both_sides(tmp_path: Path) -> None:
+    """§1: `tracelens diff` of two loops marked by record_function("step_N") (24 layers a
+    step; the after's steps take 2.0 ms, not 2.5): both sides in steps of the user's marks,
+    not per layer, and the change is the step's."""
+    from tracelens.diff import build_diff
+
+    def loop(period: float, name: str) -> Path:
+        t = _Trace()
+        start = 1000.0
+        for i in range(5):
+            t.range(f"step_{i}", start, period - 100.0)
+            for j in range(24):
+                ts = start + 20.0 + j * (period - 200.0) / 24
+                t.launch(ts, ts + 30.0, 10.0)
+            start += period
+        return t.write(tmp_path / name)
+
+    d = build_diff(load_trace(loop(2500.0, "b.json.gz")), load_trace(loop(2000.0, "a.json.gz")))
+    assert d.before.steps == 5 and d.after.steps == 5
+    assert d.before.step_us == pytest.approx(2500.0, rel=0.05) and d.after.step_us == pytest.approx(2000.0, rel=0.05)
+    assert d.verdict.change_us == pytest.approx(-500.0, rel=0.1)
