@@ -789,3 +789,14 @@ def test_diff_compares_the_users_steps_on_both_sides(tmp_path: Path) -> None:
     assert d.before.steps == 5 and d.after.steps == 5
     assert d.before.step_us == pytest.approx(2500.0, rel=0.05) and d.after.step_us == pytest.approx(2000.0, rel=0.05)
     assert d.verdict.change_us == pytest.approx(-500.0, rel=0.1)
+
+
+@pytest.mark.slow
+@needs_real
+def test_kineto_pageable_copies_are_one_wait_each() -> None:
+    """§5: the 2021 kineto ResNet-50 (num_workers=0) holds 12 blocking host-to-device copies,
+    each a cudaMemcpyAsync and a cudaStreamSynchronize inside one aten op: 12 host syncs, not
+    24."""
+    rep = report_of(real("worker0.pt.trace.json.gz"))
+    sync = next(f for f in rep.findings if f.category == Category.HOST_SYNC)
+    assert sync.title.startswith("12 host syncs")
