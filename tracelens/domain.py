@@ -274,7 +274,8 @@ SLEEP_FRAMES = frozenset({"<built-in function sleep>", "time.sleep"})
 #: library's frame kept in the site's stack. torch itself is machinery (model/sources).
 LIBRARY_PACKAGES = (
     "transformers/", "diffusers/", "accelerate/", "peft/", "datasets/", "tokenizers/",
-    "lightning/", "pytorch_lightning/", "lightning_fabric/", "timm/", "torchvision/", "torchaudio/",
+    "lightning/", "pytorch_lightning/", "lightning_fabric/", "lightning_utilities/", "timm/",
+    "torchvision/", "torchaudio/",
     "torchrec/", "fbgemm_gpu/", "deepspeed/", "apex/", "vllm/", "sentence_transformers/",
     "numpy/", "scipy/", "PIL/", "sklearn/", "pandas/",
 )  # fmt: skip
