@@ -267,6 +267,32 @@ STARTUP_COMPILE_MARKERS = (
 #: time.sleep `<built-in function sleep>`): neither slow host work nor data loading.
 SLEEP_FRAMES = frozenset({"<built-in function sleep>", "time.sleep"})
 
+#: Libraries a program calls into, as their paths start once the site-packages prefix is
+#: dropped (model/sources.short_path). A sync inside one is named at the program's own
+#: frame that called the library (OWLv2's 81 syncs are transformers' pipeline
+#: _ensure_tensor_on_device; the program's line is the harness's run_on_input), with the
+#: library's frame kept in the site's stack. torch itself is machinery (model/sources).
+LIBRARY_PACKAGES = (
+    "transformers/", "diffusers/", "accelerate/", "peft/", "datasets/", "tokenizers/",
+    "lightning/", "pytorch_lightning/", "lightning_fabric/", "lightning_utilities/", "timm/",
+    "torchvision/", "torchaudio/",
+    "torchrec/", "fbgemm_gpu/", "deepspeed/", "apex/", "vllm/", "sentence_transformers/",
+    "numpy/", "scipy/", "PIL/", "sklearn/", "pandas/",
+)  # fmt: skip
+
+
+def is_library_file(file: str) -> bool:
+    """Whether a (shortened) source path lies in one of LIBRARY_PACKAGES."""
+    return file.replace("\\", "/").startswith(LIBRARY_PACKAGES)
+
+
+#: Python functions in which the host waits rather than works (the stdlib's selectors and
+#: threading, multiprocessing's connections): a gap under one belongs to what it waits
+#: for, which the container names (diff_workers_before: selectors' select() inside the
+#: workers' DataLoader __next__ is the loop waiting for its workers, not code to speed up).
+WAIT_FUNCTIONS = frozenset({"select", "poll", "_poll", "wait", "acquire", "join", "recv", "_recv", "_recv_bytes"})
+
+
 # --- distributed training frameworks' ranges ---------------------------------------------
 
 #: TorchRec's record_function ranges around its collectives (torchrec.distributed):

@@ -24,10 +24,12 @@ from tracelens.analyzers.base import Category, Fact, Found, Place
 from tracelens.derive.context import AnalysisContext
 from tracelens.derive.host_calls import blocking_call_rows, is_profiler_sync, one_per_call
 from tracelens.derive.intervals import overlap
+from tracelens.domain import is_library_file
 from tracelens.model.schema import Kind
 from tracelens.model.sources import (
     PySource,
     op_chain,
+    program_source,
     python_call,
     user_source,
     user_stack,
@@ -220,11 +222,16 @@ def _group_syncs(
         api = model.arrays.name(row)
         ops = op_chain(model, row)
         construct = classify(ops, memcpys.get(int(op_col[row]), []), api)
-        src = user_source(model, row)
+        src = inner = user_source(model, row)
+        if src is not None and is_library_file(src.file):
+            # A sync inside a library (transformers' pipeline moving tensors) is fixed
+            # where the program calls it: its own frame names the site (issue 24 §3);
+            # the library's frame keeps sites apart and stays in the site's stack.
+            src = program_source(model, row) or src
         call = python_call(model, row)
         if not call and "aten::index" in ops and construct == "data_dependent_shape":
             call = "tensor[bool_mask]"
-        key = (construct, api, tuple(ops[:3]), (src.label if src else "") + call)
+        key = (construct, api, tuple(ops[:3]), (inner.label if inner else "") + call)
         grp = groups.get(key)
         if grp is None:
             grp = _Group(construct, api, tuple(ops[:4]), src, tuple(user_stack(model, row)), call=call, steps=set())

@@ -26,7 +26,7 @@ import re
 import numpy as np
 import pandas as pd
 
-from tracelens.domain import PROFILER_FRAMES, PROFILER_STEP_PREFIX
+from tracelens.domain import PROFILER_FRAMES, PROFILER_STEP_PREFIX, is_library_file
 from tracelens.model.callsite import _FRAME_RE, _PYTHON, _callee_ordinals, _op_key_ids, _refine, _refined
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
@@ -427,6 +427,17 @@ def user_stack(model: TraceModel, row: int, depth: int = 4) -> list[PySource]:
             if len(out) >= depth:
                 break
     return out
+
+
+def program_source(model: TraceModel, row: int) -> PySource | None:
+    """The innermost frame of the program itself that led to host row `row`: neither
+    machinery nor a library's (domain.LIBRARY_PACKAGES), or None when the stack has none."""
+    is_def = bool(model.arrays.py_frame[row] >= 0)
+    for frame in python_stack(model, row):
+        src = parse_frame(frame, line_is_def=is_def)
+        if src is not None and not is_machinery(src.file) and not is_library_file(src.file):
+            return src
+    return None
 
 
 def in_profiler(model: TraceModel, row: int) -> bool:
