@@ -188,7 +188,9 @@ def main() -> None:
                     out_json = root / f"job{n}_{kind}_{mode}.json"
                     cmd = [sys.executable, "-m", "tracelens", "report", str(folder), "--json", str(out_json), "-q",
                            "--workers", str(WORKERS), *extra]  # fmt: skip
+                    load_before = os.getloadavg()[0]
                     wall, peak, res = _run(cmd, env)
+                    load = (load_before, os.getloadavg()[0])
                     worker_peak = _worker_peak_mib(extra[1]) if proc is not None else peak
                     if proc is not None:
                         proc.terminate()
@@ -203,16 +205,18 @@ def main() -> None:
                     if not ok:
                         failures.append(f"{n} {kind} {mode}: planted {want}, found {found}")
                     rows.append((n, kind, mode, wall, peak, worker_peak, doc["job"]["ranks"], want, found, ok,
-                                 doc["job"]["alignment_error_us"], gen_s))  # fmt: skip
+                                 doc["job"]["alignment_error_us"], gen_s, load))  # fmt: skip
     finally:
         if args.keep is None:
             shutil.rmtree(root, ignore_errors=True)
+    # The machine's load beside each run: on a shared machine the times are upper bounds.
+    print(f"machine: {os.cpu_count()} cores; load: the 1-minute load average before and after each run")
     print(f"| ranks | job | scheduler ({WORKERS} workers) | wall s | s/rank | peak RSS MiB (client) | "
-          "peak RSS MiB (worker) | planted | found | ok | alignment error µs |")  # fmt: skip
-    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | ---: |")
-    for n, kind, mode, wall, peak, wpeak, ranks, want, found, ok, err, _gen in rows:
+          "peak RSS MiB (worker) | planted | found | ok | alignment error µs | load before/after |")  # fmt: skip
+    print("| ---: | --- | --- | ---: | ---: | ---: | ---: | --- | --- | --- | ---: | ---: |")
+    for n, kind, mode, wall, peak, wpeak, ranks, want, found, ok, err, _gen, (lb, la) in rows:
         print(f"| {n} | {kind} | {mode} | {wall:.1f} | {wall / ranks:.3f} | {peak:.0f} | {wpeak:.0f} | {want} | "
-              f"{found} | {'yes' if ok else 'NO'} | {err:.0f} |")  # fmt: skip
+              f"{found} | {'yes' if ok else 'NO'} | {err:.0f} | {lb:.1f} / {la:.1f} |")  # fmt: skip
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)

@@ -169,10 +169,24 @@ def test_link_peaks() -> None:
     assert spans_nodes(16, 8) is True and spans_nodes(8, 8) is False and spans_nodes(None, 8) is None
 
 
-def _synthetic(tmp_path: Path, kernels: list[tuple[float, float, int]], nelems: int, gpu: str = "NVIDIA H200") -> Path:
+def _synthetic(
+    tmp_path: Path,
+    kernels: list[tuple[float, float, int]],
+    nelems: int,
+    gpu: str = "NVIDIA H200",
+    orphans: int = 0,
+    group: int = 8,
+    gpus: int = 1,
+) -> Path:
     """A one-rank NCCL trace: per kernel (ts, dur, stream) a c10d op, its record and an
-    all-reduce kernel launched inside it; plus a compute kernel so the window has work."""
+    all-reduce kernel launched inside it; plus a compute kernel so the window has work,
+    and `orphans` all-reduce kernels with no host op (what a down-sampled trace keeps)."""
     evs: list[dict[str, object]] = []
+    last = max(ts + dur for ts, dur, _ in kernels)
+    for i in range(orphans):
+        evs.append({"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0,
+                    "tid": 21, "ts": last + 100.0 + 200.0 * i, "dur": 100.0,
+                    "args": {"correlation": 5000 + i, "device": 0, "stream": 21}})  # fmt: skip
     for i, (ts, dur, stream) in enumerate(kernels):
         ext, corr = 100 + 10 * i, 1000 + i
         evs += [
@@ -180,7 +194,7 @@ def _synthetic(tmp_path: Path, kernels: list[tuple[float, float, int]], nelems: 
              "args": {"External id": ext}},
             {"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1, "ts": ts - 19, "dur": 13,
              "args": {"External id": ext + 1, "Collective name": "allreduce", "In msg nelems": nelems,
-                      "Out msg nelems": nelems, "Group size": 8, "dtype": "Float", "Process Group Name": "0"}},
+                      "Out msg nelems": nelems, "Group size": group, "dtype": "Float", "Process Group Name": "0"}},
             {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": ts - 10,
              "dur": 4, "args": {"correlation": corr, "External id": ext + 1}},
             {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0, "tid": stream,
@@ -188,8 +202,9 @@ def _synthetic(tmp_path: Path, kernels: list[tuple[float, float, int]], nelems: 
         ]  # fmt: skip
     evs.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 0.0, "dur": 5.0,
                 "args": {"correlation": 1, "device": 0, "stream": 7}})  # fmt: skip
-    doc = {"deviceProperties": [{"id": 0, "name": gpu, "numSms": 132, "computeMajor": 9, "computeMinor": 0}],
-           "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": 8}, "traceEvents": evs}  # fmt: skip
+    props = [{"id": i, "name": gpu, "numSms": 132, "computeMajor": 9, "computeMinor": 0} for i in range(gpus)]
+    doc = {"deviceProperties": props, "distributedInfo": {"backend": "nccl", "rank": 0, "world_size": group},
+           "traceEvents": evs}  # fmt: skip
     p = tmp_path / "one_rank.json"
     p.write_text(json.dumps(doc))
     return p
@@ -208,6 +223,12 @@ def test_an_impossible_bandwidth_is_flagged_with_why(tmp_path: Path) -> None:
     both = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21), (150.0, 100.0, 22)], n))
     (f,) = communication.analyze(AnalysisContext(both))
     assert f.facts.why_impossible == "calls_overlap"
+    # Alone on one stream, but the trace lost host ops (collective kernels without theirs):
+    # down-sampled, said as such rather than "sizes or times wrong".
+    cut = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21), (400.0, 100.0, 21)], n, orphans=2))
+    (f,) = communication.analyze(AnalysisContext(cut))
+    assert f.facts.why_impossible == "down_sampled"
+    assert "cannot be: the trace is down-sampled or cut" in explain.findings([f], AnalysisContext(cut).share)[0].advice
     # A plausible size passes: 1 M fp32 in 100 µs is 70 GB/s of bus bandwidth.
     fine = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21)], 2**20))
     (f,) = communication.analyze(AnalysisContext(fine))
@@ -294,3 +315,26 @@ def test_ddp_buffer_broadcast_advice() -> None:
     other = context_of(real("resnet_act_checkpoint.json.gz"))
     assert any(c.kind == "broadcast" for c in other.collectives.calls)
     assert communication.analyze(other)[0].facts.buffer_sync is None
+
+
+def test_a_group_across_nodes_is_checked_against_the_network(tmp_path: Path) -> None:
+    """Issue 28: the link's peak for the topology. 1 M fp32 all-reduced in 100 µs by 16
+    ranks is 78.6 GB/s of bus bandwidth: below NVLink 4's 450 GB/s, but the trace's node
+    lists 8 GPUs, so the group spans nodes and its data crosses the network (50 GB/s per
+    GPU, one 400 Gb/s NIC): said as suspect, not impossible. The same call among the 8
+    GPUs of one node, or 10x slower across nodes, is not."""
+    n = 2**20
+    across = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21)], n, group=16, gpus=8))
+    ctx = AnalysisContext(across)
+    (f,) = communication.analyze(ctx)
+    d = {e.id: e.value for e in f.evidence}
+    assert d["best_bus_bandwidth"] == pytest.approx(n * 4 / 100e-6 * 2 * 15 / 16)
+    assert f.facts.over_network == (("all_reduce", "0", 16),) and not f.facts.impossible
+    assert d["network_rate"] == 50e9 and "bandwidth_not_possible" not in d
+    advice = explain.findings([f], ctx.share)[0].advice
+    assert "above the network's usual 50 GB/s per GPU" in advice and "this node's 8 GPUs" in advice
+    # (one GPU listed may be the rank's only visible one: the node is not known)
+    for group, dur, gpus in ((8, 100.0, 8), (16, 1000.0, 8), (16, 100.0, 1)):
+        m = load_trace(_synthetic(tmp_path, [(100.0, dur, 21)], n, group=group, gpus=gpus))
+        (f,) = communication.analyze(AnalysisContext(m))
+        assert f.facts.over_network == () and "network_rate" not in {e.id for e in f.evidence}, (group, dur, gpus)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -75,7 +76,7 @@ def test_gpu_heavy_rank_is_load_imbalance() -> None:
 def test_balanced_job_has_no_straggler() -> None:
     rep = job_of(case("balanced"))
     assert rep.job.stragglers == []
-    assert "No straggler" in rep.job.headline
+    assert rep.job.headline.startswith("No straggler")  # said first (issue 28)
     # One rank may still come last (three processes share one GPU), but its own ledger
     # does not explain it; it is said apart, not named a straggler.
     for u in rep.job.late_unexplained:
@@ -135,6 +136,20 @@ def test_html_markdown_terminal() -> None:
     # "latest to arrive" lists ranks by how late they are, the latest first.
     latest = next(line for line in term.splitlines() if "latest to arrive" in line)
     assert latest.strip().startswith("latest to arrive: rank 1 ")
+
+
+def test_reasons_and_causes_are_in_plain_words() -> None:
+    """Issue 28: the job summary said "reason gpu_busy_latency". Every reason and cause id
+    (the ones with an underscore; "communication" is a word) is said in words in the
+    terminal summary and the Markdown, on a GPU-heavy straggler and a host-bound one."""
+    from tracelens.explain.job import REASON_WORDS
+
+    ids = sorted((k for k in REASON_WORDS if "_" in k), key=len, reverse=True)
+    for name, words in (("gpu_heavy", "more GPU work ("), ("host_slow", "host-bound work: Python outside torch ops")):
+        rep = job_of(case(name))
+        text = render_job_terminal(rep, [], width=100) + render_job_markdown(rep)
+        assert words in text, name
+        assert not [i for i in ids if re.search(rf"\b{i}\b", text)], name
 
 
 @pytest.mark.slow

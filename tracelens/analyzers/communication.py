@@ -45,7 +45,7 @@ from tracelens.domain import (
     TORCHREC_INPUT_DIST_MARKERS,
     TORCHREC_PIPELINE_MARKERS,
 )
-from tracelens.model.links import link_peak
+from tracelens.model.links import NETWORK, link_peak, spans_nodes
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -66,6 +66,9 @@ SMALL_KERNEL_US = 50.0
 #: (nccl_data: 88.1 ms of flatten, broadcast and unflatten in a 667 ms window, 13%;
 #: resnet_act_checkpoint: 0.28 ms of 56 ms, 0.5%).
 BUFFER_SYNC_MIN_SHARE = 0.02
+#: deviceProperties lists the node's GPUs when it lists at least this many (every public
+#: trace of a multi-rank job lists 2 or 8; one entry may be a rank's only visible GPU).
+MIN_NODE_GPUS_LISTED = 2
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,11 @@ class CommunicationFacts:
     host_blocked_us: float = 0.0
     host_paced_us: float = 0.0  # the ledger's launch_overhead + host_bound: the host sets the pace
     down_sampled: bool = False  # events were removed from the trace (model/sampling.py)
+    #: (kind, group, ranks) whose group spans nodes (more ranks than the trace's node has
+    #: GPUs) and whose busbw is above the network's usual per-GPU rate (model/links.NETWORK):
+    #: suspect, not impossible (more NICs per GPU, in-network reduction)
+    over_network: tuple[tuple[str, str, int], ...] = ()
+    gpus_on_node: int = 0  # the trace's deviceProperties count
 
 
 @dataclass(frozen=True)
@@ -255,6 +263,10 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     gpu = model.meta.primary_device
     peak = link_peak(gpu.name if gpu is not None else None)
     impossible: list[tuple[str, str]] = []
+    over_network: list[tuple[str, str, int]] = []
+    # The node's GPUs as deviceProperties lists them; a list of one may be the rank's
+    # visible GPU only (CUDA_VISIBLE_DEVICES per rank), which says nothing of the node.
+    on_node = len(model.meta.devices) if len(model.meta.devices) >= MIN_NODE_GPUS_LISTED else 0
     total_bytes = sum(r.nbytes for r in rows)
     kernel_rows = [r for r in rows if r.backend != "gloo" and r.time_us > 0]
     algbw = sum(r.bw_bytes for r in kernel_rows) / (sum(r.time_us for r in kernel_rows) * 1e-6) if kernel_rows else 0.0
@@ -269,6 +281,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
         best_busbw = max(best_busbw, best)
         if peak is not None and best > peak.bytes_per_s:
             impossible.append((r.kind, r.group))
+        elif spans_nodes(r.group_size, on_node) and best > NETWORK.bytes_per_s and r.group_size:
+            over_network.append((r.kind, r.group, r.group_size))
     why_impossible: ImpossibleWhy = ""
     if impossible and peak is not None:
         if _overlapping(calls):
@@ -306,6 +320,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
         evidence.append(Fact("link_peak", peak.bytes_per_s, "bytes_per_s"))
     if impossible:
         evidence.append(Fact("bandwidth_not_possible", "", "text"))  # text: explain/ words facts.why_impossible
+    if over_network:
+        evidence.append(Fact("network_rate", NETWORK.bytes_per_s, "bytes_per_s"))
     facts = CommunicationFacts(
         per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 and ctx.unit not in WHOLE_UNITS else None,
         unit=ctx.unit,
@@ -320,6 +336,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
         link_name=peak.name if peak is not None else "",
         link_bytes_per_s=peak.bytes_per_s if peak is not None else 0.0,
         gloo_on_gpu=any(c.backend == "gloo" for c in calls) and bool(model.gpu_activity().shape[0]),
+        over_network=tuple(over_network),
+        gpus_on_node=on_node,
     )
     facts = _with_program(ctx, facts, calls, dev.busy_classes["communication"])
     return [

@@ -31,6 +31,7 @@ LABELS = {
     "bus_bandwidth": "bus bandwidth (nccl-tests' busbw, busiest kind)",
     "best_bus_bandwidth": "bus bandwidth of the fastest call",
     "bandwidth_not_possible": "bandwidth not possible",
+    "network_rate": "network's usual rate per GPU (the group spans nodes; 400 Gb/s NIC)",
 }
 #: Why a bus bandwidth above the link's peak was measured.
 WHY_IMPOSSIBLE: dict[ImpossibleWhy, str] = {
@@ -168,8 +169,10 @@ def _advice(f: CommunicationFacts) -> str:
         )
     if f.torchrec is not None:
         parts.append(_torchrec(f.torchrec))
-    if f.exposed_kernel_us > 0 and f.many_small is None and (
-        f.torchrec is None or f.torchrec.input_dist_us + f.torchrec.embeddings_us < 0.5 * f.exposed_kernel_us
+    if (
+        f.exposed_kernel_us > 0
+        and f.many_small is None
+        and (f.torchrec is None or f.torchrec.input_dist_us + f.torchrec.embeddings_us < 0.5 * f.exposed_kernel_us)
     ):
         parts.append(
             f"{pct(f.overlapped_share)} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
@@ -185,6 +188,14 @@ def _advice(f: CommunicationFacts) -> str:
         parts.append(
             f"The bus bandwidth of {which} comes out above the {f.link_name} peak of "
             f"{f.link_bytes_per_s / 1e9:.0f} GB/s per direction, which cannot be: {WHY_IMPOSSIBLE[f.why_impossible]}."
+        )
+    if f.over_network:
+        which = ", ".join(f"{kind} on group {group} ({n} ranks)" for kind, group, n in f.over_network[:3])
+        parts.append(
+            f"The bus bandwidth of {which} comes out above the network's usual 50 GB/s per GPU (one 400 Gb/s NIC "
+            f"per GPU), and the group has more ranks than this node's {f.gpus_on_node} GPUs, so its data crosses "
+            "the network: that holds only with more NICs per GPU or in-network reduction (SHARP, NVLink SHARP); "
+            "otherwise calls overlap or the trace's sizes or times are off for these calls."
         )
     if f.gloo_on_gpu:
         parts.append(
