@@ -143,11 +143,6 @@ def _broadcast(b: BufferSync) -> str:
 
 def _advice(f: CommunicationFacts) -> str:
     parts = []
-    if f.down_sampled:
-        parts.append(
-            "This trace is down-sampled (see the notes): each collective kernel's own time holds, but compute "
-            "kernels that could hide them were dropped, so the overlapped share and the gain are rough."
-        )
     if f.peer_wait_us > 0.2 * max(f.wait_us, 1.0):
         parts.append(
             f"{fmt_us(f.peer_wait_us)} of it is gloo's exchange waiting beyond what the data needs: this rank waits "
@@ -168,8 +163,10 @@ def _advice(f: CommunicationFacts) -> str:
         )
     if f.torchrec is not None:
         parts.append(_torchrec(f.torchrec))
-    if f.exposed_kernel_us > 0 and f.many_small is None and (
-        f.torchrec is None or f.torchrec.input_dist_us + f.torchrec.embeddings_us < 0.5 * f.exposed_kernel_us
+    if (
+        f.exposed_kernel_us > 0
+        and f.many_small is None
+        and (f.torchrec is None or f.torchrec.input_dist_us + f.torchrec.embeddings_us < 0.5 * f.exposed_kernel_us)
     ):
         parts.append(
             f"{pct(f.overlapped_share)} of the collective kernel time overlaps compute. Overlap the rest: DDP buckets "
@@ -190,6 +187,12 @@ def _advice(f: CommunicationFacts) -> str:
         parts.append(
             "The collectives run on gloo, which moves CUDA tensors through the host: use the NCCL backend for GPU "
             "tensors."
+        )
+    if f.down_sampled:
+        # After the concrete fix, not before it (issue 27: the Fix box opened on the caveat).
+        parts.append(
+            "This trace is down-sampled (see the notes): each collective kernel's own time holds, but compute "
+            "kernels that could hide them were dropped, so the overlapped share and the gain are rough."
         )
     return "\n".join(parts) or "Overlap collectives with compute."
 
@@ -213,7 +216,7 @@ def words(found: Found[CommunicationFacts, CollectiveRow], share: float) -> Word
             f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step, a median kernel of {fmt_us(m.kernel_median_us)}"
         )
     title = (
-        f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the window"
+        f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the analysed time"
         + (f", {fmt_us(f.per_step_us)} per {f.unit}" if f.per_step_us is not None else "")
         + "): "
         + _joined(parts)

@@ -60,6 +60,12 @@ def _missing_text(missing: Missing) -> str:
     )
 
 
+def _rest(coverage: float) -> str:
+    """The clause for the kernel time no model covers, only where some is left: "cover
+    100% ...; the rest is reported as unknown" contradicted itself (issue 27)."""
+    return "; the rest is reported as not classified" if f"{coverage:.0%}" != "100%" else ""
+
+
 def unmeasured_text(u: Unmeasured) -> str:
     """Parts of a question this trace cannot answer, and the capture option that would."""
     out = ""
@@ -70,13 +76,12 @@ def unmeasured_text(u: Unmeasured) -> str:
         elif roof.measured:
             out += (
                 f" Roofline: hardware counters cover {roof.measured_share:.0%} of kernel time and models "
-                f"{roof.coverage - roof.measured_share:.0%} (communication excluded); the rest is reported "
-                "as unknown."
+                f"{roof.coverage - roof.measured_share:.0%} (communication excluded){_rest(roof.coverage)}."
             )
         elif roof.modelled:
             out += (
-                f" Roofline models cover {roof.coverage:.0%} of kernel time (communication excluded); the rest is "
-                "reported as unknown."
+                f" Roofline models cover {roof.coverage:.0%} of kernel time (communication excluded)"
+                f"{_rest(roof.coverage)}."
             )
     if u.no_clock_samples:
         out += (
