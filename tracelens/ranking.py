@@ -309,6 +309,7 @@ def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> Unmeasured:
         measured_share=r.measured_us / r.total_us if measured else 0.0,
         coverage=r.coverage,
         modelled=r.modelled_us + r.unmodelled_us > 0,
+        gpu_named=ctx.model.meta.primary_device is not None,
     )
     if step.id == "memory":
         return Unmeasured(roof)

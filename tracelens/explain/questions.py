@@ -24,6 +24,7 @@ class RoofCover:
     measured_share: float  # hardware counters' share of kernel time (0 when none measured)
     coverage: float  # counters and models together
     modelled: bool  # some kernel time was put to the models at all
+    gpu_named: bool = True  # the trace names its GPU model (deviceProperties)
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,12 @@ def unmeasured_text(u: Unmeasured) -> str:
     out = ""
     roof = u.roof
     if roof is not None:
-        if not roof.peaks_known:
+        if not roof.peaks_known and not roof.gpu_named:
+            out += (
+                " Roofline: the trace does not name its GPU model (no deviceProperties), so its peaks are unknown "
+                "(set TRACELENS_PEAKS to give them)."
+            )
+        elif not roof.peaks_known:
             out += " Roofline: this GPU is not in the peak table (set TRACELENS_PEAKS to give its peaks)."
         elif roof.measured:
             out += (
