@@ -39,7 +39,7 @@ def test_default_outputs_go_to_reports_dir(tmp_path: Path) -> None:
     stem = "host_sync_mask.pt.trace"
     for ext in ("html", "md", "json"):
         assert (tmp_path / "reports" / f"{stem}.{ext}").stat().st_size > 500
-    assert "Primary bottleneck" in out.stdout and "host_sync" in out.stdout
+    assert "Primary bottleneck" in out.stdout and "Host syncs" in out.stdout
     assert digest(trace) == before  # the input is only read
     # No temp files left behind by the atomic writes.
     assert not [p for p in (tmp_path / "reports").iterdir() if p.name.startswith(".")]

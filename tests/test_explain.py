@@ -38,4 +38,4 @@ def test_report_evidence_carries_ids() -> None:
     power = next(f for f in rep.findings if f.category == "power_throttle")
     ev = {m.id: m for m in power.evidence}
     assert 1500 < float(ev["sm_clock_busy_mhz"].value) < 1900
-    assert ev["reasons"].value.startswith("sw_power_cap")  # type: ignore[union-attr]
+    assert ev["reasons"].value.startswith("power cap")  # type: ignore[union-attr]  # NVML's sw_power_cap, in words

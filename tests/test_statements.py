@@ -57,7 +57,7 @@ def test_machine_condition_offers_no_gain() -> None:
     assert f.prediction.predicted_step_us == f.prediction.step_us
     assert f.gain_note.startswith("none: the clocks are capped by the machine")
     md = render_markdown(rep)
-    card = md[md.index("power_throttle: Clocks throttled") :]
+    card = md[md.index("Clock throttling: Clocks throttled") :]
     assert "**expected gain:** none: the clocks are capped by the machine" in card
     assert "2.06 s" not in card.split("What to change")[0]
     assert "expected gain <b>none</b>" in render_html(rep)

@@ -29,7 +29,7 @@ from tracelens.derive.kernel_source import kernel_sources
 from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
-from tracelens.domain import cut_name
+from tracelens.domain import cut_name, gpu_not_recorded
 from tracelens.explain.notes import down_sampled_words
 from tracelens.explain.window import window_reason
 from tracelens.model.peaks import infer_part
@@ -174,7 +174,7 @@ def _trace_info(model: TraceModel) -> TraceInfo:
         else (
             f"no GPU ({acc.kind} trace)"
             if acc is not None and accelerator
-            else "unknown GPU (no deviceProperties in the trace)"
+            else gpu_not_recorded(meta.vendor)
             if meta.active_devices
             else "no GPU (CPU-only trace)"
         ),
@@ -281,9 +281,7 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
     ends = host["end"].to_numpy()[rows]
     marks = ends[(ends >= tl.start) & (ends <= tl.end)]
     bins = len(next(iter(tl.by_cause.values()), ()))
-    counts = (
-        np.histogram(marks, bins=bins, range=(tl.start, tl.end))[0] if bins and tl.end > tl.start else np.zeros(0)
-    )
+    counts = np.histogram(marks, bins=bins, range=(tl.start, tl.end))[0] if bins and tl.end > tl.start else np.zeros(0)
     if len(marks) > MAX_SYNC_MARKS:
         marks = np.sort(marks)[np.linspace(0, len(marks) - 1, MAX_SYNC_MARKS).astype(int)]
     steps = tuple((int(s.step), float(s.start), float(s.end)) for s in ctx.ledger.steps)

@@ -336,7 +336,7 @@ CAUSE_LABELS: dict[str, str] = {
     "gpu_busy_compute": "busy: compute-bound kernels",
     "gpu_busy_memory": "busy: memory-bound kernels",
     "gpu_busy_latency": "busy: latency-bound kernels",
-    "gpu_busy_unknown": "busy: kernels without a model",
+    "gpu_busy_unknown": "busy: other kernels (not classified)",
     "gpu_busy_copy": "busy: copies and memsets",
     "communication": "communication (exposed or waiting)",
     "host_sync": "idle: host sync",
@@ -355,7 +355,7 @@ CAUSE_SHORT: dict[str, str] = {
     "gpu_busy_compute": "compute",
     "gpu_busy_memory": "memory",
     "gpu_busy_latency": "latency",
-    "gpu_busy_unknown": "unmodelled",
+    "gpu_busy_unknown": "unclassified",
     "gpu_busy_copy": "copy",
     "communication": "comm",
     "host_sync": "sync",
@@ -369,6 +369,48 @@ CAUSE_SHORT: dict[str, str] = {
     "idle_other": "other",
     "unrecorded": "unrecorded",
 }
+
+#: What each finding category (tracelens.report.enums.Category) is called in prose: the
+#: headline, the finding cards, the terminal (issue 27: "Memory-bound elementwise kernels",
+#: not `memory_bound`; the ids stay in the JSON).
+CATEGORY_LABELS: dict[str, str] = {
+    "host_sync": "host syncs",
+    "host_bound": "host-bound",
+    "communication": "communication",
+    "queued_idle": "queued work waiting",
+    "launch_overhead": "kernel-launch overhead",
+    "memory_bound": "memory-bound kernels",
+    "eager_attention": "unfused attention",
+    "shape_dynamism": "changing shapes",
+    "compilation": "compilation",
+    "allocation": "allocator calls",
+    "compute_bound": "compute-bound kernels",
+    "misaligned_matmul": "misaligned matmul shapes",
+    "wave_quantization": "wave quantization",
+    "power_throttle": "clock throttling",
+}
+
+
+#: The GPU's name where the trace has no deviceProperties (issue 27: it read "unknown GPU
+#: (no deviceProperties in the trace) (NVIDIA)").
+GPU_NOT_RECORDED = "GPU (model not recorded in the trace)"
+
+
+def gpu_not_recorded(vendor: str | None) -> str:
+    """ "NVIDIA GPU (model not recorded in the trace)", or without the vendor when the
+    trace does not say."""
+    v = (vendor or "").strip()
+    known = v and v.upper() != "UNKNOWN"
+    return f"{v.upper() if v.lower() in ('nvidia', 'amd') else v} {GPU_NOT_RECORDED}" if known else GPU_NOT_RECORDED
+
+
+def category_label(category: object, capital: bool = True) -> str:
+    """A finding category in words, capital first ("Memory-bound kernels") unless not
+    `capital`; an id this table lacks is shown with spaces for underscores."""
+    key = str(getattr(category, "value", category))
+    words = CATEGORY_LABELS.get(key, key.replace("_", " "))
+    return words[:1].upper() + words[1:] if capital else words
+
 
 # --- how names and numbers are written -------------------------------------------------------
 

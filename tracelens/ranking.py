@@ -21,7 +21,7 @@ from tracelens.derive.fusion import saved_across_syncs
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import finding_due
-from tracelens.domain import MEDIUM_SHARE, severity_for
+from tracelens.domain import MEDIUM_SHARE, category_label, severity_for
 from tracelens.explain.headline import (
     BlockFacts,
     LeadFacts,
@@ -309,6 +309,7 @@ def _unmeasured_parts(ctx: AnalysisContext, step: DiagnosticStep) -> Unmeasured:
         measured_share=r.measured_us / r.total_us if measured else 0.0,
         coverage=r.coverage,
         modelled=r.modelled_us + r.unmodelled_us > 0,
+        gpu_named=ctx.model.meta.primary_device is not None,
     )
     if step.id == "memory":
         return Unmeasured(roof)
@@ -554,11 +555,11 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         # The step after the fix is after its blockers' fixes too: the verdict's blocker
         # (its own gain), or the replay's (a graph capture needs the syncs gone first).
         if blocker is not None:
-            extra, after = blocker.expected_gain_us / per, blocker.category.value
+            extra, after = blocker.expected_gain_us / per, category_label(blocker.category, capital=False)
             u_extra = blocker.prediction.unprofiled_gain_us if blocker.prediction is not None else 0.0
         elif pred.blocked_by:
             extra = max(step - pred.predicted_step_us * scale - top.expected_gain_us / per, 0.0)
-            after = pred.blocked_by.replace(",", ", ")
+            after = " and ".join(category_label(c, capital=False) for c in pred.blocked_by.split(",") if c)
             u_extra = max(pred.unprofiled_step_us - pred.unprofiled_predicted_step_us - pred.unprofiled_gain_us, 0.0)
         else:
             extra, after, u_extra = 0.0, "", 0.0

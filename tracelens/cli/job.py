@@ -127,7 +127,8 @@ def report_many(
     width, colour = terminal_width(stream), use_colour(stream)
 
     def summary(report: JobReport, written: list[str]) -> str:
-        return render_job_terminal(report, written, width=width, colour=colour)
+        # The scheduler line only when one was asked for (--scheduler): then it confirms the cluster.
+        return render_job_terminal(report, written, width=width, colour=colour, verbose=scheduler is not None)
 
     _emit(wanted, renderers, rep, None if quiet else summary, scrub)
     return []

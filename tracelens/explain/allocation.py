@@ -50,9 +50,10 @@ def _rate(f: AllocFacts) -> str:
 
 def _calls(f: AllocFacts) -> tuple[str, list[str]]:
     title = (
-        f"GPU idles {fmt_us(f.idle_us)} ({pct(f.idle_share)} of the window) while the host is in "
-        f"{f.calls:,} allocator calls ({fmt_us(f.host_us)} of host time)"
-    )
+        f"GPU idles {fmt_us(f.idle_us)} ({pct(f.idle_share)} of the analysed time) while the host is in "
+        if f.idle_us > 0
+        else "The GPU does not idle while the host is in "  # not "idles 0 µs (0% of the window)"
+    ) + f"{f.calls:,} allocator calls ({fmt_us(f.host_us)} of host time)"
     advice = []
     if f.harness_frees:
         # the benchmark's own flush empties the cache: what it times allocates again (brief misc §1)

@@ -144,11 +144,6 @@ def _broadcast(b: BufferSync) -> str:
 
 def _advice(f: CommunicationFacts) -> str:
     parts = []
-    if f.down_sampled:
-        parts.append(
-            "This trace is down-sampled (see the notes): each collective kernel's own time holds, but compute "
-            "kernels that could hide them were dropped, so the overlapped share and the gain are rough."
-        )
     if f.peer_wait_us > 0.2 * max(f.wait_us, 1.0):
         parts.append(
             f"{fmt_us(f.peer_wait_us)} of it is gloo's exchange waiting beyond what the data needs: this rank waits "
@@ -202,6 +197,12 @@ def _advice(f: CommunicationFacts) -> str:
             "The collectives run on gloo, which moves CUDA tensors through the host: use the NCCL backend for GPU "
             "tensors."
         )
+    if f.down_sampled:
+        # After the concrete fix, not before it (issue 27: the Fix box opened on the caveat).
+        parts.append(
+            "This trace is down-sampled (see the notes): each collective kernel's own time holds, but compute "
+            "kernels that could hide them were dropped, so the overlapped share and the gain are rough."
+        )
     return "\n".join(parts) or "Overlap collectives with compute."
 
 
@@ -224,7 +225,7 @@ def words(found: Found[CommunicationFacts, CollectiveRow], share: float) -> Word
             f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step, a median kernel of {fmt_us(m.kernel_median_us)}"
         )
     title = (
-        f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the window"
+        f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the analysed time"
         + (f", {fmt_us(f.per_step_us)} per {f.unit}" if f.per_step_us is not None else "")
         + "): "
         + _joined(parts)

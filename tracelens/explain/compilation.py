@@ -15,7 +15,7 @@ LABELS = {
     "compile_host_us": "host time compiling in the window",
     "idle_us": "GPU idle while compiling",
     "triton_kernels": "Triton kernels in the window",
-    "break_sync_idle_us": "GPU idle at the breaks' host syncs (host_sync finding's time)",
+    "break_sync_idle_us": "GPU idle at the breaks' host syncs (the host syncs finding's time)",
     "graph_launches": "cudaGraphLaunch calls in the window",
 }
 
@@ -35,7 +35,11 @@ def _recompiles(f: CompileFacts, idle_us: float, share: float) -> tuple[str, lis
             if f.recompiled_frames
             else ""
         )
-        + f": the GPU idles {fmt_us(idle_us)} ({pct(share)} of the window) while Dynamo and Inductor run"
+        + (
+            f": the GPU idles {fmt_us(idle_us)} ({pct(share)} of the analysed time) while Dynamo and Inductor run"
+            if idle_us > 0
+            else ": the GPU does not idle while Dynamo and Inductor run"
+        )
     )
     advice = [
         "A guard fails every step (usually a new input shape under dynamic=False): mark the varying "
@@ -60,7 +64,7 @@ def _breaks(f: CompileFacts) -> tuple[str, str]:
     advice = "Eager ops split the compiled graph: " + (
         f"{', '.join(dd)} has a data-dependent output shape (x[mask], nonzero, .item()), which Dynamo "
         "cannot trace and which waits for the GPU"
-        + (f" ({fmt_us(linked)} of GPU idle, counted in the host_sync finding)" if linked else "")
+        + (f" ({fmt_us(linked)} of GPU idle, counted in the host syncs finding)" if linked else "")
         + ". Keep shapes static (torch.where(mask, x, 0) and a masked reduction instead of x[mask]), "
         "or set torch._dynamo.config.capture_dynamic_output_shape_ops = True."
         if dd
@@ -85,7 +89,7 @@ def words(found: Found[CompileFacts, CompileSite], share: float) -> Words:
         if not title_parts:
             title_parts.append(
                 f"Compiled with torch.compile ({f.frames} frame(s), {f.graph_calls_per_step:.0f} compiled "
-                "graph call(s) per step): no recompiles or graph breaks inside the window"
+                f"graph call(s) per {f.unit}): no recompiles or graph breaks inside the window"
                 if f.frames
                 else f"Compiled code ({f.triton_kernels:,} Triton kernels in the window): no compile inside it"
             )

@@ -16,7 +16,7 @@ from tracelens.derive.compare import (
     StepsMarkedOnOneSide,
     StepsStructuredDifferently,
 )
-from tracelens.domain import fmt_us
+from tracelens.domain import category_label, fmt_us
 from tracelens.report import TraceInfo
 from tracelens.report.diff_report import Change
 from tracelens.report.enums import WindowSource
@@ -36,7 +36,7 @@ CAUSE_WORDS = {
     "gpu_busy_compute": "compute-bound kernel time",
     "gpu_busy_memory": "memory-bound kernel time",
     "gpu_busy_latency": "latency-bound kernel time",
-    "gpu_busy_unknown": "unmodelled kernel time",
+    "gpu_busy_unknown": "kernel time not classified",
     "gpu_busy_copy": "copy time",
     "communication": "communication",
     "host_sync": "GPU idle after host syncs",
@@ -162,8 +162,14 @@ def verdict_text(v: VerdictFacts) -> str:
         median = ""
         if v.steps[0] > 2 and v.steps[1] > 2 and abs(v.median_change_us - change) > 0.1 * abs(change):
             median = f"; {fmt_us(abs(v.median_change_us))} between the median steps"
+        # "(82%)" alone read as a speed-up of 82% (issue 27): a speed-up says its factor and the time it saves.
+        share = abs(change) / v.before_step_us
+        if change < 0 and v.after_step_us > 0:
+            how = f"{v.before_step_us / v.after_step_us:.1f}x faster, {share:.0%} less time"
+        else:
+            how = f"{share:.0%} {'less' if change < 0 else 'more'} time"
         head = (
-            f"{word} by {fmt_us(abs(change))} per step on average ({abs(change) / v.before_step_us:.0%}): "
+            f"{word} by {fmt_us(abs(change))} per step on average ({how}): "
             f"{fmt_us(v.before_step_us)} -> {fmt_us(v.after_step_us)}"
             + (f", noise ±{fmt_us(noise)}" if noise > 0 else "")
             + median
@@ -188,7 +194,7 @@ def verdict_text(v: VerdictFacts) -> str:
         parts.append(f"Mostly {CAUSE_WORDS.get(v.main_cause, v.main_cause)}{detail}.")
     if v.before_primary is not None:
         parts.append(
-            f"The before's primary bottleneck ({v.before_primary}) is "
+            f"The before's primary bottleneck ({category_label(v.before_primary, capital=False)}) is "
             + ("gone." if v.primary_gone else "still there.")
         )
     return " ".join(parts)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracelens.derive.devices import OtherAccelerator
-from tracelens.domain import MEDIUM_SHARE, fmt_us
+from tracelens.domain import CAUSE_LABELS, MEDIUM_SHARE, category_label, fmt_us
 from tracelens.explain.base import where as where_in
 from tracelens.explain.host_sync import call_name
 from tracelens.explain.power_throttle import machine_headline
@@ -116,7 +116,7 @@ def quiet_headline(f: QuietFacts) -> str:
         return no_gpu_headline(f.no_gpu)
     headline = (
         f"The GPU is busy {f.busy_share:.0%} of the analysed time (largest part: "
-        f"{f.biggest.replace('gpu_busy_', 'busy ').replace('_', ' ')}, {f.biggest_share:.0%}); no finding "
+        f"{CAUSE_LABELS.get(f.biggest, f.biggest).removeprefix('busy: ')}, {f.biggest_share:.0%}); no finding "
         f"would gain {MEDIUM_SHARE:.0%} or more of it."
     )
     if f.machine is not None:
@@ -151,7 +151,7 @@ def lead_headline(f: LeadFacts) -> tuple[str, str]:
     top = f.top
     title = top.title + (f"; the largest part: {f.part.title}" if f.part is not None else "")
     if top.parent is not None:
-        title = f"{top.title} (part of {top.parent.value})"
+        title = f"{top.title} (part of the {category_label(top.parent, capital=False)} finding)"
     if f.blocker is None:
         headline = (
             f"{title}. Fix this first: about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain "

@@ -12,7 +12,7 @@ LABELS = {
     "host_blocked_us": "host blocked in the calls",
     "busy_while_blocked_us": "GPU busy while the host was blocked",
     "idle_after_us": "GPU idle after them (sync return + queue refill)",
-    "host_bound_after_us": "GPU idle while the host worked after them (counted under host_bound)",
+    "host_bound_after_us": "GPU idle while the host worked after them (counted as host-bound)",
     "constructs": "constructs",
     "runtime_calls": "runtime calls",
     "profiler_syncs": "profiler's own syncs ignored",

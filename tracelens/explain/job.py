@@ -24,7 +24,7 @@ REASON_WORDS = {
     "gpu_busy_compute": "more GPU work (compute-bound kernels)",
     "gpu_busy_memory": "more GPU work (memory-bound kernels)",
     "gpu_busy_latency": "more GPU work (latency-bound kernels)",
-    "gpu_busy_unknown": "more GPU work (kernels without a model)",
+    "gpu_busy_unknown": "more GPU work (kernels not classified)",
     "gpu_busy_copy": "more GPU copies",
     "communication": "waiting in another collective",
     "idle_other": "GPU waits outside its own work (streams, events)",

@@ -64,13 +64,13 @@ def notes_text(n: NoteFacts) -> tuple[str, ...]:
         )
     if n.other_idle is not None:
         out.append(
-            f"The GPU also idles {n.other_idle:.0%} of the window with its next kernel already queued: it waits on "
-            "another stream or an event, not on this host thread. On one GPU look at cross-stream dependencies."
-            + queued_wait_words(n.queued)
+            f"The GPU also idles {n.other_idle:.0%} of the analysed time with its next kernel already queued: it "
+            "waits on another stream or an event, not on this host thread. On one GPU look at cross-stream "
+            "dependencies." + queued_wait_words(n.queued)
         )
     if n.startup_share is not None:
         out.append(
-            f"{n.startup_share:.0%} of the window is one-off start-up work on the host (CUDA/HIP graph capture, "
+            f"{n.startup_share:.0%} of the analysed time is one-off start-up work on the host (CUDA/HIP graph capture, "
             "whose launches are recorded into the graph and do not run; graph instantiation; cold first launches): "
             "a serving engine's or a first iteration's set-up, not a bottleneck of the steady state."
         )
@@ -84,12 +84,12 @@ def notes_text(n: NoteFacts) -> tuple[str, ...]:
         )
     if n.profiler_share is not None:
         out.append(
-            f"{n.profiler_share:.0%} of the window is idle while the host runs torch.profiler's own prof.step(): "
-            "profiler overhead that an unprofiled run does not have."
+            f"{n.profiler_share:.0%} of the analysed time is idle while the host runs torch.profiler's own "
+            "prof.step(): profiler overhead that an unprofiled run does not have."
         )
     if n.harness_share is not None:
         out.append(
-            f"{n.harness_share:.0%} of the window ({fmt_us(n.harness_us)}) is idle while the host runs "
+            f"{n.harness_share:.0%} of the analysed time ({fmt_us(n.harness_us)}) is idle while the host runs "
             "the benchmark harness's own method between its timed regions (a cache flush such as PARAM's "
             "[param|clear_cache], a warm-up range): the benchmark's method, not the program's bottleneck, so no "
             "finding blames it."

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.power_throttle import CAPPED_ALL_SHARE, KernelClock, ThrottleFacts
 from tracelens.domain import fmt_us, pct
@@ -20,6 +22,22 @@ LABELS = {
     "temp_max_c": "max temperature (C)",
     "nvml_samples": "NVML samples",
 }
+
+
+#: NVML's throttle reasons (model/schema.py's ids) in words (issue 27: "(sw_power_cap)").
+REASON_WORDS = {
+    "sw_power_cap": "power cap",
+    "hw_slowdown": "hardware slowdown",
+    "sync_boost": "sync boost",
+    "sw_thermal_slowdown": "thermal slowdown",
+    "hw_thermal_slowdown": "hardware thermal slowdown",
+    "hw_power_brake_slowdown": "power brake",
+}
+
+
+def reason_words(reasons: Iterable[str]) -> str:
+    """Throttle reason ids as a reader names them, comma-joined."""
+    return ", ".join(REASON_WORDS.get(r, r.replace("_", " ")) for r in reasons)
 
 
 def kernel_text(k: KernelClock) -> str:
@@ -70,7 +88,7 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
     return Words(
         title=(
             f"Clocks throttled while busy: SM clock averaged {f.clock_mhz:.0f} of {f.max_clock_mhz:.0f} MHz "
-            f"({pct(ratio)}) during GPU work ({', '.join(f.limiting) or 'reason not reported'}); "
+            f"({pct(ratio)}) during GPU work ({reason_words(f.limiting) or 'reason not reported'}); "
             f"up to {fmt_us(found.time_us)} lost"
         ),
         advice=_advice(f),
@@ -81,7 +99,7 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
         ),
         labels=LABELS,
         places=[kernel_text(p.facts) for p in found.places],
-        texts={"reasons": ", ".join(f"{n} {pct(s)}" for n, s in f.reasons) or "no reason reported"},
+        texts={"reasons": ", ".join(f"{reason_words([n])} {pct(s)}" for n, s in f.reasons) or "no reason reported"},
     )
 
 

@@ -3,7 +3,7 @@ fix's predicted and measured change, and the step the before-report predicted.""
 
 from __future__ import annotations
 
-from tracelens.domain import fmt_us_change
+from tracelens.domain import category_label, fmt_us_change
 from tracelens.report.diff_report import PredictionCheck
 
 
@@ -30,12 +30,13 @@ def score_text(
         how = f"within {_pct(off)}" if off <= within_share else f"{_pct(off)} {'short' if c.error > 0 else 'over'}"
         of = "" if c.measured_of == "step" else " in its own time"
         parts.append(
-            f"{c.category} ({c.fix}): predicted {fmt_us_change(c.predicted_us)} a step, "
+            f"{category_label(c.category)} ({c.fix}): predicted {fmt_us_change(c.predicted_us)} a step, "
             f"measured {fmt_us_change(c.measured_us)}{of} ({how})"
         )
     rng = f" ({lo / 1e3:.2f} to {hi / 1e3:.2f} ms)" if hi - lo > 0.02 * max(predicted, 1e-9) else ""
     got = f"measured {measured / 1e3:.2f} ms (the prediction {_pct(error)} {'high' if error >= 0 else 'low'})"
-    with_ = f"{' and '.join(cats)} fixed together" if basis == "joint" else f"{cats[0]} fixed"
+    words = [category_label(c, capital=False) for c in cats]
+    with_ = f"{' and '.join(words)} fixed together" if basis == "joint" else f"{words[0]} fixed"
     step = f"With {with_}, the before-report predicted a {predicted / 1e3:.2f} ms step{rng}; {got}."
     return " ".join([*(p + "." for p in parts), step])
 
@@ -44,7 +45,7 @@ def nothing_fixed_text(primary: str | None, predicted_step_us: float) -> str:
     """Why there is nothing to score: no finding of the before-report shrank by half."""
     return (
         f"No finding of the before-report shrank by half, so there is no fix to score (its headline predicted "
-        f"a {predicted_step_us / 1e3:.2f} ms step after fixing {primary})."
+        f"a {predicted_step_us / 1e3:.2f} ms step after fixing the {category_label(primary, capital=False)})."
         if primary and predicted_step_us > 0
         else ""
     )

@@ -24,6 +24,7 @@ class RoofCover:
     measured_share: float  # hardware counters' share of kernel time (0 when none measured)
     coverage: float  # counters and models together
     modelled: bool  # some kernel time was put to the models at all
+    gpu_named: bool = True  # the trace names its GPU model (deviceProperties)
 
 
 @dataclass(frozen=True)
@@ -60,23 +61,33 @@ def _missing_text(missing: Missing) -> str:
     )
 
 
+def _rest(coverage: float) -> str:
+    """The clause for the kernel time no model covers, only where some is left: "cover
+    100% ...; the rest is reported as unknown" contradicted itself (issue 27)."""
+    return "; the rest is reported as not classified" if f"{coverage:.0%}" != "100%" else ""
+
+
 def unmeasured_text(u: Unmeasured) -> str:
     """Parts of a question this trace cannot answer, and the capture option that would."""
     out = ""
     roof = u.roof
     if roof is not None:
-        if not roof.peaks_known:
+        if not roof.peaks_known and not roof.gpu_named:
+            out += (
+                " Roofline: the trace does not name its GPU model (no deviceProperties), so its peaks are unknown "
+                "(set TRACELENS_PEAKS to give them)."
+            )
+        elif not roof.peaks_known:
             out += " Roofline: this GPU is not in the peak table (set TRACELENS_PEAKS to give its peaks)."
         elif roof.measured:
             out += (
                 f" Roofline: hardware counters cover {roof.measured_share:.0%} of kernel time and models "
-                f"{roof.coverage - roof.measured_share:.0%} (communication excluded); the rest is reported "
-                "as unknown."
+                f"{roof.coverage - roof.measured_share:.0%} (communication excluded){_rest(roof.coverage)}."
             )
         elif roof.modelled:
             out += (
-                f" Roofline models cover {roof.coverage:.0%} of kernel time (communication excluded); the rest is "
-                "reported as unknown."
+                f" Roofline models cover {roof.coverage:.0%} of kernel time (communication excluded)"
+                f"{_rest(roof.coverage)}."
             )
     if u.no_clock_samples:
         out += (

@@ -68,7 +68,8 @@ def words(found: Found[QueuedFacts, BlockedIn], share: float) -> Words:
         else ""
     )
     title = (
-        f"The GPU idles {fmt_us(found.time_us)} ({pct(share)} of the window) with its next work already queued{ahead}"
+        f"The GPU idles {fmt_us(found.time_us)} ({pct(share)} of the analysed time) with its next work already "
+        f"queued{ahead}"
     )
     if blocked > 0:
         copies = f"; {q.copy_bytes / 1e3:,.1f} KB copied to the host in all" if q.copy_bytes > 0 else ""

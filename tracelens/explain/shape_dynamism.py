@@ -58,7 +58,7 @@ def words(found: Found[ShapeFacts, ShapeSiteFacts], share: float) -> Words:
         title=(
             f"Input shapes change from step to step at {f.sites} op site(s); the first call with each new "
             f"shape costs the host {fmt_us(f.excess_us)} beyond a repeat, and the GPU idles {fmt_us(found.time_us)} "
-            f"({pct(share)} of the window) meanwhile, most in {f.top_op} {at} ({describe(f.top)})"
+            f"({pct(share)} of the analysed time) meanwhile, most in {f.top_op} {at} ({describe(f.top)})"
         ),
         advice=_advice(f),
         gain_note="the GPU idle while the host sits in first calls with new shapes, beyond a repeat's host time: "

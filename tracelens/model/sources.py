@@ -22,6 +22,7 @@ with `ambiguous` set.
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pandas as pd
@@ -50,6 +51,11 @@ _MACHINERY_DIRS = ("/multiprocessing/", "/concurrent/futures/", "/importlib/")
 
 
 _STDLIB_RE = re.compile(r"/lib/python3\.\d+/(?!site-packages|dist-packages)")
+#: Python writes a stdlib package's frames relative to its lib dir ("json/encoder.py(183):
+#: encode", diff_graph_after): a relative path under a stdlib package is the stdlib's, not
+#: the program's (issue 27: it was named as the user's source). `test` is left out: it is
+#: also what a project calls its tests' folder.
+_STDLIB_PACKAGES = frozenset(sys.stdlib_module_names) - {"test", "__future__"}
 
 
 def parse_frame(text: str, line_is_def: bool = False) -> PySource | None:
@@ -82,6 +88,8 @@ def is_machinery(file: str) -> bool:
     if f.rsplit("/", 1)[-1] in _MACHINERY_FILES:
         return True
     slashed = "/" + f
+    if "/" in f and not f.startswith(("/", ".")) and f.split("/", 1)[0] in _STDLIB_PACKAGES:
+        return True
     return any(d in slashed for d in _MACHINERY_DIRS) or bool(_STDLIB_RE.search(f))
 
 

@@ -221,13 +221,13 @@ BEYOND_OWN_TIME = 1.5
 #: Where a fix's gain beyond its finding's own time comes from, by fix.
 BEYOND_WHY = {
     "cuda_graph": "the graph also removes the host's work between the launches (Python, dispatch), which the "
-    "ledger counts as host_bound",
+    "ledger counts as host-bound idle",
     "remove_host_syncs": "without the waits the host's work overlaps the GPU's instead of following it, time the "
-    "ledger counts as host_bound and launch_overhead",
+    "ledger counts as host-bound and launch-overhead idle",
     "fuse_chains": "the chain's other ops are no longer dispatched on the host either",
     "sdpa": "the pattern's other ops are no longer dispatched on the host either",
     "remove_allocator_calls": "the allocator's calls also synchronised the device; without them the host's work "
-    "overlaps the GPU's, time the ledger counts as host_bound",
+    "overlaps the GPU's, time the ledger counts as host-bound idle",
 }
 
 

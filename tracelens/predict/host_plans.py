@@ -590,7 +590,8 @@ def overlap_blocked(g: DependencyGraph, coll: np.ndarray, exposed: np.ndarray, s
     if on_host >= 0.5:
         text += (
             f": {on_host:.0%} of the replayed steps' critical path is host work (the threads launching the kernels), "
-            "so the host's launches (launch_overhead, host_bound), not the collectives, set the step's pace"
+            "so the host's launches (kernel-launch overhead and host-bound idle), not the collectives, set the "
+            "step's pace"
         )
     return text
 

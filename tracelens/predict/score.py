@@ -137,5 +137,3 @@ def score(
     error = (predicted - a_step_us) / a_step_us if a_step_us > 0 else 0.0
     return StepPrediction(predicted, lo, hi, a_step_us, error, basis, cats, tuple(checks), score_text(
         checks, predicted, lo, hi, a_step_us, error, basis, cats, WITHIN_SHARE), unprofiled)  # fmt: skip
-
-

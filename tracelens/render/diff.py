@@ -72,9 +72,11 @@ def render_diff_terminal(
         o.para(plain(n, 2000), indent=2, lead="Note: ", lead_style={"fg": "cyan"})
     o.blank()
     o.lines.append(o.style("Per step, by cause:", bold=True))
+    names = {c.cause: CAUSE_SHORT.get(c.cause, c.cause) for c in d.causes[:TERMINAL_ROWS]}
+    col = max((len(n) for n in names.values()), default=10)
     for c in d.causes[:TERMINAL_ROWS]:
         o.lines.append(
-            f"  {CAUSE_SHORT.get(c.cause, c.cause):10s} {fmt.us(c.before_us):>9s} -> {fmt.us(c.after_us):>9s}"
+            f"  {names[c.cause]:{col}s} {fmt.us(c.before_us):>9s} -> {fmt.us(c.after_us):>9s}"
             f"  ({'+' if c.change_us > 0 else ''}{fmt.us(c.change_us)})"
         )
     if d.changes:

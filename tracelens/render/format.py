@@ -261,6 +261,26 @@ def short_kernel(name: str, width: int = KERNEL_NAME_CHARS) -> str:
     return s or name[:width]
 
 
+#: The versions CUDA writes as one integer, 1000 * major + 10 * minor (13000 is 13.0,
+#: 12040 is 12.4): shown as the release a reader knows.
+CUDA_INT_VERSIONS = frozenset({"cuda_driver_version", "cuda_runtime_version"})
+
+
+def shown_versions(versions: dict[str, str]) -> list[tuple[str, str]]:
+    """The trace's version rows as a report shows them, sorted: empty ones left out (a
+    CUDA trace's `hip_version` is ""), CUDA's integer versions as major.minor."""
+    out = []
+    for key, value in sorted(versions.items()):
+        text = str(value).strip()
+        if not text:
+            continue
+        if key in CUDA_INT_VERSIONS and text.isdigit() and int(text) >= 1000:
+            n = int(text)
+            text = f"{n // 1000}.{(n % 1000) // 10}"
+        out.append((key, text))
+    return out
+
+
 def steps_phrase(report: Any) -> str:
     """The window's steps in the report's one unit: "10 steps", "53 detected iterations",
     "1 call", "one sweep of 53 calls" (a range per configuration: no step repeats)."""

@@ -15,9 +15,11 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup, escape
 
+from tracelens.domain import GPU_NOT_RECORDED, category_label
 from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT, SNAPSHOT_COLOURS
-from tracelens.report import ClockTimeline, Report, RooflineSummary, Timeline
+from tracelens.report import ClockTimeline, Finding, Report, RooflineSummary, Timeline
+from tracelens.report.enums import WHOLE_UNITS
 
 #: Time-axis ticks per chart: about five labels of "12.5 ms" fit a 390 px phone.
 TIME_TICKS = 5
@@ -72,6 +74,13 @@ def environment(autoescape: bool) -> jinja2.Environment:
         keep_trailing_newline=True,
     )
     env.filters["us"] = fmt.us
+    env.filters["category"] = category_label
+    env.filters["blockers"] = blockers
+    env.filters["per_unit"] = per_unit
+    env.filters["unit_share"] = unit_share
+    env.filters["gain_range"] = gain_range
+    env.filters["advice_parts"] = advice_parts
+    env.filters["versions"] = fmt.shown_versions
     env.filters["pct"] = fmt.pct
     env.filters["nbytes"] = fmt.fmt_bytes
     env.filters["metric"] = fmt.metric
@@ -305,9 +314,7 @@ def busy_columns(tl: Timeline | None) -> list[float] | None:
             for i in range(n)]  # fmt: skip
 
 
-def clocks_svg(
-    cl: ClockTimeline, width: int = 960, height: int = 56, busy: list[float] | None = None
-) -> Markup:
+def clocks_svg(cl: ClockTimeline, width: int = 960, height: int = 56, busy: list[float] | None = None) -> Markup:
     """SM clock (MHz), power (W) and temperature (°C) as three small charts, each with its
     own labelled axis, over the timeline's time axis; a tap shows the three values."""
     n = len(cl.sm_mhz)
@@ -501,11 +508,56 @@ def device_label(report: Report) -> str:
     t = report.trace
     vendor = t.vendor.upper() if t.vendor else ""
     name = t.gpu_name.lower()
-    if not t.gpu_count or name.startswith(("no gpu", "unknown gpu")) or vendor in ("", "UNKNOWN"):
+    if GPU_NOT_RECORDED in t.gpu_name or name.startswith("no gpu"):
+        return t.gpu_name
+    if not t.gpu_count or vendor in ("", "UNKNOWN"):
         return t.gpu_name if vendor in ("", "UNKNOWN") or not t.gpu_count else f"{t.gpu_name} ({vendor})"
     if vendor.lower() in name or (vendor == "NVIDIA" and "tesla" in name):
         return t.gpu_name
     return f"{t.gpu_name} ({vendor})"
+
+
+def per_unit(value_us: float, report: Report, label: bool = True) -> str:
+    """A card's time in the report's one unit (issue 27: a headline of "106.1 ms per step"
+    beside a card's "expected gain up to 212.3 ms", the window's total): "106.1 ms per
+    step" where the report counts several steps, the total where its unit is the window."""
+    unit, n = report.summary.unit, report.window.steps
+    if unit in WHOLE_UNITS or n <= 1:
+        return fmt.us(value_us)
+    return f"{fmt.us(value_us / n)} per {unit}" if label else fmt.us(value_us / n)
+
+
+def unit_share(value_us: float, report: Report) -> str:
+    """ ", 197.9 ms per step" after a card's total, where the report counts several steps."""
+    per_step = report.summary.unit not in WHOLE_UNITS and report.window.steps > 1
+    return f", {per_unit(value_us, report)}" if per_step else ""
+
+
+def gain_range(f: Finding, report: Report) -> str:
+    """ " (1.1 ms to 1.7 ms)" after a replayed gain, in the report's unit: only where the
+    ends differ by more than 2% and read differently (never "(1.1 ms to 1.1 ms)")."""
+    low = per_unit(f.expected_gain_low_us, report, label=False)
+    high = per_unit(f.expected_gain_high_us, report, label=False)
+    if f.expected_gain_high_us - f.expected_gain_low_us <= 0.02 * f.expected_gain_us or low == high:
+        return ""
+    return f" ({low} to {high})"
+
+
+def advice_parts(advice: str) -> tuple[list[str], list[str]]:
+    """The headline's fix as shown and as folded: the first paragraph (explain/ writes the
+    concrete fix first: the site, the op, the flag) and the "•" alternatives right after it
+    stay open; the general advice after them is one tap away (issue 27: sampled_rank-0's
+    Fix box was ~40 lines on a phone)."""
+    paras = [p for p in advice.split("\n") if p.strip()]
+    n = 1
+    while n < len(paras) and paras[n].lstrip().startswith("•"):
+        n += 1
+    return paras[:n], paras[n:]
+
+
+def blockers(ids: str) -> str:
+    """A prediction's `blocked_by` (category ids, comma-joined) in words, lower case."""
+    return " and ".join(category_label(c, capital=False) for c in ids.split(",") if c)
 
 
 def primary_index(report: Report) -> int | None:

@@ -156,9 +156,12 @@ def render_job_json(rep: JobReport) -> str:
     return msgspec.json.format(msgspec.json.encode(rep), indent=2).decode() + "\n"
 
 
-def render_job_terminal(rep: JobReport, written: list[str], *, width: int = 80, colour: bool = False) -> str:
+def render_job_terminal(
+    rep: JobReport, written: list[str], *, width: int = 80, colour: bool = False, verbose: bool = False
+) -> str:
     """The job's summary, every line wrapped at `width` with hanging indents (trace text
-    stripped of control characters), coloured only when `colour`."""
+    stripped of control characters), coloured only when `colour`. How the ranks were read
+    (the scheduler) only when `verbose`: it is the tool's business, not the job's (issue 27)."""
     from tracelens.render.terminal import _Out
 
     o = _Out(width, colour)
@@ -192,7 +195,8 @@ def render_job_terminal(rep: JobReport, written: list[str], *, width: int = 80, 
     if latest and any(r.late_us > 0 for r in latest):
         o.para(", ".join(f"rank {r.rank} {fmt.us(r.late_us)} after the first ({_cause_words(r)})" for r in latest)
                + " per step", indent=2, lead="latest to arrive: ", hang=4)  # fmt: skip
-    o.para(f"read in {rep.map_seconds:.1f} s by {fmt.plain(rep.scheduler, limit=200)}", indent=2)
+    if verbose:
+        o.para(f"read in {rep.map_seconds:.1f} s by {fmt.plain(rep.scheduler, limit=200)}", indent=2)
     for w in written:
         o.para(fmt.plain(w, limit=400), indent=2, lead="wrote ", hang=4)
     return o.text()

@@ -18,6 +18,7 @@ from typing import TextIO
 
 import typer
 
+from tracelens.domain import category_label
 from tracelens.render.causes import CAUSE_SHORT
 from tracelens.render.format import analysed_us, pct, plain, steps_phrase, us
 from tracelens.report import Report, SnapshotReport
@@ -26,7 +27,7 @@ _STATUS_STYLE = {
     "yes": ("YES", "red"),
     "minor": ("minor", "yellow"),
     "no": ("no", "green"),
-    "not_measurable": ("n/m", "bright_black"),
+    "not_measurable": ("no data", "bright_black"),
     "not_built": ("not built", "bright_black"),
     "unknown": ("unknown", "bright_black"),
 }
@@ -183,7 +184,10 @@ def render_terminal(
     s = report.summary
     if s.primary:
         o.para(
-            s.primary, lead="Primary bottleneck: ", lead_style={"bold": True}, body_style={"fg": "red", "bold": True}
+            category_label(s.primary),
+            lead="Primary bottleneck: ",
+            lead_style={"bold": True},
+            body_style={"fg": "red", "bold": True},
         )
         o.para(s.headline, indent=2)
         o.para(s.primary_advice, indent=2, lead="Fix: ", lead_style={"bold": True})
@@ -206,12 +210,14 @@ def render_terminal(
     if report.findings:
         o.blank()
         o.lines.append(o.style("Findings:", bold=True))
-        for f in report.findings[:MAX_FINDINGS]:
+        # The primary finding first, marked (issue 27); the rest in diagnostic order.
+        primary = [f for f in report.findings if s.primary and f.category.value == s.primary][:1]
+        for f in [*primary, *(f for f in report.findings if f not in primary)][:MAX_FINDINGS]:
             sev = f"[{f.severity.value}]"
-            indent = 4 if f.parent else 2
-            lead = ("↳ " if f.parent else "") + sev + " "
+            indent = 4 if f.parent and f not in primary else 2
+            lead = ("↳ " if f.parent and f not in primary else "") + ("* primary " if f in primary else "") + sev + " "
             o.para(
-                f"{f.category.value}: {f.title}",
+                f"{category_label(f.category)}: {f.title}",
                 indent=indent,
                 lead=lead,
                 lead_style={"fg": _SEVERITY_COLOUR.get(f.severity.value, "white")},

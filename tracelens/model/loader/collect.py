@@ -504,9 +504,10 @@ class _Collector:
         meta_dict = _small_metadata(top)
         vendor = _vendor(host, gpu)
         devices = _devices(top, vendor)
-        if not devices:
-            notes.append("no deviceProperties in the trace: GPU model and SM count unknown")
         active = _active_devices(gpu)
+        if not devices and active:
+            # Only where GPU work ran: a CPU-only trace has no GPU to name (issue 27).
+            notes.append("no deviceProperties in the trace: GPU model and SM count unknown")
         dist = meta_dict.get("distributedInfo") if isinstance(meta_dict.get("distributedInfo"), dict) else {}
         assert isinstance(dist, dict)
         base_ns = _base_time_ns(top)
