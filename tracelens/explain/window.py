@@ -84,13 +84,16 @@ def choice_reason(why: WindowChoice) -> str:
             + "."
         )
     if isinstance(why, WholeSpan):
+        marks = "the iterations found in the trace's host ops" if why.detected else "the step marks"
         if why.basis == "outside":
             them = f"{why.outside} GPU activit{'y' if why.outside == 1 else 'ies'}"
             return (
-                f"the step marks hold none of the GPU's activity: its {them} "
+                f"{marks} hold none of the GPU's activity: its {them} "
                 "(kernels, copies, memsets) ran, and were launched, outside them (steps cut apart from the GPU "
                 "work), so the GPU's first to last activity is analysed."
             )
+        if why.basis == "unplaceable" and why.detected:
+            return _WHOLE["unplaceable"].replace("the step marks", marks, 1)
         return _WHOLE[why.basis]
     if isinstance(why, UserWindow):
         text = f"the window asked for: {why.start_s:g} s to {why.end_s:g} s from the trace's start"

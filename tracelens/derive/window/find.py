@@ -31,17 +31,24 @@ def find_window(
     if user_steps is not None:
         return _user_steps(model, dev, t0, user_steps, marked)
     if marked:
-        w = _window_from_steps(model, t0, marked)
-        if _unplaceable_on_gpu(model, dev, w):
-            return _whole(model, dev, t0, "unplaceable")
-        outside = _all_outside_steps(model, dev, w)
-        if outside:
-            return _whole(model, dev, t0, "outside", outside)
-        return w
+        return _holding_the_gpu(model, dev, t0, _window_from_steps(model, t0, marked), detected=False)
     found = detect_iterations(model, dev)
     if found is not None:
-        return _window_from_iterations(model, t0, found)
+        return _holding_the_gpu(model, dev, t0, _window_from_iterations(model, t0, found), detected=True)
     return _whole(model, dev, t0)
+
+
+def _holding_the_gpu(model: TraceModel, dev: int | None, t0: float, w: Window, *, detected: bool) -> Window:
+    """`w`, unless it holds none of the GPU's activity while the trace has some: then the
+    GPU's whole span, saying why (issue 29's fuzz: seed 29 case 2066, a kernel after the
+    last ProfilerStep; seed 30 case 1896, two iterations found in the host's top-level ops
+    and the one kernel after them: "No GPU activity to analyse" for a trace with GPU time)."""
+    if _unplaceable_on_gpu(model, dev, w):
+        return _whole(model, dev, t0, "unplaceable", detected=detected)
+    outside = _all_outside_steps(model, dev, w)
+    if outside:
+        return _whole(model, dev, t0, "outside", outside, detected=detected)
+    return w
 
 
 def _unplaceable_on_gpu(model: TraceModel, dev: int | None, w: Window) -> bool:
@@ -85,6 +92,8 @@ def _whole(
     t0: float,
     gpu_basis: Literal["gpu", "unplaceable", "outside"] = "gpu",
     outside: int = 0,
+    *,
+    detected: bool = False,
 ) -> Window:
     """The GPU's first to last activity (`gpu_basis` says why, when the trace marks steps:
     they cannot be placed on the GPU, or all its `outside` activities ran outside them),
@@ -93,7 +102,7 @@ def _whole(
     on_dev = act[act["device"] == dev] if dev is not None else act
     if len(on_dev):
         start, end = float(on_dev["ts"].min()), float(on_dev["end"].max())
-        why = WholeSpan(gpu_basis, outside)
+        why = WholeSpan(gpu_basis, outside, detected)
     elif len(model.host):
         start, end = float(model.host["ts"].min()), float(model.host["end"].max())
         why = WholeSpan("host")

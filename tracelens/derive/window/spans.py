@@ -101,10 +101,12 @@ class IterationsChosen:
 class WholeSpan:
     """Nothing repeats (source "whole"): the GPU's span, the host's, or nothing; or the
     step marks hold no GPU work and nothing links kernels to launches ("unplaceable"); or
-    all `outside` GPU activities ran, and were launched, outside the marked steps."""
+    all `outside` GPU activities ran, and were launched, outside the marked steps (or, with
+    `detected`, outside the iterations found in the trace's host ops)."""
 
     basis: Literal["gpu", "host", "empty", "unplaceable", "outside"]
     outside: int = 0
+    detected: bool = False
 
 
 @dataclass(frozen=True)
