@@ -75,7 +75,7 @@ def test_graph_break_names_the_data_dependent_op_and_links_host_sync() -> None:
     assert "aten::index" in f.title and "data-dependent" in f.title
     sync = _finding(rep, Category.HOST_SYNC)
     assert sync is not None and sync.time_us > 0
-    linked = next(m.value for m in f.evidence if "host_sync finding" in m.label)
+    linked = next(m.value for m in f.evidence if "host syncs finding" in m.label)
     # The wait is the host_sync finding's time, named here, not counted again.
     assert 0 < float(linked) <= sync.time_us + 1e-6
     assert f.time_us == 0

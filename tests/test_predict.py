@@ -265,7 +265,7 @@ def test_syncs_inside_the_step_still_block_the_graph(name: str) -> None:
     launch, headline = _launch_and_headline(sample(name))
     assert launch.blocked_by is not None and launch.blocked_by.value == "host_sync"
     assert launch.prediction is not None and "host_sync" in launch.prediction.blocked_by.split(",")
-    assert "Fix first: remove the host syncs" in headline and "and the host_sync fix" in headline
+    assert "Fix first: remove the host syncs" in headline and "and the host syncs fix" in headline
 
 
 def test_sdpa_gain_keeps_the_launches_it_still_needs() -> None:
