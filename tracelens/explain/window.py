@@ -89,8 +89,12 @@ def choice_reason(why: WindowChoice) -> str:
             them = f"{why.outside} GPU activit{'y' if why.outside == 1 else 'ies'}"
             return (
                 f"{marks} hold none of the GPU's activity: its {them} "
-                "(kernels, copies, memsets) ran, and were launched, outside them (steps cut apart from the GPU "
-                "work), so the GPU's first to last activity is analysed."
+                + (
+                    "(kernels, copies, memsets) ran outside them"
+                    if why.detected
+                    else "(kernels, copies, memsets) ran, and were launched, outside them"
+                )
+                + " (steps cut apart from the GPU work), so the GPU's first to last activity is analysed."
             )
         if why.basis == "unplaceable" and why.detected:
             return _WHOLE["unplaceable"].replace("the step marks", marks, 1)
