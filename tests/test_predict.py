@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+from html import escape
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, rea
 from tracelens.derive import transforms
 from tracelens.derive.replay import Edit, replay
 from tracelens.diff import build_diff
+from tracelens.domain import category_label
 from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
 from tracelens.render.json import render_json
 from tracelens.render.markdown import render_markdown
@@ -180,7 +182,8 @@ def test_every_pair_diff_scores_the_prediction_in_all_four_outputs(pair: str) ->
     step = f"{v.predicted_step_us / 1e3:.2f} ms step"
     for out in (md, html, term):
         assert "Prediction:" in out and step in out
-    assert "predictions" in html and d.predictions[0].category.value in html
+    # the HTML names the category in words (issue 27), the JSON by its id
+    assert "predictions" in html and escape(category_label(d.predictions[0].category)) in html
 
 
 def test_the_prediction_is_scored_on_the_steps_both_windows_hold() -> None:
