@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from support.corpus import model_of, report_of, sample
 
+from tracelens.analyzers.host_sync import GRAPH_ENDING_CONSTRUCTS
+
 
 def _finding(rep, category: str):  # type: ignore[no-untyped-def]
     return next(f for f in rep.findings if f.category == category)
@@ -42,3 +44,19 @@ def test_detection_with_fixed_shapes_has_no_shape_cost() -> None:
     rep = report_of(sample("prog_detection_fixed"))
     assert max(rep.findings, key=lambda f: f.time_us).category == "launch_overhead"
     assert not [f for f in rep.findings if f.category == "shape_dynamism" and f.share >= 0.03]
+
+
+def test_detection_syncs_block_a_graph_counted_over_every_site() -> None:
+    """Faster R-CNN's box sampling syncs 108 times a step at 18 sites; 144 of the calls in
+    the 3 steps need their value on the host (x[mask], .item(), .tolist()), 51 GPU launches
+    apart: a CUDA graph of the step cannot be captured, so the launch fix is blocked by the
+    syncs. Counted over the 8 sites the finding shows, the calls were 72 (101 launches
+    apart: no blocker) and the headline advised a CUDA graph of a detection step."""
+    rep = report_of(sample("prog_detection_fixed"))
+    sync = _finding(rep, "host_sync")
+    ending = next(m.value for m in sync.evidence if m.id == "graph_ending_calls")
+    shown = sum(s.count for s in sync.sites if s.kind in GRAPH_ENDING_CONSTRUCTS)
+    assert (ending, shown) == (144, 72)
+    assert len(sync.sites) == 8
+    assert _finding(rep, "launch_overhead").blocked_by == "host_sync"
+    assert rep.summary.primary == "host_bound"

@@ -50,6 +50,14 @@ SLOW_COPY_MIN_SHARE = 0.05
 
 #: At most this many sites per finding (the rest are summed into the finding's totals).
 MAX_SITES = 8
+#: Constructs that end a CUDA graph or a compiled region: the program needs the value on
+#: the host (the blocked-by rule counts them over every site, not the MAX_SITES shown:
+#: prog_detection_fixed has 18 sites, 144 such calls in 3 steps, 72 in its top 8). An
+#: explicit synchronize is the harness's (TraceLens's synchronize_each_step), outside the
+#: model code a graph or torch.compile would take.
+GRAPH_ENDING_CONSTRUCTS: frozenset[str] = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy"})
+#: The evidence id of their count (the blocked-by rule reads it: predict/blocking.sync_cut).
+GRAPH_ENDING_CALLS = "graph_ending_calls"
 
 
 #: The kinds of Python code that sync, recognised from the ops around the sync (each
@@ -258,6 +266,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
         return []
     ranked = sorted(groups.values(), key=lambda g: (g.idle_us, g.host_us), reverse=True)
     count = sum(g.count for g in ranked)
+    graph_ending = sum(g.count for g in ranked if g.construct in GRAPH_ENDING_CONSTRUCTS)
     host_us = sum(g.host_us for g in ranked)
     idle_us = sum(g.idle_us for g in ranked)
     tail_us = sum(g.tail_us for g in ranked)
@@ -304,6 +313,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostSyncFacts, SyncSite]]:
             ),
             evidence=(
                 Fact("sync_calls", count, "count"),
+                Fact(GRAPH_ENDING_CALLS, graph_ending, "count"),
                 Fact("host_blocked_us", host_us, "us"),
                 Fact("busy_while_blocked_us", busy_during, "us"),
                 Fact("idle_after_us", idle_us, "us"),

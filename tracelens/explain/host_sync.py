@@ -9,6 +9,7 @@ from tracelens.explain.base import Words, where
 
 LABELS = {
     "sync_calls": "sync calls",
+    "graph_ending_calls": "of them ending a CUDA graph (the host needs the value)",
     "host_blocked_us": "host blocked in the calls",
     "busy_while_blocked_us": "GPU busy while the host was blocked",
     "idle_after_us": "GPU idle after them (sync return + queue refill)",

@@ -10,15 +10,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tracelens.analyzers.host_sync import GRAPH_ENDING_CALLS
 from tracelens.derive.context import AnalysisContext
 from tracelens.report.enums import Category
 from tracelens.report.findings import Finding
 
-#: Construct ids of the host_sync finding that stop a step from being captured in a CUDA
-#: graph or compiled whole (each ends the graph: the program needs the value on the host).
-#: An explicit synchronize is the harness's (TraceLens's synchronize_each_step), outside
-#: the model code a graph or torch.compile would take.
-SYNC_BLOCKERS = frozenset({"data_dependent_shape", "item", "branch", "device_to_host_copy"})
 #: Syncs block only when they cut the GPU work into short pieces: at most this many GPU
 #: activities per sync on average (host_sync_mask: ~8; dyn_graph_break's x[mask]: ~26). A
 #: generate loop's one stopping-criteria check per token (~110 kernels of a 4-layer Llama
@@ -42,7 +38,7 @@ class SyncCut:
 
 def sync_cut(ctx: AnalysisContext, sync: Finding | None) -> SyncCut:
     steps = max(ctx.n_steps, 1)
-    calls = sum(s.count for s in sync.sites if s.kind in SYNC_BLOCKERS) if sync is not None else 0
+    calls = int(next((m.value for m in sync.evidence if m.id == GRAPH_ENDING_CALLS), 0)) if sync is not None else 0
     activities = ctx.ledger.primary.n_activities if ctx.ledger.primary is not None else 0
     per_sync = activities / calls if calls else float("inf")
     # A CUDA graph of each piece between syncs pays when the pieces hold enough launches
