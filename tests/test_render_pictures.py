@@ -59,3 +59,28 @@ def test_markdown_names_only_what_it_is_given() -> None:
     assert files["ledger"] == Path("reports/x.ledger.svg")
     names = [str(files[k]) for k in render_charts(rep)]
     assert "reports/x.ledger.svg" in render_markdown(rep, names)
+
+
+def test_timeline_has_zoom_controls_and_no_external_references() -> None:
+    import re
+
+    from tracelens.render import render_html
+
+    html = render_html(report_of(sample("power_gemm")))
+    zoom = html[html.index('<div class="zoom"') :]
+    for cls in ("z-from", "z-to", "z-go", "z-reset", "zsteps"):
+        assert f'class="{cls}"' in zoom
+    assert 'type="number"' in zoom and '<button type="button"' in zoom  # keyboard and touch
+    for script in re.findall(r"<script[^>]*>(.*?)</script>", html, flags=re.S):
+        assert not re.search(r"https?://|fetch\(|XMLHttpRequest|import\(|\bsrc=", script)
+
+
+def test_roof_labels_keep_off_points() -> None:
+    from tracelens.render.html import ROOF_LABEL_LINE_PCT, place_roof_labels
+
+    # A point right under where the label would go (its roof at 20%): the label moves.
+    dots = [(90.0, 16.0, 3.0)]
+    ((top, _),) = place_roof_labels([(20.0, "bf16 989 TFLOP/s")], dots)
+    assert not (top - 3.0 <= 16.0 <= top + ROOF_LABEL_LINE_PCT + 3.0)
+    two = place_roof_labels([(20.0, "a"), (21.0, "b")], [])
+    assert abs(two[0][0] - two[1][0]) >= 8.0
