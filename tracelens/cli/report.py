@@ -308,6 +308,22 @@ def _report_snapshot(
     _summary(wanted, written, rep, None if quiet else render_snapshot_terminal, scrub)
 
 
+def _pictures(wanted: list[tuple[Path, str]], rep: Any, trace: Path) -> list[tuple[Path, str]]:
+    """The SVG pictures (ledger bar, headline chart) beside a Markdown written to a file
+    (issue 27), checked as the other outputs are; none beside Markdown on standard output."""
+    from tracelens.output import check_outputs, check_writable, is_stdout
+    from tracelens.render.charts import chart_files, render_charts
+
+    md_paths = [p for p, kind in wanted if kind == "md" and not is_stdout(p)]
+    if not md_paths:
+        return []
+    files = chart_files(md_paths[0])
+    out = [(files[kind], svg) for kind, svg in render_charts(rep).items()]
+    check_outputs(trace, [p for p, _ in wanted if not is_stdout(p)] + [p for p, _ in out])
+    check_writable([p for p, _ in out])
+    return out
+
+
 def _report_one(
     trace: Path,
     html: Path | None,
@@ -325,7 +341,7 @@ def _report_one(
     from tracelens.assemble import build_report
     from tracelens.derive.context import AnalysisContext
     from tracelens.model import load_trace
-    from tracelens.output import default_stem
+    from tracelens.output import default_stem, display_path, write_report
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
     from tracelens.render.progress import progress
 
@@ -360,12 +376,16 @@ def _report_one(
         rep = build_report(model, load_seconds=load_s, ctx=ctx)
         bar.writing()
         scrub = _redactor(redact, [trace], [model.meta.metadata], wanted)
+        pictures = _pictures(wanted, rep, trace)
+        names = [display_path(p) for p, _ in pictures]
         renderers: dict[str, Callable[[Any], str | bytes]] = {
             "html": render_html,
-            "md": render_markdown,
+            "md": lambda r: render_markdown(r, names),
             "json": render_json,
             "perfetto": lambda r: _annotated_trace(trace, r, ctx, scrub, perfetto),
         }
         written = _write(wanted, renderers, rep, scrub)
+        for path, svg in pictures:
+            write_report(path, scrub(svg))
     _summary(wanted, written, rep, None if quiet else render_terminal, scrub)
     return model, ctx, rep

@@ -147,7 +147,8 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
     bw = width / n
     span = tl.end_us - tl.start_us
     parts: list[str] = [
-        '<figure class="chart" data-kind="columns">',
+        f'<figure class="chart" data-kind="columns" data-width="{width}" data-height="{height}">',
+        _zoom_controls(tl),
         f'<svg class="timeline" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
         f'aria-label="GPU busy and idle over time, by cause">',
     ]
@@ -185,6 +186,28 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
     parts.append(_tips(tips))
     parts.append("</figure>")
     return Markup("".join(parts))
+
+
+def _zoom_controls(tl: Timeline) -> str:
+    """A step-range zoom for the timeline (plain inline JS in _page.js.j2 reads the steps'
+    spans from the JSON beside it): two number fields and two buttons, usable by touch and
+    by keyboard (Enter in a field zooms); nothing where the window has under two steps."""
+    steps = sorted(tl.steps)
+    span = tl.end_us - tl.start_us
+    if len(steps) < 2 or span <= 0:
+        return ""
+    lo, hi = steps[0][0], steps[-1][0]
+    # Each step as [number, start, end] in fractions of the drawn span (our numbers only).
+    data = [[int(st), round((s0 - tl.start_us) / span, 6), round((s1 - tl.start_us) / span, 6)] for st, s0, s1 in steps]
+    return (
+        '<div class="zoom" role="group" aria-label="zoom the timeline to a range of steps">'
+        f'<label>steps <input type="number" class="z-from" min="{lo}" max="{hi}" value="{lo}" '
+        'inputmode="numeric"></label> '
+        f'<label>to <input type="number" class="z-to" min="{lo}" max="{hi}" value="{hi}" inputmode="numeric"></label> '
+        '<button type="button" class="z-go">Zoom</button> <button type="button" class="z-reset">All steps</button> '
+        '<span class="z-note" aria-live="polite"></span>'
+        f'<script type="application/json" class="zsteps">{json.dumps(data)}</script></div>'
+    )
 
 
 #: More host sync returns than this in a timeline are drawn as counts (per step, else per
@@ -401,6 +424,47 @@ BOUND_COLOURS = {"compute": "#1f6feb", "memory": "#f08c2e", "latency": "#9aa3ad"
 ROOF_LABEL_GAP_PCT = 8.0
 
 
+#: A right-aligned roof label reaches this far left (% of the plot's width) on a 390 px
+#: phone: "bf16 989 TFLOP/s" is about 110 px of a 330 px plot.
+ROOF_LABEL_REACH_PCT = 40.0
+#: A label line's height in % of the plot's height on that phone (15 of ~200 px).
+ROOF_LABEL_LINE_PCT = 7.5
+
+
+def place_roof_labels(
+    labels: list[tuple[float, str]], dots: list[tuple[float, float, float]]
+) -> list[tuple[float, str]]:
+    """Each roof label's top (in % of the plot's height), just above its roof where that
+    is free: never within ROOF_LABEL_GAP_PCT of another label, and never over a point in
+    the right ROOF_LABEL_REACH_PCT of the plot, where the label sits (else the nearest free
+    slot up or down; a crowded plot keeps the first candidate, whose point still answers a
+    tap through the label)."""
+    near = [(y, r) for xp, y, r in dots if xp >= 100 - ROOF_LABEL_REACH_PCT]
+
+    def free(top: float, taken: list[float]) -> bool:
+        if any(abs(top - t) < ROOF_LABEL_GAP_PCT for t in taken):
+            return False
+        return all(y + r < top or y - r > top + ROOF_LABEL_LINE_PCT for y, r in near)
+
+    out: list[tuple[float, str]] = []
+    taken: list[float] = []
+    for roof_pct, text in sorted(labels):
+        first = max(roof_pct - ROOF_LABEL_GAP_PCT * 0.9, 0.0)
+        pos = None
+        for k in range(0, 40):
+            for cand in (first + k * 1.0, first - k * 1.0):
+                if 0.0 <= cand <= 100 - ROOF_LABEL_LINE_PCT and free(cand, taken):
+                    pos = cand
+                    break
+            if pos is not None:
+                break
+        if pos is None:  # nothing free: below the last label, as before
+            pos = max(first, (max(taken) + ROOF_LABEL_GAP_PCT) if taken else 0.0)
+        taken.append(pos)
+        out.append((pos, text))
+    return out
+
+
 def si(value: float) -> str:
     """1e12 -> '1 T', 0.01 -> '0.01': axis ticks a person reads at a glance."""
     for factor, suffix in ((1e15, " P"), (1e12, " T"), (1e9, " G"), (1e6, " M"), (1e3, " k")):
@@ -449,14 +513,17 @@ def roofline_svg(rf: RooflineSummary, width: int = 1000, height: int = 600) -> M
         d = " ".join(f"{fx(a) * width:.1f},{fy(f) * height:.1f}" for a, f in pts)
         svg.append(f'<polyline points="{d}" class="roof" vector-effect="non-scaling-stroke"/>')
         roof_labels.append((fy(peak) * 100, f"{dtype} {si(peak)}FLOP/s"))
-    # Highest roof first; each label at least ROOF_LABEL_GAP_PCT below the one above it.
-    placed: list[str] = []
-    last = -1e9
-    for top_pct, text in sorted(roof_labels):
-        pos = max(top_pct - ROOF_LABEL_GAP_PCT * 0.9, last + ROOF_LABEL_GAP_PCT, 0.0)
-        last = pos
-        placed.append(f'<span class="rooflabel" style="top:{pos:.2f}%">{escape(text)}</span>')
     total = sum(p.time_us for p in rf.points) or 1.0
+    # Where the points are, in % of the plot (x across, y down, radius as % of the height),
+    # for the labels to keep off them.
+    dots = [
+        (fx(p.intensity) * 100, fy(p.flops_per_s) * 100, (5 + 24 * math.sqrt(p.time_us / total)) / height * 100)
+        for p in rf.points
+    ]
+    placed = [
+        f'<span class="rooflabel" style="top:{pos:.2f}%">{escape(text)}</span>'
+        for pos, text in place_roof_labels(roof_labels, dots)
+    ]
     for p in sorted(rf.points, key=lambda p: -p.time_us):
         r = 5 + 24 * math.sqrt(p.time_us / total)
         colour = BOUND_COLOURS.get(p.bound, "#9aa3ad")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from tracelens.render.causes import CAUSE_LABELS
 from tracelens.render.format import analysed_us, plain
@@ -79,18 +79,22 @@ def fit_comment(text: str, limit: int = MAX_MARKDOWN_CHARS) -> str:
     return head + _TRUNCATED + closing + footer
 
 
-def _fits_one_comment(render: Callable[[Report], str]) -> Callable[[Report], str]:
+def _fits_one_comment(
+    render: Callable[[Report, Sequence[str]], str],
+) -> Callable[..., str]:
     """Whatever the template makes of a report, what comes out fits one GitHub comment."""
 
     @functools.wraps(render)
-    def fitted(report: Report) -> str:
-        return fit_comment(render(report))
+    def fitted(report: Report, charts: Sequence[str] = ()) -> str:
+        return fit_comment(render(report, charts))
 
     return fitted
 
 
 @_fits_one_comment
-def render_markdown(report: Report) -> str:
+def render_markdown(report: Report, charts: Sequence[str] = ()) -> str:
+    """The summary; `charts` names the SVG pictures written beside it (render/charts.py),
+    which it tells the reader to drag into the comment."""
     env = environment(autoescape=False)
     env.filters["md"] = md
     env.filters["md_lines"] = md_lines
@@ -102,4 +106,5 @@ def render_markdown(report: Report) -> str:
         device=device_label(report),
         primary_index=primary_index(report),
         analysed_us=analysed_us(report),
+        charts=[md(c) for c in charts],
     )
