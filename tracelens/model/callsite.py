@@ -14,7 +14,7 @@ import os
 import re
 import sys
 import tokenize
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +98,15 @@ class _Parsed:
                     found.setdefault(n.name, []).append(n)
             self.functions = found
         return self.functions.get(name, [])
+
+    #: Each searched scope's own nodes (`_own_nodes`), by the scope node's id: a scope is
+    #: searched once per syntax key of its call sites.
+    own: dict[int, list[ast.AST]] = field(default_factory=dict)
+
+    def own_nodes(self, scope: ast.AST) -> list[ast.AST]:
+        if id(scope) not in self.own:
+            self.own[id(scope)] = _own_nodes(scope)
+        return self.own[id(scope)]
 
 
 def _callee_key(name: str) -> tuple[str, str] | None:
@@ -311,7 +320,7 @@ def _infer(
     scope = _scope(parsed, src.function, src.line, running)
     if scope is None:  # no such def at that line: the file changed since the trace
         return src
-    nodes = sorted(_candidates(scope, key), key=lambda n: (_line(n), getattr(n, "col_offset", 0)))
+    nodes = sorted(_candidates(parsed.own_nodes(scope), key), key=lambda n: (_line(n), getattr(n, "col_offset", 0)))
     lines = sorted({_line(n) for n in nodes})
     if not lines:
         return src
@@ -462,9 +471,9 @@ def _is_python_scalar(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and _call_name(node) in {"item", "tolist", "len", "float", "int", "bool"}
 
 
-def _candidates(scope: ast.AST, key: tuple[str, str]) -> list[ast.AST]:
+def _candidates(nodes: list[ast.AST], key: tuple[str, str]) -> list[ast.AST]:
+    """The nodes of a scope (its `_own_nodes`) that can make a call of this syntax key."""
     kind, name = key
-    nodes = _own_nodes(scope)
     if kind == "call":
         return [n for n in nodes if isinstance(n, ast.Call) and _call_name(n) == name]
     if kind == "subscript":
