@@ -309,6 +309,8 @@ def test_distributed_scheduler(tmp_path: Path) -> None:
     assert len(pids) == 2 and len(set(pids.values())) == 2 and all(ran.values())
     doc = json.loads((tmp_path / "job.json").read_text())
     assert "distributed scheduler at " in doc["scheduler"] and "2 workers" in doc["scheduler"]
+    # Dask's default workers run its profiler, whose memory grows with the ranks: said.
+    assert "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False" in doc["scheduler"]
     assert [s["rank"] for s in doc["job"]["stragglers"]] == [SLOW_RANK]
     embedded = job_of(case("host_slow"))
     assert doc["job"]["stragglers"][0]["cost_us"] == embedded.job.stragglers[0].cost_us
@@ -476,3 +478,40 @@ def test_four_plain_profiler_gloo_ranks_on_the_h200_name_the_straggler() -> None
     assert s.rank == 1 and s.reason == "host_bound" and "plain_gloo.py(54): python_work" in s.reason_label
     assert 20_000 < s.reason_us < 30_000  # 25 ms planted
     assert all(r.wait_us > 15_000 for r in rep.ranks if r.rank != 1)
+
+
+def test_workers_profiling_is_asked_of_every_worker_and_never_fails_the_job() -> None:
+    """The note on Dask's worker profiler rests on each worker's own config."""
+    from tracelens.job.run import _workers_profiling
+
+    class FakeClient:
+        def __init__(self, answers: dict[str, bool] | Exception) -> None:
+            self.answers = answers
+
+        def run(self, fn):  # type: ignore[no-untyped-def]
+            assert fn() in (True, False)  # runs here as it would on a worker
+            if isinstance(self.answers, Exception):
+                raise self.answers
+            return self.answers
+
+    assert _workers_profiling(FakeClient({"a": False, "b": True}))
+    assert not _workers_profiling(FakeClient({"a": False, "b": False}))
+    assert not _workers_profiling(FakeClient(OSError("worker gone")))
+
+
+def test_a_rank_comes_back_as_a_small_summary() -> None:
+    """What a worker sends back per rank stays a few kB (helper mem28b: 5.4 kB a rank on
+    the synthetic 64-rank job), so neither the client nor a worker holds traces."""
+    import pickle
+
+    from tracelens.job.model import RankInput
+    from tracelens.job.summarize import summarize
+
+    for path in sorted(Path(case("host_slow")).glob("*.json*")):
+        res = summarize(RankInput(path=str(path), name_rank=None))
+        assert isinstance(res, RankSummary), res
+        assert len(pickle.dumps(res)) < MAX_RANK_SUMMARY_BYTES, path.name
+
+
+#: The host_slow ranks' pickled summaries are ~5-6 kB; a trace's frames would be MBs.
+MAX_RANK_SUMMARY_BYTES = 64_000

@@ -160,6 +160,7 @@ def _distributed(
         raise UsageError(f"--scheduler {address}: cannot connect ({exc})") from exc
     try:
         n_workers = len(client.scheduler_info().get("workers", {}))
+        profiling = _workers_profiling(client)
         futures = client.map(summarize, inputs, per_rank_dir=per_rank_dir, redact=redact, pure=False)
         order = {f.key: i for i, f in enumerate(futures)}
         results: list[Result | None] = [None] * len(inputs)
@@ -176,4 +177,34 @@ def _distributed(
             fut.release()
     finally:
         client.close()
-    return [r for r in results if r is not None], f"dask distributed scheduler at {address}, {n_workers} workers"
+    how = f"dask distributed scheduler at {address}, {n_workers} workers"
+    if profiling:
+        how += f" ({WORKER_PROFILER_NOTE})"
+    return [r for r in results if r is not None], how
+
+
+#: Dask's own worker profiler (on by default) samples the task thread's stack every 10 ms
+#: and keeps the call trees: a long-lived worker's memory then grows with the ranks it
+#: reads, not tracelens' tasks (helper mem28b, 2026-12-02, LocalCluster of 2 workers, 64
+#: ranks a batch on the 2-core dev machine: RSS 129 / 142 / 158 MiB after 64 / 256 / 512
+#: tasks with it, 111 / 112 / 113 MiB without; each task returns a 5.4 kB summary and the
+#: worker holds no result or task after a batch).
+WORKER_PROFILER_NOTE = (
+    "its workers run Dask's profiler, whose memory grows with the ranks read: start them with "
+    "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED=False for jobs of many ranks"
+)
+
+
+def _workers_profiling(client: Any) -> bool:
+    """Whether any worker runs Dask's statistical profiler (its own config, set where it
+    was started; a worker that cannot answer counts as not)."""
+
+    def enabled() -> bool:
+        import dask
+
+        return bool(dask.config.get("distributed.worker.profile.enabled", True))
+
+    try:
+        return any(client.run(enabled).values())
+    except Exception:  # an old or restricted worker: say nothing rather than fail the job
+        return False
