@@ -45,7 +45,7 @@ from tracelens.domain import (
     TORCHREC_INPUT_DIST_MARKERS,
     TORCHREC_PIPELINE_MARKERS,
 )
-from tracelens.model.links import NETWORK, link_peak, spans_nodes
+from tracelens.model.links import NETWORK, LinkPeak, link_peak, spans_nodes
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel, name_matches
@@ -209,25 +209,21 @@ def _overlapping(calls: list[Call]) -> bool:
     return False
 
 
-def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRow]]:
-    dev = ctx.ledger.primary
-    if dev is None:
-        return []
-    comm_time = dev.by_cause.get("communication", 0.0)
-    if comm_time <= 0 and dev.comm_us <= 0:
-        return []
-    model = ctx.model
-    found = ctx.collectives
-    calls = [c for c in found.between(dev.window_start, dev.window_end) if c.device in (-1, dev.device)]
-    exposed_kernels = float(sum(b - a for a, b in dev.busy_classes["communication"]))
-    waits = dev.gaps_of("communication")
-    wait_iv = waits[["start", "end"]].to_numpy() if len(waits) else np.empty((0, 2))
-    wait_us = float(waits["dur"].sum())
-    world = model.meta.world_size
+@dataclass(frozen=True)
+class _WaitSplit:
+    """Where the host was during the GPU's idle inside collectives."""
 
-    # Where the host was during the GPU idle inside collectives: in gloo's exchange (the
-    # program blocked until the other ranks' data arrived), in the op that issues a call
-    # (host-side overhead), or neither (the next kernel, a collective, was queued).
+    exch: list[Call]  # calls with a gloo exchange
+    issuing: list[Call]  # calls with a host op that issues them
+    in_exchange: float  # idle while the host sat in gloo's exchange
+    in_issue: float  # idle while the host issued a call
+    queued: float  # the rest: the next queued kernel was a collective
+
+
+def _host_during_waits(calls: list[Call], wait_iv: np.ndarray, wait_us: float) -> _WaitSplit:
+    """Where the host was during the GPU idle inside collectives: in gloo's exchange (the
+    program blocked until the other ranks' data arrived), in the op that issues a call
+    (host-side overhead), or neither (the next kernel, a collective, was queued)."""
     exch = [c for c in calls if c.exchange >= 0]
     exch_iv = merge_intervals(np.array([c.exchange_ts for c in exch]), np.array([c.exchange_end for c in exch]))
     issuing = [c for c in calls if c.host_ts == c.host_ts and c.exchange != c.root]
@@ -237,9 +233,13 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     in_exchange = float(overlap(exch_iv, wait_iv[:, 0], wait_iv[:, 1]).sum()) if len(wait_iv) else 0.0
     in_issue = float(overlap(host_iv, wait_iv[:, 0], wait_iv[:, 1]).sum()) if len(wait_iv) else 0.0
     queued = max(wait_us - in_exchange - in_issue, 0.0)
+    return _WaitSplit(exch, issuing, in_exchange, in_issue, queued)
 
-    # Waiting for other ranks, from gloo's blocking exchange only: per call, the idle inside
-    # its exchange beyond what its data needs.
+
+def _peer_wait(exch: list[Call], wait_iv: np.ndarray, in_exchange: float) -> float:
+    """Waiting for other ranks, from gloo's blocking exchange only: per call, the idle inside
+    its exchange beyond what its data needs (the fastest call of its kind and size, or its
+    bytes at gloo's loopback rate)."""
     fastest: dict[tuple[str, int], float] = {}
     for c in exch:
         key = (c.kind, c.nbytes)
@@ -251,15 +251,35 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
         if c.nbytes:
             need = min(need, c.nbytes / GLOO_ALGBW_BYTES_PER_S * 1e6)
         peer_wait += max(0.0, min(idle, c.exchange_end - c.exchange_ts - need))
-    peer_wait = min(peer_wait, in_exchange)
+    return min(peer_wait, in_exchange)
 
-    # Host-side overhead: a call's host op keeps the GPU idle while it issues; were a
-    # step's calls issued as one (bucketed, coalesced), one call's worth per step remains.
+
+def _issue_overhead_gain(issuing: list[Call], wait_iv: np.ndarray, in_issue: float, n_steps: int) -> float:
+    """Host-side overhead: a call's host op keeps the GPU idle while it issues; were a
+    step's calls issued as one (bucketed, coalesced), one call's worth per step remains."""
     issue_idle = overlap(wait_iv, np.array([c.host_ts for c in issuing]), np.array([c.host_end for c in issuing]))
     per_call = float(np.median(issue_idle)) if len(issuing) else 0.0
-    overhead_gain = max(in_issue - per_call * ctx.n_steps, 0.0) if len(issuing) > ctx.n_steps else 0.0
+    return max(in_issue - per_call * n_steps, 0.0) if len(issuing) > n_steps else 0.0
 
-    rows = _rows(calls, world)
+
+@dataclass(frozen=True)
+class _Bandwidths:
+    """The window's collective bandwidths (nccl-tests' definitions) against the link peak."""
+
+    peak: LinkPeak | None
+    on_node: int  # the node's GPUs as deviceProperties lists them (0: unknown)
+    kernel_rows: list[_Row]  # the rows with a collective kernel's transfer time
+    algbw: float
+    busbw: float
+    best_busbw: float
+    impossible: list[tuple[str, str]]
+    over_network: list[tuple[str, str, int]]
+    why_impossible: ImpossibleWhy
+
+
+def _bandwidths(model: TraceModel, rows: list[_Row], calls: list[Call], orphan_kernels: int) -> _Bandwidths:
+    """algbw and busbw of the kernel rows, and the (kind, group)s whose best busbw the
+    link cannot carry (impossible) or a cross-node group rarely reaches (over_network)."""
     gpu = model.meta.primary_device
     peak = link_peak(gpu.name if gpu is not None else None)
     impossible: list[tuple[str, str]] = []
@@ -267,7 +287,6 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     # The node's GPUs as deviceProperties lists them; a list of one may be the rank's
     # visible GPU only (CUDA_VISIBLE_DEVICES per rank), which says nothing of the node.
     on_node = len(model.meta.devices) if len(model.meta.devices) >= MIN_NODE_GPUS_LISTED else 0
-    total_bytes = sum(r.nbytes for r in rows)
     kernel_rows = [r for r in rows if r.backend != "gloo" and r.time_us > 0]
     algbw = sum(r.bw_bytes for r in kernel_rows) / (sum(r.time_us for r in kernel_rows) * 1e-6) if kernel_rows else 0.0
     busbw = 0.0
@@ -287,10 +306,41 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     if impossible and peak is not None:
         if _overlapping(calls):
             why_impossible = "calls_overlap"
-        elif found.orphan_kernels:
+        elif orphan_kernels:
             why_impossible = "down_sampled"
         else:
             why_impossible = "sizes_or_times_wrong"
+    return _Bandwidths(peak, on_node, kernel_rows, algbw, busbw, best_busbw, impossible, over_network, why_impossible)
+
+
+def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRow]]:
+    dev = ctx.ledger.primary
+    if dev is None:
+        return []
+    comm_time = dev.by_cause.get("communication", 0.0)
+    if comm_time <= 0 and dev.comm_us <= 0:
+        return []
+    model = ctx.model
+    found = ctx.collectives
+    calls = [c for c in found.between(dev.window_start, dev.window_end) if c.device in (-1, dev.device)]
+    exposed_kernels = float(sum(b - a for a, b in dev.busy_classes["communication"]))
+    waits = dev.gaps_of("communication")
+    wait_iv = waits[["start", "end"]].to_numpy() if len(waits) else np.empty((0, 2))
+    wait_us = float(waits["dur"].sum())
+    world = model.meta.world_size
+
+    split = _host_during_waits(calls, wait_iv, wait_us)
+    exch, issuing, in_exchange, in_issue, queued = (
+        split.exch, split.issuing, split.in_exchange, split.in_issue, split.queued
+    )  # fmt: skip
+    peer_wait = _peer_wait(exch, wait_iv, in_exchange)
+    overhead_gain = _issue_overhead_gain(issuing, wait_iv, in_issue, ctx.n_steps)
+    rows = _rows(calls, world)
+    bw = _bandwidths(model, rows, calls, found.orphan_kernels)
+    peak, impossible, over_network, on_node = bw.peak, bw.impossible, bw.over_network, bw.on_node
+    total_bytes = sum(r.nbytes for r in rows)
+    kernel_rows, algbw, busbw, best_busbw = bw.kernel_rows, bw.algbw, bw.busbw, bw.best_busbw
+    why_impossible = bw.why_impossible
 
     overlapped_share = dev.comm_overlapped_us / dev.comm_us if dev.comm_us > 0 else 0.0
     other_busy = dev.busy_us - exposed_kernels

@@ -40,8 +40,10 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
+import pandas as pd
 
 from tracelens.derive.graph_order import topological_order
+from tracelens.derive.graph_threads import _thread_key, _thread_waits
 from tracelens.derive.window import Window
 from tracelens.domain import ASYNC_COPY_APIS, SYNC_APIS
 from tracelens.model.schema import Kind
@@ -73,11 +75,6 @@ EXPLAINED_US = 5.0
 #: A cross-stream wait: the activity started within this long after an activity on
 #: another stream of its device ended, later than its stream and launch explain.
 CROSS_STREAM_MAX_US = 50.0
-#: Host ranges in which a thread waits for another thread's work (the autograd engine's
-#: backward runs on its own device threads while the caller waits in run_backward, or in
-#: the `## backward ##` range TorchRec's and HTA's training loops put around
-#: loss.backward(): HTA's control.json, whose 2022 profiler records no run_backward).
-THREAD_WAIT_MARKERS = ("run_backward", "## backward ##")
 
 HOST = np.int8(0)
 GPU = np.int8(1)
@@ -268,18 +265,10 @@ def build_graph(
     host_node = dict(zip(row[host_idx].tolist(), host_idx.tolist(), strict=True))
 
     # -- chain initial states: the end of what ran on the chain before its first node
-    chain_init = np.full(n_chains, w0)
+    chain_init = _chain_init(
+        calls, c_key, c_ts, h_end, a_dev, a_stream, a_ts, a_end, g_sel, ts, t_uniq, keys, chain_first, chain_host, w0
+    )
     firsts = chain_first[:-1]
-    for c in range(n_chains):
-        f = int(firsts[c])
-        if chain_host[c]:
-            before = calls[(c_key == t_uniq[c]) & (c_ts < ts[f])]
-            last_end = float(h_end[before].max()) if len(before) else _NEG
-        else:
-            dv, st = keys[c]
-            on = (a_dev == dv) & (a_stream == st) & (a_ts < ts[f]) & ~g_sel
-            last_end = float(a_end[on].max()) if on.any() else _NEG
-        chain_init[c] = min(max(last_end, min(w0, ts[f])), ts[f]) if np.isfinite(last_end) else min(w0, ts[f])
     prev_end = np.empty(n)
     prev_end[1:] = end[:-1]
     prev_end[firsts] = chain_init
@@ -296,6 +285,128 @@ def build_graph(
     notes: list[str] = []
 
     # -- launch -> activity, and the stream gap
+    launch_latency, gpu_gap = _add_launch_edges(
+        n, kind, act_pos, a_call, h_ts, ts, end, prev_end, chain, keys, host_node, gap, s_fixed, (src, dst, dly, typ)
+    )
+
+    # -- GPU -> host waits
+    return_latency = _add_wait_edges(
+        n, host, kind, row, ts, end, chain, keys, a_call_ts, act_pos, host_node, dur, (src, dst, dly, typ)
+    )
+
+    # -- thread -> thread: the autograd engine's fork and join
+    f_src, f_dst, f_delay, j_nodes = _thread_waits(model, ts, end, kind, chain, chain_first, chain_host, keys, w0, w1)
+    if len(f_dst):
+        src.append(f_src)
+        dst.append(f_dst)
+        dly.append(f_delay)
+        typ.append(np.full(len(f_dst), END_START))
+        # The waiting node's (and the forked node's) own gap is what the thread did besides waiting.
+        gap[j_nodes[:, 0].astype(np.int64)] = j_nodes[:, 1]
+    e_src = np.concatenate(src) if src else np.empty(0, np.int64)
+    e_dst = np.concatenate(dst) if dst else np.empty(0, np.int64)
+    e_delay = np.concatenate(dly) if dly else np.empty(0)
+    e_type = np.concatenate(typ) if typ else np.empty(0, np.int8)
+
+    # -- the window's end
+    counted, chain_tail, uncovered = _window_end(host, kind, ts, end, t_uniq, chain_first, chain_host, w0, w1, h1)
+    if uncovered > EXPLAINED_US:
+        notes.append(
+            f"the window's last {uncovered / 1e3:.1f} ms hold no recorded event (the recording stopped mid-iteration): "
+            "kept as measured"
+        )
+    launcher, paces = _launchers_and_pace(n, n_chains, chain, kind, chain_host, e_src, e_dst, e_type)
+    return DependencyGraph(
+        chain_paces=paces,
+        launcher=launcher,
+        uncovered_tail_us=uncovered,
+        window_start=w0,
+        window_end=w1,
+        device=int(device),
+        kind=kind,
+        row=row,
+        chain=chain,
+        ts=ts,
+        end=end,
+        gap=gap,
+        dur=dur,
+        s_fixed=s_fixed,
+        e_fixed=e_fixed,
+        counted=counted,
+        chain_first=chain_first,
+        chain_init=chain_init,
+        chain_host=chain_host,
+        chain_key=tuple(keys),
+        chain_tail=chain_tail,
+        e_src=e_src.astype(np.int64),
+        e_dst=e_dst.astype(np.int64),
+        e_delay=e_delay.astype(np.float64),
+        e_type=e_type.astype(np.int8),
+        launch_latency_us=launch_latency,
+        gpu_gap_us=gpu_gap,
+        return_latency_us=return_latency,
+        host_node=host_node,
+        notes=tuple(notes),
+    )
+
+
+def _chain_init(
+    calls: np.ndarray,
+    c_key: np.ndarray,
+    c_ts: np.ndarray,
+    h_end: np.ndarray,
+    a_dev: np.ndarray,
+    a_stream: np.ndarray,
+    a_ts: np.ndarray,
+    a_end: np.ndarray,
+    g_sel: np.ndarray,
+    ts: np.ndarray,
+    t_uniq: np.ndarray,
+    keys: list[tuple[int, int]],
+    chain_first: np.ndarray,
+    chain_host: np.ndarray,
+    w0: float,
+) -> np.ndarray:
+    """Each chain's initial state: the end of what ran on its thread or stream before its
+    first node (outside the graph), held between the window's start and that node's start."""
+    n_chains = len(chain_host)
+    chain_init = np.full(n_chains, w0)
+    firsts = chain_first[:-1]
+    for c in range(n_chains):
+        f = int(firsts[c])
+        if chain_host[c]:
+            before = calls[(c_key == t_uniq[c]) & (c_ts < ts[f])]
+            last_end = float(h_end[before].max()) if len(before) else _NEG
+        else:
+            dv, st = keys[c]
+            on = (a_dev == dv) & (a_stream == st) & (a_ts < ts[f]) & ~g_sel
+            last_end = float(a_end[on].max()) if on.any() else _NEG
+        chain_init[c] = min(max(last_end, min(w0, ts[f])), ts[f]) if np.isfinite(last_end) else min(w0, ts[f])
+    return chain_init
+
+
+def _add_launch_edges(
+    n: int,
+    kind: np.ndarray,
+    act_pos: np.ndarray,
+    a_call: np.ndarray,
+    h_ts: np.ndarray,
+    ts: np.ndarray,
+    end: np.ndarray,
+    prev_end: np.ndarray,
+    chain: np.ndarray,
+    keys: list[tuple[int, int]],
+    host_node: dict[int, int],
+    gap: np.ndarray,
+    s_fixed: np.ndarray,
+    edges: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]],
+) -> tuple[float, float]:
+    """Each GPU node's launch edge (from the call that launched it) and its stream gap,
+    and the cross-stream waits that explain a start neither does: appends the edges to
+    `edges` (src, dst, delay, type), sets the GPU nodes' `gap` and the fixed starts of
+    those launched before the window in `s_fixed`. Returns the fitted launch latency and
+    GPU gap (µs)."""
+    src, dst, dly, typ = edges
     is_gpu = kind == GPU
     g_nodes = np.flatnonzero(is_gpu)
     pos = act_pos[g_nodes]
@@ -344,8 +455,28 @@ def build_graph(
     typ.append(np.full(int(live.sum()), START_START))
     fixed_l = has_l & (l_node < 0)  # launched before the window: a fixed bound
     s_fixed[g_nodes[fixed_l]] = l_ts[fixed_l] + l_delay[fixed_l]
+    return launch_latency, gpu_gap
 
-    # -- GPU -> host waits
+
+def _add_wait_edges(
+    n: int,
+    host: pd.DataFrame,
+    kind: np.ndarray,
+    row: np.ndarray,
+    ts: np.ndarray,
+    end: np.ndarray,
+    chain: np.ndarray,
+    keys: list[tuple[int, int]],
+    a_call_ts: np.ndarray,
+    act_pos: np.ndarray,
+    host_node: dict[int, int],
+    dur: np.ndarray,
+    edges: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]],
+) -> float:
+    """GPU -> host waits (syncs, async copies, long calls that end when GPU work does):
+    appends their END_END edges to `edges` and caps a waiting call's own `dur` at
+    WAIT_BASE_US (the rest of it is the wait). Returns the fitted return latency (µs)."""
+    src, dst, dly, typ = edges
     h_nodes = np.flatnonzero(kind == HOST)
     names = host["name"]
     call_names = names.iloc[row[h_nodes]]
@@ -366,22 +497,27 @@ def build_graph(
         typ.append(np.full(len(w_dst), END_END))
         waiting = np.unique(w_dst)
         dur[waiting] = np.minimum(dur[waiting], WAIT_BASE_US)
+    return return_latency
 
-    # -- thread -> thread: the autograd engine's fork and join
-    f_src, f_dst, f_delay, j_nodes = _thread_waits(model, ts, end, kind, chain, chain_first, chain_host, keys, w0, w1)
-    if len(f_dst):
-        src.append(f_src)
-        dst.append(f_dst)
-        dly.append(f_delay)
-        typ.append(np.full(len(f_dst), END_START))
-        # The waiting node's (and the forked node's) own gap is what the thread did besides waiting.
-        gap[j_nodes[:, 0].astype(np.int64)] = j_nodes[:, 1]
-    e_src = np.concatenate(src) if src else np.empty(0, np.int64)
-    e_dst = np.concatenate(dst) if dst else np.empty(0, np.int64)
-    e_delay = np.concatenate(dly) if dly else np.empty(0)
-    e_type = np.concatenate(typ) if typ else np.empty(0, np.int8)
 
-    # -- the window's end: host chains end at their thread's last event in the window; GPU
+def _window_end(
+    host: pd.DataFrame,
+    kind: np.ndarray,
+    ts: np.ndarray,
+    end: np.ndarray,
+    t_uniq: np.ndarray,
+    chain_first: np.ndarray,
+    chain_host: np.ndarray,
+    w0: float,
+    w1: float,
+    h1: float,
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """The window's end: host chains end at their thread's last event in the window; GPU
+    nodes launched in the window (or not launched from the trace) count. A GPU node that
+    starts after the window's end is the next iteration's (a detected iteration ends with
+    its last kernel; the host may have launched the next one). Returns (counted,
+    chain_tail, the window's end no recorded event covers, µs)."""
+    n_chains = len(chain_host)
     # nodes launched in the window (or not launched from the trace) count.
     # A GPU node that starts after the window's end is the next iteration's (a detected
     # iteration ends with its last kernel; the host may have launched the next one).
@@ -403,44 +539,7 @@ def build_graph(
         float(end[counted & (kind == GPU)].max(initial=_NEG)),
     )
     uncovered = max(w1 - explained, 0.0) if np.isfinite(explained) else 0.0
-    if uncovered > EXPLAINED_US:
-        notes.append(
-            f"the window's last {uncovered / 1e3:.1f} ms hold no recorded event (the recording stopped mid-iteration): "
-            "kept as measured"
-        )
-    launcher, paces = _launchers_and_pace(n, n_chains, chain, kind, chain_host, e_src, e_dst, e_type)
-    return DependencyGraph(
-        chain_paces=paces,
-        launcher=launcher,
-        uncovered_tail_us=uncovered,
-        window_start=w0,
-        window_end=w1,
-        device=int(device),
-        kind=kind,
-        row=row,
-        chain=chain,
-        ts=ts,
-        end=end,
-        gap=gap,
-        dur=dur,
-        s_fixed=s_fixed,
-        e_fixed=e_fixed,
-        counted=counted,
-        chain_first=chain_first,
-        chain_init=chain_init,
-        chain_host=chain_host,
-        chain_key=tuple(keys),
-        chain_tail=chain_tail,
-        e_src=e_src.astype(np.int64),
-        e_dst=e_dst.astype(np.int64),
-        e_delay=e_delay.astype(np.float64),
-        e_type=e_type.astype(np.int8),
-        launch_latency_us=launch_latency,
-        gpu_gap_us=gpu_gap,
-        return_latency_us=return_latency,
-        host_node=host_node,
-        notes=tuple(notes),
-    )
+    return counted, chain_tail, uncovered
 
 
 def _launchers_and_pace(
@@ -485,10 +584,6 @@ def window_nodes(model: TraceModel, start: float, end: float) -> int:
     act = model.gpu_activity()
     a_ts = act["ts"].to_numpy()
     return calls + int(((a_ts >= start) & (a_ts < end)).sum())
-
-
-def _thread_key(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    return pid.astype(np.int64) * (1 << 32) + (tid.astype(np.int64) & 0xFFFFFFFF)
 
 
 def host_end_of(model: TraceModel, window: Window) -> float:
@@ -591,97 +686,3 @@ def _waits(
             dsts.append(v)
         lats.append(max(t1 - latest, 0.0))
     return np.array(srcs, dtype=np.int64), np.array(dsts, dtype=np.int64), np.array(lats)
-
-
-def _thread_waits(
-    model: TraceModel,
-    ts: np.ndarray,
-    end: np.ndarray,
-    kind: np.ndarray,
-    chain: np.ndarray,
-    chain_first: np.ndarray,
-    chain_host: np.ndarray,
-    keys: list[tuple[int, int]],
-    w0: float,
-    w1: float,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Fork/join edges around host ranges where one thread waits for another
-    (THREAD_WAIT_MARKERS): the other thread's first call in the range depends on the
-    waiting thread's last call before it (fork), and the waiting thread's first call after
-    the range on the other's last call in it (join). Returns edge sources, targets,
-    delays, and (node, own gap) rows for the nodes whose chain gap shrinks to the
-    thread's own work."""
-    host = model.host
-    wait_rows = np.flatnonzero(
-        name_matches(host["name"], lambda s: any(m in s for m in THREAD_WAIT_MARKERS))
-        & (host["ts"].to_numpy() < w1)
-        & (host["end"].to_numpy() > w0)
-    )
-    empty = np.empty(0, np.int64)
-    if not len(wait_rows):
-        return empty, empty, np.empty(0), np.empty((0, 2))
-    host_chains = np.flatnonzero(chain_host)
-    chain_of_key = {keys[c]: c for c in host_chains.tolist()}
-    pid = host["pid"].to_numpy()
-    tid = host["tid"].to_numpy()
-    # The threads that run the backward: autograd's functions or kernel launches on them.
-    # Other threads busy during the range (a DataLoader's pin-memory thread) are no part of
-    # it and neither fork nor join (capture_train_loader: the pin thread's calls inside the
-    # backward made the training thread wait for its next batch's pinning).
-    worker = name_matches(
-        host["name"], lambda s: s.startswith("autograd::engine::evaluate_function") or "LaunchKernel" in s
-    )
-    w_rows = np.flatnonzero(worker)
-    w_key = _thread_key(pid[w_rows], tid[w_rows])
-    w_ts = host["ts"].to_numpy(dtype=np.float64)[w_rows]
-    srcs: list[int] = []
-    dsts: list[int] = []
-    delays: list[float] = []
-    own: list[tuple[int, float]] = []
-    seen: set[tuple[float, float]] = set()
-    all_ts = host["ts"].to_numpy(dtype=np.float64)
-    all_end = host["end"].to_numpy(dtype=np.float64)
-    for r in wait_rows.tolist():
-        r0, r1 = float(all_ts[r]), float(all_end[r])
-        if (r0, r1) in seen:  # a Python frame and the op of the same call
-            continue
-        seen.add((r0, r1))
-        c = chain_of_key.get((int(pid[r]), int(tid[r]) & 0xFFFFFFFF))
-        if c is None:
-            continue
-        lo, hi = int(chain_first[c]), int(chain_first[c + 1])
-        mine_ts = ts[lo:hi]
-        i_before = lo + int(np.searchsorted(mine_ts, r0, side="right")) - 1  # last node starting before the range
-        i_after = lo + int(np.searchsorted(mine_ts, r1, side="left"))  # first node after it
-        for o in host_chains.tolist():
-            if o == c:
-                continue
-            mine = w_key == _thread_key(np.array([keys[o][0]]), np.array([keys[o][1]]))[0]
-            if not ((w_ts[mine] >= r0) & (w_ts[mine] < r1)).any():
-                continue
-            olo, ohi = int(chain_first[o]), int(chain_first[o + 1])
-            o_ts = ts[olo:ohi]
-            first = olo + int(np.searchsorted(o_ts, r0, side="left"))
-            last = olo + int(np.searchsorted(o_ts, r1, side="right")) - 1
-            if first > last or first >= ohi:
-                continue
-            if i_before >= lo and end[i_before] <= ts[first]:
-                srcs.append(i_before)
-                dsts.append(first)
-                delays.append(ts[first] - end[i_before])
-                own.append((first, 0.0))
-            if i_after < hi and end[last] <= ts[i_after]:
-                srcs.append(last)
-                dsts.append(i_after)
-                delays.append(ts[i_after] - end[last])
-                # The waiting thread's own work: before it entered the range and after it left.
-                prev_end = end[i_after - 1] if i_after - 1 >= lo else r0
-                work = max(r0 - prev_end, 0.0) + max(ts[i_after] - r1, 0.0)
-                own.append((i_after, min(work, ts[i_after] - prev_end)))
-    return (
-        np.array(srcs, dtype=np.int64),
-        np.array(dsts, dtype=np.int64),
-        np.array(delays, dtype=np.float64),
-        np.array(own, dtype=np.float64).reshape(-1, 2),
-    )
-
