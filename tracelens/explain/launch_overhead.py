@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from tracelens.analyzers.base import Found
+from tracelens.analyzers.base import Found, Place
 from tracelens.analyzers.launch_overhead import GRAPH_REPLAY_GAP_US, TINY_KERNEL_US, Launcher, LaunchFacts
-from tracelens.domain import fmt_us, pct
-from tracelens.explain.base import Words
+from tracelens.domain import NO_ENCLOSING_OP, fmt_us, pct
+from tracelens.explain.base import Words, where
 
 LABELS = {
     "launch_gap_us": "launch-gap idle",
@@ -38,6 +38,19 @@ KNOWN_FIXES = {
 }
 
 
+def _site_first(top: Place[Launcher] | None) -> str:
+    """The concrete start (issue 27): the op and source line whose launches leave the most
+    idle, with its count and idle; "" where the trace names neither."""
+    if top is None:
+        return ""
+    op = top.facts.op if top.facts.op != NO_ENCLOSING_OP else ""
+    at = where(top.source) if top.source is not None else ""
+    if not op and not at:
+        return ""
+    what = f"the kernels {op} launches{f' {at}' if at else ''}" if op else f"the launches {at}"
+    return f"Start with {what}: {top.count:,} launch gaps there, {fmt_us(top.time_us)} of the idle."
+
+
 def words(found: Found[LaunchFacts, Launcher], share: float) -> Words:
     f = found.facts
     title = (
@@ -63,6 +76,9 @@ def words(found: Found[LaunchFacts, Launcher], share: float) -> Words:
         )
     if f.known_fixes:
         advice = " ".join(KNOWN_FIXES[key] for key in f.known_fixes) + "\n" + advice
+    first = _site_first(found.places[0] if found.places else None)
+    if first:
+        advice = first + " " + advice
     return Words(
         title=title,
         advice=advice,
