@@ -73,6 +73,10 @@ def test_same_trace_is_within_noise() -> None:
     assert d.verdict.within_noise and d.verdict.change_us == pytest.approx(0.0, abs=1e-6)
     assert not d.changes
     assert "Within noise" in d.verdict.text
+    # An unchanged cause is not coloured as slower or faster (issue 27: 0.0 µs was red).
+    html = render_diff_html(d)
+    assert d.causes and all(c.change_us == 0 for c in d.causes)
+    assert 'class="num pos"' not in html and 'class="num neg"' not in html
 
 
 def test_renderers_escape_and_stay_offline() -> None:
