@@ -402,8 +402,14 @@ def test_fast_exit_loses_no_output(tmp_path: Path) -> None:
     filed = cli("report", trace, "--md", tmp_path / "r.md", "-q")
     assert filed.returncode == 0, filed.stderr
     expected = (tmp_path / "r.md").read_text()
-    # The same Markdown (its generation time aside), to the last line.
-    strip = lambda text: [ln for ln in text.splitlines() if "generated" not in ln.lower()]  # noqa: E731
+    # The same Markdown (its generation time aside, and the pictures' line: a Markdown
+    # file has SVGs beside it, standard output none; blank lines aside), to the last line.
+    assert "drag r.ledger.svg and r.timeline.svg (written beside this file)" in expected
+    strip = lambda text: [  # noqa: E731
+        ln
+        for ln in text.splitlines()
+        if ln.strip() and "generated" not in ln.lower() and not ln.startswith("_Pictures for")
+    ]
     assert strip(piped.stdout) == strip(expected) and len(expected) > 1000
     json_out = cli("report", trace, "--json", "-")
     assert json_out.returncode == 0 and json.loads(json_out.stdout)["summary"]["primary"]

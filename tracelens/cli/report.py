@@ -341,7 +341,7 @@ def _report_one(
     from tracelens.assemble import build_report
     from tracelens.derive.context import AnalysisContext
     from tracelens.model import load_trace
-    from tracelens.output import default_stem, display_path, write_report
+    from tracelens.output import default_stem, write_report
     from tracelens.render import render_html, render_json, render_markdown, render_terminal
     from tracelens.render.progress import progress
 
@@ -377,7 +377,7 @@ def _report_one(
         bar.writing()
         scrub = _redactor(redact, [trace], [model.meta.metadata], wanted)
         pictures = _pictures(wanted, rep, trace)
-        names = [display_path(p) for p, _ in pictures]
+        names = [p.name for p, _ in pictures]  # "written beside this file": no directory to leak
         renderers: dict[str, Callable[[Any], str | bytes]] = {
             "html": render_html,
             "md": lambda r: render_markdown(r, names),
