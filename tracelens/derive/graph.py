@@ -43,6 +43,9 @@ import numpy as np
 import pandas as pd
 
 from tracelens.derive.graph_order import topological_order
+from tracelens.derive.graph_select import GPU as GPU
+from tracelens.derive.graph_select import HOST as HOST
+from tracelens.derive.graph_select import select_window_nodes
 from tracelens.derive.graph_threads import _thread_key, _thread_waits
 from tracelens.derive.window import Window
 from tracelens.domain import ASYNC_COPY_APIS, SYNC_APIS
@@ -76,14 +79,11 @@ EXPLAINED_US = 5.0
 #: another stream of its device ended, later than its stream and launch explain.
 CROSS_STREAM_MAX_US = 50.0
 
-HOST = np.int8(0)
-GPU = np.int8(1)
 #: Edge types: the source's start or end, plus the delay, bounds the target's start or end.
 START_START = np.int8(0)
 END_START = np.int8(1)
 END_END = np.int8(2)
 
-_LAUNCH_KINDS = (int(Kind.RUNTIME), int(Kind.DRIVER))
 _ACTIVITY_KINDS = (int(Kind.KERNEL), int(Kind.MEMCPY), int(Kind.MEMSET))
 _NEG = -np.inf
 
@@ -161,29 +161,6 @@ class DependencyGraph:
         return np.array([self.host_node.get(int(r), -1) for r in np.asarray(rows).tolist()], dtype=np.int64)
 
 
-def _outermost_calls(model: TraceModel) -> tuple[np.ndarray, np.ndarray]:
-    """Runtime/driver call rows, and for every host row the outermost call at or above it
-    (-1 where none): a cuLaunchKernel inside a cudaLaunchKernel belongs to the outer one."""
-    kind = model.arrays.kind
-    parent = model.arrays.parent
-    is_call = np.isin(kind, _LAUNCH_KINDS)
-    outer = np.where(is_call, np.arange(len(kind)), -1)
-    # Walk up a few levels: calls nest at most two deep in the real traces.
-    cur = parent.copy()
-    for _ in range(4):
-        ok = cur >= 0
-        if not ok.any():
-            break
-        up_call = np.zeros(len(kind), dtype=bool)
-        up_call[ok] = is_call[cur[ok]]
-        outer = np.where(up_call & (outer >= 0), cur, outer)
-        nxt = np.full(len(kind), -1, dtype=np.int64)
-        nxt[ok] = parent[cur[ok]]
-        cur = nxt
-    calls = np.flatnonzero(is_call & (outer == np.arange(len(kind))))
-    return calls, outer
-
-
 def _percentile_or(values: np.ndarray, q: float, default: float, min_count: int = 8) -> float:
     values = values[np.isfinite(values)]
     return float(np.percentile(values, q)) if len(values) >= min_count else default
@@ -201,73 +178,17 @@ def build_graph(
         return None
     w0, w1 = float(window_start), float(window_end)
     h1 = min(float(host_end), w1) if host_end is not None else w1
-    host = model.host
+    nodes = select_window_nodes(model, w0, w1, h1)
+    if nodes is None:
+        return None
+    host, kind, row, chain, ts, end = model.host, nodes.kind, nodes.row, nodes.chain, nodes.ts, nodes.end
+    keys, chain_first, chain_host, t_uniq = nodes.keys, nodes.chain_first, nodes.chain_host, nodes.t_uniq
+    host_node, act_pos, a_call, a_call_ts = nodes.host_node, nodes.act_pos, nodes.a_call, nodes.a_call_ts
     h_ts = host["ts"].to_numpy(dtype=np.float64)
-    h_end = host["end"].to_numpy(dtype=np.float64)
-    h_pid = host["pid"].to_numpy()
-    h_tid = host["tid"].to_numpy()
-    calls, outer = _outermost_calls(model)
-    if not len(calls):
-        return None
-    act = model.gpu_activity()
-    if act.empty:
-        return None
-    a_rows = act.index.to_numpy()
-    a_ts = act["ts"].to_numpy(dtype=np.float64)
-    a_end = act["end"].to_numpy(dtype=np.float64)
-    a_dev = act["device"].to_numpy().astype(np.int64)
-    a_stream = act["stream"].to_numpy().astype(np.int64)
-    a_launch = act["launch"].to_numpy().astype(np.int64)
-    # The outermost call that launched each activity.
-    a_call = np.where(a_launch >= 0, outer[np.clip(a_launch, 0, None)], -1)
-    a_call_ts = np.where(a_call >= 0, h_ts[np.clip(a_call, 0, None)], np.nan)
-
-    # -- GPU nodes: activities starting in the window, or launched by a window call
-    c_ts = h_ts[calls]
-    launched_in = (a_call >= 0) & (a_call_ts >= w0) & (a_call_ts < h1)
-    g_sel = (a_ts >= w0) & ((a_ts < w1) | launched_in)
-    # Activities launched by calls after the window belong to the next window.
-    g_sel &= ~((a_call >= 0) & (a_call_ts >= h1))
-    if not g_sel.any():
-        return None
-    # -- host nodes: outermost calls from the first launch of the window's GPU work (where
-    # the GPU trails the host, the host launched it before the window began: it is the
-    # host the GPU catches up with when it gets faster) to the window's host end
-    first_launch = np.nanmin(a_call_ts[g_sel]) if np.isfinite(a_call_ts[g_sel]).any() else w0
-    h0 = min(w0, float(first_launch))
-    in_win = (c_ts >= h0) & (c_ts < h1)
-    hrows = calls[in_win]
-    gidx = np.flatnonzero(g_sel)
-
-    # Chains: threads, then streams.
-    c_key = _thread_key(h_pid[calls], h_tid[calls])
-    t_key = c_key[in_win]
-    s_key = a_dev[gidx] * (1 << 32) + (a_stream[gidx] & 0xFFFFFFFF)
-    t_uniq, t_inv = np.unique(t_key, return_inverse=True)
-    s_uniq, s_inv = np.unique(s_key, return_inverse=True)
-    n_host, n_gpu = len(hrows), len(gidx)
-    n = n_host + n_gpu
-    chain = np.concatenate([t_inv, len(t_uniq) + s_inv]).astype(np.int64)
-    ts = np.concatenate([h_ts[hrows], a_ts[gidx]])
-    end = np.concatenate([h_end[hrows], a_end[gidx]])
-    order = np.lexsort((end, ts, chain))
-    chain, ts, end = chain[order], ts[order], end[order]
-    kind = np.concatenate([np.zeros(n_host, np.int8), np.ones(n_gpu, np.int8)])[order]
-    row = np.concatenate([hrows, a_rows[gidx]])[order]
-    act_pos = np.concatenate([np.full(n_host, -1), gidx])[order]  # position in `act` of GPU nodes
-    n_chains = len(t_uniq) + len(s_uniq)
-    chain_first = np.searchsorted(chain, np.arange(n_chains + 1))
-    chain_host = np.arange(n_chains) < len(t_uniq)
-    keys = [(int(k >> 32), int(k & 0xFFFFFFFF)) for k in t_uniq.tolist()] + [
-        (int(k >> 32), int(k & 0xFFFFFFFF)) for k in s_uniq.tolist()
-    ]
-    host_idx = np.flatnonzero(kind == HOST)
-    host_node = dict(zip(row[host_idx].tolist(), host_idx.tolist(), strict=True))
+    n, n_chains = len(kind), len(chain_first) - 1
 
     # -- chain initial states: the end of what ran on the chain before its first node
-    chain_init = _chain_init(
-        calls, c_key, c_ts, h_end, a_dev, a_stream, a_ts, a_end, g_sel, ts, t_uniq, keys, chain_first, chain_host, w0
-    )
+    chain_init = nodes.chain_init(w0)
     firsts = chain_first[:-1]
     prev_end = np.empty(n)
     prev_end[1:] = end[:-1]
@@ -348,41 +269,6 @@ def build_graph(
         host_node=host_node,
         notes=tuple(notes),
     )
-
-
-def _chain_init(
-    calls: np.ndarray,
-    c_key: np.ndarray,
-    c_ts: np.ndarray,
-    h_end: np.ndarray,
-    a_dev: np.ndarray,
-    a_stream: np.ndarray,
-    a_ts: np.ndarray,
-    a_end: np.ndarray,
-    g_sel: np.ndarray,
-    ts: np.ndarray,
-    t_uniq: np.ndarray,
-    keys: list[tuple[int, int]],
-    chain_first: np.ndarray,
-    chain_host: np.ndarray,
-    w0: float,
-) -> np.ndarray:
-    """Each chain's initial state: the end of what ran on its thread or stream before its
-    first node (outside the graph), held between the window's start and that node's start."""
-    n_chains = len(chain_host)
-    chain_init = np.full(n_chains, w0)
-    firsts = chain_first[:-1]
-    for c in range(n_chains):
-        f = int(firsts[c])
-        if chain_host[c]:
-            before = calls[(c_key == t_uniq[c]) & (c_ts < ts[f])]
-            last_end = float(h_end[before].max()) if len(before) else _NEG
-        else:
-            dv, st = keys[c]
-            on = (a_dev == dv) & (a_stream == st) & (a_ts < ts[f]) & ~g_sel
-            last_end = float(a_end[on].max()) if on.any() else _NEG
-        chain_init[c] = min(max(last_end, min(w0, ts[f])), ts[f]) if np.isfinite(last_end) else min(w0, ts[f])
-    return chain_init
 
 
 def _add_launch_edges(
