@@ -26,7 +26,7 @@ from tracelens.derive.devices import other_accelerator
 from tracelens.derive.host_calls import one_per_call
 from tracelens.derive.intervals import merge_intervals
 from tracelens.derive.kernel_source import kernel_sources
-from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
+from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, stream_busy_bins
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
 from tracelens.domain import cut_name, gpu_not_recorded
@@ -57,6 +57,7 @@ from tracelens.report import (
     SourceRow,
     StartupItem,
     StepRow,
+    StreamBusy,
     Timeline,
     TimeSplit,
     TraceInfo,
@@ -292,6 +293,14 @@ def _timeline(ctx: AnalysisContext) -> Timeline | None:
         syncs=tuple(float(m) for m in np.sort(marks)),
         steps=steps,
         sync_counts=tuple(int(c) for c in counts),
+        streams=tuple(
+            StreamBusy(
+                label=f"stream {s}" if s is not None else "other streams",
+                stream=s,
+                busy_us=tuple(np.round(b, 3).tolist()),
+            )
+            for s, b in stream_busy_bins(ctx.model, dev)
+        ),
     )
 
 

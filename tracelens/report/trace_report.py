@@ -122,6 +122,15 @@ class WindowInfo:
 
 
 @dataclass(frozen=True)
+class StreamBusy:
+    """One GPU stream's busy time per timeline bin (its kernels, copies and memsets, merged)."""
+
+    label: str  # "stream 7", or "other streams" for those folded past the cap
+    stream: int | None  # None for the folded rest
+    busy_us: tuple[float, ...]  # per bin, at most the bin's width (same bins as by_cause)
+
+
+@dataclass(frozen=True)
 class Timeline:
     """The timeline picture's data: per-bin fractions of each ledger cause and host sync
     marks (µs from the trace start)."""
@@ -133,6 +142,9 @@ class Timeline:
     steps: tuple[tuple[int, float, float], ...]
     #: Host sync returns in each bin, all of them counted (`syncs` may be a sample).
     sync_counts: tuple[int, ...] = ()
+    #: Busy µs per bin of each stream of the primary GPU with busy time, the busiest first
+    #: (at most MAX_STREAMS, the rest folded into one "other streams" row); empty with one stream.
+    streams: tuple[StreamBusy, ...] = ()
 
 
 @dataclass(frozen=True)
