@@ -5,6 +5,7 @@ profiler's own host time."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,6 +133,37 @@ def quiet_headline(f: QuietFacts) -> str:
     return headline
 
 
+#: A duration as fmt_us writes it ("12 µs", "3.4 ms", "1.23 s").
+DURATION = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?) (µs|ms|s)\b(?!/)")
+#: What the words just before a duration say when it is a per-kernel value, not a total.
+_PER_ITEM_BEFORE = ("median kernel ", "kernel of ", "under ", "over ")
+
+
+def _duration_us(number: str, unit: str) -> float:
+    return float(number.replace(",", "")) * {"µs": 1.0, "ms": 1e3, "s": 1e6}[unit]
+
+
+def per_unit_title(title: str, per: int, unit: str) -> str:
+    """A finding's title with its window totals as amounts per unit, for the headline
+    (issue 27: the headline's costs and gains are all per step when there are steps): each
+    duration the title gives as a total is divided by the window's units and says "per
+    {unit}"; its own "(X per {unit})" asides go (said once); per-kernel values stay."""
+    if per <= 1:
+        return title
+    said = rf"[\d.,]+ (?:µs|ms|s) per {re.escape(unit)}"
+    title = re.sub(rf" \({said}\)", "", title)
+    title = re.sub(rf", {said}(?=[);:,])", "", title)
+
+    def scaled(m: re.Match[str]) -> str:
+        before = title[max(m.start() - 16, 0) : m.start()]
+        after = title[m.end() : m.end() + 24]
+        if before.endswith(_PER_ITEM_BEFORE) or after.startswith((" per ", " of host time per")):
+            return m.group(0)
+        return f"{fmt_us(_duration_us(m.group(1), m.group(2)) / per)} per {unit}"
+
+    return DURATION.sub(scaled, title)
+
+
 @dataclass(frozen=True)
 class LeadFacts:
     """The facts of a headline a finding leads: the finding, its largest part, its blocker
@@ -149,9 +181,10 @@ class LeadFacts:
 def lead_headline(f: LeadFacts) -> tuple[str, str]:
     """The headline and the advice (the blocker's fix first) when a finding leads."""
     top = f.top
-    title = top.title + (f"; the largest part: {f.part.title}" if f.part is not None else "")
+    own = per_unit_title(top.title, f.per, f.unit)
+    title = own + (f"; the largest part: {per_unit_title(f.part.title, f.per, f.unit)}" if f.part is not None else "")
     if top.parent is not None:
-        title = f"{top.title} (part of the {category_label(top.parent, capital=False)} finding)"
+        title = f"{own} (part of the {category_label(top.parent, capital=False)} finding)"
     if f.blocker is None:
         headline = (
             f"{title}. Fix this first: about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain "
