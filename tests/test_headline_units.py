@@ -4,12 +4,20 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
-from support.corpus import report_of, sample
+from support.corpus import SAMPLE_TRACES, report_of, sample, trace_id
 
 from tracelens.domain import fmt_us
-from tracelens.explain.headline import DURATION, _duration_us, per_unit_title
+from tracelens.explain.headline import DURATION, HEADLINE_CHARS, _duration_us, per_unit_title, shorter_title
+from tracelens.render.markdown import render_markdown
+
+
+def test_shorter_title_cuts_at_a_clause_with_brackets_closed() -> None:
+    title = "GPU idles 14.5 ms (17%; of it) while the host works; in host work in aten::linear (29%), more"
+    assert shorter_title(title, 70) == "GPU idles 14.5 ms (17%; of it) while the host works"
+    assert shorter_title(title, 500) == title
 
 
 def test_per_unit_title_divides_totals_and_keeps_per_kernel_values() -> None:
@@ -35,3 +43,17 @@ def test_headline_amounts_are_per_step(name: str) -> None:
         assert after.startswith(f" per {s.unit}"), (m.group(0), s.headline)
     for m in DURATION.finditer(s.headline):  # no amount in it exceeds one step
         assert _duration_us(m.group(1), m.group(2)) <= s.per_step_us * 1.05, (m.group(0), s.headline)
+
+
+@pytest.mark.parametrize("path", SAMPLE_TRACES, ids=trace_id)
+def test_headline_fits_a_phone(path: Path) -> None:
+    """Issue 27: the headline (the finding's sentence and the fix's) is at most
+    HEADLINE_CHARS in the JSON and in the Markdown's quote (unescaped), cut at a clause."""
+    rep = report_of(path)
+    s = rep.summary
+    assert len(s.headline) <= HEADLINE_CHARS, s.headline
+    md = render_markdown(rep)
+    quote = next((line for line in md.splitlines() if line.startswith("> ") and "**" not in line), "")
+    plain = re.sub(r"\\(.)", r"\1", quote.removeprefix("> ")).replace("&#8203;", "")
+    assert len(plain) <= HEADLINE_CHARS + 20, quote
+    assert not s.headline.endswith(("; .", ": .", ",.")), s.headline

@@ -178,30 +178,67 @@ class LeadFacts:
     window_us: float
 
 
-def lead_headline(f: LeadFacts) -> tuple[str, str]:
-    """The headline and the advice (the blocker's fix first) when a finding leads."""
+#: The headline (the finding's sentence and the fix's) fits a phone: about eight lines at
+#: 390 px (issue 27). What does not fit goes below it, into the notes, whole.
+HEADLINE_CHARS = 400
+
+
+def shorter_title(title: str, room: int) -> str:
+    """The title cut at its last clause boundary ("; ", then ": ") that fits `room` with
+    its brackets closed; the whole title where none does (the finding below says it all)."""
+    if len(title) <= room:
+        return title
+    for sep in ("; ", ": "):
+        cuts = [
+            m.start()
+            for m in re.finditer(re.escape(sep), title)
+            if m.start() <= room and title[: m.start()].count("(") == title[: m.start()].count(")")
+        ]
+        if cuts:
+            return title[: max(cuts)]
+    return title
+
+
+@dataclass(frozen=True)
+class Lead:
+    """The lead headline, its advice, and what did not fit in the headline (for the notes)."""
+
+    headline: str
+    advice: str
+    moved: tuple[str, ...] = ()
+
+
+def lead_headline(f: LeadFacts) -> Lead:
+    """The headline and the advice (the blocker's fix first) when a finding leads, the
+    headline within HEADLINE_CHARS: the largest part's sentence, then the blocker's reason
+    (the advice has it), then the title's last clauses go first."""
     top = f.top
     own = per_unit_title(top.title, f.per, f.unit)
-    title = own + (f"; the largest part: {per_unit_title(f.part.title, f.per, f.unit)}" if f.part is not None else "")
+    part = per_unit_title(f.part.title, f.per, f.unit) if f.part is not None else ""
     if top.parent is not None:
-        title = f"{own} (part of the {category_label(top.parent, capital=False)} finding)"
+        own, part = f"{own} (part of the {category_label(top.parent, capital=False)} finding)", ""
+    if f.window_us <= 0:
+        return Lead(own + (f"; the largest part: {part}" if part else ""), top.advice)
+    gain = f"about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain ({f.gain_us / f.window_us:.0%} of the {f.unit})."
     if f.blocker is None:
-        headline = (
-            f"{title}. Fix this first: about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain "
-            f"({f.gain_us / f.window_us:.0%} of the {f.unit})."
-            if f.window_us > 0
-            else title
+        advice, fixes = top.advice, [f"Fix this first: {gain}"]
+    else:
+        first = first_fix(f.blocker)
+        advice = (
+            f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{f.blocker.advice}\n2. Then: {top.advice}"
         )
-        return headline, top.advice
-    first = first_fix(f.blocker)
-    advice = f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{f.blocker.advice}\n2. Then: {top.advice}"
-    headline = (
-        f"{title}. Fix first: {first}, since {top.blocked_reason}. Both fixed, about "
-        f"{fmt_us(f.gain_us / f.per)} per {f.unit} to gain ({f.gain_us / f.window_us:.0%} of the {f.unit})."
-        if f.window_us > 0
-        else title
-    )
-    return headline, advice
+        fixes = [
+            f"Fix first: {first}, since {top.blocked_reason}. Both fixed, {gain}",
+            f"Fix first: {first}. Both fixed, {gain}",
+        ]
+    moved: list[str] = []
+    title = own + (f"; the largest part: {part}" if part else "")
+    if part and len(title) + 2 + len(fixes[0]) > HEADLINE_CHARS:
+        title = own
+        moved.append(f"The largest part: {part}.")
+    fix = next((x for x in fixes if len(title) + 2 + len(x) <= HEADLINE_CHARS), fixes[-1])
+    title = shorter_title(title, HEADLINE_CHARS - 2 - len(fix))
+    return Lead(f"{title}. {fix}", advice, tuple(moved))
 
 
 #: Why a finding's fix waits on another's (ranking.blockers decides which).
