@@ -23,6 +23,7 @@ from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import finding_due
 from tracelens.domain import MEDIUM_SHARE, category_label, severity_for
 from tracelens.explain.headline import (
+    HEADLINE_CHARS,
     BlockFacts,
     LeadFacts,
     NoGpuFacts,
@@ -545,7 +546,9 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     if blocker is not None:
         # The blocker's fix is fix 1 and the gain is the two together (issue 24 §2).
         gain = min(top.expected_gain_us + blocker.expected_gain_us, ctx.window_us)
-    headline, advice = lead_headline(LeadFacts(top, part, blocker, gain, per, unit, ctx.window_us))
+    lead = lead_headline(LeadFacts(top, part, blocker, gain, per, unit, ctx.window_us))
+    headline, advice, below = lead.headline, lead.advice, []
+    notes = (*notes, *lead.moved)
     pred = top.prediction
     predicted = low = high = 0.0
     u_now = u_after = 0.0
@@ -566,14 +569,28 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
         predicted = max(step - extra - top.expected_gain_us / per, 0.0)
         low = max(step - extra - top.expected_gain_high_us / per, 0.0)
         high = max(step - extra - top.expected_gain_low_us / per, 0.0)
-        headline += " " + prediction_sentence(unit, step, predicted, low, high, pred, after)
+        below.append(prediction_sentence(unit, step, predicted, low, high, pred, after))
         if pred.unprofiled_step_us > 0:
             u_now = pred.unprofiled_step_us * scale
             u_after = max(u_now - (pred.unprofiled_gain_us + u_extra) * scale, 0.0)
             if step - u_now >= MATTERS_SHARE * step or predicted - u_after >= MATTERS_SHARE * predicted:
-                headline += " " + unprofiled_sentence(unit, step, u_now, u_after)
+                below.append(unprofiled_sentence(unit, step, u_now, u_after))
             else:
                 u_now = u_after = 0.0  # the profiler's cost is within the replay's own error
+    # The headline fits a phone (issue 27): a sentence that would take it past
+    # HEADLINE_CHARS goes to the notes below it, in order, whole.
+    # (the profiler's cost stays only after the prediction)
+    room = True
+    for sentence in below:
+        room = (
+            room
+            and sentence.startswith(("After it", "Without the"))
+            and len(headline) + 1 + len(sentence) <= HEADLINE_CHARS
+        )
+        if room:
+            headline += " " + sentence
+        else:
+            notes = (*notes, sentence)
     return Summary(
         primary=top.category,
         headline=headline,

@@ -5,6 +5,7 @@ profiler's own host time."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,6 +133,37 @@ def quiet_headline(f: QuietFacts) -> str:
     return headline
 
 
+#: A duration as fmt_us writes it ("12 µs", "3.4 ms", "1.23 s").
+DURATION = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?) (µs|ms|s)\b(?!/)")
+#: What the words just before a duration say when it is a per-kernel value, not a total.
+_PER_ITEM_BEFORE = ("median kernel ", "kernel of ", "under ", "over ")
+
+
+def _duration_us(number: str, unit: str) -> float:
+    return float(number.replace(",", "")) * {"µs": 1.0, "ms": 1e3, "s": 1e6}[unit]
+
+
+def per_unit_title(title: str, per: int, unit: str) -> str:
+    """A finding's title with its window totals as amounts per unit, for the headline
+    (issue 27: the headline's costs and gains are all per step when there are steps): each
+    duration the title gives as a total is divided by the window's units and says "per
+    {unit}"; its own "(X per {unit})" asides go (said once); per-kernel values stay."""
+    if per <= 1:
+        return title
+    said = rf"[\d.,]+ (?:µs|ms|s) per {re.escape(unit)}"
+    title = re.sub(rf" \({said}\)", "", title)
+    title = re.sub(rf", {said}(?=[);:,])", "", title)
+
+    def scaled(m: re.Match[str]) -> str:
+        before = title[max(m.start() - 16, 0) : m.start()]
+        after = title[m.end() : m.end() + 24]
+        if before.endswith(_PER_ITEM_BEFORE) or after.startswith((" per ", " of host time per")):
+            return m.group(0)
+        return f"{fmt_us(_duration_us(m.group(1), m.group(2)) / per)} per {unit}"
+
+    return DURATION.sub(scaled, title)
+
+
 @dataclass(frozen=True)
 class LeadFacts:
     """The facts of a headline a finding leads: the finding, its largest part, its blocker
@@ -146,29 +178,67 @@ class LeadFacts:
     window_us: float
 
 
-def lead_headline(f: LeadFacts) -> tuple[str, str]:
-    """The headline and the advice (the blocker's fix first) when a finding leads."""
+#: The headline (the finding's sentence and the fix's) fits a phone: about eight lines at
+#: 390 px (issue 27). What does not fit goes below it, into the notes, whole.
+HEADLINE_CHARS = 400
+
+
+def shorter_title(title: str, room: int) -> str:
+    """The title cut at its last clause boundary ("; ", then ": ") that fits `room` with
+    its brackets closed; the whole title where none does (the finding below says it all)."""
+    if len(title) <= room:
+        return title
+    for sep in ("; ", ": "):
+        cuts = [
+            m.start()
+            for m in re.finditer(re.escape(sep), title)
+            if m.start() <= room and title[: m.start()].count("(") == title[: m.start()].count(")")
+        ]
+        if cuts:
+            return title[: max(cuts)]
+    return title
+
+
+@dataclass(frozen=True)
+class Lead:
+    """The lead headline, its advice, and what did not fit in the headline (for the notes)."""
+
+    headline: str
+    advice: str
+    moved: tuple[str, ...] = ()
+
+
+def lead_headline(f: LeadFacts) -> Lead:
+    """The headline and the advice (the blocker's fix first) when a finding leads, the
+    headline within HEADLINE_CHARS: the largest part's sentence, then the blocker's reason
+    (the advice has it), then the title's last clauses go first."""
     top = f.top
-    title = top.title + (f"; the largest part: {f.part.title}" if f.part is not None else "")
+    own = per_unit_title(top.title, f.per, f.unit)
+    part = per_unit_title(f.part.title, f.per, f.unit) if f.part is not None else ""
     if top.parent is not None:
-        title = f"{top.title} (part of the {category_label(top.parent, capital=False)} finding)"
+        own, part = f"{own} (part of the {category_label(top.parent, capital=False)} finding)", ""
+    if f.window_us <= 0:
+        return Lead(own + (f"; the largest part: {part}" if part else ""), top.advice)
+    gain = f"about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain ({f.gain_us / f.window_us:.0%} of the {f.unit})."
     if f.blocker is None:
-        headline = (
-            f"{title}. Fix this first: about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain "
-            f"({f.gain_us / f.window_us:.0%} of the {f.unit})."
-            if f.window_us > 0
-            else title
+        advice, fixes = top.advice, [f"Fix this first: {gain}"]
+    else:
+        first = first_fix(f.blocker)
+        advice = (
+            f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{f.blocker.advice}\n2. Then: {top.advice}"
         )
-        return headline, top.advice
-    first = first_fix(f.blocker)
-    advice = f"1. {first[0].upper()}{first[1:]}, since {top.blocked_reason}:\n{f.blocker.advice}\n2. Then: {top.advice}"
-    headline = (
-        f"{title}. Fix first: {first}, since {top.blocked_reason}. Both fixed, about "
-        f"{fmt_us(f.gain_us / f.per)} per {f.unit} to gain ({f.gain_us / f.window_us:.0%} of the {f.unit})."
-        if f.window_us > 0
-        else title
-    )
-    return headline, advice
+        fixes = [
+            f"Fix first: {first}, since {top.blocked_reason}. Both fixed, {gain}",
+            f"Fix first: {first}. Both fixed, {gain}",
+        ]
+    moved: list[str] = []
+    title = own + (f"; the largest part: {part}" if part else "")
+    if part and len(title) + 2 + len(fixes[0]) > HEADLINE_CHARS:
+        title = own
+        moved.append(f"The largest part: {part}.")
+    fix = next((x for x in fixes if len(title) + 2 + len(x) <= HEADLINE_CHARS), fixes[-1])
+    title = shorter_title(title, HEADLINE_CHARS - 2 - len(fix))
+    return Lead(f"{title}. {fix}", advice, tuple(moved))
 
 
 #: Why a finding's fix waits on another's (ranking.blockers decides which).
