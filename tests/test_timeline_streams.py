@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from support.corpus import report_of, sample
 
-from tracelens.derive.ledger import MAX_STREAMS
+from tracelens.derive.stream_busy import MAX_STREAMS
 from tracelens.render import render_html
 
 

@@ -26,9 +26,10 @@ from tracelens.derive.devices import other_accelerator
 from tracelens.derive.host_calls import one_per_call
 from tracelens.derive.intervals import merge_intervals
 from tracelens.derive.kernel_source import kernel_sources
-from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger, stream_busy_bins
+from tracelens.derive.ledger import CAUSES, TIMELINE_BINS, DeviceLedger
 from tracelens.derive.matmuls import MatmulRow
 from tracelens.derive.roofline import ModelCheck, Roofline
+from tracelens.derive.stream_busy import stream_busy_bins
 from tracelens.domain import cut_name, gpu_not_recorded
 from tracelens.explain.notes import down_sampled_words
 from tracelens.explain.window import window_reason
