@@ -3,18 +3,16 @@ samples travel inside the trace. The H200 runs are in test_capture_gpu.py."""
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import importlib.util
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
-from support.cli import argv, cli
+from support.cli import argv, capture_state_folders, cli
 from support.corpus import DATA, SAMPLES, sample
 
 from tracelens.capture.nvml import SERIES, GpuSamples, SamplerResult
@@ -271,16 +269,6 @@ def _steps_in(path: Path) -> list[int]:
     )
 
 
-def _state_folders_of(out: Path) -> list[Path]:
-    """The supervisor state folders in the temp dir that belong to the capture writing `out`."""
-    found = []
-    for d in Path(tempfile.gettempdir()).glob("tracelens-capture-*"):
-        with contextlib.suppress(OSError, ValueError):
-            if json.loads((d / "options.json").read_text()).get("out") == str(out.resolve()):
-                found.append(d)
-    return found
-
-
 @pytest.mark.slow
 @needs_torch
 def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
@@ -298,7 +286,7 @@ def test_default_records_a_bounded_steady_state(tmp_path: Path) -> None:
     assert rec["reason"] == "10 s" or rec["last_step"] == 25
     assert _steps_in(out)[0] == 5 and _steps_in(out)[-1] in (rec["last_step"] - 1, rec["last_step"]), _steps_in(out)
     assert meta["steps_marked"] == 40 and meta["step_source"] == "optimizer"
-    assert not _state_folders_of(out)  # other captures may run beside this one (pytest -n)
+    assert not capture_state_folders(out)  # other captures may run beside this one (pytest -n)
 
 
 @pytest.mark.slow

@@ -5,7 +5,6 @@ CPU build); bench/capture_scenarios.py runs these and more ways of ending many t
 
 from __future__ import annotations
 
-import contextlib
 import gzip
 import json
 import os
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cli import capture_state_folders
 
 from tracelens.errors import EXIT_CODES, exit_codes_markdown
 
@@ -126,17 +126,7 @@ def test_a_kill_9_of_tracelens_itself_keeps_the_trace_and_leaves_nothing(tmp_pat
     """`kill -9` of the supervisor alone: the script gets SIGTERM (PR_SET_PDEATHSIG), ends
     as under SIGTERM and writes its trace; the supervisor's state folder (the profiler's
     raw export inside) is not left in the temp dir, nor any process."""
-    import tempfile
-
     out = tmp_path / "t.pt.trace.json.gz"
-
-    def ours() -> list[Path]:  # other captures may run beside this one
-        found = []
-        for d in Path(tempfile.gettempdir()).glob("tracelens-capture-*"):
-            with contextlib.suppress(OSError, ValueError):
-                if json.loads((d / "options.json").read_text()).get("out") == str(out.resolve()):
-                    found.append(d)
-        return found
 
     proc = subprocess.Popen(_cmd(out, str(SCENARIO), "--forever"), cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, start_new_session=True)  # fmt: skip
@@ -144,7 +134,7 @@ def test_a_kill_9_of_tracelens_itself_keeps_the_trace_and_leaves_nothing(tmp_pat
     for line in proc.stdout:  # the script's loop has begun
         if line.startswith("started"):
             break
-    mine = ours()
+    mine = capture_state_folders(out)
     time.sleep(10)
     proc.kill()
     proc.wait(timeout=60)
@@ -154,7 +144,7 @@ def test_a_kill_9_of_tracelens_itself_keeps_the_trace_and_leaves_nothing(tmp_pat
     assert _session(proc.pid) == [], "the script outlived its supervisor's kill -9 by two minutes"
     meta = _meta(out)
     assert meta["recorded"]["ops"] > 0 and meta["running"] is False
-    assert mine and not ours(), "the state folder was left in the temp dir"
+    assert mine and not capture_state_folders(out), "the state folder was left in the temp dir"
 
 
 @needs_torch

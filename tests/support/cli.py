@@ -43,3 +43,18 @@ def one_error_line_problem(stderr: str) -> str | None:
     if len(lines) != 1 or not lines[0].startswith("tracelens: error: "):
         return f"exit 2 without exactly one error line: {stderr[:300]!r}"
     return None
+
+
+def capture_state_folders(out: Path) -> list[Path]:
+    """The supervisor state folders in the temp dir that belong to the capture writing `out`
+    (found by their options.json: other captures may run beside it, under pytest -n)."""
+    import contextlib
+    import json
+    import tempfile
+
+    found = []
+    for d in Path(tempfile.gettempdir()).glob("tracelens-capture-*"):
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads((d / "options.json").read_text()).get("out") == str(out.resolve()):
+                found.append(d)
+    return found
