@@ -101,3 +101,15 @@ def test_issue_32_parts_fit() -> None:
     for width in (PHONE_PX, DESKTOP_PX):
         for name, r in overflow_many(pages, width).items():
             assert r["count"] == 0 and r["scroll_width"] == width, (name, width, r)
+
+
+def test_a_long_note_folds_after_its_first_sentence() -> None:
+    """Issue 27: the down-sampled note (760 characters, ~14 phone lines) shows its first
+    sentence with the rest one tap away; a short note stays whole."""
+    from tracelens.render.format import NOTE_FOLD_CHARS, note_parts
+
+    long = "This trace is down-sampled: events were removed. " + "Of its ops most launched work. " * 20
+    head, rest = note_parts(long)
+    assert head == "This trace is down-sampled: events were removed." and rest.startswith("Of its ops")
+    assert note_parts("Short note. Two sentences.") == ("Short note. Two sentences.", "")
+    assert len(long) > NOTE_FOLD_CHARS

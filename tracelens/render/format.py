@@ -132,6 +132,22 @@ def metric(m: Metric) -> str:
     return str(v)
 
 
+#: A note longer than this shows its first sentence and folds the rest (issue 27: the
+#: down-sampled note is 760 characters, ~14 lines on a phone, above the timeline).
+NOTE_FOLD_CHARS = 240
+_SENTENCE_END = re.compile(r"(?<=[.:;])\s+(?=[A-Z])")
+
+
+def note_parts(note: str) -> tuple[str, str]:
+    """A note as shown and as folded: the first sentence and the rest ("" when short)."""
+    if len(note) <= NOTE_FOLD_CHARS:
+        return note, ""
+    cut = _SENTENCE_END.search(note)
+    if cut is None or cut.start() > NOTE_FOLD_CHARS:
+        return note, ""
+    return note[: cut.start()], note[cut.end() :]
+
+
 def short(name: str, width: int = 90) -> str:
     """Shorten a long (C++ template) kernel name, keeping its start and end."""
     return cut_middle(name, width)

@@ -80,6 +80,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["unit_share"] = unit_share
     env.filters["gain_range"] = gain_range
     env.filters["advice_parts"] = advice_parts
+    env.filters["note_parts"] = fmt.note_parts
     env.filters["versions"] = fmt.shown_versions
     env.filters["pct"] = fmt.pct
     env.filters["nbytes"] = fmt.fmt_bytes
