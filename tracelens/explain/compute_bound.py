@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from tracelens.analyzers.base import Found
+from tracelens.analyzers.base import Found, Place
 from tracelens.analyzers.compute_bound import AMP_MATMUL_SAVING, ComputeFacts, Fp32Facts
 from tracelens.derive.roofline import KernelRoof
 from tracelens.domain import fmt_us, pct
-from tracelens.explain.base import Words
+from tracelens.explain.base import Words, where
 from tracelens.model.peaks import UNIT_NAMES
 
 LABELS = {
@@ -54,6 +54,23 @@ def _precision_advice(f: ComputeFacts) -> str:
         "shapes aligned and wave-friendly (the matmul findings), and clocks"
         + (" (fp8 where accuracy allows and this GPU has it)" if f.has_fp8 else "")
         + "."
+    )
+
+
+def _kernel_first(top: Place[KernelRoof] | None) -> str:
+    """Where to start (issue 27, as the launch finding's site): the kernel with the most
+    compute-bound time, the op that launches it and its source line, and how far it is from
+    its roof; "" where there is no kernel."""
+    if top is None:
+        return ""
+    k = top.facts
+    op = top.ops[0] if top.ops else ""
+    at = where(top.source) if top.source is not None else ""
+    origin = ", ".join(x for x in (op, at) if x)
+    roof = f" ({k.roof_name})" if k.roof_name else ""
+    return (
+        f"The largest is {_short(k.name)}{f' ({origin})' if origin else ''}: {fmt_us(top.time_us)} at "
+        f"{pct(k.roof_share)} of its roof{roof}."
     )
 
 
@@ -107,6 +124,11 @@ def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float) -> Word
                 "set per dimension that cannot be merged. Fusing is the fix there too; where one strided view "
                 "feeds several ops, a single .contiguous() upstream moves them to the vectorised path."
             )
+    # Where to start goes before the general advice, after the TF32 flag (below) where
+    # there is one: the flag is the concrete fix.
+    first = _kernel_first(found.places[0] if found.places else None)
+    if first:
+        advice = first + " " + advice
     if f.fp32_matmul_us and f.amp_fp16:
         advice += (
             f" {fmt_us(f.fp32_matmul_us)} of it is fp32 matmuls and convolutions: with AMP in fp16 "
@@ -114,10 +136,10 @@ def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float) -> Word
             "end); the gain is an estimate of half their time."
         )
     elif f.fp32_matmul_us:
-        advice += (
-            f" {fmt_us(f.fp32_matmul_us)} of fp32 matmuls run on CUDA cores: "
+        advice = (
+            f"{fmt_us(f.fp32_matmul_us)} of fp32 matmuls run on CUDA cores: "
             "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')) "
-            "moves them to tensor cores."
+            "moves them to tensor cores. " + advice
         )
     return Words(
         title=(
