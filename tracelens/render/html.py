@@ -193,13 +193,15 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
 
 def _stream_control(tl: Timeline) -> str:
     """A select of the GPU's streams (2+ busy ones): the chosen stream's busy share per
-    column is drawn over the causes (plain inline JS in _page.js.j2); none with one stream."""
+    column is drawn and the causes fade behind it (plain inline JS in _page.js.j2); none
+    with one stream. The causes are the device's, not a stream's: a stream's busy time is
+    what a filter by stream can show."""
     if len(tl.streams) < 2:
         return ""
     opts = "".join(f'<option value="{i}">{escape(s.label)}</option>' for i, s in enumerate(tl.streams))
     return (
-        '<div class="streams"><label>show a stream\'s busy time <select class="s-pick">'
-        f'<option value="">none (causes only)</option>{opts}</select></label></div>'
+        '<div class="streams"><label>filter by stream <select class="s-pick">'
+        f'<option value="">all streams (causes)</option>{opts}</select></label></div>'
     )
 
 
