@@ -314,3 +314,12 @@ def test_every_transform_states_its_model_and_measurement() -> None:
         doc = (mod.__doc__ or "").lower()
         assert "model" in doc, info.name
         assert "checked against" in doc or "measured on" in doc, info.name
+
+
+def test_every_fix_has_words() -> None:
+    """The diff names each replayed fix in words, not by its id (issue 27)."""
+    from tracelens.domain import FIX_LABELS, fix_label
+    from tracelens.predict import FIX_ORDER
+
+    assert set(FIX_ORDER) <= set(FIX_LABELS)
+    assert all("_" not in fix_label(f) for f in FIX_ORDER)

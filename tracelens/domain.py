@@ -462,6 +462,43 @@ def fmt_us_change(us: float) -> str:
     return f"{sign}{us / 1e3:.2f} ms" if us >= 1e3 else f"{sign}{us:.0f} µs"
 
 
+#: The fixes a prediction replays (predict.FIX_ORDER's ids), as a reader says them.
+FIX_LABELS = {
+    "sdpa": "SDPA for the eager attention",
+    "aligned_matmul": "aligned matmul shapes",
+    "static_shapes": "static shapes",
+    "remove_allocator_calls": "no allocator calls in the loop",
+    "remove_host_syncs": "host syncs removed",
+    "pinned_async_copy": "pinned, async copies",
+    "dataloader_workers": "DataLoader workers",
+    "dataloader_keeps_up": "workers that keep up",
+    "no_recompiles": "no recompiles",
+    "nccl_backend": "the NCCL backend",
+    "cuda_graph": "a CUDA graph",
+    "fuse_chains": "fused elementwise chains",
+    "memory_at_roof": "memory-bound kernels at the bandwidth roof",
+    "compute_at_roof": "compute-bound kernels at their roof",
+    "full_waves": "full waves",
+    "full_clocks": "full clocks",
+    "overlap_collectives": "collectives overlapped with compute",
+    "estimate": "an estimate",
+    "none": "no fix",
+}
+
+
+def fix_label(fix: str) -> str:
+    """A prediction's fix in words ("remove_host_syncs" -> "host syncs removed")."""
+    return FIX_LABELS.get(fix, fix.replace("_", " "))
+
+
+def gain_error(error: float) -> str:
+    """A predicted change against the measured one (score.py's error: (predicted - measured)
+    / |measured|, both changes negative for a gain), in words: "105% over" where the
+    prediction promised more than came, "8% short" where less (issue 25: a signed "-105%"
+    beside "105% over" read as two verdicts)."""
+    return f"{abs(error):.0%} {'short' if error > 0 else 'over'}"
+
+
 def pct(share: float) -> str:
     """A share in whole percents (as `{:.0%}`), one decimal under 1%: "<0.1%", "0.4%",
     "3%" (the one share formatter: a small share never reads "0%")."""

@@ -3,7 +3,7 @@ fix's predicted and measured change, and the step the before-report predicted.""
 
 from __future__ import annotations
 
-from tracelens.domain import category_label, fmt_us_change
+from tracelens.domain import category_label, fix_label, fmt_us_change, gain_error
 from tracelens.report.diff_report import PredictionCheck
 
 
@@ -27,10 +27,10 @@ def score_text(
     parts = []
     for c in checks:
         off = abs(c.error)
-        how = f"within {_pct(off)}" if off <= within_share else f"{_pct(off)} {'short' if c.error > 0 else 'over'}"
+        how = f"within {_pct(off)}" if off <= within_share else gain_error(c.error)
         of = "" if c.measured_of == "step" else " in its own time"
         parts.append(
-            f"{category_label(c.category)} ({c.fix}): predicted {fmt_us_change(c.predicted_us)} a step, "
+            f"{category_label(c.category)} ({fix_label(c.fix)}): predicted {fmt_us_change(c.predicted_us)} a step, "
             f"measured {fmt_us_change(c.measured_us)}{of} ({how})"
         )
     rng = f" ({lo / 1e3:.2f} to {hi / 1e3:.2f} ms)" if hi - lo > 0.02 * max(predicted, 1e-9) else ""

@@ -15,7 +15,7 @@ from pathlib import Path
 import jinja2
 from markupsafe import Markup, escape
 
-from tracelens.domain import GPU_NOT_RECORDED, category_label
+from tracelens.domain import GPU_NOT_RECORDED, category_label, fix_label, gain_error
 from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT, SNAPSHOT_COLOURS
 from tracelens.report import ClockTimeline, Finding, Report, RooflineSummary, Timeline
@@ -81,6 +81,8 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["gain_range"] = gain_range
     env.filters["advice_parts"] = advice_parts
     env.filters["note_parts"] = fmt.note_parts
+    env.filters["gain_error"] = gain_error
+    env.filters["fix_label"] = fix_label
     env.filters["versions"] = fmt.shown_versions
     env.filters["pct"] = fmt.pct
     env.filters["nbytes"] = fmt.fmt_bytes
