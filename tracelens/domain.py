@@ -442,6 +442,115 @@ def cut_middle(text: str, limit: int) -> str:
     return text[:head] + "…" + text[-(keep - head) :]
 
 
+#: How long a shortened kernel name may be: about one line of a phone table cell (the
+#: full name is one tap away in the HTML, and in the JSON).
+KERNEL_NAME_CHARS = 60
+#: Namespaces and wrappers that every ATen/CUTLASS kernel repeats: they make different
+#: kernels look alike at a glance, so the short name leaves them out.
+_QUALIFIER = re.compile(r"\b(?:[A-Za-z_]\w*::)+")
+_ANON = re.compile(r"\(anonymous namespace\)::")
+_SOURCE_NAME = re.compile(r"(\d+)")
+
+
+def _mangled_names(name: str) -> list[str]:
+    """The identifiers of an Itanium-mangled name (`_ZN19cutlass_cudnn_train6KernelI...`),
+    in order: enough to name the kernel and its first template arguments. Not a full
+    demangler: template arguments that are numbers or types are skipped."""
+    out: list[str] = []
+    i = 2
+    n = len(name)
+    while i < n and len(out) < 8:
+        m = _SOURCE_NAME.match(name, i)
+        if m is None or name[i - 1 : i] == "L":  # `Li128E` is a literal, not a name
+            i += 1
+            continue
+        length = int(m.group(1))
+        start = m.end()
+        if length <= 0 or start + length > n:
+            i = m.end()
+            continue
+        out.append(name[start : start + length])
+        i = start + length
+    return out
+
+
+def demangle(name: str) -> str:
+    """A readable form of a mangled C++ kernel name (outer name and the first names of its
+    template arguments); other names are returned as they are."""
+    if not name.startswith("_Z") or len(name) < 4:
+        return name
+    parts = _mangled_names(name)
+    if not parts:
+        return name
+    nested = name.startswith("_ZN")
+    if nested and len(parts) >= 2:
+        head = "::".join(parts[:2])
+        rest = parts[2:]
+    else:
+        head, rest = parts[0], parts[1:]
+    # The names after the outer one are mostly the first template argument's nested
+    # name (`NS_4conv6kernel23ImplicitGemmConvolution...`): shown as one qualified name.
+    return head + (f"<{'::'.join(rest[:3])}{', …' if len(rest) > 3 else ''}>" if rest else "")
+
+
+def _drop_arguments(name: str) -> str:
+    """`void f<T>(int, float)` -> `f<T>`: the return type before the name and the
+    parameter list after it, both found at template depth 0 (parentheses inside template
+    arguments, as in `enable_if<(8 > 0)>`, hide their `<` and `>`)."""
+    depth = parens = 0
+    last_space = -1
+    for i, ch in enumerate(name):
+        if parens:
+            parens += {"(": 1, ")": -1}.get(ch, 0)
+        elif ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth = max(depth - 1, 0)
+        elif ch == "(":
+            if depth == 0 and i > 0:
+                return name[last_space + 1 : i]
+            parens = 1
+        elif ch == " " and depth == 0:
+            last_space = i
+    return name[last_space + 1 :]
+
+
+def _flatten_templates(name: str) -> str:
+    """Template arguments nested two deep or more become `…`: `k<4, F<float>>` stays,
+    `k<4, F<G<float>>>` becomes `k<4, F<…>>`."""
+    out: list[str] = []
+    depth = 0
+    for ch in name:
+        if ch == "<":
+            depth += 1
+            if depth <= 2:
+                out.append(ch)
+            if depth == 3:
+                out.append("…")
+        elif ch == ">":
+            if depth <= 2:
+                out.append(ch)
+            depth -= 1
+        elif depth <= 2:
+            out.append(ch)
+    return "".join(out)
+
+
+def short_kernel(name: str, width: int = KERNEL_NAME_CHARS) -> str:
+    """A kernel (or op) name a person can scan: demangled, without return type, parameter
+    list, namespaces or deeply nested template arguments, at most `width` characters
+    (cut at the end, where template arguments are least telling)."""
+    s = demangle(name.strip())
+    s = _ANON.sub("", s)
+    s = _drop_arguments(s)
+    s = _QUALIFIER.sub("", s)
+    s = _flatten_templates(s)
+    s = re.sub(r"\s*>\s*>", ">>", s).replace(" >", ">").strip()
+    if len(s) > width:
+        s = s[: max(width - 1, 1)].rstrip(", <…") + "…"
+    return s or name[:width]
+
+
 def fmt_us(us: float, *, fine: bool = False) -> str:
     """A duration in µs as people write it: 12 µs, 3.4 ms, 1.23 s (the one duration
     formatter); `fine`: one decimal under 10 µs (4.2 µs), as tables of short kernels need."""

@@ -16,7 +16,7 @@ from tracelens.derive.compare import (
     StepsMarkedOnOneSide,
     StepsStructuredDifferently,
 )
-from tracelens.domain import category_label, fmt_us
+from tracelens.domain import category_label, cut_name, fmt_us, short_kernel
 from tracelens.report import TraceInfo
 from tracelens.report.diff_report import Change
 from tracelens.report.enums import WindowSource
@@ -185,12 +185,13 @@ def verdict_text(v: VerdictFacts) -> str:
         )
     elif v.main_cause is not None and not v.within_noise:
         top = v.top_change
-        detail = (
-            f"; the largest change underneath: {top.kind} {top.name[:80]} ({top.status}, "
-            f"{fmt_us(top.before_us)} -> {fmt_us(top.after_us)} per step)"
-            if top
-            else ""
-        )
+        detail = ""
+        if top:
+            name = short_kernel(top.name, 80) if top.kind == "kernel" else cut_name(top.name, 80)
+            detail = (
+                f"; the largest change underneath: {top.kind} {name} ({top.status}, "
+                f"{fmt_us(top.before_us)} -> {fmt_us(top.after_us)} per step)"
+            )
         parts.append(f"Mostly {CAUSE_WORDS.get(v.main_cause, v.main_cause)}{detail}.")
     if v.before_primary is not None:
         parts.append(
