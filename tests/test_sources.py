@@ -193,17 +193,93 @@ def test_a_source_file_is_walked_once_for_all_its_call_sites(tmp_path: Path, mon
     monkeypatch.chdir(tmp_path)
     m = _model_for(tmp_path, PROG)
     walks: list[ast.AST] = []
-    real_walk = ast.walk
+    real_statements = callsite._statements
 
-    def counting_walk(node: ast.AST):  # type: ignore[no-untyped-def]
+    def counting_statements(node: ast.AST):  # type: ignore[no-untyped-def]
         walks.append(node)
-        return real_walk(node)
+        return real_statements(node)
 
-    monkeypatch.setattr(callsite.ast, "walk", counting_walk)
+    monkeypatch.setattr(callsite, "_statements", counting_statements)
     for key in (("call", "item"), ("subscript", ""), ("truth", ""), ("call", "sum"), ("call", "max")):
         assert _infer(m, PySource("prog.py", 4, "f", True), key).line_inferred
     assert _infer(m, PySource("prog.py", 19, "g", True), ("call", "inner")).call_line is None
     assert sum(isinstance(n, ast.Module) for n in walks) == 1
+
+
+NESTED_DEFS = """\
+import contextlib
+
+def f():
+    def f():
+        pass
+    x = [lambda: 1 for _ in range(3)]
+    return x
+
+class C:
+    @staticmethod
+    def f(a=(lambda: 2)):
+        pass
+
+    class D:
+        async def g(self):
+            async with contextlib.nullcontext():
+                def f():
+                    pass
+
+try:
+    def g():
+        pass
+except ValueError:
+    def f():
+        pass
+else:
+    def g():
+        pass
+finally:
+    for i in range(2):
+        def f():
+            pass
+    else:
+        while False:
+            def g():
+                pass
+
+match 1:
+    case 1:
+        def f():
+            pass
+    case _:
+        if True:
+            def g():
+                pass
+        else:
+            with open(__file__):
+                def f():
+                    pass
+"""
+
+
+@pytest.mark.parametrize("source", ["nested", "ast", "typing", "callsite"])
+def test_statements_find_the_defs_ast_walk_finds_in_its_order(source: str) -> None:
+    """`_Parsed.defs` looks for defs among statements only (issue 30: `ast.walk` over all
+    of a module's expressions was most of the time of the lookups on capture_generate):
+    the same defs, in `ast.walk`'s breadth-first order (the first def at a line wins)."""
+    import ast
+    import inspect
+    import typing
+
+    import tracelens.model.callsite as callsite
+
+    modules = {"ast": ast, "typing": typing, "callsite": callsite}
+    text = NESTED_DEFS if source == "nested" else inspect.getsource(modules[source])
+    tree = ast.parse(text)
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
+    want = [n for n in ast.walk(tree) if isinstance(n, kinds)]
+    got = [n for n in callsite._statements(tree) if isinstance(n, kinds)]
+    assert [id(n) for n in got] == [id(n) for n in want]
+    assert len(want) >= 12
+    # It visits far fewer nodes than the walk: not the expressions.
+    assert len(list(callsite._statements(tree))) < len(list(ast.walk(tree))) / 2
 
 
 @pytest.mark.parametrize("name", ["plain_tiny_loop", "capture_mask_sum", "dyn_kv_cat"])

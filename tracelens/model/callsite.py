@@ -14,6 +14,8 @@ import os
 import re
 import sys
 import tokenize
+from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -93,7 +95,7 @@ class _Parsed:
     def defs(self, name: str) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
         if self.functions is None:
             found: dict[str, list[ast.FunctionDef | ast.AsyncFunctionDef]] = {}
-            for n in ast.walk(self.tree):
+            for n in _statements(self.tree):
                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     found.setdefault(n.name, []).append(n)
             self.functions = found
@@ -107,6 +109,26 @@ class _Parsed:
         if id(scope) not in self.own:
             self.own[id(scope)] = _own_nodes(scope)
         return self.own[id(scope)]
+
+
+#: Nodes that hold statements in their list fields (bodies, handlers, match cases): a def
+#: is a statement, so only these need visiting to find every def.
+_STATEMENT_HOLDERS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """The tree's statements (and handlers, match cases) in `ast.walk`'s breadth-first
+    order, without visiting expressions: no def lives inside one, and they are most of a
+    module's nodes (capture_generate's 8 transformers files: `ast.walk` over all 53k
+    nodes was 0.13 of the analysis' 1.1 s under cProfile)."""
+    todo = deque([tree])
+    while todo:
+        node = todo.popleft()
+        for field_name in node._fields:
+            value = getattr(node, field_name, None)
+            if isinstance(value, list):
+                todo.extend(v for v in value if isinstance(v, _STATEMENT_HOLDERS))
+        yield node
 
 
 def _callee_key(name: str) -> tuple[str, str] | None:
