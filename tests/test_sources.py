@@ -183,9 +183,12 @@ def test_a_frame_running_at_the_recording_start_is_searched_whole(
 
 
 def test_a_source_file_is_walked_once_for_all_its_call_sites(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each call site looks up its function's def: one walk of the file's tree for all of
-    them, not one per site (on the H200 box, where a Llama generate's transformers files
-    were on disk, 132 walks were 11.7 of the analysis' 14.2 s)."""
+    """Each call site looks up its function's def: the def is parsed from its own lines,
+    once for all its sites, and the file is not parsed whole (issue 30: capture_generate's
+    8 transformers files, 0.09 s of parse); where the whole file is needed (a frame that
+    was running when the recording began) it is parsed and walked once for all sites, not
+    once per site (on the H200 box, where a Llama generate's transformers files were on
+    disk, 132 walks were 11.7 of the analysis' 14.2 s)."""
     import ast
 
     import tracelens.model.callsite as callsite
@@ -193,17 +196,169 @@ def test_a_source_file_is_walked_once_for_all_its_call_sites(tmp_path: Path, mon
     monkeypatch.chdir(tmp_path)
     m = _model_for(tmp_path, PROG)
     walks: list[ast.AST] = []
-    real_walk = ast.walk
+    parses: list[int] = []
+    real_statements, real_parse = callsite._statements, ast.parse
 
-    def counting_walk(node: ast.AST):  # type: ignore[no-untyped-def]
+    def counting_statements(node: ast.AST):  # type: ignore[no-untyped-def]
         walks.append(node)
-        return real_walk(node)
+        return real_statements(node)
 
-    monkeypatch.setattr(callsite.ast, "walk", counting_walk)
+    def counting_parse(text: str, *args, **kwargs):  # type: ignore[no-untyped-def]
+        parses.append(len(text))
+        return real_parse(text, *args, **kwargs)
+
+    monkeypatch.setattr(callsite, "_statements", counting_statements)
+    monkeypatch.setattr(callsite.ast, "parse", counting_parse)
     for key in (("call", "item"), ("subscript", ""), ("truth", ""), ("call", "sum"), ("call", "max")):
         assert _infer(m, PySource("prog.py", 4, "f", True), key).line_inferred
     assert _infer(m, PySource("prog.py", 19, "g", True), ("call", "inner")).call_line is None
+    assert len(parses) == 2 and max(parses) < len(PROG)  # f's lines, g's lines: never the file
+    assert not walks
+    for line in (5, 7, 10):  # running when the recording began: named by the line it was at
+        assert _infer(m, PySource("prog.py", line, "f", True), ("call", "item"), running=True).line_inferred
+    assert len(parses) == 3 and parses[-1] == len(PROG)
     assert sum(isinstance(n, ast.Module) for n in walks) == 1
+
+
+def test_a_def_parsed_from_its_lines_is_the_whole_files_def() -> None:
+    """`_segment_def` cuts a def out of its file (decorators, a signature over several
+    lines, nested defs, a dedented comment and a closing bracket at its indentation) and
+    parses it with the file's line numbers and columns: the same nodes as the whole
+    file's parse; lines that are no such def, or are cut inside a string, give None."""
+    import ast
+
+    from tracelens.model.callsite import _NEWLINE_RE, _segment_def, _statements
+
+    text = SEGMENT_PROG
+    lines = _NEWLINE_RE.split(text)
+    want = {
+        (n.name, n.lineno): n
+        for n in _statements(ast.parse(text))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    firsts = {(n.name, min([n.lineno, *(d.lineno for d in n.decorator_list)])): n for n in want.values()}
+    for (name, line), node in {**want, **firsts}.items():
+        got = _segment_def(lines, name, line)
+        if name == "doc":  # its docstring has a dedented line: cut inside the string
+            assert got is None
+            continue
+        assert got is not None, (name, line)
+        dump = [ast.dump(b, include_attributes=True) for b in got.body]
+        assert dump == [ast.dump(b, include_attributes=True) for b in node.body]
+    assert len(firsts) == 5
+    assert _segment_def(lines, "method", 2) is None  # a line of no def
+    assert _segment_def(lines, "other_name", 4) is None and _segment_def(lines, "method", 4) is not None
+
+
+SEGMENT_PROG = """class C:
+    x = 1
+
+    @staticmethod
+    @functools.lru_cache(
+        maxsize=None,
+    )
+    def method(
+        a,
+        b=(1, 2),
+    ) -> int:
+        def inner():
+# a comment at column 0
+            return a
+        return inner() + b[0]
+
+    async def coro(self):
+        async with self.lock:
+            return [
+        1]
+
+    def doc(self):
+        \"\"\"A docstring with
+a dedented line.\"\"\"
+        return 2
+
+
+@decorator
+def top(x):
+    if x:
+        return x.item()
+    return 0
+"""
+
+
+NESTED_DEFS = """\
+import contextlib
+
+def f():
+    def f():
+        pass
+    x = [lambda: 1 for _ in range(3)]
+    return x
+
+class C:
+    @staticmethod
+    def f(a=(lambda: 2)):
+        pass
+
+    class D:
+        async def g(self):
+            async with contextlib.nullcontext():
+                def f():
+                    pass
+
+try:
+    def g():
+        pass
+except ValueError:
+    def f():
+        pass
+else:
+    def g():
+        pass
+finally:
+    for i in range(2):
+        def f():
+            pass
+    else:
+        while False:
+            def g():
+                pass
+
+match 1:
+    case 1:
+        def f():
+            pass
+    case _:
+        if True:
+            def g():
+                pass
+        else:
+            with open(__file__):
+                def f():
+                    pass
+"""
+
+
+@pytest.mark.parametrize("source", ["nested", "ast", "typing", "callsite"])
+def test_statements_find_the_defs_ast_walk_finds_in_its_order(source: str) -> None:
+    """`_Parsed.defs` looks for defs among statements only (issue 30: `ast.walk` over all
+    of a module's expressions was most of the time of the lookups on capture_generate):
+    the same defs, in `ast.walk`'s breadth-first order (the first def at a line wins)."""
+    import ast
+    import inspect
+    import typing
+
+    import tracelens.model.callsite as callsite
+
+    modules = {"ast": ast, "typing": typing, "callsite": callsite}
+    text = NESTED_DEFS if source == "nested" else inspect.getsource(modules[source])
+    tree = ast.parse(text)
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef)
+    want = [n for n in ast.walk(tree) if isinstance(n, kinds)]
+    got = [n for n in callsite._statements(tree) if isinstance(n, kinds)]
+    assert [id(n) for n in got] == [id(n) for n in want]
+    assert len(want) >= 12
+    # It visits far fewer nodes than the walk: not the expressions.
+    assert len(list(callsite._statements(tree))) < len(list(ast.walk(tree))) / 2
 
 
 @pytest.mark.parametrize("name", ["plain_tiny_loop", "capture_mask_sum", "dyn_kv_cat"])

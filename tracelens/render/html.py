@@ -11,8 +11,8 @@ import bisect
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jinja2
 from markupsafe import Markup, escape
 
 from tracelens.domain import GPU_NOT_RECORDED, category_label, fix_label, gain_error
@@ -20,6 +20,9 @@ from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT, SNAPSHOT_COLOURS
 from tracelens.report import ClockTimeline, Finding, Report, RooflineSummary, Timeline
 from tracelens.report.enums import WHOLE_UNITS
+
+if TYPE_CHECKING:  # imported when a template is first rendered: 13 ms of a --json report's start-up
+    import jinja2
 
 #: Time-axis ticks per chart: about five labels of "12.5 ms" fit a 390 px phone.
 TIME_TICKS = 5
@@ -56,6 +59,8 @@ def _bytecode_cache(autoescape: bool) -> jinja2.BytecodeCache | None:
     """jinja's file cache in its per-user directory under the system's temp directory
     (created 0700 and checked to be this user's); None where that cannot be had (a
     read-only or shared temp directory): then templates are compiled each time."""
+    import jinja2
+
     pattern = _CACHE_PATTERN.format(jinja=jinja2.__version__, autoescape=int(autoescape))
     try:
         return jinja2.FileSystemBytecodeCache(TEMPLATE_CACHE_DIR, pattern)
@@ -64,6 +69,8 @@ def _bytecode_cache(autoescape: bool) -> jinja2.BytecodeCache | None:
 
 
 def environment(autoescape: bool) -> jinja2.Environment:
+    import jinja2
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir())),
         bytecode_cache=_bytecode_cache(autoescape),

@@ -37,11 +37,15 @@ except ImportError:  # no wheel for this platform: the standard library's zlib
     _inflate_mod = zlib  # type: ignore[assignment,misc,unused-ignore]
     _INFLATE_ERRORS = (zlib.error,)
 
-#: Decompressed bytes handed on at a time: a batch of 8 MB holds about 30k events, whose
+#: Decompressed bytes handed on at a time: a batch of 1 MB holds about 4k events, whose
 #: decoded objects live while the batch is turned into columns. The loader's peak memory
-#: on a 225 MB trace: 344 MB with 16 MB batches, 304 MB with 8 MB or 4 MB; the time is
-#: the same.
-CHUNK_BYTES = 8 * 2**20
+#: on a 225 MB trace: 344 MB with 16 MB batches, 304 MB with 8 MB or 4 MB. On a stack-heavy
+#: one (capture_generate, 43 MB of JSON, most of it python_function events, whose decoded
+#: objects are ~1.5 KB each) a batch's objects are the peak (issue 30): 8 MB batches
+#: peaked at 179 MB (an import-only process: 77 MB) in 0.52 s of CPU, 2 MB at 123 MB in
+#: 0.45 s, 1 MB at 118 MB in 0.41 s, 0.5 MB at 117 MB in 0.43 s (smaller batches also stay
+#: in the CPU's caches).
+CHUNK_BYTES = 2**20
 #: Bytes read from the file at a time (the first read, and each read of a plain file is
 #: CHUNK_BYTES).
 READ_BYTES = 4 * 2**20
