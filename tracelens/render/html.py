@@ -18,6 +18,7 @@ from markupsafe import Markup, escape
 from tracelens.domain import GPU_NOT_RECORDED, category_label, fix_label, gain_error
 from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT, SNAPSHOT_COLOURS
+from tracelens.render.streams import stream_bars, stream_control
 from tracelens.report import ClockTimeline, Finding, Report, RooflineSummary, Timeline
 from tracelens.report.enums import WHOLE_UNITS
 
@@ -159,7 +160,7 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
     parts: list[str] = [
         f'<figure class="chart" data-kind="columns" data-width="{width}" data-height="{height}">',
         _zoom_controls(tl),
-        _stream_control(tl),
+        stream_control(tl),
         f'<svg class="timeline" viewBox="0 0 {width} {height}" preserveAspectRatio="none" role="img" '
         f'aria-label="GPU busy and idle over time, by cause">',
     ]
@@ -187,7 +188,7 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
         step = next((st for st, s0, s1 in step_at if s0 <= mid < s1), None)
         body = ", ".join(f"{CAUSE_LABELS[k]} {fmt.pct(f)}" for k, f in sorted(shares, key=lambda kv: -kv[1])[:4])
         tips.append(f"{fmt.us(t0)}–{fmt.us(t1)}{f' (step #{step})' if step is not None else ''}: {body or 'no data'}")
-    parts.extend(_stream_bars(tl, bw, top_pad, plot_h, n))
+    parts.extend(stream_bars(tl, bw, top_pad, plot_h, n))
     parts.extend(_sync_marks(tl, width, top_pad - 2, n, tips))
     if len(tl.steps) <= width / 4:
         for _step, s0, _s1 in tl.steps:
@@ -198,40 +199,6 @@ def timeline_svg(tl: Timeline, width: int = 960, height: int = 120) -> Markup:
     parts.append(_tips(tips))
     parts.append("</figure>")
     return Markup("".join(parts))
-
-
-def _stream_control(tl: Timeline) -> str:
-    """A select of the GPU's streams (2+ busy ones): the chosen stream's busy share per
-    column is drawn and the causes fade behind it (plain inline JS in _page.js.j2); none
-    with one stream. The causes are the device's, not a stream's: a stream's busy time is
-    what a filter by stream can show."""
-    if len(tl.streams) < 2:
-        return ""
-    opts = "".join(f'<option value="{i}">{escape(s.label)}</option>' for i, s in enumerate(tl.streams))
-    return (
-        '<div class="streams"><label>filter by stream <select class="s-pick">'
-        f'<option value="">all streams (causes)</option>{opts}</select></label></div>'
-    )
-
-
-def _stream_bars(tl: Timeline, bw: float, top_pad: int, plot_h: int, n: int) -> list[str]:
-    """Each stream's busy share per column as an outlined bar, hidden until picked."""
-    if len(tl.streams) < 2:
-        return []
-    span = tl.end_us - tl.start_us
-    width_us = span / n if n else 0.0
-    out: list[str] = []
-    for i, st in enumerate(tl.streams):
-        out.append(f'<g class="sbusy" data-s="{i}" style="display:none">')
-        for j, b in enumerate(st.busy_us[:n]):
-            frac = min(1.0, b / width_us) if width_us > 0 else 0.0
-            if frac <= 0:
-                continue
-            h = frac * plot_h
-            y = top_pad + plot_h - h
-            out.append(f'<rect x="{j * bw:.2f}" y="{y:.2f}" width="{bw + 0.3:.2f}" height="{h:.2f}"/>')
-        out.append("</g>")
-    return out
 
 
 def _zoom_controls(tl: Timeline) -> str:
