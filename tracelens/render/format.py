@@ -6,7 +6,7 @@ import math
 import re
 from typing import Any
 
-from tracelens.domain import cut_middle, fmt_us
+from tracelens.domain import PerUnit, cut_middle, fmt_us, per_unit
 from tracelens.domain import fmt_bytes as fmt_bytes
 from tracelens.domain import pct as pct
 from tracelens.report.findings import Metric
@@ -62,6 +62,22 @@ def us(value: float) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     return fmt_us(float(value), fine=True)
+
+
+def report_unit(report: Any) -> PerUnit:
+    """The report's one unit with the window's count of them (issue 27)."""
+    return PerUnit(report.window.steps, report.summary.unit)
+
+
+def in_unit(total_us: float, report: Any, label: bool = True, short: bool = False) -> str:
+    """A window total as every renderer shows one (a finding's cost and expected gain, an
+    answer's time, the ledger's column): "166 µs per step" where the report counts several
+    steps, the total where its unit is the window; `label=False` leaves " per step" off (a
+    range's ends, a column headed "per step"); `short`: "166 µs/step" (a legend, a terminal
+    column). The JSON keeps the window totals."""
+    if total_us is None or (isinstance(total_us, float) and math.isnan(total_us)):
+        return "n/a"
+    return per_unit(float(total_us), report_unit(report), label=label, fine=True, short=short)
 
 
 #: Evidence numbers from here up are written with an SI prefix ("989 T"), not as
