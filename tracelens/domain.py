@@ -481,7 +481,7 @@ def per_unit(total_us: float, unit: PerUnit, *, label: bool = True, fine: bool =
     window (or one step); `label=False` leaves the " per step" off (a range's ends);
     `short` writes "1.6 ms/step" (a legend, a terminal column). Per-item values (a median
     kernel, a call's time) are not totals: fmt_us says them."""
-    text = fmt_us(unit.of(total_us), fine=fine)
+    text = fmt_us(unit.of(total_us), fine=fine or unit.splits)  # a total split is often small
     if not (label and unit.splits):
         return text
     return f"{text}/{unit.name}" if short else f"{text} per {unit.name}"
