@@ -121,12 +121,14 @@ def precisions(by: dict[str, float]) -> str:
     return ", ".join(f"{k} {pct(sh)}" for sh, k in parts[:3])
 
 
-def metric(m: Metric) -> str:
+def metric(m: Metric, report: Any = None) -> str:
+    """One evidence value as the report shows it: a duration that is a window total in the
+    report's unit (`in_unit`) where the report is given, a median or a longest as it is."""
     v = m.value
     if isinstance(v, str):
         return v
     if m.unit == "us":
-        return us(float(v))
+        return in_unit(float(v), report) if m.total and report is not None else us(float(v))
     if m.unit == "share":
         return pct(float(v))
     if m.unit == "bytes":
