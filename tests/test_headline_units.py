@@ -93,16 +93,18 @@ def _window_totals(text: str, unit: str) -> list[tuple[str, bool]]:
 
 @pytest.mark.parametrize("path", _unit_traces(), ids=trace_id)
 def test_every_window_total_is_per_unit(path: Path) -> None:
-    """Issue 27, everywhere: in a report with steps, the findings' titles, the questions'
-    answers and the headline's finding sentence say their window totals per step, none more
-    than a step; the Markdown's cards and tables say each finding's cost and gain and each
-    answer's time as `in_unit` writes them, from the JSON's window totals."""
+    """Issue 27, everywhere: in a report with steps, the findings' titles and advice, the
+    questions' answers, the notes and the headline's finding sentence say their window
+    totals per step, none more than a step; the Markdown's cards say each finding's cost,
+    gain and evidence and each answer's time as `in_unit` writes them from the JSON's
+    window totals (`Metric.total` false: as it is)."""
     rep = report_of(path)
     if not _splits(rep):
         pytest.skip("the window is the unit")
     s = rep.summary
-    texts = [f.title for f in rep.findings] + [q.answer for q in rep.questions]
+    texts = [f.title for f in rep.findings] + [f.advice for f in rep.findings] + [q.answer for q in rep.questions]
     texts.append(re.split(r" After it| Without the profiler", s.headline)[0])  # the step it takes is no total
+    texts += [n for n in s.notes if not n.startswith(("After it", "Without the", "Analysed window", "Start-up before"))]
     for text in texts:
         for said, per in _window_totals(text, s.unit):
             assert per, (said, text)
@@ -114,6 +116,10 @@ def test_every_window_total_is_per_unit(path: Path) -> None:
         assert f"| {md(f.title)} | {in_unit(f.time_us, rep)} (" in page or f not in rep.findings[:8]
         if f.expected_gain_us > 0:
             assert in_unit(f.expected_gain_us, rep) in page
+        for m in f.evidence:  # a duration the steps share is said per step; a median as it is
+            if m.unit == "us" and not isinstance(m.value, str):
+                said = in_unit(float(m.value), rep) if m.total else fmt.us(float(m.value))
+                assert f"- {md(m.label)}: {md(said)}" in page, (m, f.title)
     for q in rep.questions:
         if q.status in ("yes", "minor"):
             assert f"{in_unit(q.time_us, rep)} ({fmt.pct(q.share)})" in page
