@@ -188,7 +188,9 @@ def lead_headline(f: LeadFacts) -> Lead:
         own, part = f"{own} (part of the {category_label(top.parent, capital=False)} finding)", ""
     if f.window_us <= 0:
         return Lead(own + (f"; the largest part: {part}" if part else ""), top.advice)
-    gain = f"about {per_unit(f.gain_us, f.unit)} to gain ({f.gain_us / f.window_us:.0%} of the analysed time)."
+    # The share's base is the analysed time, as every share of the report (the title's own
+    # says so); said bare here, the headline keeps room for the prediction (HEADLINE_CHARS).
+    gain = f"about {per_unit(f.gain_us, f.unit)} to gain ({f.gain_us / f.window_us:.0%})."
     if f.blocker is None:
         advice, fixes = top.advice, [f"Fix this first: {gain}"]
     else:

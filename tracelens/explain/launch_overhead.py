@@ -54,7 +54,7 @@ def _site_first(top: Place[Launcher] | None, unit: PerUnit) -> str:
 def words(found: Found[LaunchFacts, Launcher], share: float, unit: PerUnit) -> Words:
     f = found.facts
     title = (
-        f"GPU waits on kernel launches for {per_unit(found.time_us, unit)} ({pct(share)} of the analysed time): "
+        f"GPU waits on kernel launches for {per_unit(found.time_us, unit)}: "
         f"{f.gaps:,} gaps between kernels (median kernel {f.median_kernel_us:.1f} µs, "
         f"{pct(f.tiny_share)} under {TINY_KERNEL_US:.0f} µs"
         + (f", {f.host_per_kernel_us:.1f} µs of host time per kernel" if f.host_per_kernel_us else "")
