@@ -229,7 +229,8 @@ def test_an_impossible_bandwidth_is_flagged_with_why(tmp_path: Path) -> None:
     cut_ctx = AnalysisContext(cut)
     (f,) = communication.analyze(cut_ctx)
     assert f.facts.why_impossible == "down_sampled"
-    assert "cannot be: the trace is down-sampled or cut" in explain.findings([f], cut_ctx.share, cut_ctx.per_unit)[0].advice
+    advice = explain.findings([f], cut_ctx.share, cut_ctx.per_unit)[0].advice
+    assert "cannot be: the trace is down-sampled or cut" in advice
     # A plausible size passes: 1 M fp32 in 100 µs is 70 GB/s of bus bandwidth.
     fine = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21)], 2**20))
     (f,) = communication.analyze(AnalysisContext(fine))
