@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from support.corpus import SAMPLE_TRACES, report_of, sample, trace_id
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, needs_real, report_of, sample, trace_id
 
 from tracelens.domain import PerUnit, fmt_us, per_unit
 from tracelens.explain.headline import HEADLINE_CHARS, shorter_title
@@ -23,7 +23,7 @@ DURATION = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?) (µs|ms|s)\b(?!/)")
 #: What the words just before or after a duration say when it is a per-item value (a
 #: kernel's, a call's, a gap's), not a window total.
 PER_ITEM_BEFORE = ("median kernel ", "kernel of ", "under ", "over ", "median ", "longest ", "gaps of ")
-PER_ITEM_AFTER = (" a call", " each", " earlier", " or more", " of host time per")
+PER_ITEM_AFTER = (" a call", " each", " earlier", " later", " or more", " of host time per", " of host time each")
 
 
 def _duration_us(number: str, unit: str) -> float:
@@ -93,6 +93,17 @@ def _window_totals(text: str, unit: str) -> list[tuple[str, bool]]:
 
 @pytest.mark.parametrize("path", _unit_traces(), ids=trace_id)
 def test_every_window_total_is_per_unit(path: Path) -> None:
+    _says_totals_per_unit(path)
+
+
+@pytest.mark.slow
+@needs_real
+@pytest.mark.parametrize("path", REAL_TRACES, ids=trace_id)
+def test_every_window_total_is_per_unit_on_public_traces(path: Path) -> None:
+    _says_totals_per_unit(path)
+
+
+def _says_totals_per_unit(path: Path) -> None:
     """Issue 27, everywhere: in a report with steps, the findings' titles and advice, the
     questions' answers, the notes and the headline's finding sentence say their window
     totals per step, none more than a step; the Markdown's cards say each finding's cost,
@@ -123,4 +134,5 @@ def test_every_window_total_is_per_unit(path: Path) -> None:
     for q in rep.questions:
         if q.status in ("yes", "minor"):
             assert f"{in_unit(q.time_us, rep)} ({fmt.pct(q.share)})" in page
-    assert " of the window)" not in page and "profiled time" not in page and "of the step)" not in page
+    # one base for every share: the analysed time (not "of the window", "of the step", "profiled time")
+    assert not re.search(r"\d% of the (window|step|iteration|call)\b|profiled time", page)
