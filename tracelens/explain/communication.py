@@ -71,12 +71,11 @@ def row_text(r: CollectiveRow, calls: int) -> str:
 def _many_small(m: ManySmall) -> str:
     where = f" from {m.issued_in}" if m.issued_in else ""
     return (
-        f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step ({m.calls:,} in the window) are issued one by one"
-        f"{where}: "
-        f"a median kernel of {fmt_us(m.kernel_median_us)} and {fmt_us(m.host_median_us)} of host time each, so "
-        "each pays NCCL's fixed latency and the host's issue cost for a few bytes. Bucket them into a few large "
-        "ones: DistributedDataParallel's gradient buckets (bucket_cap_mb, 25 MB by default) instead of one call "
-        "per tensor, torch.distributed's coalescing (one call on a flattened buffer, the coalescing manager); "
+        f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step ({m.calls:,} in the window) are issued one by "
+        f"one{where}: a median kernel of {fmt_us(m.kernel_median_us)} and {fmt_us(m.host_median_us)} of host time "
+        "each, so each pays NCCL's fixed latency and the host's issue cost for a few bytes. Bucket them into a few "
+        "large ones: DistributedDataParallel's gradient buckets (bucket_cap_mb, 25 MB by default) instead of one "
+        "call per tensor, torch.distributed's coalescing (one call on a flattened buffer, the coalescing manager); "
         "under torch.compile let DDP bucket them (torch._dynamo.config.optimize_ddp) rather than reducing each "
         "gradient inside the compiled graph."
     )
@@ -87,29 +86,27 @@ def _torchrec(t: TorchRecComm, unit: PerUnit) -> str:
     if t.input_dist_us > 0:
         if t.pipelined:
             parts.append(
-                f"The input dist (the sparse features' KJT all-to-alls, {per_unit(t.input_dist_us, unit)} "
-                "exposed) already "
-                "runs a batch ahead (the trace's sparse_data_dist ranges are TorchRec's TrainPipelineSparseDist), "
-                "yet no compute kernel runs beside that part of it: start it earlier in the step or give it more to "
-                "hide under (TrainPipelineSemiSync, or prefetching the next batch's embeddings)."
+                f"The input dist (the sparse features' KJT all-to-alls, {per_unit(t.input_dist_us, unit)} exposed) "
+                "already runs a batch ahead (the trace's sparse_data_dist ranges are TorchRec's "
+                "TrainPipelineSparseDist), yet no compute kernel runs beside that part of it: start it earlier in "
+                "the step or give it more to hide under (TrainPipelineSemiSync, or prefetching the next batch's "
+                "embeddings)."
             )
         else:
             parts.append(
-                f"The input dist (the sparse features' KJT all-to-alls, {per_unit(t.input_dist_us, unit)} "
-                "exposed) runs in "
-                "line with the step: use TorchRec's TrainPipelineSparseDist to overlap the input dist with compute "
-                "(it starts the next batch's input dist on its own stream during this batch's forward and "
+                f"The input dist (the sparse features' KJT all-to-alls, {per_unit(t.input_dist_us, unit)} exposed) "
+                "runs in line with the step: use TorchRec's TrainPipelineSparseDist to overlap the input dist with "
+                "compute (it starts the next batch's input dist on its own stream during this batch's forward and "
                 "backward)."
             )
     if t.embeddings_us > 0:
         parts.append(
-            f"The pooled embeddings' all-to-all (alltoall_fwd_single / alltoall_bwd_single, "
-            f"{per_unit(t.embeddings_us, unit)} exposed) sits between the embedding lookups and the dense part "
-            "that needs "
-            "it: send fewer bytes with TorchRec's quantized comms (QCommsConfig(forward_precision=CommType.FP16, "
-            "backward_precision=CommType.BF16) through get_qcomm_codecs_registry) or a sharding plan that moves "
-            "less (row-wise or data-parallel for small tables), or overlap it with the dense compute of another "
-            "batch (TrainPipelineSemiSync)."
+            "The pooled embeddings' all-to-all (alltoall_fwd_single / alltoall_bwd_single, "
+            f"{per_unit(t.embeddings_us, unit)} exposed) sits between the embedding lookups and the dense part that "
+            "needs it: send fewer bytes with TorchRec's quantized comms "
+            "(QCommsConfig(forward_precision=CommType.FP16, backward_precision=CommType.BF16) through "
+            "get_qcomm_codecs_registry) or a sharding plan that moves less (row-wise or data-parallel for small "
+            "tables), or overlap it with the dense compute of another batch (TrainPipelineSemiSync)."
         )
     return " ".join(parts)
 
@@ -131,8 +128,7 @@ def _bound(f: CommunicationFacts, unit: PerUnit) -> str:
         text += (
             f" {what} runs while the host is still launching the step's work (the GPU waits "
             f"{per_unit(f.host_paced_us, unit)} on the host's launches and host work): hiding it shortens the "
-            "step only as "
-            "far as the host keeps up, so the launch and host-work fixes come first there."
+            "step only as far as the host keeps up, so the launch and host-work fixes come first there."
         )
     return text.strip()
 
@@ -151,10 +147,9 @@ def _advice(f: CommunicationFacts, unit: PerUnit) -> str:
     parts = []
     if f.peer_wait_us > 0.2 * max(f.wait_us, 1.0):
         parts.append(
-            f"{per_unit(f.peer_wait_us, unit)} of it is gloo's exchange waiting beyond what the data needs: "
-            "this rank waits "
-            "for a slower one. Report on every rank's trace together (tracelens report DIR) to name the straggler "
-            "and why it is late (data loading, a host sync, more work, lower clocks)."
+            f"{per_unit(f.peer_wait_us, unit)} of it is gloo's exchange waiting beyond what the data needs: this "
+            "rank waits for a slower one. Report on every rank's trace together (tracelens report DIR) to name the "
+            "straggler and why it is late (data loading, a host sync, more work, lower clocks)."
         )
     if f.buffer_sync is not None:
         parts.append(_broadcast(f.buffer_sync, unit))

@@ -104,10 +104,9 @@ def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float, unit: P
         if f.strided_us is not None:
             advice += (
                 f" {per_unit(f.strided_us, unit)} of those run ATen's non-vectorised path because an operand is "
-                "broadcast "
-                "or strided (a transposed or sliced view), and most of their instructions compute offsets, one "
-                "set per dimension that cannot be merged. Fusing is the fix there too; where one strided view "
-                "feeds several ops, a single .contiguous() upstream moves them to the vectorised path."
+                "broadcast or strided (a transposed or sliced view), and most of their instructions compute "
+                "offsets, one set per dimension that cannot be merged. Fusing is the fix there too; where one "
+                "strided view feeds several ops, a single .contiguous() upstream moves them to the vectorised path."
             )
     if f.fp32_matmul_us and f.amp_fp16:
         advice += (

@@ -108,9 +108,8 @@ def _advice(f: HostBoundFacts, total: float, unit: PerUnit, sleep_at: str = "", 
     if f.after_sync_untraced_us > 0.2 * total:
         parts.append(
             f"{per_unit(f.after_sync_untraced_us, unit)} of it follows a sync: the host waits for a result, "
-            "then works on it "
-            "while the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
-            "processing this one's results on the host (or process them on the GPU)."
+            "then works on it while the GPU has nothing queued. Overlap the two: queue the next batch's GPU "
+            "work before processing this one's results on the host (or process them on the GPU)."
         )
     if f.gaps >= PER_OP_MIN_GAPS and f.median_gap_us <= PER_OP_GAP_US:
         parts.append(

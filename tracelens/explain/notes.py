@@ -91,8 +91,7 @@ def notes_text(n: NoteFacts) -> tuple[str, ...]:
     if n.harness_share is not None:
         out.append(
             f"{n.harness_share:.0%} of the analysed time ({per_unit(n.harness_us, n.unit)}) is idle while the "
-            "host runs "
-            "the benchmark harness's own method between its timed regions (a cache flush such as PARAM's "
+            "host runs the benchmark harness's own method between its timed regions (a cache flush such as PARAM's "
             "[param|clear_cache], a warm-up range): the benchmark's method, not the program's bottleneck, so no "
             "finding blames it."
         )
@@ -106,11 +105,10 @@ def down_sampled_words(d: DownSampled, unrecorded_us: float, share: float, unit:
         f"This trace is down-sampled: events were removed after the capture. Of its {d.host_ops:,} host ops "
         f"{d.host_ops - d.silent_ops:,} launched GPU work (a complete trace has views, allocations and other ops "
         f"that launch nothing), none of the {d.allocating_ops} ops that allocate their output has its aten::empty "
-        f"child, and its {d.runtime_calls:,} runtime calls are all launches. So kernels that ran and host ops "
-        f"that ran between the remaining ones are missing: the GPU idle the trace shows holds dropped kernels, "
-        f"and the host time between its ops holds dropped ops. That idle ({per_unit(unrecorded_us, unit)}, "
-        f"{share:.0%} of "
-        "the analysed time) is 'unrecorded' in the ledger, not host work or launch overhead, and no step is replayed; "
-        "each remaining event's own time (a collective kernel's, say) still holds. Profile again without "
+        f"child, and its {d.runtime_calls:,} runtime calls are all launches. So kernels that ran and host ops that "
+        "ran between the remaining ones are missing: the GPU idle the trace shows holds dropped kernels, and the "
+        f"host time between its ops holds dropped ops. That idle ({per_unit(unrecorded_us, unit)}, {share:.0%} of "
+        "the analysed time) is 'unrecorded' in the ledger, not host work or launch overhead, and no step is "
+        "replayed; each remaining event's own time (a collective kernel's, say) still holds. Profile again without "
         "removing events for the whole picture."
     )
