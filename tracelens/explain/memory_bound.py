@@ -7,7 +7,7 @@ from tracelens.analyzers.memory_bound import MemoryFacts
 from tracelens.derive.fusion import FusionChain
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.roofline import KernelRoof
-from tracelens.domain import PerUnit, fmt_us, pct, per_unit
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -23,11 +23,11 @@ LABELS = {
 }
 
 
-def chain_text(c: FusionChain) -> str:
+def chain_text(c: FusionChain, unit: PerUnit) -> str:
     return (
         f"{len(c.ops)} passes back to back: {' > '.join(op.split('::')[-1] for op in c.ops[:6])}"
         f"{' > ...' if len(c.ops) > 6 else ''}; "
-        f"fused, about one pass ({fmt_us(c.saved_us)} saved)"
+        f"fused, about one pass ({per_unit(c.saved_us, unit)} saved)"
     )
 
 
@@ -75,6 +75,7 @@ def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float, uni
         ),
         labels=LABELS,
         places=[
-            chain_text(p.facts) if isinstance(p.facts, FusionChain) else kernel_text(p.facts) for p in found.places
+            chain_text(p.facts, unit) if isinstance(p.facts, FusionChain) else kernel_text(p.facts)
+            for p in found.places
         ],
     )
