@@ -32,7 +32,7 @@ def _finding(path: Path) -> dict[str, object]:
     found = communication.analyze(ctx)
     assert len(found) == 1
     f = found[0]
-    return {"finding": explain.findings(found, ctx.share)[0], **{e.id: e.value for e in f.evidence}}
+    return {"finding": explain.findings(found, ctx.share, ctx.per_unit)[0], **{e.id: e.value for e in f.evidence}}
 
 
 def _ev(d: dict[str, object], prefix: str) -> float:
@@ -226,9 +226,11 @@ def test_an_impossible_bandwidth_is_flagged_with_why(tmp_path: Path) -> None:
     # Alone on one stream, but the trace lost host ops (collective kernels without theirs):
     # down-sampled, said as such rather than "sizes or times wrong".
     cut = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21), (400.0, 100.0, 21)], n, orphans=2))
-    (f,) = communication.analyze(AnalysisContext(cut))
+    cut_ctx = AnalysisContext(cut)
+    (f,) = communication.analyze(cut_ctx)
     assert f.facts.why_impossible == "down_sampled"
-    assert "cannot be: the trace is down-sampled or cut" in explain.findings([f], AnalysisContext(cut).share)[0].advice
+    advice = explain.findings([f], cut_ctx.share, cut_ctx.per_unit)[0].advice
+    assert "cannot be: the trace is down-sampled or cut" in advice
     # A plausible size passes: 1 M fp32 in 100 µs is 70 GB/s of bus bandwidth.
     fine = load_trace(_synthetic(tmp_path, [(100.0, 100.0, 21)], 2**20))
     (f,) = communication.analyze(AnalysisContext(fine))
@@ -274,7 +276,7 @@ def test_many_small_all_reduces_lead_with_bucketing() -> None:
     m = f.facts.many_small
     assert m is not None and m.kind == "all_reduce" and m.per_step == 404 and m.calls == 2020
     assert m.kernel_median_us == 11.0 and m.host_median_us == 92.0 and m.issued_in == "CompiledFunctionBackward"
-    w = explain.findings([f], ctx.share)[0]
+    w = explain.findings([f], ctx.share, ctx.per_unit)[0]
     first = w.advice.splitlines()[0]
     assert first.startswith("404 all-reduces a step") and "bucket_cap_mb" in first
     assert "404 all-reduces a step" in w.title
@@ -294,7 +296,7 @@ def test_torchrec_phases_and_what_bounds_the_gain() -> None:
     assert t is not None and t.pipelined
     assert 22.0e3 < t.input_dist_us < 24.0e3 and 58.0e3 < t.embeddings_us < 61.0e3
     assert 19.0e3 < f.facts.host_blocked_us < 20.5e3 and 60.0e3 < f.facts.host_paced_us < 67.0e3
-    w = explain.findings([f], ctx.share)[0]
+    w = explain.findings([f], ctx.share, ctx.per_unit)[0]
     assert "TrainPipelineSparseDist" in w.advice and "QCommsConfig" in w.advice
     assert "on the step's critical path" in w.advice and "the launch and host-work fixes come first" in w.advice
     # df_index_resolver's collectives are no TorchRec's
@@ -311,7 +313,7 @@ def test_ddp_buffer_broadcast_advice() -> None:
     b = f.facts.buffer_sync
     assert b is not None and b.broadcasts == 6 and b.per_step == 2.0 and 100e3 < b.nbytes < 110e3
     assert 85e3 < b.host_us < 91e3
-    assert "broadcast_buffers=False" in explain.findings([f], ctx.share)[0].advice
+    assert "broadcast_buffers=False" in explain.findings([f], ctx.share, ctx.per_unit)[0].advice
     other = context_of(real("resnet_act_checkpoint.json.gz"))
     assert any(c.kind == "broadcast" for c in other.collectives.calls)
     assert communication.analyze(other)[0].facts.buffer_sync is None
@@ -331,7 +333,7 @@ def test_a_group_across_nodes_is_checked_against_the_network(tmp_path: Path) -> 
     assert d["best_bus_bandwidth"] == pytest.approx(n * 4 / 100e-6 * 2 * 15 / 16)
     assert f.facts.over_network == (("all_reduce", "0", 16),) and not f.facts.impossible
     assert d["network_rate"] == 50e9 and "bandwidth_not_possible" not in d
-    advice = explain.findings([f], ctx.share)[0].advice
+    advice = explain.findings([f], ctx.share, ctx.per_unit)[0].advice
     assert "above the network's usual 50 GB/s per GPU" in advice and "this node's 8 GPUs" in advice
     # (one GPU listed may be the rank's only visible one: the node is not known)
     for group, dur, gpus in ((8, 100.0, 8), (16, 1000.0, 8), (16, 100.0, 1)):

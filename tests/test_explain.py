@@ -20,7 +20,7 @@ def test_every_fact_has_its_words() -> None:
     for name in ("train_step", "host_sync_mask", "power_gemm", "gemm_misaligned", "dyn_recompile"):
         ctx = context_of(sample(name))
         found = run_all(ctx)
-        worded = explain.findings(found, ctx.share)
+        worded = explain.findings(found, ctx.share, ctx.per_unit)
         assert len(worded) == len(found)
         for f, w in zip(found, worded, strict=True):
             seen.add(f.category)

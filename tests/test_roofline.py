@@ -23,7 +23,7 @@ from tracelens.report import Finding
 
 def _roofline_findings(ctx: AnalysisContext) -> list[Finding]:
     """The two roofline findings with their words (as the report has them, before ranking)."""
-    return explain.findings([*memory_bound.analyze(ctx), *compute_bound.analyze(ctx)], ctx.share)
+    return explain.findings([*memory_bound.analyze(ctx), *compute_bound.analyze(ctx)], ctx.share, ctx.per_unit)
 
 
 def test_peak_table() -> None:

@@ -22,6 +22,7 @@ from tracelens.derive.fusion import FusionChain, saved_across_syncs
 from tracelens.derive.host_calls import blocking_call_rows
 from tracelens.derive.steps import _is_sweep
 from tracelens.derive.window.spans import IterationsChosen
+from tracelens.domain import PerUnit, per_unit
 from tracelens.explain.window import window_reason
 from tracelens.model import load_trace
 from tracelens.render import render_html, render_json, render_markdown
@@ -368,7 +369,8 @@ def test_h200_one_compiled_call_is_one_call() -> None:
     rep = report_of(sample("verdict_compile_once"))
     assert rep.window.source == "steps" and rep.window.steps == 1
     assert rep.summary.unit == "call"
-    assert "per call" in rep.summary.headline
+    # one call: its totals are the call's (domain.per_unit says no "per call"), the step is the call
+    assert "the call should take" in rep.summary.headline and "per call" not in rep.summary.headline
 
 
 # -- §4: a replayed graph whose host runs ahead ---------------------------------------------
@@ -547,7 +549,8 @@ def test_a_sweep_of_shapes_is_one_sweep_of_calls() -> None:
     that repeats: the unit is the sweep, in every output (was "99 µs per step")."""
     rep = report_of(sample("matmul_sweep"))
     assert rep.summary.unit == "sweep" and rep.window.steps == 53
-    assert "per sweep to gain" in rep.summary.headline and "of the sweep" in rep.summary.headline
+    # the sweep is the window whole: its totals are said as they are, its shares of the analysed time
+    assert "per sweep" not in rep.summary.headline and "take 6.8 ms" in rep.summary.headline
     assert "one call per configuration of a sweep" in rep.window.reason
     assert rep.summary.per_step_us == 0.0  # no per-unit column: the sweep is the window
     outputs = {
@@ -610,10 +613,10 @@ def test_most_in_x_only_when_x_holds_most() -> None:
     their shares (a synthetic finding: words only)."""
     from tracelens.explain.host_bound import words
 
-    most = words(_hb_found([("python", "make_batch", 940.0), ("op", "aten::copy_", 60.0)], 1000.0), 0.5)
+    most = words(_hb_found([("python", "make_batch", 940.0), ("op", "aten::copy_", 60.0)], 1000.0), 0.5, PerUnit())
     assert "most in Python code in make_batch() (94%)" in most.title
     assert most.advice.startswith("940 µs of the idle (94%) is Python code in make_batch(), which runs while")
-    split = words(_hb_found([("op", "aten::randn", 400.0), ("python", "collate", 350.0)], 1000.0), 0.5)
+    split = words(_hb_found([("op", "aten::randn", 400.0), ("python", "collate", 350.0)], 1000.0), 0.5, PerUnit())
     assert "most in" not in split.title
     assert "in host work in aten::randn (40%), Python code in collate() (35%)" in split.title
     assert not split.advice.startswith("400")  # no place holds most: the generic advice
@@ -649,9 +652,10 @@ def test_nccl_data_host_gap_is_the_ddp_buffer_broadcast() -> None:
     the advice leads with broadcast_buffers=False."""
     rep = report_of(real("nccl_data.json.gz"))
     hb = next(f for f in rep.findings if f.category == Category.HOST_BOUND)
-    assert "DDP's buffer broadcast (flatten/unflatten_dense_tensors) 85.0 ms" in hb.title
+    per = PerUnit(rep.window.steps, rep.summary.unit)  # the title says it per step: 85.0 ms in 3 steps
+    assert f"DDP's buffer broadcast (flatten/unflatten_dense_tensors) {per_unit(85_000, per)}" in hb.title
     assert "broadcast_buffers=False" in hb.advice.splitlines()[0]
-    assert hb.advice.startswith("85.0 ms of the idle is DistributedDataParallel")
+    assert hb.advice.startswith(f"{per_unit(85_000, per)} of the idle is DistributedDataParallel")
 
 
 def test_pageable_loop_advice_leads_with_make_batch() -> None:

@@ -140,7 +140,7 @@ def build_report(
     )
     if ctx.down_sampled is not None and (dev := ctx.ledger.primary) is not None:
         lost = dev.by_cause.get("unrecorded", 0.0)
-        note = down_sampled_words(ctx.down_sampled, lost, dev.share("unrecorded"))
+        note = down_sampled_words(ctx.down_sampled, lost, dev.share("unrecorded"), ctx.per_unit)
         report = replace(report, summary=replace(report.summary, notes=(*report.summary.notes, note)))
     snap, snap_note = snapshot_of_trace(model.meta.path)
     if snap is not None or snap_note:
@@ -152,7 +152,7 @@ def build_report(
 def findings_of(ctx: AnalysisContext) -> list[Finding]:
     """Every analyzer's findings, with their words (tracelens.explain), not yet fitted
     to the ledger (ranking.settle does that)."""
-    return explain.findings(run_all(ctx), ctx.share)
+    return explain.findings(run_all(ctx), ctx.share, ctx.per_unit)
 
 
 def _trace_info(model: TraceModel) -> TraceInfo:

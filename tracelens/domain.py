@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 
-from tracelens.report.enums import Severity
+from tracelens.report.enums import WHOLE_UNITS, ReportUnit, Severity
 
 # --- runtime and driver calls (CUDA, the driver API and their HIP twins) ---------------
 
@@ -562,6 +563,37 @@ def fmt_us(us: float, *, fine: bool = False) -> str:
     if fine and abs(us) < 10:
         return f"{us:.1f} µs"
     return f"{us:.0f} µs"
+
+
+@dataclass(frozen=True)
+class PerUnit:
+    """The report's one unit (issue 27): how many of them the analysed window holds and
+    their name ("step", "iteration", "call"; "window" and "sweep" are the window whole).
+    Every window total the report says is said in it (`per_unit`)."""
+
+    count: int = 1
+    name: ReportUnit = "window"
+
+    @property
+    def splits(self) -> bool:
+        """Whether a window total is said per unit: several units, none of them the whole."""
+        return self.name not in WHOLE_UNITS and self.count > 1
+
+    def of(self, total_us: float) -> float:
+        """A window total's amount per unit (the total itself where the unit does not split)."""
+        return total_us / self.count if self.splits else total_us
+
+
+def per_unit(total_us: float, unit: PerUnit, *, label: bool = True, fine: bool = False, short: bool = False) -> str:
+    """A window total said in the report's unit, the one formatter for it: "1.6 ms per
+    step" where the window holds several units, the plain total where its unit is the
+    window (or one step); `label=False` leaves the " per step" off (a range's ends);
+    `short` writes "1.6 ms/step" (a legend, a terminal column). Per-item values (a median
+    kernel, a call's time) are not totals: fmt_us says them."""
+    text = fmt_us(unit.of(total_us), fine=fine or unit.splits)  # a total split is often small
+    if not (label and unit.splits):
+        return text
+    return f"{text}/{unit.name}" if short else f"{text} per {unit.name}"
 
 
 def fmt_us_change(us: float) -> str:

@@ -21,7 +21,7 @@ from tracelens.derive.fusion import saved_across_syncs
 from tracelens.derive.ledger import BUSY_CAUSES
 from tracelens.derive.profiler_cost import MATTERS_SHARE
 from tracelens.derive.queued import finding_due
-from tracelens.domain import MEDIUM_SHARE, category_label, severity_for
+from tracelens.domain import MEDIUM_SHARE, PerUnit, category_label, severity_for
 from tracelens.explain.headline import (
     HEADLINE_CHARS,
     BlockFacts,
@@ -104,10 +104,10 @@ def _capped(f: Finding, room_us: float, window_us: float, parent: Category | Non
     )  # fmt: skip
 
 
-def _no_gain(f: Finding, step_us: float) -> Finding:
+def _no_gain(f: Finding, step_us: float, unit: PerUnit) -> Finding:
     """A machine condition keeps its time (the one ledger) but offers no gain: no change to
     the program removes a power cap (power_gemm printed "expected gain: 2.06 s")."""
-    note = machine_gain_note(f.time_us)
+    note = machine_gain_note(f.time_us, unit)
     old = f.prediction or Prediction("none", "estimate", note, step_us, step_us, 0.0, 0.0, 0.0)
     # The step after "the fix" is the step now, with and without the profiler.
     pred = replace(
@@ -151,7 +151,10 @@ def settle(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
             left -= take
         settled[i] = g
     step = window / max(ctx.n_steps, 1)
-    out = [_no_gain(settled[i], step) if top[i].category in MACHINE_CONDITIONS else settled[i] for i in range(len(top))]
+    out = [
+        _no_gain(settled[i], step, ctx.per_unit) if top[i].category in MACHINE_CONDITIONS else settled[i]
+        for i in range(len(top))
+    ]
     parents = {f.category: f for f in out}
     kids_of: dict[Category, list[Finding]] = {}
     for f in children:
@@ -374,6 +377,7 @@ def _answer(ctx: AnalysisContext, step: DiagnosticStep, found: list[Finding], ti
         built=built,
         time_us=time_us,
         share=ctx.share(time_us),
+        unit=ctx.per_unit,
         unmeasured=_unmeasured_parts(ctx, step),
     )
     if not built:
@@ -429,7 +433,9 @@ STARTUP_NOTE_SHARE = 0.05
 def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     dev = ctx.ledger.primary
     win = ctx.window
-    facts = NoteFacts(win, startup_before=win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us)
+    facts = NoteFacts(
+        win, ctx.per_unit, startup_before=win.startup_us > 0 and win.startup_us >= STARTUP_NOTE_SHARE * ctx.window_us
+    )
     if dev is None or dev.window_us <= 0:
         return notes_text(facts)
     other = dev.share("idle_other")
@@ -534,7 +540,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
             unit=ctx.unit,
         )
     unit = ctx.unit
-    per = max(steps, 1) if unit not in WHOLE_UNITS else 1
+    per = ctx.per_unit.count if ctx.per_unit.splits else 1
     kids = [
         f
         for f in findings
@@ -546,7 +552,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     if blocker is not None:
         # The blocker's fix is fix 1 and the gain is the two together (issue 24 §2).
         gain = min(top.expected_gain_us + blocker.expected_gain_us, ctx.window_us)
-    lead = lead_headline(LeadFacts(top, part, blocker, gain, per, unit, ctx.window_us))
+    lead = lead_headline(LeadFacts(top, part, blocker, gain, ctx.per_unit, ctx.window_us))
     headline, advice, below = lead.headline, lead.advice, []
     notes = (*notes, *lead.moved)
     pred = top.prediction

@@ -313,7 +313,7 @@ def _evidence(f: AllocFacts, calls: AllocCalls, growth: list[CatGrowth]) -> tupl
         Fact("empty_cache_calls", f.empty_cache, "count"),
         Fact("pinned_allocations", f.pinned, "count"),
         Fact("startup_calls", calls.startup_calls, "count"),
-        Fact("startup_host_us", calls.startup_host_us, "us"),
+        Fact("startup_host_us", calls.startup_host_us, "us", total=False),
     ]
     if growth:
         evidence += [

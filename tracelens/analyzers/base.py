@@ -26,11 +26,12 @@ P = TypeVar("P")
 @dataclass(frozen=True)
 class Fact:
     """One piece of evidence as data: `id` (stable, what explain/ names and JSON carries),
-    the number or name, its unit."""
+    the number or name, its unit, and whether a duration is a window total (see Metric)."""
 
     id: str
     value: float | int | str
     unit: Unit = "text"
+    total: bool = True
 
 
 @dataclass(frozen=True)

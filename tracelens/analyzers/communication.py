@@ -49,7 +49,6 @@ from tracelens.model.links import NETWORK, LinkPeak, link_peak, spans_nodes
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_source
 from tracelens.model.trace import TraceModel, name_matches
-from tracelens.report.enums import WHOLE_UNITS
 
 MAX_SITES = 8
 #: gloo all-reduce bandwidth over loopback, measured on the 2-core development machine
@@ -108,8 +107,6 @@ ImpossibleWhy = Literal["", "calls_overlap", "down_sampled", "sizes_or_times_wro
 
 @dataclass(frozen=True)
 class CommunicationFacts:
-    per_step_us: float | None  # the communication time per unit (None: one step, or no unit)
-    unit: str  # the report's unit (AnalysisContext.unit)
     exposed_kernel_us: float  # collective kernels nothing overlaps (transfer and any wait)
     wait_us: float  # GPU idle inside collectives
     peer_wait_us: float  # of it, gloo's exchange beyond what the data needs: waiting for another rank
@@ -373,8 +370,6 @@ def analyze(ctx: AnalysisContext) -> list[Found[CommunicationFacts, CollectiveRo
     if over_network:
         evidence.append(Fact("network_rate", NETWORK.bytes_per_s, "bytes_per_s"))
     facts = CommunicationFacts(
-        per_step_us=comm_time / ctx.n_steps if ctx.n_steps > 1 and ctx.unit not in WHOLE_UNITS else None,
-        unit=ctx.unit,
         exposed_kernel_us=exposed_kernels,
         wait_us=wait_us,
         peer_wait_us=peer_wait,

@@ -347,8 +347,8 @@ def analyze(ctx: AnalysisContext) -> list[Found[HostBoundFacts, HostWork]]:
             evidence=(
                 Fact("host_bound_us", total, "us"),
                 Fact("gaps", len(hb), "count"),
-                Fact("median_gap_us", median_gap, "us"),
-                Fact("longest_gap_us", float(hb["dur"].max()), "us"),
+                Fact("median_gap_us", median_gap, "us", total=False),
+                Fact("longest_gap_us", float(hb["dur"].max()), "us", total=False),
                 Fact("after_sync_us", after_sync, "us"),
                 Fact("data_loading_us", loader_us, "us"),
                 Fact("untraced_us", untraced_us, "us"),

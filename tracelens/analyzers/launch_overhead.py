@@ -22,7 +22,6 @@ from tracelens.domain import LAUNCH_APIS, NO_ENCLOSING_OP
 from tracelens.model.schema import Kind
 from tracelens.model.sources import PySource, user_sources
 from tracelens.model.trace import name_matches
-from tracelens.report.enums import WHOLE_UNITS
 
 #: Kernels shorter than this cannot hide the host's per-launch cost (launch API median
 #: is 3-12 µs in the real traces), so a stream of them is launch-bound by construction.
@@ -46,14 +45,12 @@ KNOWN_FIX_OPS = ("zero_grad", "Optimizer.step", "AccumulateGrad")
 
 @dataclass(frozen=True)
 class LaunchFacts:
-    per_step_us: float | None  # the launch idle per step (None: one step or none)
     gaps: int
     median_kernel_us: float
     tiny_share: float  # of the kernels under TINY_KERNEL_US
     host_per_kernel_us: float  # host time per kernel in the launch-bound regions (0: none)
     graph_launches: int
     known_fixes: tuple[str, ...]  # KNOWN_FIX_OPS met at the costliest sites
-    unit: str = "step"  # the report's unit (AnalysisContext.unit) per_step_us is in
 
 
 @dataclass(frozen=True)
@@ -116,8 +113,6 @@ def analyze(ctx: AnalysisContext) -> list[Found[LaunchFacts, Launcher]]:
         if any(key in op for place in places[:3] if place.time_us > 0.2 * launch_idle for op in place.ops)
     )
     facts = LaunchFacts(
-        per_step_us=launch_idle / ctx.n_steps if ctx.n_steps > 1 and ctx.unit not in WHOLE_UNITS else None,
-        unit=ctx.unit,
         gaps=len(launch_gaps),
         median_kernel_us=median_kernel,
         tiny_share=tiny_share,
@@ -135,13 +130,13 @@ def analyze(ctx: AnalysisContext) -> list[Found[LaunchFacts, Launcher]]:
                 Fact("launch_gap_us", launch_idle, "us"),
                 Fact("launch_gaps", len(launch_gaps), "count"),
                 Fact("kernels", n_kernels, "count"),
-                Fact("median_kernel_us", median_kernel, "us"),
+                Fact("median_kernel_us", median_kernel, "us", total=False),
                 Fact("tiny_kernel_share", tiny_share, "share"),
                 Fact("launches_per_s", launches_per_s, "per_s"),
-                Fact("median_launch_call_us", median_launch_api, "us"),
+                Fact("median_launch_call_us", median_launch_api, "us", total=False),
                 Fact("launch_bound_regions", len(regions), "count"),
                 Fact("region_kernels", region_kernels, "count"),
-                Fact("region_host_per_kernel_us", host_per_kernel, "us"),
+                Fact("region_host_per_kernel_us", host_per_kernel, "us", total=False),
                 Fact("region_launch_gap_us", region_launch_idle, "us"),
                 Fact("graph_launches", graphs, "count"),
             ),

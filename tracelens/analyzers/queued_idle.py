@@ -58,7 +58,7 @@ def analyze(ctx: AnalysisContext) -> list[Found[QueuedFacts, BlockedIn]]:
                 Fact("stall_us", q.stall_us, "us"),
                 Fact("long_gaps", q.long_gaps, "count"),
                 Fact("long_gap_us", q.long_us, "us"),
-                Fact("launch_ahead_median_us", q.lead_median_us or 0.0, "us"),
+                Fact("launch_ahead_median_us", q.lead_median_us or 0.0, "us", total=False),
                 Fact("blocked_us", q.blocked_us, "us"),
                 Fact("stream_waits", q.stream_waits, "count"),
             ),

@@ -55,6 +55,7 @@ from tracelens.derive.shapes import ShapeSite, graph_launches, shape_sites
 from tracelens.derive.steps import find_step_marks, with_steps
 from tracelens.derive.transforms import profiler as t_profiler
 from tracelens.derive.window import Window, find_window
+from tracelens.domain import PerUnit
 from tracelens.model.sampling import DownSampled, down_sampled
 from tracelens.model.trace import TraceModel
 from tracelens.report import MatmulRow
@@ -225,6 +226,11 @@ class AnalysisContext:
     @property
     def n_steps(self) -> int:
         return self.ledger.n_steps
+
+    @property
+    def per_unit(self) -> PerUnit:
+        """The report's unit with its count: what every window total is said in."""
+        return PerUnit(self.n_steps, self.unit)
 
     def share(self, time_us: float) -> float:
         return float(time_us) / self.window_us if self.window_us > 0 else 0.0

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from tracelens.analyzers.base import Found
+from tracelens.domain import PerUnit
 from tracelens.explain import (
     allocation,
     communication,
@@ -34,7 +35,9 @@ from tracelens.explain.base import Words, finding
 from tracelens.report.enums import Category
 from tracelens.report.findings import Finding
 
-Writer = Callable[[Any, float], Words]
+#: A category's writer: its facts, their share of the analysed time, the report's unit
+#: (every window total it says is said per unit: tracelens.domain.per_unit).
+Writer = Callable[[Any, float, PerUnit], Words]
 
 #: Each category's writer (tests/test_explain.py checks every analyzer has one).
 WRITERS: dict[Category, Writer] = {
@@ -55,13 +58,13 @@ WRITERS: dict[Category, Writer] = {
 }
 
 
-def findings(found: Iterable[Found[Any, Any]], share: Callable[[float], float]) -> list[Finding]:
+def findings(found: Iterable[Found[Any, Any]], share: Callable[[float], float], unit: PerUnit) -> list[Finding]:
     """The report's findings: each analyzer's facts with their words (`share(time_us)`:
-    of the analysed window)."""
+    of the analysed window; `unit`: the report's, that its totals are said in)."""
     out = []
     for f in found:
         fraction = share(f.time_us)
-        out.append(finding(f, WRITERS[f.category](f, fraction), fraction))
+        out.append(finding(f, WRITERS[f.category](f, fraction, unit), fraction))
     return out
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.allocation import AllocFacts, AllocSite, CatGrowth
 from tracelens.analyzers.base import Found
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words, where
 from tracelens.explain.shapes import describe
 from tracelens.report.enums import WHOLE_UNITS
@@ -48,12 +48,12 @@ def _rate(f: AllocFacts) -> str:
     return f"about once every {f.steps / max(f.calls, 1):.0f} {f.unit}s"
 
 
-def _calls(f: AllocFacts) -> tuple[str, list[str]]:
+def _calls(f: AllocFacts, unit: PerUnit) -> tuple[str, list[str]]:
     title = (
-        f"GPU idles {fmt_us(f.idle_us)} ({pct(f.idle_share)} of the analysed time) while the host is in "
+        f"GPU idles {per_unit(f.idle_us, unit)} ({pct(f.idle_share)} of the analysed time) while the host is in "
         if f.idle_us > 0
         else "The GPU does not idle while the host is in "  # not "idles 0 µs (0% of the window)"
-    ) + f"{f.calls:,} allocator calls ({fmt_us(f.host_us)} of host time)"
+    ) + f"{f.calls:,} allocator calls ({per_unit(f.host_us, unit)} of host time)"
     advice = []
     if f.harness_frees:
         # the benchmark's own flush empties the cache: what it times allocates again (brief misc §1)
@@ -103,11 +103,11 @@ def _calls(f: AllocFacts) -> tuple[str, list[str]]:
     return title, advice
 
 
-def _growth(g: CatGrowth, f: AllocFacts) -> tuple[str, str]:
+def _growth(g: CatGrowth, f: AllocFacts, unit: PerUnit) -> tuple[str, str]:
     title = (
         f"{g.op} {where(g.source) if g.source else ''} regrows a tensor every call (dim {g.dim}: "
         f"{min(g.sizes)}..{max(g.sizes)}), copying {gib(g.copied_bytes)} in {g.calls} calls, "
-        f"{gib(g.recopied_bytes)} of it old contents again ({fmt_us(f.grow_us)} of GPU time)"
+        f"{gib(g.recopied_bytes)} of it old contents again ({per_unit(f.grow_us, unit)} of GPU time)"
     )
     advice = (
         f"Preallocate the tensor {g.op} keeps regrowing at its final size (a static KV cache) and write each "
@@ -128,17 +128,17 @@ def _place(p: AllocSite) -> str:
     )
 
 
-def words(found: Found[AllocFacts, AllocSite], share: float) -> Words:
+def words(found: Found[AllocFacts, AllocSite], share: float, unit: PerUnit) -> Words:
     f = found.facts
     mem = f.memory
     title_parts: list[str] = []
     advice: list[str] = []
     if f.calls:
-        title, tips = _calls(f)
+        title, tips = _calls(f, unit)
         title_parts.append(title)
         advice += tips
     if f.growth is not None:
-        title, tip = _growth(f.growth, f)
+        title, tip = _growth(f.growth, f, unit)
         title_parts.append(title)
         advice.append(tip)
     if not title_parts and mem is not None:

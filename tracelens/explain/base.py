@@ -45,7 +45,7 @@ def finding(found: Found[Any, Any], words: Words, share: float) -> Finding:
         expected_gain_us=found.expected_gain_us,
         gain_note=words.gain_note,
         evidence=tuple(
-            Metric(words.labels[e.id], words.texts.get(e.id, e.value), e.unit, e.id) for e in found.evidence
+            Metric(words.labels[e.id], words.texts.get(e.id, e.value), e.unit, e.id, e.total) for e in found.evidence
         ),
         sites=tuple(
             Site(

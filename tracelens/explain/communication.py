@@ -11,7 +11,7 @@ from tracelens.analyzers.communication import (
     ManySmall,
     TorchRecComm,
 )
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, fmt_us, pct, per_unit
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -71,99 +71,100 @@ def row_text(r: CollectiveRow, calls: int) -> str:
 def _many_small(m: ManySmall) -> str:
     where = f" from {m.issued_in}" if m.issued_in else ""
     return (
-        f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step ({m.calls:,} in the window) are issued one by one"
-        f"{where}: "
-        f"a median kernel of {fmt_us(m.kernel_median_us)} and {fmt_us(m.host_median_us)} of host time each, so "
-        "each pays NCCL's fixed latency and the host's issue cost for a few bytes. Bucket them into a few large "
-        "ones: DistributedDataParallel's gradient buckets (bucket_cap_mb, 25 MB by default) instead of one call "
-        "per tensor, torch.distributed's coalescing (one call on a flattened buffer, the coalescing manager); "
+        f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step ({m.calls:,} in the window) are issued one by "
+        f"one{where}: a median kernel of {fmt_us(m.kernel_median_us)} and {fmt_us(m.host_median_us)} of host time "
+        "each, so each pays NCCL's fixed latency and the host's issue cost for a few bytes. Bucket them into a few "
+        "large ones: DistributedDataParallel's gradient buckets (bucket_cap_mb, 25 MB by default) instead of one "
+        "call per tensor, torch.distributed's coalescing (one call on a flattened buffer, the coalescing manager); "
         "under torch.compile let DDP bucket them (torch._dynamo.config.optimize_ddp) rather than reducing each "
         "gradient inside the compiled graph."
     )
 
 
-def _torchrec(t: TorchRecComm) -> str:
+def _torchrec(t: TorchRecComm, unit: PerUnit) -> str:
     parts = []
     if t.input_dist_us > 0:
         if t.pipelined:
             parts.append(
-                f"The input dist (the sparse features' KJT all-to-alls, {fmt_us(t.input_dist_us)} exposed) already "
-                "runs a batch ahead (the trace's sparse_data_dist ranges are TorchRec's TrainPipelineSparseDist), "
-                "yet no compute kernel runs beside that part of it: start it earlier in the step or give it more to "
-                "hide under (TrainPipelineSemiSync, or prefetching the next batch's embeddings)."
+                f"The input dist (the sparse features' KJT all-to-alls, {per_unit(t.input_dist_us, unit)} exposed) "
+                "already runs a batch ahead (the trace's sparse_data_dist ranges are TorchRec's "
+                "TrainPipelineSparseDist), yet no compute kernel runs beside that part of it: start it earlier in "
+                "the step or give it more to hide under (TrainPipelineSemiSync, or prefetching the next batch's "
+                "embeddings)."
             )
         else:
             parts.append(
-                f"The input dist (the sparse features' KJT all-to-alls, {fmt_us(t.input_dist_us)} exposed) runs in "
-                "line with the step: use TorchRec's TrainPipelineSparseDist to overlap the input dist with compute "
-                "(it starts the next batch's input dist on its own stream during this batch's forward and "
+                f"The input dist (the sparse features' KJT all-to-alls, {per_unit(t.input_dist_us, unit)} exposed) "
+                "runs in line with the step: use TorchRec's TrainPipelineSparseDist to overlap the input dist with "
+                "compute (it starts the next batch's input dist on its own stream during this batch's forward and "
                 "backward)."
             )
     if t.embeddings_us > 0:
         parts.append(
-            f"The pooled embeddings' all-to-all (alltoall_fwd_single / alltoall_bwd_single, "
-            f"{fmt_us(t.embeddings_us)} exposed) sits between the embedding lookups and the dense part that needs "
-            "it: send fewer bytes with TorchRec's quantized comms (QCommsConfig(forward_precision=CommType.FP16, "
-            "backward_precision=CommType.BF16) through get_qcomm_codecs_registry) or a sharding plan that moves "
-            "less (row-wise or data-parallel for small tables), or overlap it with the dense compute of another "
-            "batch (TrainPipelineSemiSync)."
+            "The pooled embeddings' all-to-all (alltoall_fwd_single / alltoall_bwd_single, "
+            f"{per_unit(t.embeddings_us, unit)} exposed) sits between the embedding lookups and the dense part that "
+            "needs it: send fewer bytes with TorchRec's quantized comms "
+            "(QCommsConfig(forward_precision=CommType.FP16, backward_precision=CommType.BF16) through "
+            "get_qcomm_codecs_registry) or a sharding plan that moves less (row-wise or data-parallel for small "
+            "tables), or overlap it with the dense compute of another batch (TrainPipelineSemiSync)."
         )
     return " ".join(parts)
 
 
-def _bound(f: CommunicationFacts) -> str:
+def _bound(f: CommunicationFacts, unit: PerUnit) -> str:
     """What bounds the gain of hiding the exposed kernels."""
     if f.exposed_kernel_us <= 0 or f.down_sampled:
         return ""
     text = ""
     if f.host_blocked_us > 0:
         text = (
-            f"The host sits in blocking calls (a synchronize, a device-to-host copy) for {fmt_us(f.host_blocked_us)} "
+            "The host sits in blocking calls (a synchronize, a device-to-host copy) for "
+            f"{per_unit(f.host_blocked_us, unit)} "
             "of the exposed time, waiting for a collective to end: that part is on the step's critical path."
         )
     rest = f.exposed_kernel_us - f.host_blocked_us
     if f.host_paced_us >= 0.5 * rest > 0:
-        what = f"The rest ({fmt_us(rest)})" if f.host_blocked_us > 0 else "It"
+        what = f"The rest ({per_unit(rest, unit)})" if f.host_blocked_us > 0 else "It"
         text += (
             f" {what} runs while the host is still launching the step's work (the GPU waits "
-            f"{fmt_us(f.host_paced_us)} on the host's launches and host work): hiding it shortens the step only as "
-            "far as the host keeps up, so the launch and host-work fixes come first there."
+            f"{per_unit(f.host_paced_us, unit)} on the host's launches and host work): hiding it shortens the "
+            "step only as far as the host keeps up, so the launch and host-work fixes come first there."
         )
     return text.strip()
 
 
-def _broadcast(b: BufferSync) -> str:
+def _broadcast(b: BufferSync, unit: PerUnit) -> str:
     return (
         f"DistributedDataParallel broadcasts the model's buffers from rank 0 before every forward "
-        f"({b.per_step:.0f} broadcasts a step, {_size(b.nbytes)} each, with {fmt_us(b.host_us)} of host time "
+        f"({b.per_step:.0f} broadcasts a step, {_size(b.nbytes)} each, with {per_unit(b.host_us, unit)} of host time "
         "flattening and unflattening them): when the buffers need no sync each step (BatchNorm running stats "
         "each rank may keep, or no buffers that change), construct DistributedDataParallel(..., "
         "broadcast_buffers=False); use SyncBatchNorm where the statistics must agree."
     )
 
 
-def _advice(f: CommunicationFacts) -> str:
+def _advice(f: CommunicationFacts, unit: PerUnit) -> str:
     parts = []
     if f.peer_wait_us > 0.2 * max(f.wait_us, 1.0):
         parts.append(
-            f"{fmt_us(f.peer_wait_us)} of it is gloo's exchange waiting beyond what the data needs: this rank waits "
-            "for a slower one. Report on every rank's trace together (tracelens report DIR) to name the straggler "
-            "and why it is late (data loading, a host sync, more work, lower clocks)."
+            f"{per_unit(f.peer_wait_us, unit)} of it is gloo's exchange waiting beyond what the data needs: this "
+            "rank waits for a slower one. Report on every rank's trace together (tracelens report DIR) to name the "
+            "straggler and why it is late (data loading, a host sync, more work, lower clocks)."
         )
     if f.buffer_sync is not None:
-        parts.append(_broadcast(f.buffer_sync))
+        parts.append(_broadcast(f.buffer_sync, unit))
     if f.many_small is not None:
         parts.append(_many_small(f.many_small))
     elif f.issue_us > 0.2 * max(f.wait_us, 1.0) and f.issuing_calls:
         n = f.issuing_calls
         parts.append(
-            f"{fmt_us(f.issue_us)} of GPU idle is the host issuing {n} collectives ({fmt_us(f.issue_us / n)} "
+            f"{per_unit(f.issue_us, unit)} of GPU idle is the host issuing {n} collectives ({fmt_us(f.issue_us / n)} "
             "each, host-side collective overhead, not waiting for other ranks): issue fewer, larger ones (DDP's "
             "bucket_cap_mb, torch.distributed's coalescing manager, FSDP's larger wrap units), or keep the GPU busy "
             "meanwhile (async_op=True)."
         )
     if f.torchrec is not None:
-        parts.append(_torchrec(f.torchrec))
+        parts.append(_torchrec(f.torchrec, unit))
     if (
         f.exposed_kernel_us > 0
         and f.many_small is None
@@ -176,7 +177,7 @@ def _advice(f: CommunicationFacts) -> str:
             "wait() only where the result is needed. How much of a kernel's time is waiting for other ranks one "
             "rank's trace cannot tell: report on every rank's trace together to measure it."
         )
-    if bound := _bound(f):
+    if bound := _bound(f, unit):
         parts.append(bound)
     if f.impossible and f.link_name:
         which = ", ".join(f"{kind} on group {group}" for kind, group in f.impossible[:3])
@@ -212,27 +213,28 @@ def _joined(parts: list[str]) -> str:
     return "".join(parts) or "collectives overlap other work"
 
 
-def words(found: Found[CommunicationFacts, CollectiveRow], share: float) -> Words:
+def words(found: Found[CommunicationFacts, CollectiveRow], share: float, unit: PerUnit) -> Words:
     f = found.facts
-    parts = []
+    parts: list[tuple[float, str]] = []  # (time, what it is): each said once
     if f.exposed_kernel_us > 0:
-        parts.append(f"{fmt_us(f.exposed_kernel_us)} of collective kernels nothing overlaps")
+        parts.append((f.exposed_kernel_us, "collective kernels nothing overlaps"))
     if f.wait_us > 0:
-        parts.append(f"{fmt_us(f.wait_us)} idle inside collectives")
+        parts.append((f.wait_us, "idle inside collectives"))
+    cost = per_unit(found.time_us, unit)
+    if len(parts) == 1 and per_unit(parts[0][0], unit) == cost:
+        # the one part is the whole cost: "all of it", not the amount again (issue 27)
+        said = [f"all of it {parts[0][1]}"]
+    else:
+        said = [f"{per_unit(t, unit)} {what}" for t, what in parts]
     if f.many_small is not None:
         m = f.many_small
-        parts.append(
+        said.append(
             f"{m.per_step:.0f} {m.kind.replace('_', '-')}s a step, a median kernel of {fmt_us(m.kernel_median_us)}"
         )
-    title = (
-        f"Communication costs {fmt_us(found.time_us)} ({pct(share)} of the analysed time"
-        + (f", {fmt_us(f.per_step_us)} per {f.unit}" if f.per_step_us is not None else "")
-        + "): "
-        + _joined(parts)
-    )
+    title = f"Communication costs {cost} ({pct(share)} of the analysed time): " + _joined(said)
     return Words(
         title=title,
-        advice=_advice(f),
+        advice=_advice(f, unit),
         gain_note=(
             "the exposed collective kernels, at best hidden under the rest of the GPU's work, plus gloo's "
             "exchange beyond what its data needs (waiting for another rank), plus the host-side overhead of all "

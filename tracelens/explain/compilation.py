@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.compilation import RECOMPILE_LIMIT, CompileFacts, CompileSite
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -26,7 +26,7 @@ def _place(p: CompileSite) -> str:
     return f"Torch-Compiled Region: {p.frame}/{p.compile} (compile #{p.compile + 1} of frame {p.frame})"
 
 
-def _recompiles(f: CompileFacts, idle_us: float, share: float) -> tuple[str, list[str]]:
+def _recompiles(f: CompileFacts, idle_us: float, share: float, unit: PerUnit) -> tuple[str, list[str]]:
     n_rec = max(len(f.recompiles), f.compiles)
     title = (
         f"torch.compile recompiles {n_rec} time(s) inside the window"
@@ -36,7 +36,8 @@ def _recompiles(f: CompileFacts, idle_us: float, share: float) -> tuple[str, lis
             else ""
         )
         + (
-            f": the GPU idles {fmt_us(idle_us)} ({pct(share)} of the analysed time) while Dynamo and Inductor run"
+            f": the GPU idles {per_unit(idle_us, unit)} ({pct(share)} of the analysed time) while Dynamo and "
+            "Inductor run"
             if idle_us > 0
             else ": the GPU does not idle while Dynamo and Inductor run"
         )
@@ -55,7 +56,7 @@ def _recompiles(f: CompileFacts, idle_us: float, share: float) -> tuple[str, lis
     return title, advice
 
 
-def _breaks(f: CompileFacts) -> tuple[str, str]:
+def _breaks(f: CompileFacts, unit: PerUnit) -> tuple[str, str]:
     dd, linked = f.data_dependent, f.break_sync_idle_us
     title = (
         f"graph breaks: {f.graph_calls_per_step:.0f} compiled graphs per {f.unit} with eager "
@@ -64,7 +65,7 @@ def _breaks(f: CompileFacts) -> tuple[str, str]:
     advice = "Eager ops split the compiled graph: " + (
         f"{', '.join(dd)} has a data-dependent output shape (x[mask], nonzero, .item()), which Dynamo "
         "cannot trace and which waits for the GPU"
-        + (f" ({fmt_us(linked)} of GPU idle, counted in the host syncs finding)" if linked else "")
+        + (f" ({per_unit(linked, unit)} of GPU idle, counted in the host syncs finding)" if linked else "")
         + ". Keep shapes static (torch.where(mask, x, 0) and a masked reduction instead of x[mask]), "
         "or set torch._dynamo.config.capture_dynamic_output_shape_ops = True."
         if dd
@@ -73,17 +74,17 @@ def _breaks(f: CompileFacts) -> tuple[str, str]:
     return title, advice
 
 
-def words(found: Found[CompileFacts, CompileSite], share: float) -> Words:
+def words(found: Found[CompileFacts, CompileSite], share: float, unit: PerUnit) -> Words:
     f = found.facts
     advice: list[str] = []
     title_parts: list[str] = []
     if f.compiled:
         if f.recompiles or f.compiles:
-            title, tips = _recompiles(f, found.time_us, share)
+            title, tips = _recompiles(f, found.time_us, share, unit)
             title_parts.append(title)
             advice += tips
         if f.breaks:
-            title, tip = _breaks(f)
+            title, tip = _breaks(f, unit)
             title_parts.append(title)
             advice.append(tip)
         if not title_parts:

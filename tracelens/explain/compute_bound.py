@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracelens.analyzers.base import Found, Place
 from tracelens.analyzers.compute_bound import AMP_MATMUL_SAVING, ComputeFacts, Fp32Facts
 from tracelens.derive.roofline import KernelRoof
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words, where
 from tracelens.model.peaks import UNIT_NAMES
 
@@ -33,7 +33,7 @@ def kernel_text(r: KernelRoof, non_vectorised: frozenset[str] = frozenset()) -> 
     )
 
 
-def _precision_advice(f: ComputeFacts) -> str:
+def _precision_advice(f: ComputeFacts, unit: PerUnit) -> str:
     """The advice fitted to the kernels' precision (issue 34 §5): lower precision only for
     time that is not already in it."""
     if f.wide_us >= f.low_us:
@@ -44,20 +44,20 @@ def _precision_advice(f: ComputeFacts) -> str:
             else "use bf16/fp16 (or fp8 where accuracy allows) so they run on tensor cores"
         )
         return (
-            f"These kernels are limited by arithmetic, {fmt_us(f.wide_us)} of them in fp32/TF32: check their "
+            f"These kernels are limited by arithmetic, {per_unit(f.wide_us, unit)} of them in fp32/TF32: check their "
             f"efficiency against the peak (the table), {lower}, and keep matmul shapes aligned and "
             "wave-friendly (the matmul findings)."
         )
     return (
         f"These kernels are limited by arithmetic and already run in reduced precision on tensor cores "
-        f"({fmt_us(f.low_us)} of them): what is left is their efficiency against the peak (the table), matmul "
+        f"({per_unit(f.low_us, unit)} of them): what is left is their efficiency against the peak (the table), matmul "
         "shapes aligned and wave-friendly (the matmul findings), and clocks"
         + (" (fp8 where accuracy allows and this GPU has it)" if f.has_fp8 else "")
         + "."
     )
 
 
-def _kernel_first(top: Place[KernelRoof] | None) -> str:
+def _kernel_first(top: Place[KernelRoof] | None, unit: PerUnit) -> str:
     """Where to start (issue 27, as the launch finding's site): the kernel with the most
     compute-bound time, the op that launches it and its source line, and how far it is from
     its roof; "" where there is no kernel."""
@@ -69,7 +69,7 @@ def _kernel_first(top: Place[KernelRoof] | None) -> str:
     origin = ", ".join(x for x in (op, at) if x)
     roof = f" ({k.roof_name})" if k.roof_name else ""
     return (
-        f"The largest is {_short(k.name)}{f' ({origin})' if origin else ''}: {fmt_us(top.time_us)} at "
+        f"The largest is {_short(k.name)}{f' ({origin})' if origin else ''}: {per_unit(top.time_us, unit)} at "
         f"{pct(k.roof_share)} of its roof{roof}."
     )
 
@@ -78,11 +78,12 @@ def _short(name: str) -> str:
     return name if len(name) <= 60 else name[:59] + "…"
 
 
-def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float) -> Words:
+def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float, unit: PerUnit) -> Words:
     f = found.facts
     return Words(
         title=(
-            f"{fmt_us(found.time_us)} ({pct(share)}) of the analysed time is in fp32 kernels ({fmt_us(f.matmul_us)} "
+            f"{per_unit(found.time_us, unit)} ({pct(share)} of the analysed time) is in fp32 kernels "
+            f"({per_unit(f.matmul_us, unit)} "
             f"of matmuls and convolutions such as {_short(f.example)}) on a {f.gpu}, whose fp16 tensor cores run "
             f"{f.fp16_ratio:.0f}x its fp32 rate"
         ),
@@ -101,52 +102,52 @@ def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float) -> Words:
     )
 
 
-def words(found: Found[ComputeFacts, KernelRoof] | Found[Fp32Facts, KernelRoof], share: float) -> Words:
+def words(found: Found[ComputeFacts, KernelRoof] | Found[Fp32Facts, KernelRoof], share: float, unit: PerUnit) -> Words:
     if isinstance(found.facts, Fp32Facts):
-        return _fp32_words(found, share)  # type: ignore[arg-type]
-    return _compute_words(found, share)  # type: ignore[arg-type]
+        return _fp32_words(found, share, unit)  # type: ignore[arg-type]
+    return _compute_words(found, share, unit)  # type: ignore[arg-type]
 
 
-def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float) -> Words:
+def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float, unit: PerUnit) -> Words:
     f = found.facts
-    advice = _precision_advice(f)
+    advice = _precision_advice(f, unit)
     if f.issue_bound_us is not None:
         examples = " (GELU's erf, softmax's exp, layer norm's Welford division)" if f.special_functions else ""
         advice += (
-            f" {fmt_us(f.issue_bound_us)} of them are elementwise/norm kernels that run out of "
+            f" {per_unit(f.issue_bound_us, unit)} of them are elementwise/norm kernels that run out of "
             f"instruction issue, not FLOPs or bandwidth{examples}: fusing them into the neighbouring kernels "
             "(torch.compile, a fused epilogue) removes their separate passes; tensor cores do not help them."
         )
         if f.strided_us is not None:
             advice += (
-                f" {fmt_us(f.strided_us)} of those run ATen's non-vectorised path because an operand is broadcast "
-                "or strided (a transposed or sliced view), and most of their instructions compute offsets, one "
-                "set per dimension that cannot be merged. Fusing is the fix there too; where one strided view "
-                "feeds several ops, a single .contiguous() upstream moves them to the vectorised path."
+                f" {per_unit(f.strided_us, unit)} of those run ATen's non-vectorised path because an operand is "
+                "broadcast or strided (a transposed or sliced view), and most of their instructions compute "
+                "offsets, one set per dimension that cannot be merged. Fusing is the fix there too; where one "
+                "strided view feeds several ops, a single .contiguous() upstream moves them to the vectorised path."
             )
     # Where to start goes before the general advice, after the TF32 flag (below) where
     # there is one: the flag is the concrete fix.
-    first = _kernel_first(found.places[0] if found.places else None)
+    first = _kernel_first(found.places[0] if found.places else None, unit)
     if first:
         advice = first + " " + advice
     if f.fp32_matmul_us and f.amp_fp16:
         advice += (
-            f" {fmt_us(f.fp32_matmul_us)} of it is fp32 matmuls and convolutions: with AMP in fp16 "
+            f" {per_unit(f.fp32_matmul_us, unit)} of it is fp32 matmuls and convolutions: with AMP in fp16 "
             "they run on this GPU's tensor cores (mixed-precision training on V100 is reported 2-3x faster end to "
             "end); the gain is an estimate of half their time."
         )
     elif f.fp32_matmul_us:
         advice = (
-            f"{fmt_us(f.fp32_matmul_us)} of fp32 matmuls run on CUDA cores: "
+            f"{per_unit(f.fp32_matmul_us, unit)} of fp32 matmuls run on CUDA cores: "
             "torch.backends.cuda.matmul.allow_tf32 = True (or torch.set_float32_matmul_precision('high')) "
             "moves them to tensor cores. " + advice
         )
     return Words(
         title=(
-            f"{fmt_us(found.time_us)} ({pct(share)}) of the analysed time is in compute-bound kernels at "
+            f"{per_unit(found.time_us, unit)} ({pct(share)} of the analysed time) is in compute-bound kernels at "
             f"{pct(f.roof_share)} of their peak on average"
             + (
-                f", {fmt_us(f.fp32_matmul_us)} of them fp32 matmuls and convolutions on a {f.gpu}, whose fp16 "
+                f", {per_unit(f.fp32_matmul_us, unit)} of them fp32 matmuls and convolutions on a {f.gpu}, whose fp16 "
                 "tensor cores (AMP) they do not use"
                 if f.fp32_matmul_us and f.amp_fp16
                 else ""

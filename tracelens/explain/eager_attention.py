@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.eager_attention import AttentionFacts, AttentionShape
 from tracelens.derive.eager_attention import SDPA_ROOF_SHARE
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, fmt_us, pct, per_unit
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -23,12 +23,13 @@ def shape_text(s: AttentionShape) -> str:
     )
 
 
-def words(found: Found[AttentionFacts, AttentionShape], share: float) -> Words:
+def words(found: Found[AttentionFacts, AttentionShape], share: float, unit: PerUnit) -> Words:
     f = found.facts
     return Words(
         title=(
-            f"Attention is written out as matmul > softmax > matmul: {f.calls} calls take {fmt_us(found.time_us)} "
-            f"({pct(share)}); torch.nn.functional.scaled_dot_product_attention would take about {fmt_us(f.sdpa_us)}"
+            f"Attention is written out as matmul > softmax > matmul: {f.calls} calls take "
+            f"{per_unit(found.time_us, unit)} ({pct(share)} of the analysed time); "
+            f"torch.nn.functional.scaled_dot_product_attention would take about {per_unit(f.sdpa_us, unit)}"
         ),
         advice=(
             "Replace the matmul > softmax (> dropout) > matmul sequence with "

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from tracelens.derive.devices import OtherAccelerator
-from tracelens.domain import CAUSE_LABELS, MEDIUM_SHARE, category_label, fmt_us
+from tracelens.domain import CAUSE_LABELS, MEDIUM_SHARE, PerUnit, category_label, fmt_us, per_unit
 from tracelens.explain.base import where as where_in
 from tracelens.explain.host_sync import call_name
 from tracelens.explain.power_throttle import machine_headline
@@ -133,48 +133,17 @@ def quiet_headline(f: QuietFacts) -> str:
     return headline
 
 
-#: A duration as fmt_us writes it ("12 µs", "3.4 ms", "1.23 s").
-DURATION = re.compile(r"(?<![\w.])(\d[\d,]*(?:\.\d+)?) (µs|ms|s)\b(?!/)")
-#: What the words just before a duration say when it is a per-kernel value, not a total.
-_PER_ITEM_BEFORE = ("median kernel ", "kernel of ", "under ", "over ")
-
-
-def _duration_us(number: str, unit: str) -> float:
-    return float(number.replace(",", "")) * {"µs": 1.0, "ms": 1e3, "s": 1e6}[unit]
-
-
-def per_unit_title(title: str, per: int, unit: str) -> str:
-    """A finding's title with its window totals as amounts per unit, for the headline
-    (issue 27: the headline's costs and gains are all per step when there are steps): each
-    duration the title gives as a total is divided by the window's units and says "per
-    {unit}"; its own "(X per {unit})" asides go (said once); per-kernel values stay."""
-    if per <= 1:
-        return title
-    said = rf"[\d.,]+ (?:µs|ms|s) per {re.escape(unit)}"
-    title = re.sub(rf" \({said}\)", "", title)
-    title = re.sub(rf", {said}(?=[);:,])", "", title)
-
-    def scaled(m: re.Match[str]) -> str:
-        before = title[max(m.start() - 16, 0) : m.start()]
-        after = title[m.end() : m.end() + 24]
-        if before.endswith(_PER_ITEM_BEFORE) or after.startswith((" per ", " of host time per")):
-            return m.group(0)
-        return f"{fmt_us(_duration_us(m.group(1), m.group(2)) / per)} per {unit}"
-
-    return DURATION.sub(scaled, title)
-
-
 @dataclass(frozen=True)
 class LeadFacts:
     """The facts of a headline a finding leads: the finding, its largest part, its blocker
-    (whose fix comes first), the gain and the report's unit."""
+    (whose fix comes first), the gain (a window total) and the report's unit. The titles
+    are the findings' own: explain/ wrote their totals in the unit already (issue 27)."""
 
     top: Finding
     part: Finding | None
     blocker: Finding | None
     gain_us: float
-    per: int  # the window's units (steps), 1 for a whole-window unit
-    unit: str
+    unit: PerUnit
     window_us: float
 
 
@@ -213,13 +182,15 @@ def lead_headline(f: LeadFacts) -> Lead:
     headline within HEADLINE_CHARS: the largest part's sentence, then the blocker's reason
     (the advice has it), then the title's last clauses go first."""
     top = f.top
-    own = per_unit_title(top.title, f.per, f.unit)
-    part = per_unit_title(f.part.title, f.per, f.unit) if f.part is not None else ""
+    own = top.title
+    part = f.part.title if f.part is not None else ""
     if top.parent is not None:
         own, part = f"{own} (part of the {category_label(top.parent, capital=False)} finding)", ""
     if f.window_us <= 0:
         return Lead(own + (f"; the largest part: {part}" if part else ""), top.advice)
-    gain = f"about {fmt_us(f.gain_us / f.per)} per {f.unit} to gain ({f.gain_us / f.window_us:.0%} of the {f.unit})."
+    # The share's base is the analysed time, as every share of the report (the title's own
+    # says so); said bare here, the headline keeps room for the prediction (HEADLINE_CHARS).
+    gain = f"about {per_unit(f.gain_us, f.unit)} to gain ({f.gain_us / f.window_us:.0%})."
     if f.blocker is None:
         advice, fixes = top.advice, [f"Fix this first: {gain}"]
     else:

@@ -12,7 +12,7 @@ from tracelens.analyzers.host_bound import (
     HostBoundFacts,
     HostWork,
 )
-from tracelens.domain import DDP_BUFFER_OPS, fmt_us, pct
+from tracelens.domain import DDP_BUFFER_OPS, PerUnit, pct, per_unit
 from tracelens.explain.base import Words, where
 
 LABELS = {
@@ -57,13 +57,13 @@ def work_text(w: HostWork) -> str:
     return "host work in " + w.name
 
 
-def _advice(f: HostBoundFacts, total: float, sleep_at: str = "", lead: str = "") -> str:
+def _advice(f: HostBoundFacts, total: float, unit: PerUnit, sleep_at: str = "", lead: str = "") -> str:
     """`lead`: the place that holds most of the idle, worded ("Python code in make_batch()
     (_data.py:18)"), when the advice is to start from it (see _lead)."""
     parts = []
     if f.ddp_buffer_us > DDP_BUFFER_ADVICE_SHARE * total:
         parts.append(
-            f"{fmt_us(f.ddp_buffer_us)} of the idle is DistributedDataParallel flattening and unflattening the "
+            f"{per_unit(f.ddp_buffer_us, unit)} of the idle is DistributedDataParallel flattening and unflattening the "
             "model's buffers around their broadcast from rank 0 before every forward: when the buffers need no "
             "sync each step (BatchNorm running stats each rank may keep, or no buffers that change), construct "
             "DistributedDataParallel(..., broadcast_buffers=False); use SyncBatchNorm where the statistics must agree."
@@ -71,7 +71,7 @@ def _advice(f: HostBoundFacts, total: float, sleep_at: str = "", lead: str = "")
     if f.sleep_us > SLEEP_ADVICE_SHARE * total:
         # A sleep is the program's own wait: no host work to speed up, no data to load.
         parts.append(
-            f"The host sleeps {fmt_us(f.sleep_us)} of the idle in time.sleep(){sleep_at}: the program waits on "
+            f"The host sleeps {per_unit(f.sleep_us, unit)} of the idle in time.sleep(){sleep_at}: the program waits on "
             "purpose while the GPU has nothing queued, which is neither slow host work nor data loading. Remove "
             "the sleep from the loop if nothing needs it; if it paces the loop (polling, rate limiting, a "
             "simulated delay), queue the next step's GPU work before sleeping so the GPU runs while the host waits."
@@ -79,21 +79,22 @@ def _advice(f: HostBoundFacts, total: float, sleep_at: str = "", lead: str = "")
     if f.loader_us > 0.2 * total and f.loader_workers:
         # With workers the loop waits for them: the advice is about the workers.
         parts.append(
-            f"The loop waits {fmt_us(f.loader_us)} for the DataLoader's worker processes: they do not keep up. "
+            f"The loop waits {per_unit(f.loader_us, unit)} for the DataLoader's worker processes: they do not keep up. "
             "Make __getitem__ and collate cheaper (decode and augment less on the CPU, or on the GPU), add "
             "workers if the host has idle cores, and keep them warm (persistent_workers=True, "
             "prefetch_factor>=2, pin_memory=True)."
         )
     elif f.loader_us > 0.2 * total and f.training:
         parts.append(
-            f"Data loading runs on the training thread ({fmt_us(f.loader_us)} of the idle): use "
+            f"Data loading runs on the training thread ({per_unit(f.loader_us, unit)} of the idle): use "
             "DataLoader(num_workers>0, pin_memory=True, persistent_workers=True, prefetch_factor>=2) so "
             "batches are ready before the GPU needs them."
         )
     elif f.loader_us > 0.2 * total:
         # Inference (no backward, no optimizer): a pipeline preparing its next inputs.
         parts.append(
-            f"The next inputs are prepared on the main thread between inference batches ({fmt_us(f.loader_us)} of "
+            "The next inputs are prepared on the main thread between inference batches "
+            f"({per_unit(f.loader_us, unit)} of "
             "the idle, in the DataLoader's __next__): prepare them in worker processes (DataLoader(num_workers>0), "
             "or a transformers pipeline's num_workers), or make the preprocessing cheaper (a GPU or fast image "
             "processor), so the next batch is ready when the GPU finishes this one."
@@ -101,14 +102,14 @@ def _advice(f: HostBoundFacts, total: float, sleep_at: str = "", lead: str = "")
     if f.pageable_copies and f.pageable_host_us > PAGEABLE_ADVICE_SHARE * total:
         parts.append(
             f"{f.pageable_copies} host-to-device copies come from pageable memory ({f.pageable_bytes / 1e6:.1f} MB, "
-            f"{fmt_us(f.pageable_host_us)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
+            f"{per_unit(f.pageable_host_us, unit)} of host time): pin the source (pin_memory=True or t.pin_memory()) "
             "and copy with non_blocking=True so the host can run ahead."
         )
     if f.after_sync_untraced_us > 0.2 * total:
         parts.append(
-            f"{fmt_us(f.after_sync_untraced_us)} of it follows a sync: the host waits for a result, then works on it "
-            "while the GPU has nothing queued. Overlap the two: queue the next batch's GPU work before "
-            "processing this one's results on the host (or process them on the GPU)."
+            f"{per_unit(f.after_sync_untraced_us, unit)} of it follows a sync: the host waits for a result, "
+            "then works on it while the GPU has nothing queued. Overlap the two: queue the next batch's GPU "
+            "work before processing this one's results on the host (or process them on the GPU)."
         )
     if f.gaps >= PER_OP_MIN_GAPS and f.median_gap_us <= PER_OP_GAP_US:
         parts.append(
@@ -168,13 +169,13 @@ def _merged_parts(parts: tuple[tuple[str, float], ...]) -> tuple[tuple[str, floa
     return tuple(sorted([(DDP_BUFFER_PART, ddp), *rest], key=lambda kv: -kv[1]))
 
 
-def _with_parts(what: str, main: Place[HostWork], parts: tuple[tuple[str, float], ...]) -> str:
+def _with_parts(what: str, main: Place[HostWork], parts: tuple[tuple[str, float], ...], unit: PerUnit) -> str:
     """ "host work in [param|clear_cache] (aten::zeros 1.2 ms, aten::mul 0.8 ms)": the ops
     of the annotation that holds most of the idle."""
     parts = _merged_parts(parts)
     shown = [(name or BETWEEN_ITS_OPS, t) for name, t in parts[:3] if t >= MIN_PART_SHARE * main.time_us]
     if len(shown) > 1 or (shown and shown[0][0] != BETWEEN_ITS_OPS):
-        what += " (" + ", ".join(f"{name} {fmt_us(t)}" for name, t in shown) + ")"
+        what += " (" + ", ".join(f"{name} {per_unit(t, unit)}" for name, t in shown) + ")"
     return what
 
 
@@ -188,7 +189,7 @@ def _where_words(what: str, places: tuple[Place[HostWork], ...], total: float) -
     return "in " + ", ".join(f"{work_text(p.facts)} ({pct(p.time_us / total)})" for p in places[:3])
 
 
-def _lead(found: Found[HostBoundFacts, HostWork], what: str) -> str:
+def _lead(found: Found[HostBoundFacts, HostWork], what: str, unit: PerUnit) -> str:
     """ "55.5 ms of the idle (94%) is Python code in make_batch() (_data.py:18)" when one
     place that is host work (an op or the program's code, not the loader, DDP's buffers
     or a sleep, which have their own advice) holds most of the idle; else ""."""
@@ -198,22 +199,22 @@ def _lead(found: Found[HostBoundFacts, HostWork], what: str) -> str:
         return ""
     if max(f.loader_us, f.ddp_buffer_us, f.sleep_us) > OWN_ADVICE_SHARE * total:
         return ""
-    return f"{fmt_us(main.time_us)} of the idle ({pct(main.time_us / total)}) is {what}, which"
+    return f"{per_unit(main.time_us, unit)} of the idle ({pct(main.time_us / total)}) is {what}, which"
 
 
-def words(found: Found[HostBoundFacts, HostWork], share: float) -> Words:
+def words(found: Found[HostBoundFacts, HostWork], share: float, unit: PerUnit) -> Words:
     main = found.places[0] if found.places else None
     what = work_text(replace(main.facts, inside="")) if main else "host work"
     short = what + _where(main)  # without the parts, for the advice's lead
     if main is not None:
-        what = _with_parts(what, main, found.facts.main_parts) + _where(main)
+        what = _with_parts(what, main, found.facts.main_parts, unit) + _where(main)
         what += f" inside {main.facts.inside}" if main.facts.inside else ""
     return Words(
         title=(
-            f"GPU idles {fmt_us(found.time_us)} ({pct(share)} of the analysed time) while the host works; "
+            f"GPU idles {per_unit(found.time_us, unit)} ({pct(share)} of the analysed time) while the host works; "
             + _where_words(what, found.places, found.time_us)
         ),
-        advice=_advice(found.facts, found.time_us, _sleep_at(found.places), _lead(found, short)),
+        advice=_advice(found.facts, found.time_us, unit, _sleep_at(found.places), _lead(found, short, unit)),
         gain_note=(
             "at best all of it, if the host work overlaps GPU work instead of alternating with it; "
             "the step then takes max(host, GPU) instead of their sum"

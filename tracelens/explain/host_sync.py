@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.host_sync import CopyDirection, HostSyncFacts, SyncConstruct, SyncSite
-from tracelens.domain import NO_ENCLOSING_OP, fmt_us
+from tracelens.domain import NO_ENCLOSING_OP, PerUnit, per_unit
 from tracelens.explain.base import Words, where
 
 LABELS = {
@@ -116,7 +116,7 @@ def site_text(s: SyncSite) -> str:
     return f"{site_head(s.call, s.construct)}: {chain} > {s.api}"
 
 
-def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
+def words(found: Found[HostSyncFacts, SyncSite], share: float, unit: PerUnit) -> Words:
     f = found.facts
     at = f" {where(found.sources[0])}" if found.sources else ""
     names = [call_name(call, c) for call, c in f.calls]
@@ -124,8 +124,8 @@ def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
     idle_us = f.idle_us
     if f.busy_anyway:
         title = (
-            f"{f.count} host syncs ({what}){at}: the host waits {fmt_us(f.host_us)} while the GPU stays busy "
-            f"({fmt_us(idle_us)} idle after them)"
+            f"{f.count} host syncs ({what}){at}: the host waits {per_unit(f.host_us, unit)} while the GPU stays "
+            f"busy ({per_unit(idle_us, unit)} idle after them)"
         )
         lead = (
             "These syncs return while the GPU still has queued work, so they cost little now; they become "
@@ -133,18 +133,18 @@ def words(found: Found[HostSyncFacts, SyncSite], share: float) -> Words:
         )
     else:
         title = (
-            f"{f.count} host syncs ({what}){at} leave the GPU idle {fmt_us(idle_us)}; the host waits "
-            f"{fmt_us(f.host_us)}"
+            f"{f.count} host syncs ({what}){at} leave the GPU idle {per_unit(idle_us, unit)}; the host "
+            f"waits {per_unit(f.host_us, unit)}"
         )
         lead = ""
     if f.copy_us > 0:
         rate = f.copy_bytes / (f.copy_us / 1e6)
         what_copies, fix = _COPY_WORDS[f.copy_direction]
         title += (
-            f"; {fmt_us(f.copy_us)} of the wait is their {what_copies} "
+            f"; {per_unit(f.copy_us, unit)} of the wait is their {what_copies} "
             f"({f.copy_bytes / 1e6:,.0f} MB at {rate / 1e9:.1f} GB/s)"
         )
-        lead = f"The copies themselves take {fmt_us(f.copy_us)}: {fix} " + lead
+        lead = f"The copies themselves take {per_unit(f.copy_us, unit)}: {fix} " + lead
     # One line per construct, most costly first (renderers keep the line breaks).
     advice = lead + "\n".join(f"• {DESCRIPTION[c][0].upper()}{DESCRIPTION[c][1:]}: {ADVICE[c]}" for c in f.constructs)
     return Words(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found, Place
 from tracelens.analyzers.launch_overhead import GRAPH_REPLAY_GAP_US, TINY_KERNEL_US, Launcher, LaunchFacts
-from tracelens.domain import NO_ENCLOSING_OP, fmt_us, pct
+from tracelens.domain import NO_ENCLOSING_OP, PerUnit, pct, per_unit
 from tracelens.explain.base import Words, where
 
 LABELS = {
@@ -38,7 +38,7 @@ KNOWN_FIXES = {
 }
 
 
-def _site_first(top: Place[Launcher] | None) -> str:
+def _site_first(top: Place[Launcher] | None, unit: PerUnit) -> str:
     """The concrete start (issue 27): the op and source line whose launches leave the most
     idle, with its count and idle; "" where the trace names neither."""
     if top is None:
@@ -48,15 +48,14 @@ def _site_first(top: Place[Launcher] | None) -> str:
     if not op and not at:
         return ""
     what = f"the kernels {op} launches{f' {at}' if at else ''}" if op else f"the launches {at}"
-    return f"Start with {what}: {top.count:,} launch gaps there, {fmt_us(top.time_us)} of the idle."
+    return f"Start with {what}: {top.count:,} launch gaps there, {per_unit(top.time_us, unit)} of the idle."
 
 
-def words(found: Found[LaunchFacts, Launcher], share: float) -> Words:
+def words(found: Found[LaunchFacts, Launcher], share: float, unit: PerUnit) -> Words:
     f = found.facts
     title = (
-        f"GPU waits on kernel launches for {fmt_us(found.time_us)}"
-        + (f" ({fmt_us(f.per_step_us)} per {f.unit})" if f.per_step_us is not None else "")
-        + f": {f.gaps:,} gaps between kernels (median kernel {f.median_kernel_us:.1f} µs, "
+        f"GPU waits on kernel launches for {per_unit(found.time_us, unit)}: "
+        f"{f.gaps:,} gaps between kernels (median kernel {f.median_kernel_us:.1f} µs, "
         f"{pct(f.tiny_share)} under {TINY_KERNEL_US:.0f} µs"
         + (f", {f.host_per_kernel_us:.1f} µs of host time per kernel" if f.host_per_kernel_us else "")
         + ")"
@@ -76,7 +75,7 @@ def words(found: Found[LaunchFacts, Launcher], share: float) -> Words:
         )
     if f.known_fixes:
         advice = " ".join(KNOWN_FIXES[key] for key in f.known_fixes) + "\n" + advice
-    first = _site_first(found.places[0] if found.places else None)
+    first = _site_first(found.places[0] if found.places else None, unit)
     if first:
         advice = first + " " + advice
     return Words(

@@ -7,7 +7,7 @@ from tracelens.analyzers.memory_bound import MemoryFacts
 from tracelens.derive.fusion import FusionChain
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.roofline import KernelRoof
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -23,11 +23,11 @@ LABELS = {
 }
 
 
-def chain_text(c: FusionChain) -> str:
+def chain_text(c: FusionChain, unit: PerUnit) -> str:
     return (
         f"{len(c.ops)} passes back to back: {' > '.join(op.split('::')[-1] for op in c.ops[:6])}"
         f"{' > ...' if len(c.ops) > 6 else ''}; "
-        f"fused, about one pass ({fmt_us(c.saved_us)} saved)"
+        f"fused, about one pass ({per_unit(c.saved_us, unit)} saved)"
     )
 
 
@@ -43,15 +43,15 @@ def kernel_text(r: KernelRoof) -> str:
     )
 
 
-def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float) -> Words:
+def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float, unit: PerUnit) -> Words:
     f = found.facts
     mem_time = found.time_us
     title = (
-        f"{fmt_us(mem_time)} ({pct(share)}) of the analysed time is in memory-bound kernels; "
+        f"{per_unit(mem_time, unit)} ({pct(share)} of the analysed time) is in memory-bound kernels; "
         f"{f.chains} chains of back-to-back elementwise/norm passes could fuse"
         if f.chains
-        else f"{fmt_us(mem_time)} ({pct(share)}) of the analysed time is in memory-bound kernels, "
-        f"{fmt_us(f.elementwise_us)} of it elementwise ops and copies"
+        else f"{per_unit(mem_time, unit)} ({pct(share)} of the analysed time) is in memory-bound kernels, "
+        f"{per_unit(f.elementwise_us, unit)} of it elementwise ops and copies"
     )
     advice = (
         "These kernels wait on memory, not arithmetic: fuse chains of elementwise ops so data "
@@ -61,7 +61,7 @@ def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float) -> 
     )
     if f.spilling_us is not None:
         advice += (
-            f" {fmt_us(f.spilling_us)} is fp32 memory-efficient attention spilling "
+            f" {per_unit(f.spilling_us, unit)} is fp32 memory-efficient attention spilling "
             "registers: its spills fill the L2 port while DRAM idles. Run attention in bf16/fp16 "
             "(torch.autocast), where SDPA picks the flash or cuDNN kernels, which keep their tiles on chip."
         )
@@ -75,6 +75,7 @@ def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float) -> 
         ),
         labels=LABELS,
         places=[
-            chain_text(p.facts) if isinstance(p.facts, FusionChain) else kernel_text(p.facts) for p in found.places
+            chain_text(p.facts, unit) if isinstance(p.facts, FusionChain) else kernel_text(p.facts)
+            for p in found.places
         ],
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.misaligned_matmul import EXPECTED_SLOWDOWN, FallbackKernel, MisalignedFacts, MisalignedShape
-from tracelens.domain import fmt_us
+from tracelens.domain import PerUnit, per_unit
 from tracelens.explain.base import Words
 from tracelens.explain.matmuls import misaligned_text
 
@@ -44,7 +44,7 @@ def shape_text(s: MisalignedShape) -> str:
     )
 
 
-def words(found: Found[MisalignedFacts, FallbackKernel | MisalignedShape], share: float) -> Words:
+def words(found: Found[MisalignedFacts, FallbackKernel | MisalignedShape], share: float, unit: PerUnit) -> Words:
     f = found.facts
     many = f.shapes + f.unshaped > 1
     what = f"{f.shapes} matmul shape{'s' if f.shapes > 1 else ''}" if f.shapes else ""
@@ -53,8 +53,8 @@ def words(found: Found[MisalignedFacts, FallbackKernel | MisalignedShape], share
         what += f"{' and ' if what else ''}{n} unaligned GEMM kernel{'s' if n > 1 else ''} without shapes"
     title = (
         f"{what} with a dimension not a multiple of 16 bytes "
-        f"take{'' if many else 's'} {fmt_us(f.total_us)}; aligned, {'they' if many else 'it'} would save about "
-        f"{fmt_us(found.time_us)}"
+        f"take{'' if many else 's'} {per_unit(f.total_us, unit)}; aligned, {'they' if many else 'it'} would save about "
+        f"{per_unit(found.time_us, unit)}"
     )
     return Words(
         title=title,

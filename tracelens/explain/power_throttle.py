@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.power_throttle import CAPPED_ALL_SHARE, KernelClock, ThrottleFacts
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words
 from tracelens.report.findings import Finding
 
@@ -82,14 +82,14 @@ def _advice(f: ThrottleFacts) -> str:
     return " ".join(parts)
 
 
-def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
+def words(found: Found[ThrottleFacts, KernelClock], share: float, unit: PerUnit) -> Words:
     f = found.facts
     ratio = f.clock_mhz / f.max_clock_mhz
     return Words(
         title=(
             f"Clocks throttled while busy: SM clock averaged {f.clock_mhz:.0f} of {f.max_clock_mhz:.0f} MHz "
             f"({pct(ratio)}) during GPU work ({reason_words(f.limiting) or 'reason not reported'}); "
-            f"up to {fmt_us(found.time_us)} lost"
+            f"up to {per_unit(found.time_us, unit)} lost"
         ),
         advice=_advice(f),
         gain_note=(
@@ -103,12 +103,12 @@ def words(found: Found[ThrottleFacts, KernelClock], share: float) -> Words:
     )
 
 
-def machine_gain_note(time_us: float) -> str:
+def machine_gain_note(time_us: float, unit: PerUnit) -> str:
     """Why a machine condition offers no gain (issue 24/27: power_gemm's headline said nothing
     to fix while its card printed "expected gain: 2.06 s")."""
     return (
         "none: the clocks are capped by the machine (its power limit, cooling or supply), not by the "
-        f"program's code, so no change to the program is offered as a gain; the {fmt_us(time_us)} stay "
+        f"program's code, so no change to the program is offered as a gain; the {per_unit(time_us, unit)} stay "
         "this finding's time in the ledger"
     )
 

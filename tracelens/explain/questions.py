@@ -7,7 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
+
+#: A unit of the window whole: an answer built without the report's says totals.
+WINDOW = PerUnit()
 
 #: Why a question cannot be answered at all: no GPU kernels, or no runtime calls on the host.
 Missing = Literal["", "no_gpu", "no_runtime"]
@@ -42,8 +45,9 @@ class AnswerFacts:
     not_built: str = ""  # the question's own words while no analyzer covers it
     built: bool = True
     missing: Missing = ""
-    time_us: float = 0.0
+    time_us: float = 0.0  # a window total, said in `unit`
     share: float = 0.0
+    unit: PerUnit = WINDOW
     title: str = ""  # the finding the answer names (the largest, or the first without cost)
     coverage: float = 0.0  # the models' share, for low_coverage
     unmeasured: Unmeasured = Unmeasured()
@@ -108,9 +112,9 @@ def answer_text(a: AnswerFacts) -> str:
     if a.case == "missing":
         return f"Not measurable from this trace: {_missing_text(a.missing)}.{partly}"
     if a.case == "yes":
-        return f"Yes: {fmt_us(a.time_us)} ({a.share:.0%} of the analysed time). {a.title}.{partly}"
+        return f"Yes: {per_unit(a.time_us, a.unit)} ({a.share:.0%} of the analysed time). {a.title}.{partly}"
     if a.case == "minor":
-        return f"A little: {fmt_us(a.time_us)} ({pct(a.share)} of the analysed time), below the bar.{partly}"
+        return f"A little: {per_unit(a.time_us, a.unit)} ({pct(a.share)} of the analysed time), below the bar.{partly}"
     if a.case == "peaks_unknown":
         # No roof to judge the kernels against: that is no evidence of a no.
         return f"Unknown: this GPU's peaks are not known, so no kernel could be judged against a roof.{partly}"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.queued_idle import BlockedIn, QueuedFacts
 from tracelens.derive.queued import QUEUED_GAP_MIN_US, QUEUED_STALL_MIN_US, QueuedWaits, WaitsOn
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, fmt_us, pct, per_unit
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -60,7 +60,7 @@ def _waits_on(w: WaitsOn) -> str:
     )
 
 
-def words(found: Found[QueuedFacts, BlockedIn], share: float) -> Words:
+def words(found: Found[QueuedFacts, BlockedIn], share: float, unit: PerUnit) -> Words:
     q, blocked = found.facts.waits, found.facts.blocked_us
     ahead = (
         f" (launched a median {fmt_us(q.lead_median_us)} earlier, by {', '.join(q.launch_apis)})"
@@ -68,16 +68,16 @@ def words(found: Found[QueuedFacts, BlockedIn], share: float) -> Words:
         else ""
     )
     title = (
-        f"The GPU idles {fmt_us(found.time_us)} ({pct(share)} of the analysed time) with its next work already "
+        f"The GPU idles {per_unit(found.time_us, unit)} ({pct(share)} of the analysed time) with its next work already "
         f"queued{ahead}"
     )
     if blocked > 0:
         copies = f"; {q.copy_bytes / 1e3:,.1f} KB copied to the host in all" if q.copy_bytes > 0 else ""
         parts = "; ".join(
-            f"{w} ({n} {'call' if n == 1 else 'calls'}, {fmt_us(t)} of it, the longest {fmt_us(longest)})"
+            f"{w} ({n} {'call' if n == 1 else 'calls'}, {per_unit(t, unit)} of it, the longest {fmt_us(longest)})"
             for w, n, t, longest in q.blocked_what
         )
-        title += f"; {fmt_us(blocked)} of it while the host sat in blocking calls: {parts}{copies}"
+        title += f"; {per_unit(blocked, unit)} of it while the host sat in blocking calls: {parts}{copies}"
         if q.waits_on:
             title += "; " + _waits_on(q.waits_on[0])
     return Words(

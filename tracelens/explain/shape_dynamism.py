@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.shape_dynamism import ShapeFacts, ShapeSiteFacts
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words, where
 from tracelens.explain.shapes import describe
 
@@ -50,14 +50,15 @@ def _advice(f: ShapeFacts) -> str:
     return "\n".join(advice)
 
 
-def words(found: Found[ShapeFacts, ShapeSiteFacts], share: float) -> Words:
+def words(found: Found[ShapeFacts, ShapeSiteFacts], share: float, unit: PerUnit) -> Words:
     f = found.facts
     top = found.places[0]
     at = where(top.source) if top.source else ""
     return Words(
         title=(
             f"Input shapes change from step to step at {f.sites} op site(s); the first call with each new "
-            f"shape costs the host {fmt_us(f.excess_us)} beyond a repeat, and the GPU idles {fmt_us(found.time_us)} "
+            f"shape costs the host {per_unit(f.excess_us, unit)} beyond a repeat, and the GPU idles "
+            f"{per_unit(found.time_us, unit)} "
             f"({pct(share)} of the analysed time) meanwhile, most in {f.top_op} {at} ({describe(f.top)})"
         ),
         advice=_advice(f),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tracelens.analyzers.base import Found
 from tracelens.analyzers.wave_quantization import FullWaveShape, WaveFacts, WaveShapeFacts
-from tracelens.domain import fmt_us, pct
+from tracelens.domain import PerUnit, pct, per_unit
 from tracelens.explain.base import Words
 
 LABELS = {
@@ -28,14 +28,14 @@ def _place(p: WaveShapeFacts) -> str:
     )
 
 
-def words(found: Found[WaveFacts, WaveShapeFacts], share: float) -> Words:
+def words(found: Found[WaveFacts, WaveShapeFacts], share: float, unit: PerUnit) -> Words:
     f = found.facts
     n, worst = f.shapes, f.worst
     title = (
         f"{n} matmul shape{'s' if n > 1 else ''} end{'' if n > 1 else 's'} "
         "on a mostly empty wave of tiles "
         f"(worst: {worst.m}x{worst.n}x{worst.k}, {pct(worst.wave_efficiency)} efficient); about "
-        f"{fmt_us(found.time_us)} wasted"
+        f"{per_unit(found.time_us, unit)} wasted"
     )
     return Words(
         title=title,

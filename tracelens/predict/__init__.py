@@ -22,7 +22,7 @@ from tracelens.derive.replay import Edit, combine, replay
 from tracelens.derive.transforms import VARIANTS, Variant, merged
 from tracelens.derive.transforms import loader as t_loader
 from tracelens.derive.transforms import profiler as t_profiler
-from tracelens.domain import fmt_us
+from tracelens.domain import PerUnit, per_unit
 from tracelens.model.trace import name_matches
 from tracelens.predict.blocking import can_block
 from tracelens.predict.gpu_plans import (
@@ -245,12 +245,13 @@ def gain_ceiling(ctx: AnalysisContext, fix: str, f: Finding) -> float:
     return max(f.time_us, 0.0)
 
 
-def beyond_own_time(fix: str, gain_us: float, time_us: float) -> str:
-    """Why a replayed gain exceeds its finding's own time, where it does."""
+def beyond_own_time(fix: str, gain_us: float, time_us: float, unit: PerUnit) -> str:
+    """Why a replayed gain exceeds its finding's own time, where it does (said in the
+    report's unit, as the gain beside it)."""
     if gain_us <= BEYOND_OWN_TIME * max(time_us, 0.0):
         return ""
     why = BEYOND_WHY.get(fix, "the replayed step also loses time the ledger gives other causes")
-    return f"; more than its own {fmt_us(time_us)}: {why}"
+    return f"; more than its own {per_unit(time_us, unit)}: {why}"
 
 
 def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
@@ -343,7 +344,7 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
                 expected_gain_us=min(nominal, ceiling),
                 expected_gain_low_us=min(gains[0], ceiling),
                 expected_gain_high_us=min(gains[-1], ceiling),
-                gain_note=f"replayed: {p.model}" + beyond_own_time(p.fix, nominal, f.time_us),
+                gain_note=f"replayed: {p.model}" + beyond_own_time(p.fix, nominal, f.time_us, ctx.per_unit),
                 prediction=pred,
             )
         )

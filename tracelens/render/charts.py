@@ -89,11 +89,11 @@ def ledger_svg(report: Report) -> str | None:
         )
         cursor += w
     body.append(f'<rect x="{bx}" y="{by}" width="{bw}" height="{bh}" fill="none" stroke="#d0d7de"/>')
-    per = report.window.steps if report.summary.per_step_us and report.window.steps > 1 else 0
+    per = fmt.report_unit(report).splits
     items = []
     for e in entries:
         label = f"{CAUSE_LABELS.get(e.cause, e.cause)} {fmt.pct(e.share)} ({fmt.us(e.time_us)}"
-        label += f", {fmt.us(e.time_us / per)}/{report.summary.unit})" if per else ")"
+        label += f", {fmt.in_unit(e.time_us, report, short=True)})" if per else ")"
         items.append((CAUSE_COLOURS.get(e.cause, "#9aa3ad"), label))
     legend, bottom = _legend(items, by + bh + 22)
     body.extend(legend)

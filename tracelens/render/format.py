@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from tracelens.domain import KERNEL_NAME_CHARS as KERNEL_NAME_CHARS
-from tracelens.domain import cut_middle, fmt_us
+from tracelens.domain import PerUnit, cut_middle, fmt_us, per_unit
 from tracelens.domain import demangle as demangle
 from tracelens.domain import fmt_bytes as fmt_bytes
 from tracelens.domain import pct as pct
@@ -67,6 +67,22 @@ def us(value: float) -> str:
     return fmt_us(float(value), fine=True)
 
 
+def report_unit(report: Any) -> PerUnit:
+    """The report's one unit with the window's count of them (issue 27)."""
+    return PerUnit(report.window.steps, report.summary.unit)
+
+
+def in_unit(total_us: float, report: Any, label: bool = True, short: bool = False) -> str:
+    """A window total as every renderer shows one (a finding's cost and expected gain, an
+    answer's time, the ledger's column): "166 µs per step" where the report counts several
+    steps, the total where its unit is the window; `label=False` leaves " per step" off (a
+    range's ends, a column headed "per step"); `short`: "166 µs/step" (a legend, a terminal
+    column). The JSON keeps the window totals."""
+    if total_us is None or (isinstance(total_us, float) and math.isnan(total_us)):
+        return "n/a"
+    return per_unit(float(total_us), report_unit(report), label=label, fine=True, short=short)
+
+
 #: Evidence numbers from here up are written with an SI prefix ("989 T"), not as
 #: "989,000,000,000,000", which nobody reads at a glance.
 LARGE_NUMBER = 1e7
@@ -108,12 +124,14 @@ def precisions(by: dict[str, float]) -> str:
     return ", ".join(f"{k} {pct(sh)}" for sh, k in parts[:3])
 
 
-def metric(m: Metric) -> str:
+def metric(m: Metric, report: Any = None) -> str:
+    """One evidence value as the report shows it: a duration that is a window total in the
+    report's unit (`in_unit`) where the report is given, a median or a longest as it is."""
     v = m.value
     if isinstance(v, str):
         return v
     if m.unit == "us":
-        return us(float(v))
+        return in_unit(float(v), report) if m.total and report is not None else us(float(v))
     if m.unit == "share":
         return pct(float(v))
     if m.unit == "bytes":

@@ -20,7 +20,6 @@ from tracelens.render import format as fmt
 from tracelens.render.causes import CAUSE_COLOURS, CAUSE_LABELS, CAUSE_SHORT, SNAPSHOT_COLOURS
 from tracelens.render.streams import stream_bars, stream_control
 from tracelens.report import ClockTimeline, Finding, Report, RooflineSummary, Timeline
-from tracelens.report.enums import WHOLE_UNITS
 
 if TYPE_CHECKING:  # imported when a template is first rendered: 13 ms of a --json report's start-up
     import jinja2
@@ -84,8 +83,7 @@ def environment(autoescape: bool) -> jinja2.Environment:
     env.filters["us"] = fmt.us
     env.filters["category"] = category_label
     env.filters["blockers"] = blockers
-    env.filters["per_unit"] = per_unit
-    env.filters["unit_share"] = unit_share
+    env.filters["in_unit"] = fmt.in_unit
     env.filters["gain_range"] = gain_range
     env.filters["advice_parts"] = advice_parts
     env.filters["note_parts"] = fmt.note_parts
@@ -597,27 +595,11 @@ def device_label(report: Report) -> str:
     return f"{t.gpu_name} ({vendor})"
 
 
-def per_unit(value_us: float, report: Report, label: bool = True) -> str:
-    """A card's time in the report's one unit (issue 27: a headline of "106.1 ms per step"
-    beside a card's "expected gain up to 212.3 ms", the window's total): "106.1 ms per
-    step" where the report counts several steps, the total where its unit is the window."""
-    unit, n = report.summary.unit, report.window.steps
-    if unit in WHOLE_UNITS or n <= 1:
-        return fmt.us(value_us)
-    return f"{fmt.us(value_us / n)} per {unit}" if label else fmt.us(value_us / n)
-
-
-def unit_share(value_us: float, report: Report) -> str:
-    """ ", 197.9 ms per step" after a card's total, where the report counts several steps."""
-    per_step = report.summary.unit not in WHOLE_UNITS and report.window.steps > 1
-    return f", {per_unit(value_us, report)}" if per_step else ""
-
-
 def gain_range(f: Finding, report: Report) -> str:
     """ " (1.1 ms to 1.7 ms)" after a replayed gain, in the report's unit: only where the
     ends differ by more than 2% and read differently (never "(1.1 ms to 1.1 ms)")."""
-    low = per_unit(f.expected_gain_low_us, report, label=False)
-    high = per_unit(f.expected_gain_high_us, report, label=False)
+    low = fmt.in_unit(f.expected_gain_low_us, report, label=False)
+    high = fmt.in_unit(f.expected_gain_high_us, report, label=False)
     if f.expected_gain_high_us - f.expected_gain_low_us <= 0.02 * f.expected_gain_us or low == high:
         return ""
     return f" ({low} to {high})"

@@ -20,7 +20,7 @@ import typer
 
 from tracelens.domain import category_label
 from tracelens.render.causes import CAUSE_SHORT
-from tracelens.render.format import analysed_us, pct, plain, steps_phrase, us
+from tracelens.render.format import analysed_us, in_unit, pct, plain, steps_phrase, us
 from tracelens.report import Report, SnapshotReport
 
 _STATUS_STYLE = {
@@ -54,8 +54,8 @@ MAX_WIDTH = 120
 #: not break at U+00A0; it is turned back into a space after wrapping.
 _NBSP = "\u00a0"
 _NUMBER_UNIT = re.compile(r"(\d) (µs|ms|s|%|W|MHz|°C|B|KB|MB|GB|TB|TFLOP/s|GB/s)(?=[\s,.;:)]|$)")
-#: The cost column of the question list: "635.8 ms (52%)".
-COST_COLUMN = 16
+#: The cost column of the question list: "635.8 ms/step (52%)".
+COST_COLUMN = 19
 
 
 def use_colour(stream: TextIO | None = None) -> bool:
@@ -201,7 +201,9 @@ def render_terminal(
     room = max(min(longest, o.width - 5 - 1 - 9 - 1 - COST_COLUMN), 10)  # "  N. " question status cost
     for q in report.questions:
         label, colour_name = _STATUS_STYLE.get(q.status, (q.status, "white"))
-        cost = f" {us(q.time_us)} ({pct(q.share)})" if q.status in ("yes", "minor") else ""
+        cost = f" {in_unit(q.time_us, report, short=True)}" if q.status in ("yes", "minor") else ""
+        if cost and 5 + room + 1 + 9 + len(cost) + len(pct(q.share)) + 3 <= o.width:
+            cost += f" ({pct(q.share)})"  # the share where the line has room for it
         question = _QUESTION_SHORT.get(q.id, q.question)
         if len(question) > room:
             question = question[: room - 1] + "…"

@@ -56,6 +56,10 @@ class Metric:
     value: float | int | str
     unit: Unit = "text"
     id: str = ""
+    #: A duration the window's steps share (the report says it per step, issue 27); false
+    #: for one that is not a window total: a median, the longest, a time per kernel, or
+    #: start-up outside the window.
+    total: bool = True
 
 
 @dataclass(frozen=True)
