@@ -3,6 +3,9 @@ traces, one CLI runner, one synthetic trace builder): import it from there."""
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+
 import pytest
 
 # Older tests imported these from conftest; they are support.corpus's.
@@ -19,10 +22,25 @@ from support.corpus import (  # noqa: F401
     real,
     report_of,
     sample,
+    share_in,
     whole_context_of,
 )
 
 from tracelens.report import Report
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _corpus_shared_by_the_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under pytest-xdist, a model or report one worker built is read by the others from
+    this session's temp folder (the workers' own are inside it) instead of built again."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        yield
+        return
+    folder = tmp_path_factory.getbasetemp().parent / "corpus"
+    folder.mkdir(exist_ok=True)
+    share_in(folder)
+    yield
+    share_in(None)
 
 
 @pytest.fixture(scope="session")

@@ -6,12 +6,14 @@ CPU build); bench/capture_scenarios.py runs these and more ways of ending many t
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,17 @@ DATA = Path(__file__).resolve().parent / "data"
 SCENARIO = DATA / "cpu_scenario.py"
 README = Path(__file__).resolve().parents[1] / "README.md"
 
-needs_torch = pytest.mark.skipif(
-    subprocess.run([sys.executable, "-c", "import torch"], capture_output=True).returncode != 0,
-    reason="torch not installed (pip install torch==2.13.0)",
+_TORCH = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None, reason="torch not installed (pip install torch==2.13.0)"
 )
+
+
+def needs_torch(test: Callable[..., None]) -> Callable[..., None]:
+    """A test that runs a torch script under `tracelens capture`: skipped without torch, and
+    in the slow lane (each starts torch in fresh processes, 2-13 s apiece on 2 cores: 39 s
+    of the fast lane's test time, its largest share). torch is found without importing it: a subprocess
+    that imported it cost every worker 1.2 s of collection."""
+    return pytest.mark.slow(_TORCH(test))
 
 
 def _cmd(out: Path, *args: str) -> list[str]:
@@ -135,7 +144,13 @@ def test_a_kill_9_of_tracelens_itself_keeps_the_trace_and_leaves_nothing(tmp_pat
         if line.startswith("started"):
             break
     mine = capture_state_folders(out)
-    time.sleep(10)
+    # Killed once steps 5-24 are on disk (a fixed 10 s wait before: the loop never ends, so
+    # waiting longer changes nothing); the trace the script writes at its SIGTERM then says
+    # running False, which the one on disk now does not.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (out.exists() and _meta(out)["window"]["recorded"]["kind"] == "steps"):
+        time.sleep(0.2)
+    assert _meta(out)["running"] is True, "the steps' trace was not on disk while the script ran"
     proc.kill()
     proc.wait(timeout=60)
     deadline = time.monotonic() + 120
