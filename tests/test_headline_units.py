@@ -72,6 +72,30 @@ def test_headline_fits_a_phone(path: Path) -> None:
     assert not s.headline.endswith(("; .", ": .", ",.")), s.headline
 
 
+def _carries_the_prediction(rep: Report) -> None:
+    s = rep.summary
+    if s.primary is None:
+        return
+    assert "should take about" in s.headline and "tracelens diff" in s.headline, s.headline
+    assert len(s.headline) <= HEADLINE_CHARS, s.headline
+    assert not any(n.startswith("After it") for n in s.notes), s.notes
+
+
+@pytest.mark.parametrize("path", SAMPLE_TRACES, ids=trace_id)
+def test_headline_carries_the_prediction(path: Path) -> None:
+    """Issue 25: where a finding leads, the headline ends with the falsifiable prediction
+    (the step after the fix, and how to check it), within HEADLINE_CHARS: the title and its
+    fix make room for it (plain_gloo_wait's went to the notes before)."""
+    _carries_the_prediction(report_of(path))
+
+
+@pytest.mark.slow
+@needs_real
+@pytest.mark.parametrize("path", REAL_TRACES, ids=trace_id)
+def test_public_headline_carries_the_prediction(path: Path) -> None:
+    _carries_the_prediction(report_of(path))
+
+
 def _unit_traces() -> list[Path]:
     return [p for p in SAMPLE_TRACES if "diff_" not in p.name]
 

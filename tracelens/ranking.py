@@ -30,6 +30,7 @@ from tracelens.explain.headline import (
     QuietFacts,
     blocked_reason,
     lead_headline,
+    part_note,
     prediction_sentence,
     quiet_headline,
     unprofiled_sentence,
@@ -552,9 +553,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     if blocker is not None:
         # The blocker's fix is fix 1 and the gain is the two together (issue 24 §2).
         gain = min(top.expected_gain_us + blocker.expected_gain_us, ctx.window_us)
-    lead = lead_headline(LeadFacts(top, part, blocker, gain, ctx.per_unit, ctx.window_us))
-    headline, advice, below = lead.headline, lead.advice, []
-    notes = (*notes, *lead.moved)
+    below: list[str] = []
     pred = top.prediction
     predicted = low = high = 0.0
     u_now = u_after = 0.0
@@ -583,16 +582,24 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
                 below.append(unprofiled_sentence(unit, step, u_now, u_after))
             else:
                 u_now = u_after = 0.0  # the profiler's cost is within the replay's own error
+    # The prediction is the headline's falsifiable end (issue 25): the title and fix make
+    # room for it, and what does not fit beside it goes to the notes.
+    facts = LeadFacts(top, part, blocker, gain, ctx.per_unit, ctx.window_us)
+    alone = len(lead_headline(facts).headline)
+    if pred is not None and below and pred.part and alone + 1 + len(below[0]) > HEADLINE_CHARS:
+        # Too long beside the headline: the prediction without what its gain is, that in a note.
+        below[0] = prediction_sentence(unit, step, predicted, low, high, pred, after, with_part=False)
+        notes = (*notes, part_note(pred))
+    reserve = len(below[0]) + 1 if below else 0
+    lead = lead_headline(facts, reserve)
+    headline, advice = lead.headline, lead.advice
+    notes = (*notes, *lead.moved)
     # The headline fits a phone (issue 27): a sentence that would take it past
     # HEADLINE_CHARS goes to the notes below it, in order, whole.
     # (the profiler's cost stays only after the prediction)
     room = True
-    for sentence in below:
-        room = (
-            room
-            and sentence.startswith(("After it", "Without the"))
-            and len(headline) + 1 + len(sentence) <= HEADLINE_CHARS
-        )
+    for i, sentence in enumerate(below):
+        room = room and (i == 0 or len(headline) + 1 + len(sentence) <= HEADLINE_CHARS)
         if room:
             headline += " " + sentence
         else:

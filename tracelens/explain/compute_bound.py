@@ -74,8 +74,8 @@ def _kernel_first(top: Place[KernelRoof] | None, unit: PerUnit) -> str:
     )
 
 
-def _short(name: str) -> str:
-    return name if len(name) <= 60 else name[:59] + "…"
+def _short(name: str, limit: int = 60) -> str:
+    return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
 def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float, unit: PerUnit) -> Words:
@@ -84,7 +84,7 @@ def _fp32_words(found: Found[Fp32Facts, KernelRoof], share: float, unit: PerUnit
         title=(
             f"{per_unit(found.time_us, unit)} ({pct(share)} of the analysed time) is in fp32 kernels "
             f"({per_unit(f.matmul_us, unit)} "
-            f"of matmuls and convolutions such as {_short(f.example)}) on a {f.gpu}, whose fp16 tensor cores run "
+            f"of matmuls and convolutions such as {_short(f.example, 40)}) on a {f.gpu}, whose fp16 tensor cores run "
             f"{f.fp16_ratio:.0f}x its fp32 rate"
         ),
         advice=(

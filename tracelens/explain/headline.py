@@ -34,20 +34,33 @@ RANGE_SHARE = 0.02
 
 
 def prediction_sentence(
-    unit: str, step: float, predicted: float, low: float, high: float, pred: Prediction, blockers: str = ""
+    unit: str,
+    step: float,
+    predicted: float,
+    low: float,
+    high: float,
+    pred: Prediction,
+    blockers: str = "",
+    with_part: bool = True,
 ) -> str:
     """The headline's falsifiable end: what the step should take after the first fix, and
-    how to check it (predicted, then measured)."""
+    how to check it (predicted, then measured); `with_part`: with what the gain is (the
+    headline leaves it to a note when it does not fit, part_note)."""
     what = "the window" if unit == "window" else f"the {unit}"
     wide = high - low > RANGE_SHARE * max(predicted, 1e-9) and fmt_us(low) != fmt_us(high)
     rng = f" ({fmt_us(low)} to {fmt_us(high)})" if wide else ""  # never "(1.2 ms to 1.2 ms)"
     how = "replayed from this trace" if pred.basis == "replay" else "estimated"
-    part = f"; the gain is {pred.part}" if pred.part else ""
+    part = f"; the gain is {pred.part}" if pred.part and with_part else ""
     after = f" and the {blockers} fix" if blockers else ""
     return (
         f"After it{after} {what} should take about {fmt_us(predicted)}{rng} instead of {fmt_us(step)} ({how}{part}); "
         "check with `tracelens diff` on a new capture."
     )
+
+
+def part_note(pred: Prediction) -> str:
+    """What a prediction's gain is, as a note of its own ("" when the prediction says nothing)."""
+    return f"The predicted gain is {pred.part}." if pred.part else ""
 
 
 def first_fix(blocker: Finding) -> str:
@@ -177,10 +190,12 @@ class Lead:
     moved: tuple[str, ...] = ()
 
 
-def lead_headline(f: LeadFacts) -> Lead:
+def lead_headline(f: LeadFacts, reserve: int = 0) -> Lead:
     """The headline and the advice (the blocker's fix first) when a finding leads, the
-    headline within HEADLINE_CHARS: the largest part's sentence, then the blocker's reason
-    (the advice has it), then the title's last clauses go first."""
+    headline within HEADLINE_CHARS less `reserve` (the prediction's sentence, which follows
+    it): the largest part's sentence, then the blocker's reason (the advice has it), then
+    the title's last clauses go first."""
+    limit = HEADLINE_CHARS - reserve
     top = f.top
     own = top.title
     part = f.part.title if f.part is not None else ""
@@ -204,11 +219,11 @@ def lead_headline(f: LeadFacts) -> Lead:
         ]
     moved: list[str] = []
     title = own + (f"; the largest part: {part}" if part else "")
-    if part and len(title) + 2 + len(fixes[0]) > HEADLINE_CHARS:
+    if part and len(title) + 2 + len(fixes[0]) > limit:
         title = own
         moved.append(f"The largest part: {part}.")
-    fix = next((x for x in fixes if len(title) + 2 + len(x) <= HEADLINE_CHARS), fixes[-1])
-    title = shorter_title(title, HEADLINE_CHARS - 2 - len(fix))
+    fix = next((x for x in fixes if len(title) + 2 + len(x) <= limit), fixes[-1])
+    title = shorter_title(title, limit - 2 - len(fix))
     return Lead(f"{title}. {fix}", advice, tuple(moved))
 
 
