@@ -593,7 +593,7 @@ def summary(ctx: AnalysisContext, findings: list[Finding]) -> Summary:
     reserve = len(below[0]) + 1 if below else 0
     lead = lead_headline(facts, reserve)
     headline, advice = lead.headline, lead.advice
-    notes = (*notes, *lead.moved)
+    notes = (*lead.moved, *notes)  # what the headline left out reads right under it
     # The headline fits a phone (issue 27): a sentence that would take it past
     # HEADLINE_CHARS goes to the notes below it, in order, whole.
     # (the profiler's cost stays only after the prediction)

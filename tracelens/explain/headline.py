@@ -223,8 +223,13 @@ def lead_headline(f: LeadFacts, reserve: int = 0) -> Lead:
         title = own
         moved.append(f"The largest part: {part}.")
     fix = next((x for x in fixes if len(title) + 2 + len(x) <= limit), fixes[-1])
-    title = shorter_title(title, limit - 2 - len(fix))
-    return Lead(f"{title}. {fix}", advice, tuple(moved))
+    cut = shorter_title(title, limit - 2 - len(fix))
+    if len(cut) < len(title):
+        # The clauses cut from the headline are the first note under it, not lost (e.g.
+        # "289.6 ms of the wait is their device-to-host copies to pageable memory").
+        rest = title[len(cut) :].lstrip(";: ")
+        moved.insert(0, rest[:1].upper() + rest[1:] + ".")
+    return Lead(f"{cut}. {fix}", advice, tuple(moved))
 
 
 #: Why a finding's fix waits on another's (ranking.blockers decides which).

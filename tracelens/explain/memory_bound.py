@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from tracelens.analyzers.base import Found
+from tracelens.analyzers.base import Found, Place
 from tracelens.analyzers.memory_bound import MemoryFacts
 from tracelens.derive.fusion import FusionChain
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.roofline import KernelRoof
 from tracelens.domain import PerUnit, pct, per_unit
-from tracelens.explain.base import Words
+from tracelens.explain.base import Words, where
 
 LABELS = {
     "memory_bound_us": "memory-bound kernel time",
@@ -43,6 +43,22 @@ def kernel_text(r: KernelRoof) -> str:
     )
 
 
+def _chain_first(top: Place[FusionChain | KernelRoof] | None, unit: PerUnit) -> str:
+    """The concrete start (issue 27, as the launch finding's site): the chain that saves
+    the most fused, its ops and source line, and what torch.compile on it saves; "" where
+    the top place is not a chain."""
+    if top is None or not isinstance(top.facts, FusionChain):
+        return ""
+    c = top.facts
+    ops = " > ".join(op.split("::")[-1] for op in c.ops[:6]) + (" > ..." if len(c.ops) > 6 else "")
+    at = f" {where(top.source)}" if top.source is not None else ""
+    return (
+        f"Start with the chain {ops}{at} ({len(c.ops)} passes): torch.compile on "
+        f"{'that function' if at else 'the code that runs it'} fuses it into about one pass, "
+        f"{per_unit(c.saved_us, unit)} saved."
+    )
+
+
 def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float, unit: PerUnit) -> Words:
     f = found.facts
     mem_time = found.time_us
@@ -59,6 +75,9 @@ def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float, uni
         "with their source), avoid copies and casts (.contiguous(), .to(dtype) inside the step), keep "
         "activations in bf16, and reuse buffers in place where autograd allows."
     )
+    first = _chain_first(found.places[0] if found.places else None, unit)
+    if first:
+        advice = first + " " + advice
     if f.spilling_us is not None:
         advice += (
             f" {per_unit(f.spilling_us, unit)} is fp32 memory-efficient attention spilling "
