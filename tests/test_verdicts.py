@@ -541,7 +541,7 @@ def test_gloo_gain_is_the_transport_nccl_removes() -> None:
     heavy = report_of(sample("ranks_gpu_heavy/rank1"))
     assert heavy.summary.primary == Category.COMMUNICATION
     said = " ".join((heavy.summary.headline, *heavy.summary.notes))
-    assert "the gain is the wait for a slower rank" in said
+    assert "gain is the wait for a slower rank" in said  # in the headline or its note
     assert "NCCL removes is not in it" in said
 
 
