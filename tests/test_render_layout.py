@@ -112,4 +112,7 @@ def test_a_long_note_folds_after_its_first_sentence() -> None:
     head, rest = note_parts(long)
     assert head == "This trace is down-sampled: events were removed." and rest.startswith("Of its ops")
     assert note_parts("Short note. Two sentences.") == ("Short note. Two sentences.", "")
+    # a colon is not a sentence's end (eager_trace's "The largest part: GPU idles ...")
+    part = "The largest part: GPU idles 14.5 ms while the host works; " + "in host work in aten::linear, " * 9
+    assert note_parts(part) == (part, "")
     assert len(long) > NOTE_FOLD_CHARS

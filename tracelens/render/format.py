@@ -156,7 +156,7 @@ def metric(m: Metric, report: Any = None) -> str:
 #: A note longer than this shows its first sentence and folds the rest (issue 27: the
 #: down-sampled note is 760 characters, ~14 lines on a phone, above the timeline).
 NOTE_FOLD_CHARS = 240
-_SENTENCE_END = re.compile(r"(?<=[.:;])\s+(?=[A-Z])")
+_SENTENCE_END = re.compile(r"(?<=\.)\s+(?=[A-Z])")
 
 
 def note_parts(note: str) -> tuple[str, str]:
