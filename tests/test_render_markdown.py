@@ -167,3 +167,12 @@ def test_prose_is_cut_at_words() -> None:
         assert advice.startswith(cut[:-1]) and advice[len(cut) - 1] in " ,"  # ends where a word ends
     assert prose("short", 80) == "short"
     assert "num\\_wo…" not in md_prose(advice, 300) and md_prose(advice, 300).endswith("…")
+
+
+def test_the_pictures_line_is_not_a_table_row() -> None:
+    """The pictures' line follows the ledger table: without a blank line before it, GFM
+    makes it one more row of that table (seen in the README's sample report)."""
+    text = render_markdown(report_of(sample("host_sync_mask")), charts=("a.ledger.svg", "a.timeline.svg"))
+    html = gfm(text)
+    assert "<p><em>Pictures for this comment" in html
+    assert all(len(set(rows)) == 1 for rows in tables(html))
