@@ -443,7 +443,9 @@ def _notes(ctx: AnalysisContext) -> tuple[str, ...]:
     # (when its stalls are large, the queued_idle finding says this)
     if other >= OTHER_IDLE_NOTE_SHARE and not finding_due(ctx.queued_waits, dev.window_us):
         facts = replace(facts, other_idle=other, queued=ctx.queued_waits)
-    if (startup := dev.share("startup")) >= STARTUP_NOTE_SHARE:
+    # From STARTUP_WINDOW_SHARE on the headline itself says the window is start-up (mi250's
+    # note repeated it).
+    if STARTUP_NOTE_SHARE <= (startup := dev.share("startup")) < STARTUP_WINDOW_SHARE:
         facts = replace(facts, startup_share=startup)
     unlinked_us, unlinked_n = _unlinked_gpu(ctx)
     if unlinked_n:
