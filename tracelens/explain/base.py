@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tracelens.analyzers.base import Found
+from tracelens.analyzers.base import Found, Place
 from tracelens.domain import severity_for
 from tracelens.report.findings import Finding, Metric, PySource, Site
 
@@ -30,6 +30,17 @@ def where(source: PySource) -> str:
         # torch.profiler records the function's def line, not the call's: say so
         return f"in {source.function}() (def at {source.label})"
     return f"at {source.label}"
+
+
+def top_place(found: Found[Any, Any]) -> Place[Any] | None:
+    """The finding's costliest place (its first), where its concrete fix starts."""
+    return found.places[0] if found.places else None
+
+
+def led_by(first: str, advice: str) -> str:
+    """The advice with its concrete start first (issue 27: the site, chain or kernel before
+    the general words); the advice alone where there is no start."""
+    return f"{first} {advice}" if first else advice
 
 
 def finding(found: Found[Any, Any], words: Words, share: float) -> Finding:

@@ -6,7 +6,7 @@ from tracelens.analyzers.base import Found, Place
 from tracelens.analyzers.compute_bound import AMP_MATMUL_SAVING, ComputeFacts, Fp32Facts
 from tracelens.derive.roofline import KernelRoof
 from tracelens.domain import PerUnit, pct, per_unit
-from tracelens.explain.base import Words, where
+from tracelens.explain.base import Words, led_by, top_place, where
 from tracelens.model.peaks import UNIT_NAMES
 
 LABELS = {
@@ -127,9 +127,7 @@ def _compute_words(found: Found[ComputeFacts, KernelRoof], share: float, unit: P
             )
     # Where to start goes before the general advice, after the TF32 flag (below) where
     # there is one: the flag is the concrete fix.
-    first = _kernel_first(found.places[0] if found.places else None, unit)
-    if first:
-        advice = first + " " + advice
+    advice = led_by(_kernel_first(top_place(found), unit), advice)
     if f.fp32_matmul_us and f.amp_fp16:
         advice += (
             f" {per_unit(f.fp32_matmul_us, unit)} of it is fp32 matmuls and convolutions: with AMP in fp16 "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from tracelens.analyzers.base import Found, Place
 from tracelens.analyzers.launch_overhead import GRAPH_REPLAY_GAP_US, TINY_KERNEL_US, Launcher, LaunchFacts
 from tracelens.domain import NO_ENCLOSING_OP, PerUnit, pct, per_unit
-from tracelens.explain.base import Words, where
+from tracelens.explain.base import Words, led_by, top_place, where
 
 LABELS = {
     "launch_gap_us": "launch-gap idle",
@@ -75,9 +75,7 @@ def words(found: Found[LaunchFacts, Launcher], share: float, unit: PerUnit) -> W
         )
     if f.known_fixes:
         advice = " ".join(KNOWN_FIXES[key] for key in f.known_fixes) + "\n" + advice
-    first = _site_first(found.places[0] if found.places else None, unit)
-    if first:
-        advice = first + " " + advice
+    advice = led_by(_site_first(top_place(found), unit), advice)
     return Words(
         title=title,
         advice=advice,

@@ -8,7 +8,7 @@ from tracelens.derive.fusion import FusionChain
 from tracelens.derive.kernel_models import L2_ROOF_NAME
 from tracelens.derive.roofline import KernelRoof
 from tracelens.domain import PerUnit, pct, per_unit
-from tracelens.explain.base import Words, where
+from tracelens.explain.base import Words, led_by, top_place, where
 
 LABELS = {
     "memory_bound_us": "memory-bound kernel time",
@@ -75,9 +75,7 @@ def words(found: Found[MemoryFacts, FusionChain | KernelRoof], share: float, uni
         "with their source), avoid copies and casts (.contiguous(), .to(dtype) inside the step), keep "
         "activations in bf16, and reuse buffers in place where autograd allows."
     )
-    first = _chain_first(found.places[0] if found.places else None, unit)
-    if first:
-        advice = first + " " + advice
+    advice = led_by(_chain_first(top_place(found), unit), advice)
     if f.spilling_us is not None:
         advice += (
             f" {per_unit(f.spilling_us, unit)} is fp32 memory-efficient attention spilling "
