@@ -7,6 +7,11 @@ step times measured with CUDA events outside the profiler (each trace's metadata
     python bench/diff_pairs_check.py [--pairs sync,graph,...]
 
 Profiled: predicted after-step vs the after-trace's step (the window over its steps).
+The traces are sample_traces/pairs/ (--dir): each side of each pair captured in a process
+of its own, as a user runs the program before and after the fix. The diff_* traces in
+sample_traces/ are the same programs captured all in one process, each after the earlier
+ones' profiler sessions, which slowed its host (bench/pair_order_probe.py).
+
 Unprofiled: the after-step the before-report predicts without the profiler's own host
 cost (derive/profiler_cost.py; marked *) where that cost is at least 5% of the step, else
 the predicted change as a share of the before step applied to the CUDA-event before
@@ -64,9 +69,9 @@ def event_us(path: Path) -> float:
     return float(data["event_step_ms"]) * 1e3
 
 
-def row(pair: str) -> dict[str, object]:
-    b = REPO / "sample_traces" / f"diff_{pair}_before.pt.trace.json.gz"
-    a = REPO / "sample_traces" / f"diff_{pair}_after.pt.trace.json.gz"
+def row(pair: str, folder: Path) -> dict[str, object]:
+    b = folder / f"diff_{pair}_before.pt.trace.json.gz"
+    a = folder / f"diff_{pair}_after.pt.trace.json.gz"
     d = build_diff(load_trace(b), load_trace(a))
     v = d.verdict
     eb, ea = event_us(b), event_us(a)
@@ -113,6 +118,11 @@ def main() -> None:
     ap.add_argument("--pairs", default="all", help="pairs to check, comma-separated; 'unseen' for the unseen set, "
                     "'seen' for the others, 'all' (the default) for both")  # fmt: skip
     ap.add_argument("--json", help="also write the rows as JSON here")
+    ap.add_argument(
+        "--dir", type=Path, default=REPO / "sample_traces" / "pairs",
+        help="the pairs' traces: sample_traces/pairs (one side per process, the default) or sample_traces (the "
+        "earlier captures, all pairs in one process)",
+    )  # fmt: skip
     args = ap.parse_args()
     print(f"tracelens {__version__} · Python {platform.python_version()} · {platform.machine()}")
     print("traces captured on an NVIDIA H200 (torch 2.11.0+cu130); CUDA events taken outside the profiler\n")
@@ -120,7 +130,7 @@ def main() -> None:
     wanted = [q for p in args.pairs.split(",") if p for q in sets.get(p, [p])]
     rows = []
     for pair in wanted:
-        r = row(pair)
+        r = row(pair, args.dir)
         r["set"] = "unseen" if pair in UNSEEN else "seen"
         rows.append(r)
 

@@ -1,6 +1,6 @@
 """Before/after pairs for `tracelens diff` (issues 17 and 25), each a real fix of one finding.
 
-    python workloads/diff_pairs.py --out sample_traces                 # all pairs on CUDA
+    python workloads/diff_pairs.py                                     # all pairs on CUDA -> sample_traces/pairs
     python workloads/diff_pairs.py --out /tmp/p --pairs sync,pinned    # some of them
     python workloads/diff_pairs.py --device cpu --out /tmp/cpu         # smoke test
 
@@ -40,6 +40,11 @@ Pairs (the trace names are diff_<pair>_before / diff_<pair>_after):
   dataset; a conv net's .item(); a 4-layer, 4096-token cache), which no constant of the
   replay's models was fitted on.
 
+Each side of each pair runs in a process of its own (run_side): timed with CUDA events
+first, then profiled. Until 2026-12-03 all pairs ran in one process, and each trace and
+event time came after the earlier sides' profiler sessions, which slow the host
+(bench/pair_order_probe.py); those captures are the diff_* traces in sample_traces/.
+
 Each side's step time is also measured with CUDA events outside the profiler and stored
 in the trace's metadata (`event_step_ms`: the median over EVENT_BLOCKS blocks of
 EVENT_BLOCK_STEPS consecutive steps, each block's time over its steps, as the profiled
@@ -52,6 +57,7 @@ from __future__ import annotations
 import os
 import random
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -680,32 +686,46 @@ def build(pair: str, dev: torch.device, cuda: bool) -> tuple[Step, Step, dict[st
     return builders[pair](dev, cuda)
 
 
+def run_side(pair: str, side: str, dev: torch.device, out: str) -> None:
+    """One side of one pair, in this process: built, settled, timed with CUDA events, then
+    profiled. The events come before this process's profiler session, never after one:
+    a torch.profiler session slows every later step of its process (measured on the H200
+    with bench/pair_order_probe.py: item_u's step 2.68 ms fresh, 3.43 ms after one
+    profiled session, 4.28 ms after two), which inflated each after side's unprofiled
+    time when both sides and all pairs shared one process."""
+    before, after, meta = build(pair, dev, dev.type == "cuda")
+    sides = {"before": meta.pop("before"), "after": meta.pop("after")}
+    fn = before if side == "before" else after
+    run(f"diff_{pair}_{side}", fn, dev, out, {"pair": pair, "side": sides[side], **meta})
+
+
 def main() -> None:
     parser = make_parser(__doc__)
+    parser.set_defaults(out="sample_traces/pairs")
     parser.add_argument("--pairs", default=",".join(PAIRS), help="comma-separated pairs to capture (also: unseen)")
+    parser.add_argument("--side", choices=("before", "after"), help="run one side of one pair in this process")
     args = parser.parse_args()
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         sys.exit(f"--device {args.device} requested but CUDA is not available (use --device cpu for a smoke test)")
-    cuda = dev.type == "cuda"
     wanted = [q for p in args.pairs.split(",") if p for q in (UNSEEN if p == "unseen" else (p,))]
     unknown = sorted(set(wanted) - set(PAIRS) - set(UNSEEN))
     if unknown:
         sys.exit(f"unknown pairs: {', '.join(unknown)} (known: {', '.join(PAIRS)})")
+    if args.side:
+        if len(wanted) != 1:
+            sys.exit("--side runs one pair: give --pairs NAME")
+        run_side(wanted[0], args.side, dev, args.out)
+        return
+    # Each side of each pair in a fresh process, as a user runs the program before and
+    # after the fix: no side is timed after another's profiler session (run_side).
     failed = []
     for pair in wanted:
-        try:
-            before, after, meta = build(pair, dev, cuda)
-            sides = {"before": meta.pop("before"), "after": meta.pop("after")}
-            for side, fn in (("before", before), ("after", after)):
-                run(f"diff_{pair}_{side}", fn, dev, args.out, {"pair": pair, "side": sides[side], **meta})
-        except Exception as exc:  # one broken pair must not cost the others their run
-            import traceback
-
-            traceback.print_exc()
-            failed.append(f"{pair}: {type(exc).__name__}: {exc}")
-        if cuda:
-            torch.cuda.empty_cache()
+        for side in ("before", "after"):
+            cmd = [sys.executable, os.path.abspath(__file__), "--pairs", pair, "--side", side]
+            cmd += ["--out", args.out, "--device", args.device]
+            if subprocess.run(cmd, check=False).returncode != 0:  # one broken side must not cost the others
+                failed.append(f"{pair} {side}")
     if failed:
         print("FAILED pairs:\n  " + "\n  ".join(failed))
         sys.exit(1)

@@ -50,6 +50,21 @@ def sample(name: str) -> Path:
     return p
 
 
+#: The H200 before/after pairs captured one side per process (workloads/diff_pairs.py,
+#: 2026-12-03): the prediction's ground truth. The diff_* traces in SAMPLES are the same
+#: programs captured all in one process, each after the earlier ones' profiler sessions,
+#: whose host ran up to 2.7x slower for it (bench/pair_order_probe.py); they stay the
+#: analyzers' inputs.
+PAIRS_DIR = SAMPLES / "pairs"
+
+
+def pair_trace(pair: str, side: str) -> Path:
+    p = PAIRS_DIR / f"diff_{pair}_{side}.pt.trace.json.gz"
+    if not p.exists():
+        pytest.fail(f"pair trace missing: {p}")
+    return p
+
+
 #: Where the xdist workers of one session share the models and reports they built (set
 #: by conftest's session fixture; None: no other worker, the in-memory caches alone).
 #: Under `-n 2` most traces were loaded and reported by both workers: all samples and

@@ -47,6 +47,7 @@ from tracelens.derive.graph_select import GPU as GPU
 from tracelens.derive.graph_select import HOST as HOST
 from tracelens.derive.graph_select import select_window_nodes
 from tracelens.derive.graph_threads import _thread_key, _thread_waits
+from tracelens.derive.host_calls import queued_copy_call_rows
 from tracelens.derive.window import Window
 from tracelens.domain import ASYNC_COPY_APIS, SYNC_APIS
 from tracelens.model.schema import Kind
@@ -212,7 +213,8 @@ def build_graph(
 
     # -- GPU -> host waits
     return_latency = _add_wait_edges(
-        n, host, kind, row, ts, end, chain, keys, a_call_ts, act_pos, host_node, dur, (src, dst, dly, typ)
+        n, host, kind, row, ts, end, chain, keys, a_call_ts, act_pos, host_node, dur, (src, dst, dly, typ),
+        queued_copy_call_rows(model),
     )
 
     # -- thread -> thread: the autograd engine's fork and join
@@ -358,6 +360,7 @@ def _add_wait_edges(
     host_node: dict[int, int],
     dur: np.ndarray,
     edges: tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray], list[np.ndarray]],
+    queued_copies: np.ndarray,
 ) -> float:
     """GPU -> host waits (syncs, async copies, long calls that end when GPU work does):
     appends their END_END edges to `edges` and caps a waiting call's own `dur` at
@@ -367,7 +370,9 @@ def _add_wait_edges(
     names = host["name"]
     call_names = names.iloc[row[h_nodes]]
     is_sync = name_matches(call_names, SYNC_APIS.__contains__)
-    is_copy = name_matches(call_names, ASYNC_COPY_APIS.__contains__)
+    # A copy that only queues (derive/host_calls.queued_copy_call_rows) waits only as a
+    # long call (a full launch queue), never as a copy.
+    is_copy = name_matches(call_names, ASYNC_COPY_APIS.__contains__) & ~np.isin(row[h_nodes], queued_copies)
     long_call = (end[h_nodes] - ts[h_nodes]) >= WAIT_CALL_MIN_US
     candidates = h_nodes[is_sync | is_copy | long_call]
     w_src, w_dst, w_lat = _waits(candidates, ts, end, kind, chain, keys, a_call_ts, act_pos, row, host_node)

@@ -51,6 +51,25 @@ def blocking_call_rows(model: TraceModel) -> np.ndarray:
     return np.sort(rows.astype(np.int64))
 
 
+#: Copy activities whose call never waits for the device: device to device, and a host
+#: side in pinned memory (the call only queues it). sdpa_u's eager masked_fill clones
+#: its scores with a 15 µs DtoD cudaMemcpyAsync while the host ran 6 ms ahead of the GPU:
+#: a queued kernel that ended inside the call read as the call's wait, and the SDPA
+#: replay then held the host 2.7 ms on it (the after step predicted 1.08 ms, 0.39 measured).
+_QUEUED_COPY_MARKERS = ("DtoD", "Device -> Device", "DeviceToDevice", "Pinned")
+
+
+def queued_copy_call_rows(model: TraceModel) -> np.ndarray:
+    """Host rows of copy calls whose copy only queues: device to device, or to or from
+    pinned host memory (sorted)."""
+    gpu = model.gpu
+    mc = gpu[(gpu["kind"] == Kind.MEMCPY) & (gpu["launch"] >= 0)]
+    if mc.empty:
+        return np.empty(0, dtype=np.int64)
+    queued = name_matches(mc["name"], lambda n: any(m in n for m in _QUEUED_COPY_MARKERS))
+    return np.unique(mc["launch"].to_numpy()[queued].astype(np.int64))
+
+
 def one_per_call(model: TraceModel, rows: np.ndarray) -> np.ndarray:
     """Of blocking-call rows (sorted), one per logical call. A pageable `.tolist()` or
     `.cpu()` is a cudaMemcpyAsync and then a cudaStreamSynchronize inside one
