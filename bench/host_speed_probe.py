@@ -9,6 +9,9 @@ settings: record_shapes, with_stack), and prints a table (median µs over 30 ste
 
     python bench/host_speed_probe.py          # both sides, each in its own process
 
+`python bench/host_speed_probe.py profiled-table`: five pairs' sides under the profiler,
+host time a step with the GPU drained first and back to back (GPU behind).
+
 Then each side of six pairs (workloads/diff_pairs.py), unprofiled, in a process of its
 own: the step's host time with the GPU drained before it, and back to back.
 """
@@ -88,7 +91,48 @@ def pair_side(pair: str, which: str) -> None:
     print(f"| {pair} | {which} | {statistics.median(drained):.0f} | {ahead:.0f} | {total:.0f} |", flush=True)
 
 
+def profiled_side(pair: str, which: str) -> None:
+    """A diff pair's side under torch.profiler (record_shapes, with_stack, as the workloads
+    profile): the step's host time with the GPU drained before each step, and back to
+    back while the GPU runs behind, from perf_counter around each call."""
+    import torch
+    from diff_pairs import build
+    from torch.profiler import ProfilerActivity, profile
+
+    dev = torch.device("cuda")
+    before, after, _ = build(pair, dev, True)
+    fn = before if which == "before" else after
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
+    with profile(activities=acts, record_shapes=True, with_stack=True):
+        drained, ahead = [], []
+        for _ in range(STEPS // 3):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn()
+            drained.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+        for _ in range(STEPS // 3):
+            t0 = time.perf_counter()
+            fn()
+            ahead.append((time.perf_counter() - t0) * 1e6)
+        torch.cuda.synchronize()
+    print(f"| {pair} | {which} | {statistics.median(drained):.0f} | {statistics.median(ahead):.0f} |", flush=True)
+
+
 def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "profiled":
+        profiled_side(sys.argv[2], sys.argv[3])
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "profiled-table":
+        print("| pair | side | profiled host µs a step, GPU drained first | back to back (GPU behind) |")
+        print("|---|---|---|---|", flush=True)
+        for pair in ("kv", "kv_u", "sdpa_u", "empty_cache", "graph"):
+            for which in ("before", "after"):
+                subprocess.run([sys.executable, os.path.abspath(__file__), "profiled", pair, which], check=False)
+        return
     if len(sys.argv) > 2 and sys.argv[1] == "pair":
         pair_side(sys.argv[2], sys.argv[3])
         return

@@ -54,12 +54,12 @@ def _event_us(path: Path) -> float:
     return float(data["event_step_ms"]) * 1e3
 
 
-#: A fix that turns a GPU-bound program host-bound: the profiled before program's host ran
-#: its work 1.4-1.7x slower than the after program's, which the replay keeps (kv: 56
-#: runtime calls 529 vs 378 µs a step, the step's host 3.0-4.6 ms vs 2.6), though without
-#: the profiler both sides' host steps take the same (kv: 800 vs 855 µs with the GPU
-#: drained, bench/host_speed_probe.py): the profiler's cost grows while the GPU runs
-#: behind. Not modelled yet (issue 25 stays open).
+#: A fix that turns a GPU-bound program host-bound: in the pair's traces the before
+#: program's host ran its steps 1.4-1.7x slower than the after program's, which the replay
+#: keeps (kv: 56 runtime calls 529 vs 378 µs a step, the ProfilerStep's host 3.0-4.6 ms vs
+#: 2.6). Timed with perf_counter, both sides' host steps take about the same, unprofiled
+#: (kv: 800 vs 855 µs, the GPU drained first) and under the profiler (2.4 vs 2.6 ms;
+#: bench/host_speed_probe.py): the cause is not found yet (issue 25 stays open).
 HOST_SPEED = 0.75
 
 #: Each H200 pair (workloads/diff_pairs.py, sample_traces/pairs: one side per process),
@@ -67,7 +67,9 @@ HOST_SPEED = 0.75
 #: the after-trace's (profiled) step: issue 25's 10% where the model holds; the others
 #: say why they miss (bench/diff_pairs_check.py prints the table):
 PAIRS = {
-    "graph": ("launch_overhead", 0.25),  # +21%: the replayed graph keeps 70 µs a step the after's host no longer has
+    # +21%: the GPU side replays right (211 µs of kernels + 200 gaps of 0.26 µs = 263 µs a
+    # step; measured 264); the host's step beside it is predicted 70 µs longer than measured.
+    "graph": ("launch_overhead", 0.25),
     "compile": ("memory_bound", 0.10),
     "align": ("misaligned_matmul", 0.10),
     "sdpa": ("eager_attention", 0.10),
