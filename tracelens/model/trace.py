@@ -65,8 +65,8 @@ def name_matches(names: pd.Series, predicate: Callable[[str], bool]) -> np.ndarr
     ok = np.fromiter(
         (bool(predicate(c if type(c) is str else str(c))) for c in cats.tolist()), dtype=bool, count=len(cats)
     )
-    codes = names.cat.codes.to_numpy()
-    return np.where(codes >= 0, ok[np.clip(codes, 0, None)], False) if len(cats) else np.zeros(len(names), bool)
+    # One gather: code -1 (a missing name) picks the appended False.
+    return np.append(ok, False)[names.cat.codes.to_numpy()]
 
 
 @dataclass(frozen=True)
