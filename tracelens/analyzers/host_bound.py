@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, cast
 
@@ -450,7 +451,7 @@ def _is_training(model: TraceModel) -> bool:
 
 
 def _covering_annotation(
-    parent: list[int], kinds: list[int], ts: list[float], row: int, step_starts: set[float]
+    parent: Sequence[int], kinds: list[int], ts: list[float], row: int, step_starts: set[float]
 ) -> int | None:
     """The innermost annotation (record_function range, the DataLoader's __next__, PARAM's
     ranges) enclosing an op row, other than a step mark, or None. Walks the row's
