@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -500,7 +501,7 @@ def _instructions(
     return instr
 
 
-def _ancestors_among(up: list[int], rows: set[int], among: set[int]) -> set[int]:
+def _ancestors_among(up: Sequence[int], rows: set[int], among: set[int]) -> set[int]:
     """The rows of `among` that enclose one of `rows` within host_chain's bound (what
     `{a for r in rows for a in model.host_chain(r)[1:] if a in among}` gives), in one walk
     over the shared ancestors rather than one whole chain per row: a stack-heavy trace's

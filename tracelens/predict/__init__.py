@@ -269,15 +269,25 @@ def attach(ctx: AnalysisContext, findings: list[Finding]) -> list[Finding]:
         if p is not None:
             plans[f.category] = p
     out = []
+    # Each set of plans replayed once: a blocker's own outcome is also its blocked fix's
+    # `before` (capture_generate: static shapes, before the CUDA graph).
+    replayed: dict[tuple[int, ...], Outcome | None] = {}
+
+    def outcome_of(ps: list[Plan]) -> Outcome | None:
+        key = tuple(map(id, ps))
+        if key not in replayed:
+            replayed[key] = outcome(ctx, ps)
+        return replayed[key]
+
     for f in findings:
         p = plans.get(f.category)
         res = None
         if p is not None:
             first = [plans[b] for b in p.blocked_by if b in plans]
-            res = outcome(ctx, [*first, p])
+            res = outcome_of([*first, p])
             # A blocked fix gains what it adds once its blockers are fixed (their own gain
             # is theirs: issue 34 §4); the predicted step is for all of them together.
-            before = outcome(ctx, first) if first and res is not None else None
+            before = outcome_of(first) if first and res is not None else None
         if p is None or res is None:
             # The analyzer's estimate keeps to the finding's own time too (the one-ledger contract).
             f = replace(f, expected_gain_us=min(f.expected_gain_us, max(f.time_us, 0.0)))

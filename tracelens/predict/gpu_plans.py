@@ -28,6 +28,7 @@ def fusion_plan(ctx: AnalysisContext) -> Plan | None:
     gpu = ctx.model.gpu
     codes = gpu["name"].cat.codes.to_numpy()
     compute_code = np.array([bound.get(str(c)) == "compute" for c in gpu["name"].cat.categories], dtype=bool)
+    codes_of, compute_of = codes.tolist(), compute_code.tolist()  # per-pass lookups: Python items, not numpy
     dur = gpu["dur"].to_numpy(dtype=np.float64).tolist()
     launch = gpu["launch"].to_numpy().tolist()
     root = ctx.model.host["op_root"].to_numpy().tolist()
@@ -64,7 +65,7 @@ def fusion_plan(ctx: AnalysisContext) -> Plan | None:
             rows = np.array([r for p in passes for r in p], dtype=np.int64)
             groups.append(rows)
             pass_us = [float(sum(dur[r] for r in p)) for p in passes]
-            compute = [bool(compute_code[codes[list(p)]].any()) for p in passes]
+            compute = [any(compute_of[codes_of[r]] for r in p) for p in passes]
             ins = [inputs_of(launch[p[0]]) for p in passes]
             pass_info.append((pass_us, fused_bytes(pbytes, ins) if all(ins) else max(pbytes), compute))
             later = np.array([root[launch[p[0]]] for p in passes[1:] if launch[p[0]] >= 0], dtype=np.int64)

@@ -13,62 +13,98 @@ encoded as-is; schemas/ holds their JSON schemas, generated from the classes
 tests.
 """
 
-from tracelens.report.diff_report import (
-    DIFF_SCHEMA_VERSION,
-    CauseChange,
-    Change,
-    Counter,
-    DiffReport,
-    Side,
-    Verdict,
-)
-from tracelens.report.enums import CAUSES, STARTUP_KINDS, Category, Cause, Severity
-from tracelens.report.findings import Finding, Metric, PySource, Site
-from tracelens.report.job_report import JOB_SCHEMA_VERSION, JobReport
-from tracelens.report.snapshot_report import (
-    SNAPSHOT_SCHEMA_VERSION,
-    SnapshotBlock,
-    SnapshotCategory,
-    SnapshotOom,
-    SnapshotReport,
-    SnapshotSite,
-    SnapshotSummary,
-    SnapshotTimeline,
-)
-from tracelens.report.trace_report import (
-    SCHEMA_VERSION,
-    ClockTimeline,
-    CountersSummary,
-    GpuTimeSummary,
-    GraphCollectiveRow,
-    GraphModuleRow,
-    GraphSummary,
-    KernelRow,
-    KernelSource,
-    LedgerEntry,
-    MatmulRow,
-    MeasuredKernel,
-    MemoryTimeline,
-    MisalignedDim,
-    ModelCheckRow,
-    OpRow,
-    Question,
-    Report,
-    RooflinePoint,
-    RooflineSummary,
-    ServingPhaseRow,
-    ServingSummary,
-    SourceRow,
-    StartupItem,
-    StepRow,
-    StreamBusy,
-    Summary,
-    Timeline,
-    TimeSplit,
-    TraceInfo,
-    UncoveredOp,
-    WindowInfo,
-)
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tracelens.report.diff_report import (
+        DIFF_SCHEMA_VERSION,
+        CauseChange,
+        Change,
+        Counter,
+        DiffReport,
+        Side,
+        Verdict,
+    )
+    from tracelens.report.enums import CAUSES, STARTUP_KINDS, Category, Cause, Severity
+    from tracelens.report.findings import Finding, Metric, PySource, Site
+    from tracelens.report.job_report import JOB_SCHEMA_VERSION, JobReport
+    from tracelens.report.snapshot_report import (
+        SNAPSHOT_SCHEMA_VERSION,
+        SnapshotBlock,
+        SnapshotCategory,
+        SnapshotOom,
+        SnapshotReport,
+        SnapshotSite,
+        SnapshotSummary,
+        SnapshotTimeline,
+    )
+    from tracelens.report.trace_report import (
+        SCHEMA_VERSION,
+        ClockTimeline,
+        CountersSummary,
+        GpuTimeSummary,
+        GraphCollectiveRow,
+        GraphModuleRow,
+        GraphSummary,
+        KernelRow,
+        KernelSource,
+        LedgerEntry,
+        MatmulRow,
+        MeasuredKernel,
+        MemoryTimeline,
+        MisalignedDim,
+        ModelCheckRow,
+        OpRow,
+        Question,
+        Report,
+        RooflinePoint,
+        RooflineSummary,
+        ServingPhaseRow,
+        ServingSummary,
+        SourceRow,
+        StartupItem,
+        StepRow,
+        StreamBusy,
+        Summary,
+        Timeline,
+        TimeSplit,
+        TraceInfo,
+        UncoveredOp,
+        WindowInfo,
+    )
+
+#: Where each name is defined: a name is imported when first asked for (PEP 562), so
+#: `tracelens report` does not import the diff's and the job's contracts (their classes'
+#: creation is a part of every start-up).
+_NAMES: dict[str, str] = {
+    "diff_report": "DIFF_SCHEMA_VERSION CauseChange Change Counter DiffReport Side Verdict",
+    "enums": "CAUSES STARTUP_KINDS Category Cause Severity",
+    "findings": "Finding Metric PySource Site",
+    "job_report": "JOB_SCHEMA_VERSION JobReport",
+    "snapshot_report": (
+        "SNAPSHOT_SCHEMA_VERSION SnapshotBlock SnapshotCategory SnapshotOom SnapshotReport SnapshotSite "
+        "SnapshotSummary SnapshotTimeline"
+    ),
+    "trace_report": (
+        "SCHEMA_VERSION ClockTimeline CountersSummary GpuTimeSummary GraphCollectiveRow GraphModuleRow "
+        "GraphSummary KernelRow KernelSource LedgerEntry MatmulRow MeasuredKernel MemoryTimeline "
+        "MisalignedDim ModelCheckRow OpRow Question Report RooflinePoint RooflineSummary ServingPhaseRow "
+        "ServingSummary SourceRow StartupItem StepRow StreamBusy Summary Timeline TimeSplit TraceInfo "
+        "UncoveredOp WindowInfo"
+    ),
+}
+_WHERE = {name: f"tracelens.report.{module}" for module, names in _NAMES.items() for name in names.split()}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CAUSES",

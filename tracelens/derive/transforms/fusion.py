@@ -49,18 +49,31 @@ def fused_time_us(
     datasheet_bandwidth: float,
 ) -> float:
     """The fused kernel's time for one occurrence of a chain (see the module docstring)."""
-    t = np.asarray(pass_us, dtype=np.float64)
-    if not len(t):
+    if not len(pass_us):
         return 0.0
-    arith = float(np.where(np.asarray(pass_compute_bound, bool), t, MEMORY_PASS_ARITH_SHARE * t).sum())
+    arith, longest = _arith_us(pass_us, pass_compute_bound)
     io = float(max(pass_bytes)) if len(pass_bytes) else 0.0
     bw = bandwidth if bandwidth > 0 else datasheet_bandwidth
     if variant == Variant.LOW:
-        return max(float(t.max()), _LOW_ARITH * arith)
+        return max(longest, _LOW_ARITH * arith)
     if variant == Variant.HIGH:
         peak = datasheet_bandwidth if datasheet_bandwidth > 0 else bw
         return max(io / peak * 1e6 if peak > 0 else 0.0, _HIGH_ARITH * arith)
     return max(io / bw * 1e6 if bw > 0 else 0.0, arith)
+
+
+def _arith_us(pass_us: Sequence[float], compute_bound: Sequence[bool]) -> tuple[float, float]:
+    """The passes' arithmetic (a compute-bound pass's time, MEMORY_PASS_ARITH_SHARE of a
+    memory-bound one's) and the longest pass. Called per chain occurrence and variant
+    (~3k calls on capture_generate), so a chain of fewer than 8 passes is summed in Python
+    in numpy's order for so few (from -0.0, one after another: the same float), not
+    through numpy's per-call overhead; longer ones by numpy itself (pairwise)."""
+    if len(pass_us) < 8:
+        share = MEMORY_PASS_ARITH_SHARE
+        vals = [float(u) if c else share * float(u) for u, c in zip(pass_us, compute_bound, strict=True)]
+        return sum(vals, -0.0), max(float(u) for u in pass_us)
+    t = np.asarray(pass_us, dtype=np.float64)
+    return float(np.where(np.asarray(compute_bound, bool), t, MEMORY_PASS_ARITH_SHARE * t).sum()), float(t.max())
 
 
 def apply(
