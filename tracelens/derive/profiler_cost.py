@@ -167,7 +167,13 @@ def profiler_cost(model: TraceModel, g: DependencyGraph, steps: int) -> Profiler
     rows = np.flatnonzero(recorded)
     ts = host["ts"].to_numpy(dtype=np.float64)[rows]
     pid = host["pid"].to_numpy()[rows].astype(np.int64)
-    tid = host["tid"].to_numpy()[rows].astype(np.int64) & 0xFFFFFFFF
+    tid_low = host["tid"].to_numpy()[rows].astype(np.int64) & 0xFFFFFFFF
+    tid: np.ndarray | None = tid_low
+    if int(pid.min()) >= -(2**31) and int(pid.max()) < 2**31:
+        # One key per thread (pid, low 32 bits of tid), not two columns: memory peak.
+        pid = pid * 2**32 + tid_low
+        tid = None
+    del tid_low
     k = kind[rows]
     cost = np.where(
         k == int(Kind.PYTHON), US_PER_PYTHON_EVENT, np.where(k == int(Kind.CPU_OP), per_op, US_PER_RUNTIME_EVENT)
@@ -189,7 +195,11 @@ def profiler_cost(model: TraceModel, g: DependencyGraph, steps: int) -> Profiler
         if hi <= lo:
             continue
         t0, t1 = float(prev[lo]), float(g.end[lo:hi].max())
-        thread = (pid == int(key[0])) & (tid == (int(key[1]) & 0xFFFFFFFF))
+        p, t = int(key[0]), int(key[1]) & 0xFFFFFFFF
+        if tid is not None:
+            thread = (pid == p) & (tid == t)
+        else:
+            thread = pid == p * 2**32 + t if -(2**31) <= p < 2**31 else np.zeros(len(pid), dtype=bool)
         mine = thread & (ts >= t0) & (ts < t1)
         if not mine.any():
             continue
