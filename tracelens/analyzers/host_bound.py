@@ -388,8 +388,9 @@ def _group_charged(
     kinds = model.host["kind"].to_numpy().tolist()
     python_kind = int(Kind.PYTHON)
     annotation_kind = int(Kind.USER_ANNOTATION)
+    # The starts as numpy: read only at annotation rows (few), a list of every row's
+    # float was 9.6 MB on large_compile, at the analysis' memory peak.
     host_ts = model.host["ts"].to_numpy()
-    ts_list = host_ts.tolist()
     parent = model.arrays.parent_list
     source_of = _sources_of_charged(model, charged, kinds)
     for row, us in charged.items():
@@ -417,7 +418,7 @@ def _group_charged(
         else:
             src = source_of[row]
             key = ("op", model.arrays.name(row), src.label if src else "")
-            ann = _covering_annotation(parent, kinds, ts_list, int(row), step_starts)
+            ann = _covering_annotation(parent, kinds, host_ts, int(row), step_starts)
             if ann is not None:
                 parts_of[model.arrays.name(ann)][model.arrays.name(row)] += us
                 key = ("op", model.arrays.name(ann), "")
@@ -451,7 +452,7 @@ def _is_training(model: TraceModel) -> bool:
 
 
 def _covering_annotation(
-    parent: Sequence[int], kinds: list[int], ts: list[float], row: int, step_starts: set[float]
+    parent: Sequence[int], kinds: list[int], ts: np.ndarray, row: int, step_starts: set[float]
 ) -> int | None:
     """The innermost annotation (record_function range, the DataLoader's __next__, PARAM's
     ranges) enclosing an op row, other than a step mark, or None. Walks the row's

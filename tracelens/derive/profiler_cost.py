@@ -121,11 +121,13 @@ def graph_kernels(model: TraceModel, rows: np.ndarray) -> np.ndarray:
     out = np.zeros(len(rows))
     if not len(rows) or not len(gpu):
         return out
-    is_graph = name_matches(host["name"].iloc[rows], GRAPH_LAUNCH_APIS.__contains__)
+    # The mask over all rows, then the rows': no Series of the rows' names (a copy of
+    # their codes), no float copy of the counts (both at the analysis' memory peak).
+    is_graph = name_matches(host["name"], GRAPH_LAUNCH_APIS.__contains__)[rows]
     if not is_graph.any():
         return out
     launch = gpu["launch"].to_numpy()
-    per_row = np.bincount(launch[launch >= 0], minlength=len(host)).astype(np.float64)
+    per_row = np.bincount(launch[launch >= 0], minlength=len(host))
     out[is_graph] = per_row[rows[is_graph]]
     return out
 
@@ -165,19 +167,26 @@ def profiler_cost(model: TraceModel, g: DependencyGraph, steps: int) -> Profiler
     rows = np.flatnonzero(recorded)
     ts = host["ts"].to_numpy(dtype=np.float64)[rows]
     pid = host["pid"].to_numpy()[rows].astype(np.int64)
-    tid = host["tid"].to_numpy()[rows].astype(np.int64) & 0xFFFFFFFF
+    tid_low = host["tid"].to_numpy()[rows].astype(np.int64) & 0xFFFFFFFF
+    tid: np.ndarray | None = tid_low
+    if int(pid.min()) >= -(2**31) and int(pid.max()) < 2**31:
+        # One key per thread (pid, low 32 bits of tid), not two columns: memory peak.
+        pid = pid * 2**32 + tid_low
+        tid = None
+    del tid_low
     k = kind[rows]
     cost = np.where(
         k == int(Kind.PYTHON), US_PER_PYTHON_EVENT, np.where(k == int(Kind.CPU_OP), per_op, US_PER_RUNTIME_EVENT)
     )
     # A graph launch costs the profiler its time beyond the unprofiled launch's.
-    graphs = graph_kernels(model, rows) > 1
-    g_dur = host["dur"].to_numpy(dtype=np.float64)[rows]
-    cost = np.where(graphs, np.maximum(g_dur - GRAPH_LAUNCH_UNPROFILED_US, cost), cost)
+    graphs = np.flatnonzero(graph_kernels(model, rows) > 1)
+    g_dur = host["dur"].to_numpy(dtype=np.float64)[rows[graphs]]
+    cost[graphs] = np.maximum(g_dur - GRAPH_LAUNCH_UNPROFILED_US, cost[graphs])
+    del graphs, g_dur
     # torch.profiler's own Python frames (prof.step(): its bookkeeping, the step marks'
     # record_function) are the profiler's cost whole, not per event they recorded.
     own = np.flatnonzero(k == int(Kind.PYTHON))
-    own = own[name_matches(host["name"].iloc[rows[own]], lambda n: any(m in n for m in PROFILER_FRAMES))]
+    own = own[name_matches(host["name"], lambda n: any(m in n for m in PROFILER_FRAMES))[rows[own]]]
     own_end = host["end"].to_numpy(dtype=np.float64)[rows[own]]
     for c, key in enumerate(g.chain_key):
         if not g.chain_host[c]:
@@ -186,7 +195,11 @@ def profiler_cost(model: TraceModel, g: DependencyGraph, steps: int) -> Profiler
         if hi <= lo:
             continue
         t0, t1 = float(prev[lo]), float(g.end[lo:hi].max())
-        thread = (pid == int(key[0])) & (tid == (int(key[1]) & 0xFFFFFFFF))
+        p, t = int(key[0]), int(key[1]) & 0xFFFFFFFF
+        if tid is not None:
+            thread = (pid == p) & (tid == t)
+        else:
+            thread = pid == p * 2**32 + t if -(2**31) <= p < 2**31 else np.zeros(len(pid), dtype=bool)
         mine = thread & (ts >= t0) & (ts < t1)
         if not mine.any():
             continue
@@ -198,9 +211,12 @@ def profiler_cost(model: TraceModel, g: DependencyGraph, steps: int) -> Profiler
             inside = mine & (at >= 0) & (ts < iv[np.clip(at, 0, None), 1])
             cost = np.where(inside, 0.0, cost)
             total += float((iv[:, 1] - iv[:, 0]).sum())
-        order = np.argsort(ts[mine], kind="stable")
-        e_ts = ts[mine][order]
-        cum = np.concatenate([[0.0], np.cumsum(cost[mine][order])])
+        at_mine = np.flatnonzero(mine)
+        order = at_mine[np.argsort(ts[at_mine], kind="stable")]
+        del at_mine
+        e_ts = ts[order]
+        cum = np.concatenate([[0.0], np.cumsum(cost[order])])
+        del order
 
         def upto(t: np.ndarray, e_ts: np.ndarray = e_ts, cum: np.ndarray = cum) -> np.ndarray:
             return cum[np.searchsorted(e_ts, t, side="left")]

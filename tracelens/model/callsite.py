@@ -318,6 +318,18 @@ class _Ordinals:
         return found
 
 
+def frame_slots(model: TraceModel) -> np.ndarray:
+    """Per host row: its index among the Python frame rows (in row order), -1 for rows
+    that are not frames; int32, one array for the frame tables that index by it."""
+    found = model.source_caches.frame_slots
+    if found is None:
+        is_frame = model.arrays.kind == _PYTHON
+        found = np.full(len(is_frame), -1, dtype=np.int32)
+        found[is_frame] = np.arange(int(is_frame.sum()), dtype=np.int32)
+        model.source_caches.frame_slots = found
+    return found
+
+
 def _callee_ordinals(model: TraceModel) -> _Ordinals:
     memo: dict[str, Any] = model.source_caches.callee_ordinals
     if "all" in memo:
@@ -339,21 +351,28 @@ def _callee_ordinals(model: TraceModel) -> _Ordinals:
         if len(keys) < len(key_index):
             keys.append(k)
     n = len(frames)
-    slot = np.full(len(arr.kind), -1, dtype=np.int64)
-    slot[frames] = np.arange(n)
+    slot = frame_slots(model)
+    # int32 (rows and counts fit): these stay with the model, and were built at the
+    # analysis' memory peak (large_compile: 2.4 MB per column in int64).
     parents = arr.parent[frames]
-    caller = np.where(parents >= 0, arr.py_frame[np.clip(parents, 0, None)], -1)
-    fkey = key_ids[arr.name_codes[frames]]
-    ordinal = np.full(n, -1, dtype=np.int64)
-    count = np.full(n, -1, dtype=np.int64)
+    caller = np.where(parents >= 0, arr.py_frame[np.clip(parents, 0, None)], -1).astype(np.int32)
+    del parents
+    ordinal = np.full(n, -1, dtype=np.int32)
+    count = np.full(n, -1, dtype=np.int32)
     has = np.flatnonzero(caller >= 0)
     if len(has):
-        order = has[np.lexsort((frames[has], fkey[has], caller[has]))]
-        c, k = caller[order], fkey[order]
+        fkey = key_ids[arr.name_codes[frames[has]]].astype(np.int32)
+        c = caller[has]
+        order = np.lexsort((frames[has], fkey, c))
+        c, k = c[order], fkey[order]
+        del fkey
+        order = has[order]
+        del has
         starts = np.flatnonzero(np.concatenate(([True], (c[1:] != c[:-1]) | (k[1:] != k[:-1]))))
+        del c, k
         sizes = np.diff(np.append(starts, len(order)))
-        group = np.repeat(np.arange(len(starts)), sizes)
-        ordinal[order] = np.arange(len(order)) - starts[group]
+        group = np.repeat(np.arange(len(starts), dtype=np.int32), sizes)
+        ordinal[order] = np.arange(len(order), dtype=np.int32) - starts[group]
         count[order] = sizes[group]
     found = _Ordinals(slot, caller, ordinal, count, key_ids, keys, key_index)
     memo["all"] = found

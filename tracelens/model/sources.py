@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 
 from tracelens.domain import PROFILER_FRAMES, PROFILER_STEP_PREFIX, is_library_file
-from tracelens.model.callsite import _FRAME_RE, _PYTHON, _callee_ordinals, _op_key_ids, _refine, _refined
+from tracelens.model.callsite import _FRAME_RE, _PYTHON, _callee_ordinals, _op_key_ids, _refine, _refined, frame_slots
 from tracelens.model.schema import Kind
 from tracelens.model.trace import TraceModel
 from tracelens.report.findings import PySource as PySource
@@ -290,14 +290,15 @@ def _user_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     arr = model.arrays
     frames = np.flatnonzero(arr.kind == _PYTHON)
     n = len(frames)
-    index = np.full(len(arr.kind), -1, dtype=np.int64)
-    index[frames] = np.arange(n)
+    index = frame_slots(model)
     parents = arr.parent[frames]
     up_rows = np.where(parents >= 0, arr.py_frame[np.clip(parents, 0, None)], -1)
+    del parents
     up = np.where(up_rows >= 0, index[np.clip(up_rows, 0, None)], n)  # n: past the outermost frame
     if bool(np.any((up_rows >= 0) & (up == -1))):
         memo["all"] = None
         return None
+    del up_rows
     codes = arr.name_codes[frames]
     distinct = np.unique(codes)
     user_code = np.zeros(int(distinct.max()) + 1 if len(distinct) else 0, dtype=bool)
@@ -307,9 +308,10 @@ def _user_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     is_user = np.append(user_code[codes], False)  # slot n: past the outermost frame
     # jump[i]: how far up the chain from i a walk has got, stopping at a user frame (or n);
     # below[i]: the frame it passed last before that (i itself at first).
-    slots = np.arange(n + 1)
+    slots = np.arange(n + 1, dtype=np.int32)
     jump = np.where(is_user, slots, np.append(up, n))
     below = np.where(is_user, -1, slots)
+    del slots, up, codes
     for _ in range(MAX_DOUBLINGS):
         moving = ~is_user[jump] & (jump != n)
         if not bool(np.any(moving)):
@@ -320,7 +322,9 @@ def _user_frames(model: TraceModel) -> tuple[np.ndarray, np.ndarray, np.ndarray]
         memo["all"] = None
         return None
     found = is_user[jump]
-    rows = np.append(frames, -1)
+    # int32 (row numbers fit): the table stays with the model (large_compile: 2 MB a
+    # column in int64, made at the analysis' memory peak).
+    rows = np.append(frames, -1).astype(np.int32)
     users = np.where(found, rows[jump], -1)[:n]
     callees = np.where(found & ~is_user, rows[np.clip(below, 0, None)], -1)[:n]
     table = (users, callees, index)

@@ -199,6 +199,7 @@ class SourceCaches:
     #: Every host row's start and the first non-Python event's (callsite._running_at_start).
     frames_at_start: tuple[np.ndarray, float] | None = None
     callee_key: dict[int, tuple[str, str] | None] = field(default_factory=dict)
+    frame_slots: np.ndarray | None = None  # callsite.frame_slots
     callee_ordinals: dict[str, Any] = field(default_factory=dict)  # callsite._Ordinals
     source_dirs: dict[str, list[Path]] = field(default_factory=dict)
     parsed_sources: dict[str, Any] = field(default_factory=dict)  # sources._Parsed or None

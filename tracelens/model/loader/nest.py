@@ -63,7 +63,8 @@ def _nest(host: pd.DataFrame) -> dict[str, np.ndarray]:
         del key_s, end_s, first
         parent = np.full(n, _NO_ROW, dtype=np.int64)
         parent[order] = np.where(parent_s >= 0, order[np.clip(parent_s, 0, None)], _NO_ROW)
-        del parent_s
+        # Each sweep-order array freed once used: the load's memory peak is in here.
+        del parent_s, order, tid_key
         depth = _depths(parent)
         kinds = host["kind"].to_numpy()
         is_step = name_matches(host["name"], _is_step_name)
@@ -74,10 +75,12 @@ def _nest(host: pd.DataFrame) -> dict[str, np.ndarray]:
         op = np.where(is_op, rows, _NO_ROW)
         range_inner = np.where(is_range, rows, _NO_ROW)
         py = np.where(kinds == int(Kind.PYTHON), rows, _NO_ROW)
+        del rows, is_op, is_range, is_step
         op_root = op.copy()
         range_root = range_inner.copy()
         by_depth = np.argsort(depth, kind="stable")
         bounds = np.searchsorted(depth[by_depth], np.arange(1, int(depth.max(initial=0)) + 2))
+        del depth
         for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
             level = by_depth[lo:hi]  # rows at one depth: their parents are all done
             up = parent[level]
