@@ -143,7 +143,13 @@ def pinned_plan(ctx: AnalysisContext) -> Plan | None:
 
     g = graph_of(ctx)
     call_ts = g.ts[g.node_of_host_rows(calls)] if len(calls) else np.empty(0)
-    copied = [s for s in step_spans(ctx) if ((call_ts >= s[0]) & (call_ts < s[1])).any()]
+    # The work after a step's first pageable copy (the forward it feeds), not the batch
+    # building before it (host_bound_pageable's numpy make_batch stays as measured).
+    copied = []
+    for s in step_spans(ctx):
+        inside = call_ts[(call_ts >= s[0]) & (call_ts < s[1])]
+        if len(inside):
+            copied.append((float(inside.min()), float(s[1])))
     shares = (t_host.PAGEABLE_WARM_SHARE, t_host.PAGEABLE_WARM_SHARE_HIGH)
 
     def apply(edit: Edit, v: Variant) -> None:

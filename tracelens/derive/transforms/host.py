@@ -73,9 +73,9 @@ WARM_GAP_SHARE = 0.745
 WARM_GAP_SHARE_HIGH = 0.7
 
 
-#: The same for a step that no longer copies its batch from pageable memory: the staging
-#: copy (19 MB a step in the `pinned` pair) leaves the host's caches cold for the work
-#: after it. H200, bench/host_speed_probe.py (fresh processes): the conv net's forward
+#: The same for the work after a step's first copy from pageable memory, once the copy is
+#: pinned: the staging copy (19 MB a step in the `pinned` pair) leaves the host's caches
+#: cold for the work after it. H200, bench/host_speed_probe.py (fresh processes): the conv net's forward
 #: enqueues in 680 and 595 µs after a pageable copy, 455 and 456 µs after a pinned one
 #: (0.67, 0.77); under the profiler with stacks 1892 vs 1058 µs (0.56). NOMINAL 0.67,
 #: HIGH the profiled 0.56.
