@@ -62,6 +62,8 @@ LONG_FIRST = (
     "test_capture_supervisor.py::test_a_spawn_pool_leaves_no_process_behind",
     "test_fuzz.py::test_corpus_replays",
     "test_job.py::test_torchrun_capture_one_trace_per_rank_and_one_job_report",
+    "test_job.py::test_distributed_scheduler",
+    "test_analyzers.py::test_every_real_trace_reports",
     "test_capture.py::test_time_window",
     "test_capture_supervisor.py::test_a_segfault_after_the_recording_keeps_the_trace_and_the_signal",
     "test_capture.py::test_ctrl_c_writes_the_trace",
