@@ -48,6 +48,42 @@ def all_real_reports() -> dict[str, Report]:
     return {p.name: report_of(p) for p in REAL_TRACES}
 
 
+#: Tests that take many seconds each (processes, torch captures, the fuzzer), run first.
+#: xdist hands each worker its next test as it finishes one (pyproject.toml's
+#: --maxschedchunk 1), so started first they overlap the many short tests instead of
+#: one of them holding a worker after the rest are done (the slow lane on 2 cores: one
+#: worker ran 95 s alone when the first 167 tests went to it in one chunk). A name that
+#: is gone here only loses its place at the front.
+LONG_FIRST = (
+    "test_ranks_capture.py::test_torchrun_capture_reports_on_its_own_run_with_a_stale_trace_planted",
+    "test_fuzz.py::test_bounded_fuzz_run",
+    "test_integrations.py::test_capture_waits_for_a_frameworks_steps",
+    "test_counters.py::test_capture_counters_end_to_end",
+    "test_capture_supervisor.py::test_a_spawn_pool_leaves_no_process_behind",
+    "test_fuzz.py::test_corpus_replays",
+    "test_job.py::test_torchrun_capture_one_trace_per_rank_and_one_job_report",
+    "test_job.py::test_distributed_scheduler",
+    "test_analyzers.py::test_every_real_trace_reports",
+    "test_capture.py::test_time_window",
+    "test_capture_supervisor.py::test_a_segfault_after_the_recording_keeps_the_trace_and_the_signal",
+    "test_capture.py::test_ctrl_c_writes_the_trace",
+    "test_cli.py::test_ctrl_c_is_one_line_and_exit_130",
+    "test_gate.py::test_the_gate_refuses_other_gpus_and_other_capture_options",
+    "test_cli.py::test_folder_of_independent_traces",
+    "test_gate.py::test_cli_gate_exit_codes",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """LONG_FIRST's tests first, in its order; the rest keep theirs (a stable sort)."""
+
+    def rank(item: pytest.Item) -> int:
+        name = f"{item.path.name}::{item.originalname}" if isinstance(item, pytest.Function) else ""
+        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-goldens",

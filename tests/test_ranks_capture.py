@@ -268,8 +268,13 @@ def test_torchrun_capture_reports_on_its_own_run_with_a_stale_trace_planted(tmp_
         assert s["reason"] != "unknown" and s["reason_label"]
 
     # A rank whose script exits with 3: its status is in torchrun's failure summary, the
-    # other rank ends, and the job report of this run names what arrived.
+    # other rank ends, and the job report of this run names what arrived. Without Python
+    # stacks and on 6 steps: the frames of rank 1's busy loop make its trace 4.4 MB to
+    # write and report, half of the first run's 14 s, and the exit status needs none.
     env = dict(os.environ, DDP_CPU_EXIT="1:3")
+    cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "tracelens", "capture",
+           "--steps", "2-5", "--no-stack", "--no-nvml", "--out-dir", str(out_dir),
+           str(REPO / "workloads/ranks/ddp_cpu.py"), "--steps", "6"]  # fmt: skip
     run = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path, timeout=400, env=env)
     assert run.returncode != 0
     assert "exitcode  : 3" in run.stderr or "exitcode: 3" in run.stderr.replace("  ", " "), run.stderr[-3000:]
