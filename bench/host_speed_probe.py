@@ -23,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "workloads"))
 
@@ -63,18 +64,25 @@ def side(kind: str, stack: bool) -> None:
         print(f"| {kind} | {name} | {copy:.0f} | {fwd:.0f} |", flush=True)
 
 
-def pair_side(pair: str, which: str) -> None:
-    """A diff pair's side: its step's host (enqueue) time, the GPU drained before each
-    step, and back to back (the host may run ahead), unprofiled."""
+def _settled_side(pair: str, which: str) -> Callable[[], object]:
+    """One side's step of a diff pair on CUDA, run 5 times and the GPU drained."""
     import torch
     from diff_pairs import build
 
-    dev = torch.device("cuda")
-    before, after, _ = build(pair, dev, True)
+    before, after, _ = build(pair, torch.device("cuda"), True)
     fn = before if which == "before" else after
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
+    return fn
+
+
+def pair_side(pair: str, which: str) -> None:
+    """A diff pair's side: its step's host (enqueue) time, the GPU drained before each
+    step, and back to back (the host may run ahead), unprofiled."""
+    import torch
+
+    fn = _settled_side(pair, which)
     drained = []
     for _ in range(STEPS):
         torch.cuda.synchronize()
@@ -96,15 +104,9 @@ def profiled_side(pair: str, which: str) -> None:
     profile): the step's host time with the GPU drained before each step, and back to
     back while the GPU runs behind, from perf_counter around each call."""
     import torch
-    from diff_pairs import build
     from torch.profiler import ProfilerActivity, profile
 
-    dev = torch.device("cuda")
-    before, after, _ = build(pair, dev, True)
-    fn = before if which == "before" else after
-    for _ in range(5):
-        fn()
-    torch.cuda.synchronize()
+    fn = _settled_side(pair, which)
     acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]
     with profile(activities=acts, record_shapes=True, with_stack=True):
         drained, ahead = [], []

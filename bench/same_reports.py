@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,23 @@ def _reports(tree: Path, traces: list[Path], out: Path) -> None:
     subprocess.run([sys.executable, "-c", _WRITER, str(out), *map(str, traces)], env=env, check=True, cwd=tree)
 
 
+def default_traces() -> list[Path]:
+    """Every sample trace and every public trace beside the repository."""
+    return sorted((REPO / "sample_traces").glob("*.json.gz")) + sorted(
+        (REPO.parent / "shared" / "real_traces").glob("**/*.json.gz")
+    )
+
+
+def report_pairs(base: Path, cand: Path, traces: list[Path]) -> Iterator[tuple[Path, Any, Any]]:
+    """Each trace with the JSON report of each tree (built in one process per tree)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        _reports(base, traces, Path(tmp) / "base")
+        _reports(cand, traces, Path(tmp) / "cand")
+        for i, trace in enumerate(traces):
+            a = json.loads((Path(tmp) / "base" / f"{i}.json").read_text())
+            yield trace, a, json.loads((Path(tmp) / "cand" / f"{i}.json").read_text())
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
@@ -80,21 +98,14 @@ def main(argv: list[str]) -> int:
     base = Path(argv[0]).resolve()
     cand = Path(argv[1]).resolve() if len(argv) > 1 and Path(argv[1]).is_dir() else REPO
     rest = [Path(a) for a in argv[1:] if not Path(a).is_dir()]
-    traces = rest or sorted((REPO / "sample_traces").glob("*.json.gz")) + sorted(
-        (REPO.parent / "shared" / "real_traces").glob("**/*.json.gz")
-    )
+    traces = rest or default_traces()
     bad = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        _reports(base, traces, Path(tmp) / "base")
-        _reports(cand, traces, Path(tmp) / "cand")
-        for i, trace in enumerate(traces):
-            a = _strip(json.loads((Path(tmp) / "base" / f"{i}.json").read_text()))
-            b = _strip(json.loads((Path(tmp) / "cand" / f"{i}.json").read_text()))
-            d = _diffs(a, b)
-            print(f"{'same' if not d else 'DIFFERENT':9} {trace.name}")
-            for line in d[:8]:
-                print("    " + line)
-            bad += bool(d)
+    for trace, a, b in report_pairs(base, cand, traces):
+        d = _diffs(_strip(a), _strip(b))
+        print(f"{'same' if not d else 'DIFFERENT':9} {trace.name}")
+        for line in d[:8]:
+            print("    " + line)
+        bad += bool(d)
     print(f"{len(traces) - bad}/{len(traces)} reports identical")
     return 1 if bad else 0
 

@@ -12,15 +12,13 @@ the candidate is this repository. Default traces: sample_traces/*.json.gz and
 
 from __future__ import annotations
 
-import json
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from same_reports import REPO, _reports
+from same_reports import REPO, default_traces, report_pairs
 
 #: Two gains or steps this close (relative) are the same verdict.
 SAME_SHARE = 0.01
@@ -42,21 +40,15 @@ def main(argv: list[str]) -> int:
         print(__doc__)
         return 2
     base = Path(argv[0]).resolve()
-    traces = [Path(a) for a in argv[1:]] or sorted((REPO / "sample_traces").glob("*.json.gz")) + sorted(
-        (REPO.parent / "shared" / "real_traces").glob("**/*.json.gz")
-    )
+    traces = [Path(a) for a in argv[1:]] or default_traces()
     changed = 0
     print("| trace | primary before -> after | gain µs/step before -> after | predicted step µs before -> after |")
     print("|---|---|---|---|")
-    with tempfile.TemporaryDirectory() as tmp:
-        _reports(base, traces, Path(tmp) / "base")
-        _reports(REPO, traces, Path(tmp) / "cand")
-        for i, trace in enumerate(traces):
-            a = _verdict(json.loads((Path(tmp) / "base" / f"{i}.json").read_text()))
-            b = _verdict(json.loads((Path(tmp) / "cand" / f"{i}.json").read_text()))
-            if a[0] != b[0] or _apart(a[1], b[1]) or _apart(a[2], b[2]):
-                changed += 1
-                print(f"| {trace.name} | {a[0]} -> {b[0]} | {a[1]:.0f} -> {b[1]:.0f} | {a[2]:.0f} -> {b[2]:.0f} |")
+    for trace, before, after in report_pairs(base, REPO, traces):
+        a, b = _verdict(before), _verdict(after)
+        if a[0] != b[0] or _apart(a[1], b[1]) or _apart(a[2], b[2]):
+            changed += 1
+            print(f"| {trace.name} | {a[0]} -> {b[0]} | {a[1]:.0f} -> {b[1]:.0f} | {a[2]:.0f} -> {b[2]:.0f} |")
     print(f"\n{changed} of {len(traces)} verdicts changed")
     return 0
 
