@@ -7,12 +7,13 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import statistics
 from html import escape
 from pathlib import Path
 
 import numpy as np
 import pytest
-from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, pair_trace, real, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, pair_captures, real, report_of, sample
 
 from tracelens.derive import transforms
 from tracelens.derive.replay import Edit, replay
@@ -54,22 +55,25 @@ def _event_us(path: Path) -> float:
     return float(data["event_step_ms"]) * 1e3
 
 
-#: A fix that turns a GPU-bound program host-bound: in the pair's traces the before
-#: program's host ran its steps 1.4-1.7x slower than the after program's, which the replay
-#: keeps (kv: 56 runtime calls 529 vs 378 µs a step, the ProfilerStep's host 3.0-4.6 ms vs
-#: 2.6). Timed with perf_counter, both sides' host steps take about the same, unprofiled
-#: (kv: 800 vs 855 µs, the GPU drained first) and under the profiler (2.4 vs 2.6 ms;
-#: bench/host_speed_probe.py): the cause is not found yet (issue 25 stays open).
+#: Where the fix leaves the program host-bound, one capture of each side is one draw of
+#: the host's speed: on the H200 box the same program's profiled host step differs by up
+#: to 2.3x between fresh processes (kv's after side 2.3-5.4 ms in 11 runs, pinned to CPUs
+#: or not; unprofiled 0.94-1.19 ms; bench/host_speed_schedule_probe.py,
+#: bench/results_1203d/). kv scored +67% on its first capture and -31% on its second.
+#: Such pairs are scored on the median over their captures (pair_captures); what is left
+#: beyond the bounds below is the model's.
 HOST_SPEED = 0.75
 
-#: Each H200 pair (workloads/diff_pairs.py, sample_traces/pairs: one side per process),
-#: the finding its fix is for, and the largest error of the predicted after-step against
-#: the after-trace's (profiled) step: issue 25's 10% where the model holds; the others
-#: say why they miss (bench/diff_pairs_check.py prints the table):
+#: Each H200 pair (workloads/diff_pairs.py, sample_traces/pairs and the repeats: one side
+#: per process), the finding its fix is for, and the largest error of the predicted
+#: after-step against the after-traces' (profiled) step, medians over the captures:
+#: issue 25's 10% where the model holds; the others say why they miss
+#: (bench/diff_pairs_check.py --dir ... prints the table, each capture's error beside it):
 PAIRS = {
-    # +21%: the GPU side replays right (211 µs of kernels + 200 gaps of 0.26 µs = 263 µs a
-    # step; measured 264); the host's step beside it is predicted 70 µs longer than measured.
-    "graph": ("launch_overhead", 0.25),
+    # +7% over three captures (+21%, +4%, +15%): the GPU side replays right (211 µs of
+    # kernels + 200 gaps of 0.26 µs = 263 µs a step; measured 264); the host's step beside
+    # it is the draw.
+    "graph": ("launch_overhead", 0.10),
     "compile": ("memory_bound", 0.10),
     "align": ("misaligned_matmul", 0.10),
     "sdpa": ("eager_attention", 0.10),
@@ -77,13 +81,14 @@ PAIRS = {
     # (transforms/host.PAGEABLE_WARM_SHARE; +34% without it).
     "pinned": ("host_bound", 0.10),
     "item": ("host_sync", 0.10),
-    "loader": ("host_bound", 0.15),  # +11%: HOST_SPEED, with workers beside the training thread
+    "loader": ("host_bound", 0.15),  # +11%, one capture: with workers beside the training thread
     "workers": ("host_bound", 0.10),
-    "kv": ("allocation", HOST_SPEED),  # +67%: HOST_SPEED (the cat's 4.5 ms host step, 2.6 ms preallocated)
-    # +70%: its CUDA-event blocks range 1.8-7.6 ms a step (the buffer's size changes every
-    # step) and the profiled after step is 0.62 ms: HOST_SPEED on a window of 6 steps.
+    "kv": ("allocation", 0.15),  # +11% over two captures (+67%, -31%)
+    # +65% over three (+70%, +11%, +67%): its CUDA-event blocks range 1.8-7.6 ms a step
+    # (the buffer's size changes every step) and the after side's profiled step 0.5-0.9 ms:
+    # the replay keeps the before's host, slowed after each cudaFree's device sync.
     "empty_cache": ("allocation", HOST_SPEED),
-    "ragged": ("shape_dynamism", 0.60),  # +54%: HOST_SPEED beyond WARM_GAP_SHARE's 0.745
+    "ragged": ("shape_dynamism", 0.25),  # +18% over two (+54%, -11%)
     # The device-side rewrite still does more GPU work than the compacting original
     # (CUDA events: 2.08 -> 2.31 ms a step; its bool * float multiply alone is 233 µs): the
     # model sees the consumers of the compacted tensor run on every element, not the count
@@ -96,18 +101,18 @@ PAIRS = {
 #: 15%; bench/diff_pairs_check.py --pairs unseen):
 UNSEEN = {
     "graph_u": ("launch_overhead", 0.15),
-    # -22%: the compiled call launches slower under the profiler (1.14 ms vs 0.97 unprofiled).
-    "compile_u": ("memory_bound", 0.25),
-    "sdpa_u": ("eager_attention", HOST_SPEED),  # +61%: HOST_SPEED (0.39 ms measured; the unprofiled step within 4%)
+    # -15% over two (-22%, -7%): the compiled call launches slower under the profiler
+    # (1.14 ms vs 0.97 unprofiled).
+    "compile_u": ("memory_bound", 0.20),
+    "sdpa_u": ("eager_attention", 0.25),  # +21% over two (+61%, -17%); the unprofiled step within 4%
     "align_u": ("misaligned_matmul", 0.15),
-    # +27% (+67% before PAGEABLE_WARM_SHARE); without the profiler +4%.
-    "pinned_u": ("host_bound", 0.30),
-    "kv_u": ("allocation", 0.30),  # -28%: the preallocated cache's host step, 2.23 ms profiled, 0.78 ms unprofiled
+    "pinned_u": ("host_bound", 0.15),  # -11% over two (+27%, -32%); without the profiler +4%
+    "kv_u": ("allocation", 0.15),  # -13% over two (-28%, +1%)
     # The fix is no faster than the .item() it replaces in any run (CUDA events 3.58 ->
-    # 4.10 ms a step here, in processes of their own): the replay sees the sync go: -4%.
+    # 4.10 ms a step in one pair of processes): the replay sees the sync go: +2% over two.
     "item_u": ("host_sync", 0.15),
-    # Its before step ranges 14.4-25.9 ms a step from block to block (CUDA events): -19%.
-    "loader_u": ("host_bound", 0.20),
+    # -11% over two (-19%, -1%): its before step ranges 14.4-25.9 ms from block to block.
+    "loader_u": ("host_bound", 0.15),
 }
 
 #: Before/after sample captures of workloads/dynamism (no CUDA events), the same fixes on
@@ -142,16 +147,20 @@ def test_a_recompile_takes_its_own_gpu_work_with_it() -> None:
 @pytest.mark.parametrize("pair", sorted({**PAIRS, **UNSEEN}))
 def test_h200_pair_prediction(pair: str) -> None:
     category, tolerance = {**PAIRS, **UNSEEN}[pair]
-    b, a = pair_trace(pair, "before"), pair_trace(pair, "after")
-    d = build_diff(model_of(b), model_of(a))
-    v = d.verdict
-    assert category in [p.category for p in d.predictions]
-    assert v.predicted_step_us > 0 and v.prediction_basis in ("single", "joint")
-    assert abs(v.prediction_error) <= tolerance, v.prediction_text
-    assert v.prediction_error == pytest.approx((v.predicted_step_us - v.after_step_us) / v.after_step_us)
-    assert v.predicted_step_low_us <= v.predicted_step_us <= v.predicted_step_high_us
-    # The unprofiled step times are beside it, in the traces' metadata.
-    assert _event_us(b) > 0 and _event_us(a) > 0
+    predicted, measured = [], []
+    for b, a in pair_captures(pair):
+        d = build_diff(model_of(b), model_of(a))
+        v = d.verdict
+        assert category in [p.category for p in d.predictions]
+        assert v.predicted_step_us > 0 and v.prediction_basis in ("single", "joint")
+        assert v.prediction_error == pytest.approx((v.predicted_step_us - v.after_step_us) / v.after_step_us)
+        assert v.predicted_step_low_us <= v.predicted_step_us <= v.predicted_step_high_us
+        # The unprofiled step times are beside it, in the traces' metadata.
+        assert _event_us(b) > 0 and _event_us(a) > 0
+        predicted.append(v.predicted_step_us)
+        measured.append(v.after_step_us)
+    error = statistics.median(predicted) / statistics.median(measured) - 1
+    assert abs(error) <= tolerance, (error, predicted, measured)
 
 
 def test_repeat_pair_scores_nothing() -> None:

@@ -56,6 +56,9 @@ def sample(name: str) -> Path:
 #: whose host ran up to 2.7x slower for it (bench/pair_order_probe.py); they stay the
 #: analyzers' inputs.
 PAIRS_DIR = SAMPLES / "pairs"
+#: More captures of the pairs whose profiled host speed swung between fresh processes
+#: (workloads/diff_pairs.py run again on the H200; bench/host_speed_schedule_probe.py).
+PAIRS_REPEAT_DIRS = (SAMPLES / "pairs_r1", SAMPLES / "pairs_r2")
 
 
 def pair_trace(pair: str, side: str) -> Path:
@@ -63,6 +66,16 @@ def pair_trace(pair: str, side: str) -> Path:
     if not p.exists():
         pytest.fail(f"pair trace missing: {p}")
     return p
+
+
+def pair_captures(pair: str) -> list[tuple[Path, Path]]:
+    """Every capture of a pair's two sides: sample_traces/pairs' first, then the repeats."""
+    out = [(pair_trace(pair, "before"), pair_trace(pair, "after"))]
+    for d in PAIRS_REPEAT_DIRS:
+        b, a = (d / f"diff_{pair}_{side}.pt.trace.json.gz" for side in ("before", "after"))
+        if b.exists() and a.exists():
+            out.append((b, a))
+    return out
 
 
 #: Where the xdist workers of one session share the models and reports they built (set
