@@ -327,7 +327,14 @@ def test_sigint_during_writes_leaves_no_temp_file(tmp_path: Path) -> None:
 
     target = tmp_path / "r.html"
     for delay in (0.05, 0.2, 0.35, 0.5):
-        proc = subprocess.Popen([PY, "-c", _WRITER, str(target)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # SIGINT back to its default in the child: a shell's background job starts with it
+        # ignored, and Python then never raises KeyboardInterrupt (the test waited 300 s).
+        proc = subprocess.Popen(
+            [PY, "-c", _WRITER, str(target)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
         time.sleep(delay)
         proc.send_signal(signal.SIGINT)
