@@ -335,10 +335,14 @@ def test_sigint_during_writes_leaves_no_temp_file(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
-        time.sleep(delay)
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=TIMEOUT_S)  # a hang guard: 50 MB writes take long on a loaded disk
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+            time.sleep(delay)
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=TIMEOUT_S)  # a hang guard: 50 MB writes take long on a loaded disk
+        finally:
+            proc.kill()  # a failed run leaves no writer behind (one ran on for 50 CPU minutes)
+            proc.wait()
         assert not [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")], delay
         if target.exists():  # whatever is there is one whole report
             assert target.stat().st_size == 50_000_000
