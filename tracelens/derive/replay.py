@@ -42,6 +42,10 @@ class Edit:
     e_delay: np.ndarray | None = None
     e_alive: np.ndarray | None = None
     chain_tail: np.ndarray | None = None
+    #: a factor on each node's gap, applied after the fixes are combined: the host running
+    #: faster (transforms/host.warm_host) is a rate on whatever gaps the other fixes leave,
+    #: not a fix that claims the nodes (a CUDA graph still replaces the launches there)
+    gap_scale: np.ndarray | None = None
     #: extra edges: (src, dst, delay, type) arrays
     extra: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     #: a floor on the window's end relative to its start (a throughput bound the graph
@@ -88,6 +92,8 @@ def combine(g: DependencyGraph, edits: list[Edit]) -> Edit:
             if mine is not None:
                 setattr(out, name, np.minimum(getattr(out, name), mine))
         out.min_span_us = max(out.min_span_us, e.min_span_us)
+        if e.gap_scale is not None:
+            out.gap_scale = e.gap_scale.copy() if out.gap_scale is None else out.gap_scale * e.gap_scale
     extras = [e.extra for e in edits if e.extra is not None]
     if extras:
         out.extra = tuple(np.concatenate([x[i] for x in extras]) for i in range(4))  # type: ignore[assignment]
@@ -124,6 +130,8 @@ def replay(g: DependencyGraph, edit: Edit | None = None, *, cold: bool = False) 
     e = edit or Edit()
     dur = g.dur if e.dur is None else e.dur
     gap = g.gap if e.gap is None else e.gap
+    if e.gap_scale is not None:
+        gap = gap * e.gap_scale
     s_fixed = g.s_fixed if e.s_fixed is None else e.s_fixed
     e_fixed = g.e_fixed if e.e_fixed is None else e.e_fixed
     delay = g.e_delay if e.e_delay is None else e.e_delay

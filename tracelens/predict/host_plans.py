@@ -381,10 +381,12 @@ def allocation_plan(ctx: AnalysisContext) -> Plan | None:
         return None
     if not growth:
         cat_ops, cat_threads, cat_ends, op_us = np.empty(0, np.int64), [], np.empty(0), 0.0
+    warmed = _after_first_free(ctx, rows)
 
     def apply(edit: Edit, v: Variant) -> None:
         g = graph_of(ctx)
         t_host.apply(g, edit, v, iv, low_share=0.5, kernel_rows=k_rows, kernel_factors=k_f)
+        t_host.warm_host(g, edit, v, warmed, (t_host.FREE_WARM_SHARE, t_host.FREE_WARM_SHARE_HIGH))
         # Writing the new slice in place dispatches more ops than the cat did (a slice and
         # a copy_ for each write: H200 kv pair, +0.8 ms of host a 16-write step).
         ops = {Variant.LOW: INPLACE_WRITE_OPS + 1, Variant.HIGH: INPLACE_WRITE_OPS - 1}.get(v, INPLACE_WRITE_OPS)
@@ -397,6 +399,27 @@ def allocation_plan(ctx: AnalysisContext) -> Plan | None:
         "written in place): the allocator calls and their device syncs go, a growing cat copies only the new slice",
         apply,
     )
+
+
+def _after_first_free(ctx: AnalysisContext, rows: np.ndarray) -> np.ndarray:
+    """From each step's first cudaFree (a wait for the device) to the end of the next step
+    (empty_cache() at a step's end slows the next one's work): the host's work there runs
+    at FREE_WARM_SHARE of its time once the frees go."""
+    from tracelens.domain import FREE_APIS
+
+    host = ctx.model.host
+    frees = rows[name_matches(host["name"].iloc[rows], FREE_APIS.__contains__)] if len(rows) else rows
+    if not len(frees):
+        return np.empty((0, 2))
+    g = graph_of(ctx)
+    ts = g.ts[g.node_of_host_rows(frees)]
+    steps = step_spans(ctx)
+    spans = []
+    for i, (lo, hi) in enumerate(steps):
+        inside = ts[(ts >= lo) & (ts < hi)]
+        if len(inside):
+            spans.append((float(inside.min()), float(steps[min(i + 1, len(steps) - 1)][1])))
+    return np.array(spans, dtype=np.float64).reshape(-1, 2)
 
 
 #: The overlap transform models a finding whose time is at least this share collective
