@@ -341,7 +341,7 @@ def test_h200_graph_capture_is_startup() -> None:
     ctx = context_of(sample("verdict_graph_capture"))
     dev = ctx.ledger.primary
     assert dev is not None and dev.share("startup") > 0.5
-    rep = build_report(ctx.model, ctx=ctx)
+    rep = report_of(sample("verdict_graph_capture"))  # the session's, built with ctx
     assert rep.summary.primary is None
     assert "start-up" in rep.summary.headline
 
@@ -765,7 +765,7 @@ def test_graph_breaks_block_fusion_and_shapes_block_graphs() -> None:
     from tracelens.ranking import blockers
 
     ctx = context_of(sample("dyn_graph_break"))
-    rep = build_report(ctx.model, ctx=ctx)
+    rep = report_of(sample("dyn_graph_break"))  # the session's, built with ctx
     by = {f.category: f for f in rep.findings}
     comp = replace(by[Category.COMPILATION], time_us=500.0)
     assert "graph_breaks" in comp.tags
