@@ -9,9 +9,8 @@ import subprocess
 import sys
 
 import pytest
-from support.corpus import SAMPLES, job_of, model_of, report_of, sample
+from support.corpus import SAMPLES, diff_of, job_of, report_of, sample
 
-from tracelens.diff import build_diff
 from tracelens.render import render_json
 from tracelens.render.diff import render_diff_json
 from tracelens.render.job import render_job_json
@@ -72,7 +71,7 @@ def test_breaking_changes_are_told_from_additions() -> None:
 @pytest.mark.slow
 def test_reports_follow_their_schemas() -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    diff = build_diff(model_of(sample("diff_align_before")), model_of(sample("diff_align_after")))
+    diff = diff_of(sample("diff_align_before"), sample("diff_align_after"))
     outputs = {
         "report": render_json(report_of(sample("host_sync_mask"))),
         "diff": render_diff_json(diff),

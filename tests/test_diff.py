@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 from support.cli import cli, one_error_line_problem
-from support.corpus import model_of, needs_real, real, sample
+from support.corpus import diff_of, model_of, needs_real, real, sample
 
-from tracelens.diff import build_diff
 from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
 
 
@@ -32,8 +31,7 @@ def test_dataloader_workers_pair() -> None:
     126.6 (-49.7; the num_workers=4 run's first step is slow while its workers start).
     HTA's TraceDiff of one step shows DataLoader __next__ (68.7 ms) removed; ours counts
     the part of it the GPU waited for, 58.7 ms per step."""
-    d = build_diff(model_of(real("worker0.1623143089861.pt.trace.json.gz")),
-                   model_of(real("worker0.1623212756351.pt.trace.json.gz")))  # fmt: skip
+    d = diff_of(real("worker0.1623143089861.pt.trace.json.gz"), real("worker0.1623212756351.pt.trace.json.gz"))
     _check_contract(d)
     v = d.verdict
     assert v.change_us < 0 and not v.within_noise
@@ -48,7 +46,7 @@ def test_dataloader_workers_pair() -> None:
 def test_pinned_memory_pair() -> None:
     """host_bound_pageable vs host_bound_pinned: same batches and model; the fix pins and
     prefetches. Step time from 13.0 to 2.3 ms; the pageable copies are gone."""
-    d = build_diff(model_of(sample("host_bound_pageable")), model_of(sample("host_bound_pinned")))
+    d = diff_of(sample("host_bound_pageable"), sample("host_bound_pinned"))
     _check_contract(d)
     assert d.verdict.change_share < -0.7 and not d.verdict.within_noise
     assert d.verdict.main_cause == "host_bound"
@@ -59,7 +57,7 @@ def test_pinned_memory_pair() -> None:
 def test_sync_fix_pair() -> None:
     """host_sync_mask vs host_sync_static: the data-dependent syncs are gone (the fix is not
     faster under the profiler: it does more elementwise work, within noise)."""
-    d = build_diff(model_of(sample("host_sync_mask")), model_of(sample("host_sync_static")))
+    d = diff_of(sample("host_sync_mask"), sample("host_sync_static"))
     _check_contract(d)
     sync = next(c for c in d.causes if c.cause == "host_sync")
     assert sync.before_us > 100 and sync.after_us < 0.2 * sync.before_us
@@ -68,7 +66,7 @@ def test_sync_fix_pair() -> None:
 
 
 def test_same_trace_is_within_noise() -> None:
-    d = build_diff(model_of(sample("train_step")), model_of(sample("train_step")))
+    d = diff_of(sample("train_step"), sample("train_step"))
     _check_contract(d)
     assert d.verdict.within_noise and d.verdict.change_us == pytest.approx(0.0, abs=1e-6)
     assert not d.changes
@@ -80,7 +78,7 @@ def test_same_trace_is_within_noise() -> None:
 
 
 def test_renderers_escape_and_stay_offline() -> None:
-    d = build_diff(model_of(sample("host_bound_pageable")), model_of(sample("host_bound_pinned")))
+    d = diff_of(sample("host_bound_pageable"), sample("host_bound_pinned"))
     html = render_diff_html(d)
     assert "Content-Security-Policy" in html and "http://" not in html and "https://" not in html
     md = render_diff_markdown(d)
@@ -92,7 +90,7 @@ def test_renderers_escape_and_stay_offline() -> None:
 @pytest.mark.slow
 @needs_real
 def test_different_gpus_are_said_up_front() -> None:
-    d = build_diff(model_of(real("worker0.1623143089861.pt.trace.json.gz")), model_of(sample("train_step")))
+    d = diff_of(real("worker0.1623143089861.pt.trace.json.gz"), sample("train_step"))
     assert any("Different GPUs" in n for n in d.notes)
 
 
@@ -107,7 +105,7 @@ def test_h200_pairs_match_cuda_events(pair: str) -> None:
     """workloads/diff_pairs.py on the H200: the diff's change per step is within 15% of
     the change CUDA events measured outside the profiler (compile -3% , align 0%)."""
     b, a = sample(f"diff_{pair}_before"), sample(f"diff_{pair}_after")
-    d = build_diff(model_of(b), model_of(a))
+    d = diff_of(b, a)
     _check_contract(d)
     measured = _event_us(a) - _event_us(b)
     assert d.verdict.change_us == pytest.approx(measured, rel=0.15)
@@ -125,7 +123,7 @@ def test_h200_cuda_graph_pair() -> None:
     """Eager tiny ops vs their CUDA-graph replay: launch overhead is what went. Under the
     profiler the eager step is slower than unprofiled (3.9 vs 2.8 ms: the profiler's cost
     per op), so the diff's saving (-3.4 ms) is larger than the events' (-2.4 ms)."""
-    d = build_diff(model_of(sample("diff_graph_before")), model_of(sample("diff_graph_after")))
+    d = diff_of(sample("diff_graph_before"), sample("diff_graph_after"))
     v = d.verdict
     assert v.main_cause == "launch_overhead" and v.change_share < -0.8
     counters = {c.label: c for c in d.counters}
@@ -135,7 +133,7 @@ def test_h200_cuda_graph_pair() -> None:
 
 
 def test_h200_repeat_is_within_noise() -> None:
-    d = build_diff(model_of(sample("diff_repeat_before")), model_of(sample("diff_repeat_after")))
+    d = diff_of(sample("diff_repeat_before"), sample("diff_repeat_after"))
     assert d.verdict.within_noise and "Within noise" in d.verdict.text
 
 

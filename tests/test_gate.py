@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from conftest import model_of, sample
+from support.corpus import diff_of
 
 from tracelens.derive.compare import different_programs, program_signature, signature_overlap
 from tracelens.diff import build_diff
@@ -48,11 +49,11 @@ def test_thresholds_parse() -> None:
 def test_gate_fails_on_a_real_slowdown_and_passes_the_fix() -> None:
     """host_bound_pinned -> host_bound_pageable is the fix undone: 2.3 -> 13.0 ms a step,
     far beyond the noise; the other way round passes."""
-    worse = build_diff(model_of(sample("host_bound_pinned")), model_of(sample("host_bound_pageable")))
+    worse = diff_of(sample("host_bound_pinned"), sample("host_bound_pageable"))
     got = evaluate(worse, parse_threshold("5%"), ["host_bound"])
     assert got.failed and got.reason.startswith("gate failed: ")
     assert "slower" in got.reason and "host_bound" in got.reason and "\n" not in got.reason
-    better = build_diff(model_of(sample("host_bound_pageable")), model_of(sample("host_bound_pinned")))
+    better = diff_of(sample("host_bound_pageable"), sample("host_bound_pinned"))
     ok = evaluate(better, parse_threshold("5%"), ["host_bound"])
     assert not ok.failed and ok.reason.startswith("gate passed: ")
 
@@ -60,17 +61,17 @@ def test_gate_fails_on_a_real_slowdown_and_passes_the_fix() -> None:
 def test_gate_on_a_cause_alone() -> None:
     """host_sync_static -> host_sync_mask brings the syncs back: --fail-if host_sync
     fails; the mask -> static fix removes them and passes on that cause."""
-    back = build_diff(model_of(sample("host_sync_static")), model_of(sample("host_sync_mask")))
+    back = diff_of(sample("host_sync_static"), sample("host_sync_mask"))
     got = evaluate(back, None, ["host_sync"])
     assert got.failed and "host_sync" in got.reason
-    fixed = build_diff(model_of(sample("host_sync_mask")), model_of(sample("host_sync_static")))
+    fixed = diff_of(sample("host_sync_mask"), sample("host_sync_static"))
     assert not evaluate(fixed, None, ["host_sync"]).failed
 
 
 def test_a_change_within_the_noise_band_never_fails() -> None:
     """The rule itself: a 20% slowdown inside a ±30% noise band passes; the same change
     with a ±5% band fails."""
-    d = build_diff(model_of(sample("train_step")), model_of(sample("train_step")))
+    d = diff_of(sample("train_step"), sample("train_step"))
     assert not evaluate(d, parse_threshold("5%"), []).failed  # the same trace: no change
     step = d.verdict.before_step_us
     noisy = dataclasses.replace(d, verdict=dataclasses.replace(d.verdict, change_us=0.2 * step, noise_us=0.3 * step))
@@ -82,7 +83,7 @@ def test_a_change_within_the_noise_band_never_fails() -> None:
 
 def test_different_programs_are_not_like_for_like() -> None:
     """Issue 29's pair: gemm_bf16 against train_step was "Slower by 12.1 ms (109%)"."""
-    d = build_diff(model_of(sample("gemm_bf16")), model_of(sample("train_step")))
+    d = diff_of(sample("gemm_bf16"), sample("train_step"))
     assert not d.comparable and "different programs" in d.not_comparable[0]
     assert d.verdict.text.startswith("Not like for like") and "Slower" not in d.verdict.text
     assert not d.verdict.primary_gone

@@ -13,11 +13,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.corpus import REAL_TRACES, SAMPLE_TRACES, context_of, model_of, pair_captures, real, report_of, sample
+from support.corpus import (
+    REAL_TRACES,
+    SAMPLE_TRACES,
+    context_of,
+    diff_of,
+    model_of,
+    pair_captures,
+    real,
+    report_of,
+    sample,
+)
 
 from tracelens.derive import transforms
 from tracelens.derive.replay import Edit, combine, replay
-from tracelens.diff import build_diff
 from tracelens.domain import category_label
 from tracelens.render.diff import render_diff_html, render_diff_json, render_diff_markdown, render_diff_terminal
 from tracelens.render.json import render_json
@@ -132,7 +141,7 @@ DYNAMISM_PAIRS = {
 @pytest.mark.parametrize("pair", sorted(DYNAMISM_PAIRS), ids=lambda p: p[0])
 def test_dynamism_pair_prediction(pair: tuple[str, str]) -> None:
     category, tolerance = DYNAMISM_PAIRS[pair]
-    d = build_diff(model_of(sample(pair[0])), model_of(sample(pair[1])))
+    d = diff_of(sample(pair[0]), sample(pair[1]))
     assert category in [p.category for p in d.predictions]
     assert abs(d.verdict.prediction_error) <= tolerance, d.verdict.prediction_text
 
@@ -154,7 +163,7 @@ def test_h200_pair_prediction(pair: str) -> None:
     category, tolerance = {**PAIRS, **UNSEEN}[pair]
     predicted, measured = [], []
     for b, a in pair_captures(pair):
-        d = build_diff(model_of(b), model_of(a))
+        d = diff_of(b, a)
         v = d.verdict
         assert category in [p.category for p in d.predictions]
         assert v.predicted_step_us > 0 and v.prediction_basis in ("single", "joint")
@@ -170,13 +179,13 @@ def test_h200_pair_prediction(pair: str) -> None:
 
 def test_repeat_pair_scores_nothing() -> None:
     """A capture of the same program again: no finding shrank, no fix to score."""
-    d = build_diff(model_of(sample("diff_repeat_before")), model_of(sample("diff_repeat_after")))
+    d = diff_of(sample("diff_repeat_before"), sample("diff_repeat_after"))
     assert d.verdict.prediction_basis == "" and not d.predictions
     assert "no fix to score" in d.verdict.prediction_text
 
 
 def test_diff_outputs_carry_the_prediction() -> None:
-    d = build_diff(model_of(sample("diff_graph_before")), model_of(sample("diff_graph_after")))
+    d = diff_of(sample("diff_graph_before"), sample("diff_graph_after"))
     data = json.loads(render_diff_json(d))
     assert {"predicted_step_us", "prediction_error"} <= set(data["verdict"])
     p = data["predictions"][0]
@@ -192,7 +201,7 @@ def test_diff_outputs_carry_the_prediction() -> None:
 def test_every_pair_diff_scores_the_prediction_in_all_four_outputs(pair: str) -> None:
     """`tracelens diff` on each H200 pair: predicted vs measured, with the error, in the
     Markdown, HTML, JSON and terminal outputs."""
-    d = build_diff(model_of(sample(f"diff_{pair}_before")), model_of(sample(f"diff_{pair}_after")))
+    d = diff_of(sample(f"diff_{pair}_before"), sample(f"diff_{pair}_after"))
     v = d.verdict
     assert v.prediction_text and "predicted" in v.prediction_text and "measured" in v.prediction_text
     data = json.loads(render_diff_json(d))
@@ -211,7 +220,7 @@ def test_the_prediction_is_scored_on_the_steps_both_windows_hold() -> None:
     """diff_empty_cache's before-window holds steps 2-7, its after-window 3-7 (the after's
     step 2 is its first allocations): a new buffer size every step, so the prediction is
     scored on steps 3-7 of both (+5%; +17% on the windows as they were)."""
-    d = build_diff(model_of(sample("diff_empty_cache_before")), model_of(sample("diff_empty_cache_after")))
+    d = diff_of(sample("diff_empty_cache_before"), sample("diff_empty_cache_after"))
     assert "Scored on steps 3-7" in d.verdict.prediction_text
     assert abs(d.verdict.prediction_error) <= 0.10
 

@@ -9,10 +9,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from support.corpus import context_of, model_of, report_of, sample
+from support.corpus import context_of, diff_of, model_of, report_of, sample
 
 from tracelens.derive.profiler_cost import CHEAP_OPS, OP_COST_BOUNDS, US_PER_OP_EVENT, op_cost_us
-from tracelens.diff import build_diff
 from tracelens.model.schema import Kind
 from tracelens.render.markdown import render_markdown
 
@@ -113,6 +112,6 @@ def test_no_unprofiled_sentence_where_the_profiler_cost_little() -> None:
 def test_the_diff_predicts_the_unprofiled_after_step() -> None:
     """DataLoader workers: predicted without the profiler 9.24 ms, CUDA events 9.25 ms."""
     b, a = sample("diff_loader_before"), sample("diff_loader_after")
-    v = build_diff(model_of(b), model_of(a)).verdict
+    v = diff_of(b, a).verdict
     assert v.predicted_unprofiled_step_us == pytest.approx(_event_us(a), rel=0.1)
     assert v.predicted_unprofiled_step_us < v.predicted_step_us

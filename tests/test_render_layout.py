@@ -9,7 +9,7 @@ import re
 
 import pytest
 from layout import PHONE_PX, chromium, overflow, overflow_many
-from support.corpus import REAL_TRACES, SAMPLE_TRACES, report_of
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, diff_of, report_of
 
 from tracelens.render import render_html
 from tracelens.render.diff import render_diff_html
@@ -46,11 +46,10 @@ def test_the_probe_sees_an_overflow() -> None:
 
 
 def test_dark_mode_and_diff_fit_too() -> None:
-    from support.corpus import model_of, sample
+    from support.corpus import sample
 
-    from tracelens.diff import build_diff
 
-    d = build_diff(model_of(sample("diff_align_before")), model_of(sample("diff_align_after")))
+    d = diff_of(sample("diff_align_before"), sample("diff_align_after"))
     page = {"diff": render_diff_html(d), "report": render_html(report_of(sample("train_step")))}
     for name, r in overflow_many(page, PHONE_PX, dark=True).items():
         assert r["count"] == 0, (name, r)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from support.corpus import REAL_TRACES, SAMPLE_TRACES, report_of, sample
+from support.corpus import REAL_TRACES, SAMPLE_TRACES, diff_of, report_of, sample
 
 from tracelens.render import render_markdown
 
@@ -141,9 +141,8 @@ def test_every_sample_markdown_renders_as_meant(path: Path) -> None:
 
 
 def test_job_and_diff_markdown_structure() -> None:
-    from support.corpus import SAMPLES, job_of, model_of
+    from support.corpus import SAMPLES, job_of
 
-    from tracelens.diff import build_diff
     from tracelens.render.diff import render_diff_markdown
     from tracelens.render.job import render_job_markdown
 
@@ -151,7 +150,7 @@ def test_job_and_diff_markdown_structure() -> None:
         text = render_job_markdown(job_of(SAMPLES / folder))
         assert not structure_problems(text), (folder, structure_problems(text))
         assert "…" not in text  # our sentences are never cut (and if they were, at a word)
-    d = build_diff(model_of(sample("host_bound_pageable")), model_of(sample("host_bound_pinned")))
+    d = diff_of(sample("host_bound_pageable"), sample("host_bound_pinned"))
     text = render_diff_markdown(d)
     assert not structure_problems(text), structure_problems(text)
 

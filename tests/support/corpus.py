@@ -163,6 +163,29 @@ def report_of(path: Path) -> Report:
     return report
 
 
+def diff_of(before: Path, after: Path) -> Any:
+    """`build_diff` of two traces' models, built once a session (test_diff, test_gate,
+    test_predict and the renderers' tests diff the same sample pairs: host_bound_pageable
+    -> pinned three times, each 0.5-1.5 CPU s)."""
+    return _diff_of(before, after)
+
+
+@cache
+def _diff_of(before: Path, after: Path) -> Any:
+    from tracelens.diff import build_diff
+
+    file = _shared_file("diff", before)
+    if file is not None:
+        other = _shared_file("diff", after)
+        assert other is not None
+        file = file.with_name(f"diff-{file.stem[5:21]}-{other.stem[5:21]}.pickle")
+    d = _read_shared(file)
+    if d is None:
+        d = build_diff(model_of(before), model_of(after))
+        _write_shared(file, d)
+    return d
+
+
 @cache
 def job_of(folder: Path) -> Any:
     """The job report of a folder of rank traces, read with one worker (no pool)."""
